@@ -1,0 +1,82 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// Backend programs plans into the network namespace of the calling thread. Callers
+// enter the namespace first (netns.Do); backends never decide anything, they only
+// translate the plan.
+type Backend interface {
+	// Name is "iptables" or "nftables".
+	Name() string
+	// Apply makes the namespace hold exactly the plan's rules (and none of ours that
+	// the plan lacks) in one atomic step per family. It reports whether anything
+	// changed: applying the same plan twice changes nothing the second time.
+	Apply(ctx context.Context, plan *redirect.Plan) (changed bool, err error)
+	// Verify reads the live rules back and lists, in words, every difference from
+	// the plan. No differences means the capture is in place.
+	Verify(ctx context.Context, plan *redirect.Plan) ([]string, error)
+	// Cleanup removes everything the backend ever added, and nothing else.
+	Cleanup(ctx context.Context) error
+}
+
+// Apply programs plan into the namespace at nsPath: routing first, then rules. If
+// anything fails, whatever was added is removed again, so a namespace is never left
+// half-captured.
+func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
+	err = netns.Do(nsPath, func() error {
+		if err := applyRouting(plan); err != nil {
+			return errors.Join(err, removeRouting(plan))
+		}
+		var aerr error
+		changed, aerr = b.Apply(ctx, plan)
+		if aerr != nil {
+			return errors.Join(aerr, b.Cleanup(ctx), removeRouting(plan))
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
+	}
+	return changed, nil
+}
+
+// Verify compares the namespace's live rules and routing with the plan.
+func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) ([]string, error) {
+	var diffs []string
+	err := netns.Do(nsPath, func() error {
+		rd, err := verifyRouting(plan)
+		if err != nil {
+			return err
+		}
+		bd, err := b.Verify(ctx, plan)
+		diffs = append(rd, bd...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify %s capture in %s: %w", b.Name(), nsPath, err)
+	}
+	return diffs, nil
+}
+
+// Cleanup removes the capture's rules and routing from the namespace at nsPath.
+// plan may be nil; routing is then removed for the default mark and table.
+func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) error {
+	if plan == nil {
+		plan = &redirect.Plan{Routing: &redirect.Routing{Mark: redirect.DefaultTProxyMark, Table: redirect.DefaultTProxyRouteTable},
+			IPv6InboundPassthroughAddr: redirect.InboundPassthroughV6}
+	}
+	err := netns.Do(nsPath, func() error {
+		return errors.Join(b.Cleanup(ctx), removeRouting(plan))
+	})
+	if err != nil {
+		return fmt.Errorf("clean up %s capture in %s: %w", b.Name(), nsPath, err)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// routingFamilies are the families the plan captures, as netlink families.
+func routingFamilies(plan *redirect.Plan) []int {
+	fams := []int{unix.AF_INET}
+	if plan.Family(redirect.IPv6) != nil {
+		fams = append(fams, unix.AF_INET6)
+	}
+	return fams
+}
+
+func tproxyRule(fam int, r *redirect.Routing) *netlink.Rule {
+	rule := netlink.NewRule()
+	rule.Family = fam
+	rule.Mark = r.Mark
+	rule.Table = r.Table
+	return rule
+}
+
+func tproxyRoute(fam int, r *redirect.Routing, lo netlink.Link) *netlink.Route {
+	dst := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
+	if fam == unix.AF_INET6 {
+		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	}
+	return &netlink.Route{Family: fam, Dst: dst, Type: unix.RTN_LOCAL, Table: r.Table, LinkIndex: lo.Attrs().Index, Scope: unix.RT_SCOPE_HOST}
+}
+
+func passthroughAddr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+}
+
+// applyRouting sets up TPROXY's policy routing (fwmark MARK -> table TABLE, whose
+// default route is local via lo) and IPv6's inbound passthrough address ::6 on lo.
+// Existing entries are kept, so it is idempotent.
+func applyRouting(plan *redirect.Plan) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+		if err := netlink.AddrReplace(lo, passthroughAddr(p)); err != nil {
+			return fmt.Errorf("add %s to lo: %w", p, err)
+		}
+	}
+	if plan.Routing == nil {
+		return nil
+	}
+	for _, fam := range routingFamilies(plan) {
+		if err := netlink.RouteReplace(tproxyRoute(fam, plan.Routing, lo)); err != nil {
+			return fmt.Errorf("add local default route to table %d: %w", plan.Routing.Table, err)
+		}
+		if ok, err := hasRule(fam, plan.Routing); err != nil {
+			return err
+		} else if !ok {
+			if err := netlink.RuleAdd(tproxyRule(fam, plan.Routing)); err != nil {
+				return fmt.Errorf("add rule fwmark %d lookup %d: %w", plan.Routing.Mark, plan.Routing.Table, err)
+			}
+		}
+	}
+	return nil
+}
+
+func hasRule(fam int, r *redirect.Routing) (bool, error) {
+	rules, err := netlink.RuleList(fam)
+	if err != nil {
+		return false, fmt.Errorf("list rules: %w", err)
+	}
+	for _, x := range rules {
+		if x.Mark == r.Mark && x.Table == r.Table {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// removeRouting removes what applyRouting adds; missing entries are not errors.
+func removeRouting(plan *redirect.Plan) error {
+	var errs []error
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+		if err := netlink.AddrDel(lo, passthroughAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove %s from lo: %w", p, err))
+		}
+	}
+	if plan.Routing == nil {
+		return errors.Join(errs...)
+	}
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		for {
+			ok, err := hasRule(fam, plan.Routing)
+			if err != nil || !ok {
+				break
+			}
+			if err := netlink.RuleDel(tproxyRule(fam, plan.Routing)); err != nil {
+				errs = append(errs, fmt.Errorf("remove rule fwmark %d: %w", plan.Routing.Mark, err))
+				break
+			}
+		}
+		if err := netlink.RouteDel(tproxyRoute(fam, plan.Routing, lo)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove local route from table %d: %w", plan.Routing.Table, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// verifyRouting lists what of applyRouting's work is missing.
+func verifyRouting(plan *redirect.Plan) ([]string, error) {
+	var diffs []string
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return nil, fmt.Errorf("find lo: %w", err)
+	}
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+		addrs, err := netlink.AddrList(lo, unix.AF_INET6)
+		if err != nil {
+			return nil, fmt.Errorf("list addresses: %w", err)
+		}
+		found := false
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == p.Addr() {
+				found = true
+			}
+		}
+		if !found {
+			diffs = append(diffs, fmt.Sprintf("address %s missing on lo", p))
+		}
+	}
+	if plan.Routing == nil {
+		return diffs, nil
+	}
+	for _, fam := range routingFamilies(plan) {
+		ok, err := hasRule(fam, plan.Routing)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("policy rule fwmark %d lookup %d missing (family %d)", plan.Routing.Mark, plan.Routing.Table, fam))
+		}
+		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: plan.Routing.Table}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("list routes of table %d: %w", plan.Routing.Table, err)
+		}
+		found := false
+		for _, r := range routes {
+			if r.Type == unix.RTN_LOCAL && r.LinkIndex == lo.Attrs().Index {
+				found = true
+			}
+		}
+		if !found {
+			diffs = append(diffs, fmt.Sprintf("local default route via lo missing from table %d (family %d)", plan.Routing.Table, fam))
+		}
+	}
+	return diffs, nil
+}

@@ -1,0 +1,76 @@
+package netns
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Do runs fn with the calling code's network namespace set to the one at path (for
+// example /var/run/netns/NAME or /proc/PID/ns/net). fn runs on a fresh goroutine
+// locked to its OS thread; child processes started by fn inherit the namespace.
+// If the thread cannot be switched back, it is left locked so the Go runtime
+// discards it when the goroutine exits.
+func Do(path string, fn func() error) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", path, err)
+	}
+	defer target.Close()
+	if err := checkNetNS(target); err != nil {
+		return fmt.Errorf("network namespace %s: %w", path, err)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Thread-local namespace: /proc/thread-self is the locked thread.
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace %s: %w", path, err)
+			return
+		}
+		fnErr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Keep the thread locked: it dies with this goroutine instead of running
+			// other goroutines in the wrong namespace.
+			errc <- fmt.Errorf("restore network namespace after %s: %w (and %v)", path, err, fnErr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fnErr
+	}()
+	return <-errc
+}
+
+// checkNetNS makes sure f is a network namespace, so a wrong path cannot make Setns
+// switch some other namespace or fail obscurely.
+func checkNetNS(f *os.File) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Type != unix.NSFS_MAGIC && st.Type != unix.PROC_SUPER_MAGIC {
+		return fmt.Errorf("not a network namespace file (filesystem type %#x)", st.Type)
+	}
+	return nil
+}
+
+// ID returns the inode number identifying the namespace at path; two paths with the
+// same ID are the same namespace.
+func ID(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat network namespace %s: %w", path, err)
+	}
+	return st.Ino, nil
+}

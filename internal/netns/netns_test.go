@@ -1,0 +1,59 @@
+package netns
+
+import (
+	"os"
+	"testing"
+)
+
+// TestDoEntersAndLeavesNamespace proves fn runs in the target namespace and the caller's
+// namespace is untouched afterwards.
+func TestDoEntersAndLeavesNamespace(t *testing.T) {
+	requireRoot(t)
+	path, err := New(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Delete(path)
+	want, err := ID(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := ID("/proc/self/ns/net")
+	var inside uint64
+	if err := Do(path, func() error {
+		var err error
+		inside, err = ID("/proc/thread-self/ns/net")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inside != want {
+		t.Errorf("fn ran in namespace %d, want %d", inside, want)
+	}
+	if after, _ := ID("/proc/self/ns/net"); after != before {
+		t.Errorf("caller's namespace changed from %d to %d", before, after)
+	}
+}
+
+func TestDoRejectsNonNamespace(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "notns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := Do(f.Name(), func() error { t.Error("fn ran"); return nil }); err == nil {
+		t.Error("Do accepted a regular file as a namespace")
+	}
+	if err := Do("/nonexistent/ns", func() error { t.Error("fn ran"); return nil }); err == nil {
+		t.Error("Do accepted a missing path")
+	}
+}
+
+// requireRoot fails (never skips) a test that needs root: CI runs as root, and a
+// silent skip would hide missing coverage.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (network namespaces); run it as root, as CI does")
+	}
+}

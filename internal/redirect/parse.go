@@ -1,0 +1,255 @@
+package redirect
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// These parsers turn Istio's comma-separated option strings (flags, environment
+// variables, pod annotations) into typed values. They accept what Istio accepts
+// (surrounding spaces, empty items) and reject anything else with an error that
+// quotes the offending item. Pod authors control annotations, so nothing that passes
+// here is ever pasted into a command line unchecked.
+
+// splitList splits a comma-separated list, trimming spaces and dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// ParsePort parses one TCP/UDP port, 1-65535.
+func ParsePort(s string) (uint16, error) {
+	s = strings.TrimSpace(s)
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 || !isDigits(s) {
+		return 0, fmt.Errorf("%q is not a port (1-65535)", s)
+	}
+	return uint16(n), nil
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ParsePortList parses "80,443"; duplicates are dropped, order is kept.
+func ParsePortList(s string) ([]uint16, error) {
+	var out []uint16
+	seen := map[uint16]bool{}
+	for _, item := range splitList(s) {
+		p, err := ParsePort(item)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// ParsePortSet parses "*" or a port list.
+func ParsePortSet(s string) (PortSet, error) {
+	if strings.TrimSpace(s) == "*" {
+		return PortSet{All: true}, nil
+	}
+	ports, err := ParsePortList(s)
+	if err != nil {
+		return PortSet{}, err
+	}
+	return PortSet{Ports: ports}, nil
+}
+
+// ParsePrefix parses a CIDR or a bare address (taken as a host route) and returns it
+// in canonical (masked) form.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p.Addr().Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// ParsePrefixList parses "10.0.0.0/8,fd00::/8".
+func ParsePrefixList(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range splitList(s) {
+		p, err := ParsePrefix(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ParsePrefixSet parses "*" or a CIDR list.
+func ParsePrefixSet(s string) (PrefixSet, error) {
+	if strings.TrimSpace(s) == "*" {
+		return PrefixSet{All: true}, nil
+	}
+	ps, err := ParsePrefixList(s)
+	if err != nil {
+		return PrefixSet{}, err
+	}
+	return PrefixSet{Prefixes: ps}, nil
+}
+
+// ParseID parses a numeric uid or gid.
+func ParseID(s string) (uint32, error) {
+	s = strings.TrimSpace(s)
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || !isDigits(s) {
+		return 0, fmt.Errorf("%q is not a numeric user or group id", s)
+	}
+	return uint32(n), nil
+}
+
+// ParseIDList parses "1337,1338".
+func ParseIDList(s string) ([]uint32, error) {
+	var out []uint32
+	for _, item := range splitList(s) {
+		id, err := ParseID(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// ValidateInterfaceName accepts what the kernel accepts as a network interface name:
+// 1-15 bytes, no '/', no whitespace, not "." or "..". A '+' suffix (iptables wildcard)
+// is refused: a pod author must not be able to widen an exclusion.
+func ValidateInterfaceName(name string) error {
+	if name == "" || len(name) > 15 || name == "." || name == ".." {
+		return fmt.Errorf("%q is not an interface name (1-15 characters)", name)
+	}
+	for _, c := range name {
+		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' || c == '+' || c == '!' || c == '"' || c == '\'' || c == '\\' || c == '*' {
+			return fmt.Errorf("%q is not an interface name (character %q not allowed)", name, c)
+		}
+	}
+	return nil
+}
+
+// ParseInterfaceList parses "eth1,net1".
+func ParseInterfaceList(s string) ([]string, error) {
+	var out []string
+	for _, item := range splitList(s) {
+		if err := ValidateInterfaceName(item); err != nil {
+			return nil, err
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+// ValidateGroup accepts a numeric gid or a POSIX group name.
+func ValidateGroup(g string) error {
+	if isDigits(g) {
+		if _, err := ParseID(g); err != nil {
+			return err
+		}
+		return nil
+	}
+	if g == "" || len(g) > 32 {
+		return fmt.Errorf("%q is not a group name or id", g)
+	}
+	for i, c := range g {
+		ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
+			i > 0 && (c >= '0' && c <= '9' || c == '-' || c == '.' || c == '$' && i == len(g)-1)
+		if !ok {
+			return fmt.Errorf("%q is not a group name or id", g)
+		}
+	}
+	return nil
+}
+
+// ParseGroupFilter parses Istio's ISTIO_OUTBOUND_OWNER_GROUPS (include, default "*")
+// and ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE. Setting both is an error.
+func ParseGroupFilter(include, exclude string) (GroupFilter, error) {
+	include, exclude = strings.TrimSpace(include), strings.TrimSpace(exclude)
+	if include == "" {
+		include = "*"
+	}
+	parse := func(field, s string) ([]string, error) {
+		groups := splitList(s)
+		if len(groups) > MaxOwnerGroups {
+			return nil, fmt.Errorf("%s: %d groups given, at most %d are supported", field, len(groups), MaxOwnerGroups)
+		}
+		for _, g := range groups {
+			if err := ValidateGroup(g); err != nil {
+				return nil, fmt.Errorf("%s: %w", field, err)
+			}
+		}
+		return groups, nil
+	}
+	if include != "*" {
+		if exclude != "" {
+			return GroupFilter{}, fmt.Errorf("owner groups: include %q and exclude %q cannot both be set", include, exclude)
+		}
+		groups, err := parse("owner groups include", include)
+		return GroupFilter{Groups: groups}, err
+	}
+	groups, err := parse("owner groups exclude", exclude)
+	return GroupFilter{Except: true, Groups: groups}, err
+}
+
+// ParseMode parses an interception mode. Empty means REDIRECT, as in Istio.
+func ParseMode(s string) (Mode, error) {
+	switch strings.TrimSpace(s) {
+	case "", "REDIRECT":
+		return ModeRedirect, nil
+	case "TPROXY":
+		return ModeTProxy, nil
+	}
+	return 0, fmt.Errorf("%q is not an interception mode (REDIRECT or TPROXY)", s)
+}
+
+// ParseAddrList parses plain IP addresses (DNS servers).
+func ParseAddrList(items []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, item := range items {
+		a, err := netip.ParseAddr(strings.TrimSpace(item))
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%q is not an IP address", item)
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// parseLoopback parses the IPv4 loopback CIDR. Unlike other CIDRs it is kept as given
+// (Istio writes "127.0.0.1/8" into its rules as is).
+func parseLoopback(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil || !p.Addr().Is4() || !p.Addr().IsLoopback() || p.Bits() < 8 {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IPv4 loopback CIDR within 127.0.0.0/8", s)
+	}
+	return p, nil
+}
