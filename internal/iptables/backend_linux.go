@@ -1,0 +1,231 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// Mode is the iptables implementation the rules are written with.
+type Mode string
+
+const (
+	// ModeAuto picks nft when iptables-nft is installed, else legacy. The choice
+	// depends only on the installed binaries, never on rules found in a pod, so a
+	// pod is always programmed the same way.
+	ModeAuto   Mode = ""
+	ModeLegacy Mode = "legacy"
+	ModeNFT    Mode = "nft"
+)
+
+// ParseMode parses an --iptables-mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.TrimSpace(s)); m {
+	case ModeAuto, ModeLegacy, ModeNFT:
+		return m, nil
+	case "auto":
+		return ModeAuto, nil
+	}
+	return "", fmt.Errorf("%q is not an iptables mode (legacy, nft or auto)", s)
+}
+
+// Config configures the iptables backend.
+type Config struct {
+	Mode Mode
+	// LockDir holds one xtables lock file per network namespace (legacy mode), so
+	// pods set up in parallel do not wait for each other. Default /run/istio-cni/xtables.
+	LockDir string
+}
+
+// Backend writes plans with iptables-restore: one restore per family per apply.
+type Backend struct {
+	mode    Mode
+	lockDir string
+	tools   map[redirect.Family]tools
+}
+
+type tools struct{ save, restore string }
+
+// NewBackend resolves the mode and the binaries once.
+func NewBackend(cfg Config) (*Backend, error) {
+	mode := cfg.Mode
+	if mode == ModeAuto {
+		mode = ModeLegacy
+		if _, err := exec.LookPath("iptables-nft-restore"); err == nil {
+			mode = ModeNFT
+		}
+	}
+	b := &Backend{mode: mode, lockDir: cfg.LockDir, tools: map[redirect.Family]tools{}}
+	if b.lockDir == "" {
+		b.lockDir = "/run/istio-cni/xtables"
+	}
+	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		prefix := "iptables"
+		if f == redirect.IPv6 {
+			prefix = "ip6tables"
+		}
+		var t tools
+		for _, cand := range []struct{ save, restore string }{
+			{prefix + "-" + string(mode) + "-save", prefix + "-" + string(mode) + "-restore"},
+			{prefix + "-save", prefix + "-restore"}, // iptables before 1.8 has no suffixed names
+		} {
+			s, err1 := exec.LookPath(cand.save)
+			r, err2 := exec.LookPath(cand.restore)
+			if err1 == nil && err2 == nil {
+				t = tools{save: s, restore: r}
+				break
+			}
+		}
+		if t.save == "" {
+			return nil, fmt.Errorf("iptables backend (%s mode): %s-save/%s-restore not found in PATH", mode, prefix, prefix)
+		}
+		b.tools[f] = t
+	}
+	return b, nil
+}
+
+// Name implements capture.Backend.
+func (b *Backend) Name() string { return "iptables-" + string(b.mode) }
+
+// Mode is the resolved mode.
+func (b *Backend) Mode() Mode { return b.mode }
+
+func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+b.lockFile())
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// lockFile is this namespace's xtables lock: legacy iptables serializes on it, and a
+// lock per namespace keeps parallel pod set-ups from contending.
+func (b *Backend) lockFile() string {
+	id, err := netns.ID("/proc/thread-self/ns/net")
+	if err != nil {
+		return filepath.Join(b.lockDir, "xtables.lock")
+	}
+	return filepath.Join(b.lockDir, fmt.Sprintf("xtables-%d.lock", id))
+}
+
+func (b *Backend) save(ctx context.Context, f redirect.Family) (map[redirect.Table]*liveTable, error) {
+	out, err := b.run(ctx, b.tools[f].save, "")
+	if err != nil {
+		return nil, err
+	}
+	d, err := ParseSave(out)
+	if err != nil {
+		return nil, fmt.Errorf("read %s rules: %w", f, err)
+	}
+	return ours(d), nil
+}
+
+func (b *Backend) restore(ctx context.Context, f redirect.Family, text string) error {
+	args := []string{"--noflush"}
+	if b.mode == ModeLegacy {
+		if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
+			return fmt.Errorf("create xtables lock dir: %w", err)
+		}
+		args = append(args, "--wait")
+	}
+	_, err := b.run(ctx, b.tools[f].restore, text, args...)
+	return err
+}
+
+// families lists the families to touch: the plan's, and for removal IPv6 too.
+func planLayouts(plan *redirect.Plan) (map[redirect.Family][]tableLayout, error) {
+	out := map[redirect.Family][]tableLayout{}
+	for _, fp := range plan.Families {
+		l, err := layout(&fp)
+		if err != nil {
+			return nil, err
+		}
+		out[fp.Family] = l
+	}
+	return out, nil
+}
+
+// Apply implements capture.Backend: per family, read our live rules (one save) and,
+// unless they already match, write the difference with one restore.
+func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
+	layouts, err := planLayouts(plan)
+	if err != nil {
+		return false, err
+	}
+	changed := false
+	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		want, planned := layouts[f]
+		live, err := b.save(ctx, f)
+		if err != nil {
+			if !planned {
+				continue // no IPv6 support here and none wanted
+			}
+			return changed, err
+		}
+		if len(diffTables(f, want, live)) == 0 {
+			continue
+		}
+		if err := b.restore(ctx, f, restoreText(want, live)); err != nil {
+			return changed, fmt.Errorf("apply %s rules: %w", f, err)
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// Verify implements capture.Backend.
+func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, error) {
+	layouts, err := planLayouts(plan)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []string
+	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		want, planned := layouts[f]
+		live, err := b.save(ctx, f)
+		if err != nil {
+			if !planned {
+				continue
+			}
+			return nil, err
+		}
+		diffs = append(diffs, diffTables(f, want, live)...)
+	}
+	return diffs, nil
+}
+
+// Cleanup implements capture.Backend: it removes our chains and our hook rules, in one
+// restore per family, and leaves every other rule alone.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	var errs []error
+	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		live, err := b.save(ctx, f)
+		if err != nil {
+			if f == redirect.IPv4 {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if len(live) == 0 {
+			continue
+		}
+		if err := b.restore(ctx, f, restoreText(nil, live)); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s rules: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
+}

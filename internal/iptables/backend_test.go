@@ -1,0 +1,175 @@
+package iptables
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (network namespaces, iptables); run it as root, as CI does")
+	}
+}
+
+func newNS(t *testing.T) string {
+	t.Helper()
+	path, err := netns.New(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Delete(path) })
+	return path
+}
+
+// saveIn runs iptables-save (or another command) in the namespace.
+func runIn(t *testing.T, ns string, name string, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := netns.Do(ns, func() error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// stripComments drops iptables-save's timestamped comment lines and tables that hold
+// nothing (only built-in chains with policy ACCEPT and no rules): such a table has no
+// effect, and iptables creates it on first use and never removes it (legacy cannot).
+func stripComments(s string) string {
+	var out, table []string
+	empty := true
+	for _, l := range strings.Split(s, "\n") {
+		switch {
+		case strings.HasPrefix(l, "#") || l == "":
+		case strings.HasPrefix(l, "*"):
+			table, empty = []string{l}, true
+		case l == "COMMIT":
+			if !empty {
+				out = append(append(out, table...), l)
+			}
+		default:
+			table = append(table, l)
+			if !(strings.HasPrefix(l, ":") && redirect.IsBuiltin(strings.Fields(l[1:])[0]) && strings.Fields(l)[1] == "ACCEPT") {
+				empty = false
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func specOf(t *testing.T, o redirect.Options) *redirect.Plan {
+	t.Helper()
+	s, err := o.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := redirect.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var backendCases = []struct {
+	name string
+	opts redirect.Options
+}{
+	{"default-sidecar", redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090", OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"}},
+	{"tproxy-dns-ipv6", redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "10.0.0.0/8,fd00::/8",
+		RedirectDNS: true, DNSServers: []string{"10.96.0.10", "fd00::10"}, ExcludeInterfaces: "eth9", EnableIPv6: true}},
+	{"virt-groups-drop", redirect.Options{RerouteVirtualInterfaces: "eth1,eth2", OutboundIPRangesInclude: "*", InboundPortsInclude: "80,443",
+		OwnerGroupsExclude: "888,root", DropInvalid: true, RedirectDNS: true, CaptureAllDNS: true, ProxyUID: "1337,1338", ProxyGID: "1337"}},
+}
+
+func modes(t *testing.T) []Mode {
+	var ms []Mode
+	for _, m := range []Mode{ModeNFT, ModeLegacy} {
+		if _, err := exec.LookPath("iptables-" + string(m) + "-restore"); err != nil {
+			t.Fatalf("iptables-%s-restore not installed: %v", m, err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// TestApplyIsIdempotentVerifiedAndCleanedUp proves, for each mode and case, in a real
+// namespace that already holds a foreign rule: apply programs exactly the plan (verify
+// finds nothing), a second apply changes nothing, deleting one of our rules by hand is
+// reported by verify and repaired by apply, and cleanup restores the namespace's
+// original rules exactly.
+func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	for _, mode := range modes(t) {
+		for _, tc := range backendCases {
+			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
+				b, err := NewBackend(Config{Mode: mode, LockDir: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ns := newNS(t)
+				ipt := "iptables-" + string(mode)
+				runIn(t, ns, ipt, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999", "-j", "RETURN")
+				runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
+				before4 := stripComments(runIn(t, ns, ipt+"-save"))
+				before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
+				plan := specOf(t, tc.opts)
+
+				changed, err := capture.Apply(ctx, ns, b, plan)
+				if err != nil || !changed {
+					t.Fatalf("first apply: changed=%v err=%v", changed, err)
+				}
+				if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
+					t.Fatalf("verify after apply: %v %q\n%s", err, diffs, runIn(t, ns, ipt+"-save"))
+				}
+				after := runIn(t, ns, ipt+"-save")
+				if !strings.Contains(after, "-A OUTPUT -p tcp -m tcp --dport 9999 -j RETURN") || !strings.Contains(after, ":FOREIGN") {
+					t.Errorf("apply touched a foreign rule or chain:\n%s", after)
+				}
+				changed, err = capture.Apply(ctx, ns, b, plan)
+				if err != nil || changed {
+					t.Fatalf("second apply: changed=%v err=%v, want no change", changed, err)
+				}
+				// Break one of our rules by hand.
+				runIn(t, ns, ipt, "-t", "nat", "-D", "ISTIO_REDIRECT", "1")
+				diffs, err := capture.Verify(ctx, ns, b, plan)
+				if err != nil || len(diffs) == 0 {
+					t.Fatalf("verify missed a deleted rule: %v %q", err, diffs)
+				}
+				if !strings.Contains(strings.Join(diffs, "\n"), "ISTIO_REDIRECT") {
+					t.Errorf("verify does not name the broken chain: %q", diffs)
+				}
+				if changed, err := capture.Apply(ctx, ns, b, plan); err != nil || !changed {
+					t.Fatalf("repairing apply: changed=%v err=%v", changed, err)
+				}
+				if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
+					t.Fatalf("verify after repair: %v %q", err, diffs)
+				}
+				if err := capture.Cleanup(ctx, ns, b, plan); err != nil {
+					t.Fatal(err)
+				}
+				if got := stripComments(runIn(t, ns, ipt+"-save")); got != before4 {
+					t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
+				}
+				if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
+					t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
+				}
+				if rules := runIn(t, ns, "ip", "rule"); strings.Contains(rules, "lookup 133") {
+					t.Errorf("cleanup left the TPROXY rule: %s", rules)
+				}
+			})
+		}
+	}
+}
