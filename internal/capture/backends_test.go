@@ -1,0 +1,16 @@
+package capture_test
+
+import (
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/iptables"
+)
+
+func init() {
+	for _, mode := range []iptables.Mode{iptables.ModeNFT, iptables.ModeLegacy} {
+		registerBackend("iptables-"+string(mode), func(t *testing.T) (capture.Backend, error) {
+			return iptables.NewBackend(iptables.Config{Mode: mode, LockDir: t.TempDir()})
+		})
+	}
+}
