@@ -410,7 +410,7 @@ func backends(t *testing.T) map[string]capture.Backend {
 }
 
 var (
-	factoriesMu       sync.Mutex
+	factoriesMu      sync.Mutex
 	backendFactories = map[string]func(t *testing.T) (capture.Backend, error){}
 )
 
@@ -508,7 +508,6 @@ func requireRoot(t *testing.T) {
 		t.Fatal("this test needs root (network namespaces, netfilter); run it as root, as CI does")
 	}
 }
-
 
 // ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST from linux/netfilter_ipv6/ip6_tables.h.
 const ip6tSoOriginalDst = 80
