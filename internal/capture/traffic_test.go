@@ -147,7 +147,7 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 	for bname, b := range backends(t) {
 		for _, tc := range trafficCases {
 			t.Run(bname+"/"+tc.name, func(t *testing.T) {
-				tp, err := sandbox.New(t.TempDir())
+				tp, err := sandbox.New(t.TempDir(), "")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -34,14 +34,15 @@ type Topology struct {
 	Pod, Peer string
 }
 
-// New builds a topology with its namespaces mounted under dir.
-func New(dir string) (*Topology, error) {
+// New builds a topology with its namespaces mounted under dir as PREFIXpod and
+// PREFIXpeer (with dir /run/netns, `ip netns exec` reaches them).
+func New(dir, prefix string) (*Topology, error) {
 	tp := &Topology{}
 	var err error
-	if tp.Pod, err = netns.New(dir, "pod"); err != nil {
+	if tp.Pod, err = netns.New(dir, prefix+"pod"); err != nil {
 		return nil, err
 	}
-	if tp.Peer, err = netns.New(dir, "peer"); err != nil {
+	if tp.Peer, err = netns.New(dir, prefix+"peer"); err != nil {
 		tp.Close()
 		return nil, err
 	}
