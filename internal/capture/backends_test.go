@@ -5,6 +5,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/nftables"
 )
 
 func init() {
@@ -13,4 +14,10 @@ func init() {
 			return iptables.NewBackend(iptables.Config{Mode: mode, LockDir: t.TempDir()})
 		})
 	}
+}
+
+func init() {
+	registerBackend("nftables", func(t *testing.T) (capture.Backend, error) {
+		return nftables.NewBackend(), nil
+	})
 }
