@@ -79,7 +79,7 @@ func testBackends() []struct {
 		b    *Backend
 	}{
 		{"exec", &Backend{nft: "nft", groups: testGroups, applyVia: applyExec}},
-		// {"netlink", &Backend{nft: "nft", groups: testGroups, applyVia: applyNetlink}},
+		{"netlink", &Backend{nft: "nft", groups: testGroups, applyVia: applyNetlink}},
 	}
 }
 

@@ -471,11 +471,15 @@ func (m *match) text(f redirect.Family) string {
 				names = append(names, s.name)
 			}
 		}
-		// A negated bitmask lists as "a | b"; a positive one as "a,b".
-		if m.negate {
-			return "ct state != " + strings.Join(names, " | ")
+		switch {
+		case !m.negate:
+			return "ct state " + strings.Join(names, ",")
+		case len(names) == 1:
+			return "ct state != " + names[0]
 		}
-		return "ct state " + strings.Join(names, ",")
+		// Not "ct state != a | b": nft compares that with the OR of the bits, which
+		// every packet (having one state) passes. A set lookup is iptables' meaning.
+		return "ct state != { " + strings.Join(names, ", ") + " }"
 	}
 	panic(fmt.Sprintf("nftables: match kind %d escaped translation", m.kind))
 }

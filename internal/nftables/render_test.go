@@ -131,7 +131,7 @@ func TestTranslateEveryKind(t *testing.T) {
 		})}, Target: redirect.Target{Kind: redirect.TargetSaveMark}}, "ct state established,related ct mark set meta mark"},
 		{redirect.Rule{Matches: []redirect.Match{m(redirect.MatchCTState, true, func(x *redirect.Match) {
 			x.CTStates = []redirect.CTState{redirect.CTRelated, redirect.CTInvalid}
-		})}, Target: redirect.Target{Kind: redirect.TargetRestoreMark}}, "ct state != invalid | related meta mark set ct mark"},
+		})}, Target: redirect.Target{Kind: redirect.TargetRestoreMark}}, "ct state != { invalid, related } meta mark set ct mark"},
 		{redirect.Rule{Matches: []redirect.Match{m(redirect.MatchDest, true, func(x *redirect.Match) { x.Prefix = netip.MustParsePrefix("127.0.0.1/32") }), tcp}, Target: redirect.Target{Kind: redirect.TargetTProxy, Port: 15006, Mark: 1337}}, "ip daddr != 127.0.0.1 meta l4proto tcp tproxy to :15006 meta mark set 0x00000539 accept"},
 		{redirect.Rule{Target: redirect.Target{Kind: redirect.TargetCTZone, Zone: 2}}, "ct zone set 2"},
 		{redirect.Rule{Target: redirect.Target{Kind: redirect.TargetJump, Chain: "ISTIO_X"}}, "jump ISTIO_X"},
