@@ -122,7 +122,7 @@ func port(field func(*Config) *uint16) func(*Config, string) error {
 	}
 }
 
-func flag(field func(*Config) *bool) func(*Config, string) error {
+func toggle(field func(*Config) *bool) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		b, err := parseBool(v)
 		if err != nil {
@@ -281,13 +281,13 @@ var settings = []setting{
 		set:   interfaces(func(c *Config) *[]string { return &c.Capture.RerouteVirtualInterfaces })},
 	{name: "dry-run", short: "n", envs: []string{"DRY_RUN"}, kind: boolValue,
 		usage: "print the rules instead of applying them",
-		set:   flag(func(c *Config) *bool { return &c.DryRun })},
+		set:   toggle(func(c *Config) *bool { return &c.DryRun })},
 	{name: "skip-rule-apply", envs: []string{"SKIP_RULE_APPLY"}, kind: boolValue,
 		usage: "do not program anything (with --run-validation: only validate)",
-		set:   flag(func(c *Config) *bool { return &c.SkipRuleApply })},
+		set:   toggle(func(c *Config) *bool { return &c.SkipRuleApply })},
 	{name: "run-validation", envs: []string{"RUN_VALIDATION"}, kind: boolValue,
 		usage: "check that traffic is redirected to the proxy; exit 126 if not",
-		set:   flag(func(c *Config) *bool { return &c.RunValidation })},
+		set:   toggle(func(c *Config) *bool { return &c.RunValidation })},
 	{name: "iptables-probe-port", envs: []string{"IPTABLES_PROBE_PORT"}, def: "15002",
 		usage: "port the validation probe connects to",
 		set:   port(func(c *Config) *uint16 { return &c.ProbePort })},
@@ -303,16 +303,16 @@ var settings = []setting{
 		}},
 	{name: "redirect-dns", envs: []string{"REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"}, kind: boolValue,
 		usage: "capture DNS to the agent on port 15053",
-		set:   flag(func(c *Config) *bool { return &c.Capture.DNS.Enabled })},
+		set:   toggle(func(c *Config) *bool { return &c.Capture.DNS.Enabled })},
 	{name: "capture-all-dns", envs: []string{"CAPTURE_ALL_DNS"}, kind: boolValue,
 		usage: "with --redirect-dns: capture all port 53 traffic, not only to the resolv.conf servers",
-		set:   flag(func(c *Config) *bool { return &c.Capture.DNS.CaptureAll })},
+		set:   toggle(func(c *Config) *bool { return &c.Capture.DNS.CaptureAll })},
 	{name: "drop-invalid", envs: []string{"DROP_INVALID", "INVALID_DROP"}, kind: boolValue,
 		usage: "drop packets conntrack considers invalid",
-		set:   flag(func(c *Config) *bool { return &c.Capture.DropInvalid })},
+		set:   toggle(func(c *Config) *bool { return &c.Capture.DropInvalid })},
 	{name: "dual-stack", envs: []string{"DUAL_STACK", "ISTIO_DUAL_STACK"}, kind: boolValue,
 		usage: "capture IPv6 too when any pod address is IPv6",
-		set:   flag(func(c *Config) *bool { return &c.DualStack })},
+		set:   toggle(func(c *Config) *bool { return &c.DualStack })},
 	{name: "network-namespace", envs: []string{"NETWORK_NAMESPACE"},
 		usage: "network namespace to program (a path like /var/run/netns/NAME); default: the current one",
 		set: func(c *Config, v string) error {
@@ -324,10 +324,10 @@ var settings = []setting{
 		}},
 	{name: "cleanup-only", envs: []string{"CLEANUP_ONLY"}, kind: boolValue,
 		usage: "remove the capture instead of applying it",
-		set:   flag(func(c *Config) *bool { return &c.CleanupOnly })},
+		set:   toggle(func(c *Config) *bool { return &c.CleanupOnly })},
 	{name: "native-nftables", envs: []string{"NATIVE_NFTABLES"}, kind: boolValue,
 		usage: "program native nftables instead of iptables",
-		set:   flag(func(c *Config) *bool { return &c.NativeNftables })},
+		set:   toggle(func(c *Config) *bool { return &c.NativeNftables })},
 	{name: "iptables-mode", envs: []string{"IPTABLES_MODE"}, def: "auto",
 		usage: `iptables implementation, "legacy", "nft" or "auto" (nft when installed)`,
 		set: func(c *Config, v string) error {
@@ -358,7 +358,7 @@ var settings = []setting{
 		}},
 	{name: "log_as_json", kind: boolValue,
 		usage: "log in JSON",
-		set:   flag(func(c *Config) *bool { return &c.LogJSON })},
+		set:   toggle(func(c *Config) *bool { return &c.LogJSON })},
 	// Accepted so that Istio's invocations keep working; they change nothing here:
 	// the xtables lock is always per namespace, and apply always reconciles.
 	{name: "cni-mode", envs: []string{"CNI_MODE"}, kind: boolValue, hidden: true, set: ignoreBool},
@@ -520,6 +520,10 @@ func parseEnvOnly(c *Config, lookupEnv func(string) (string, bool)) []error {
 func (c *Config) validate() error {
 	if c.NativeNftables && c.IptablesMode != "" {
 		return fmt.Errorf("--iptables-mode %q cannot be combined with --native-nftables", c.IptablesMode)
+	}
+	if c.RunValidation && (c.ProbePort == c.Capture.ProxyPort || c.ProbePort == c.Capture.InboundCapturePort) {
+		return fmt.Errorf("--iptables-probe-port %d must differ from the capture ports %d and %d",
+			c.ProbePort, c.Capture.ProxyPort, c.Capture.InboundCapturePort)
 	}
 	spec := c.Capture
 	if len(spec.ProxyUIDs) == 0 {

@@ -1,0 +1,221 @@
+package istioiptables
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// currentNamespace names the calling code's own network namespace for capture,
+// which opens the path before switching. capture opens it from an unlocked
+// goroutine, and an unlocked thread is always in the process's namespace (netns.Do
+// never unlocks a thread it could not switch back), so the calling thread's
+// namespace is the process's one; /proc/self would instead name the main thread's,
+// which a locked goroutine elsewhere could have switched.
+const currentNamespace = "/proc/thread-self/ns/net"
+
+// Run does what cfg asks, in this order as Istio does: build the plan; remove it
+// (--cleanup-only, then stop), or print it (--dry-run) or apply it (unless
+// --skip-rule-apply); then validate (--run-validation). Logs go to slog's default
+// logger; only --dry-run writes to stdout.
+func Run(ctx context.Context, cfg Config) error {
+	log := slog.Default()
+	if cfg.NetworkNamespace != "" {
+		log = log.With("netns", cfg.NetworkNamespace)
+	}
+	spec, err := completeSpec(log, cfg)
+	if err != nil {
+		return err
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		return err
+	}
+	nsPath := cfg.NetworkNamespace
+	if nsPath == "" {
+		nsPath = currentNamespace
+	}
+
+	if cfg.CleanupOnly {
+		if cfg.DryRun {
+			log.Info("dry run: would remove the capture", "nftables", cfg.NativeNftables)
+			return nil
+		}
+		b, err := newBackend(cfg)
+		if err != nil {
+			return err
+		}
+		if err := capture.Cleanup(ctx, nsPath, b, plan); err != nil {
+			return err
+		}
+		log.Info("capture removed", "backend", b.Name())
+		return nil
+	}
+
+	if !cfg.SkipRuleApply {
+		if cfg.DryRun {
+			log.Info("dry run: printing the rules, changing nothing", "ipv6", spec.IPv6)
+			text, err := DryRunText(plan, cfg.NativeNftables)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stdout.WriteString(text); err != nil {
+				return fmt.Errorf("write rules: %w", err)
+			}
+		} else if err := apply(ctx, log, cfg, nsPath, plan); err != nil {
+			return err
+		}
+	}
+
+	if cfg.RunValidation {
+		return validate(ctx, log, cfg, spec)
+	}
+	return nil
+}
+
+func apply(ctx context.Context, log *slog.Logger, cfg Config, nsPath string, plan *redirect.Plan) error {
+	b, err := newBackend(cfg)
+	if err != nil {
+		return err
+	}
+	changed, err := capture.Apply(ctx, nsPath, b, plan)
+	if err != nil {
+		return err
+	}
+	diffs, err := capture.Verify(ctx, nsPath, b, plan)
+	if err != nil {
+		return err
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%s capture differs from the plan right after applying it:\n  %s", b.Name(), strings.Join(diffs, "\n  "))
+	}
+	log.Info("capture applied", "backend", b.Name(), "changed", changed)
+	return nil
+}
+
+// inNamespace runs fn in the namespace at path, or directly for the current one.
+func inNamespace(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	return netns.Do(path, fn)
+}
+
+// completeSpec adds the facts Istio takes from the environment to the configured
+// spec: the proxy uid and gid when not given, IPv6 from the pod's addresses, and
+// the DNS servers to capture from resolv.conf.
+func completeSpec(log *slog.Logger, cfg Config) (redirect.Spec, error) {
+	spec := cfg.Capture
+	if len(spec.ProxyUIDs) == 0 {
+		spec.ProxyUIDs = []uint32{ProxyUID(cfg.EnvoyUser, func(name string) (string, error) {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return "", err
+			}
+			return u.Uid, nil
+		})}
+	}
+	if len(spec.ProxyGIDs) == 0 {
+		spec.ProxyGIDs = slices.Clone(spec.ProxyUIDs)
+	}
+
+	var addrs []netip.Addr
+	err := inNamespace(cfg.NetworkNamespace, func() error {
+		var err error
+		addrs, err = interfaceAddrs()
+		return err
+	})
+	if err != nil {
+		return redirect.Spec{}, fmt.Errorf("read the pod's addresses: %w", err)
+	}
+	addr, ipv6, ok := PodAddress(addrs, cfg.DualStack)
+	if ok {
+		log.Debug("pod address", "addr", addr, "ipv6", ipv6)
+	} else {
+		// Istio refuses to run here; a pod always has an address, so this is a bare
+		// namespace (tests, debugging), where IPv4-only capture is the useful answer.
+		log.Warn("no pod address found (only loopback or link-local): capturing IPv4 only")
+	}
+	spec.IPv6 = ipv6
+
+	if spec.DNS.Enabled && !spec.DNS.CaptureAll {
+		data, err := os.ReadFile(cfg.ResolvConf)
+		if err != nil {
+			return redirect.Spec{}, fmt.Errorf("read DNS servers to capture: %w", err)
+		}
+		servers, skipped := DNSServers(string(data))
+		if len(skipped) > 0 {
+			log.Warn("DNS servers not captured: not plain IP addresses", "servers", skipped, "file", cfg.ResolvConf)
+		}
+		spec.DNS.Servers = servers
+	}
+	if err := spec.Validate(); err != nil {
+		return redirect.Spec{}, fmt.Errorf("invalid capture settings: %w", err)
+	}
+	return spec, nil
+}
+
+func interfaceAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
+}
+
+// DryRunText is the --dry-run output: per family, the iptables-restore input in
+// Istio's form, or with nativeNftables the nft script; then, as comments, the
+// routing and addresses the capture adds.
+func DryRunText(plan *redirect.Plan, nativeNftables bool) (string, error) {
+	var b strings.Builder
+	if nativeNftables {
+		script, err := renderNftables(plan)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(script)
+	} else {
+		for i := range plan.Families {
+			fp := &plan.Families[i]
+			tool := "iptables-restore"
+			if fp.Family == redirect.IPv6 {
+				tool = "ip6tables-restore"
+			}
+			fmt.Fprintf(&b, "# %s input (%s)\n", tool, fp.Family)
+			b.WriteString(iptables.RenderPlanText(fp))
+		}
+	}
+	if r := plan.Routing; r != nil {
+		for _, fp := range plan.Families {
+			v := "-4"
+			if fp.Family == redirect.IPv6 {
+				v = "-6"
+			}
+			fmt.Fprintf(&b, "# ip %s rule add fwmark %d lookup %d\n", v, r.Mark, r.Table)
+			fmt.Fprintf(&b, "# ip %s route add local default dev lo table %d\n", v, r.Table)
+		}
+	}
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+		fmt.Fprintf(&b, "# ip -6 addr add %s dev lo\n", p)
+	}
+	return b.String(), nil
+}
