@@ -197,6 +197,7 @@ func (p *Plan) Trace(pkt Packet) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("trace %s: %w", pkt, err)
 	}
 	t := &tracer{pkt: pkt, mark: pkt.Mark, connMark: pkt.ConnMark, v: Verdict{Action: Passed}}
+	t.ctAttached = pkt.loopedBack()
 	hook := ChainOutput
 	if pkt.Direction == Inbound {
 		hook = ChainPrerouting
@@ -277,11 +278,18 @@ func (p Packet) normalize() (Packet, error) {
 	return p, nil
 }
 
+// loopedBack reports a packet arriving on lo: it was sent locally and keeps the
+// conntrack entry it got in OUTPUT.
+func (p Packet) loopedBack() bool { return p.Direction == Inbound && p.InIface == "lo" }
+
 type tracer struct {
 	pkt            Packet
 	hook           string
 	mark, connMark uint32
-	// ctAttached is set once a CT target gave the packet its conntrack template.
+	// table is the table being walked.
+	table Table
+	// ctAttached is set once the packet has conntrack: from a CT target, or, for a
+	// packet looped back through lo, from its pass through OUTPUT.
 	ctAttached bool
 	v          Verdict
 }
@@ -295,7 +303,7 @@ func (t *tracer) natSkipped() string {
 	if t.pkt.CTState != CTNew {
 		return fmt.Sprintf("not consulted for a %s packet: only a connection's first packet is NATed", t.pkt.CTState)
 	}
-	if t.pkt.Direction == Inbound && t.pkt.InIface == "lo" {
+	if t.pkt.loopedBack() {
 		return "not consulted on lo: a loopback connection's NAT was decided at OUTPUT"
 	}
 	return ""
@@ -308,6 +316,7 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	t.table = tp.Table
 	type frame struct {
 		chain string
 		next  int
@@ -391,7 +400,7 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 			// xt_CT does nothing to a packet that already has conntrack attached:
 			// the first CT rule that matches decides the zone.
 			if t.ctAttached {
-				t.note(tp.Table, chain, fmt.Sprintf("CT --zone %d ignored: the packet already has its conntrack template", tg.Zone))
+				t.note(tp.Table, chain, fmt.Sprintf("CT --zone %d ignored: the packet already has conntrack", tg.Zone))
 				continue
 			}
 			t.ctAttached, t.v.Zone = true, tg.Zone
@@ -469,7 +478,13 @@ func (t *tracer) match(m Match) (bool, error) {
 		if len(m.CTStates) == 0 {
 			return false, errors.New("conntrack state match with no states")
 		}
-		hit = slices.Contains(m.CTStates, p.CTState)
+		state := p.CTState
+		if t.table == TableRaw && !p.loopedBack() {
+			// The raw table runs before conntrack: a packet there has no state yet,
+			// which the conntrack match reports as INVALID.
+			state = CTInvalid
+		}
+		hit = slices.Contains(m.CTStates, state)
 	default:
 		return false, fmt.Errorf("unknown match kind %d", m.Kind)
 	}
