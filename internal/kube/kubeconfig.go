@@ -1,0 +1,152 @@
+package kube
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Kubeconfig is the part of a kubeconfig file the plugin needs: the current
+// context's server, CA and credentials. It reads both YAML and JSON.
+type Kubeconfig struct {
+	Server                string
+	CAData                []byte
+	InsecureSkipTLSVerify bool
+	Token                 string
+	TokenFile             string
+	ClientCertData        []byte
+	ClientKeyData         []byte
+}
+
+type kubeconfigFile struct {
+	CurrentContext string `json:"current-context"`
+	Clusters       []struct {
+		Name    string `json:"name"`
+		Cluster struct {
+			Server                   string `json:"server"`
+			CertificateAuthority     string `json:"certificate-authority"`
+			CertificateAuthorityData string `json:"certificate-authority-data"`
+			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Contexts []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster string `json:"cluster"`
+			User    string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+	Users []struct {
+		Name string `json:"name"`
+		User struct {
+			Token                 string `json:"token"`
+			TokenFile             string `json:"tokenFile"`
+			ClientCertificate     string `json:"client-certificate"`
+			ClientCertificateData string `json:"client-certificate-data"`
+			ClientKey             string `json:"client-key"`
+			ClientKeyData         string `json:"client-key-data"`
+		} `json:"user"`
+	} `json:"users"`
+}
+
+// LoadKubeconfig reads a kubeconfig file. Relative file references resolve against
+// the file's directory, as kubectl does.
+func LoadKubeconfig(path string) (*Kubeconfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig: %w", err)
+	}
+	kc, err := ParseKubeconfig(raw, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return kc, nil
+}
+
+// ParseKubeconfig parses kubeconfig YAML or JSON; dir resolves relative paths.
+func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("not YAML or JSON: %w", err)
+	}
+	var f kubeconfigFile
+	if err := json.Unmarshal(js, &f); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	ctxName := f.CurrentContext
+	if ctxName == "" && len(f.Contexts) == 1 {
+		ctxName = f.Contexts[0].Name
+	}
+	var clusterName, userName string
+	found := false
+	for _, c := range f.Contexts {
+		if c.Name == ctxName {
+			clusterName, userName, found = c.Context.Cluster, c.Context.User, true
+		}
+	}
+	if !found {
+		if len(f.Clusters) != 1 {
+			return nil, fmt.Errorf("current context %q not found", ctxName)
+		}
+		clusterName = f.Clusters[0].Name
+		if len(f.Users) == 1 {
+			userName = f.Users[0].Name
+		}
+	}
+	kc := &Kubeconfig{}
+	resolve := func(p string) string {
+		if p != "" && !filepath.IsAbs(p) {
+			return filepath.Join(dir, p)
+		}
+		return p
+	}
+	readData := func(field, data, file string) ([]byte, error) {
+		if data != "" {
+			b, err := base64.StdEncoding.DecodeString(data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: not base64: %w", field, err)
+			}
+			return b, nil
+		}
+		if file != "" {
+			b, err := os.ReadFile(resolve(file))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", field, err)
+			}
+			return b, nil
+		}
+		return nil, nil
+	}
+	clusterFound := false
+	for _, c := range f.Clusters {
+		if c.Name != clusterName {
+			continue
+		}
+		clusterFound = true
+		kc.Server = c.Cluster.Server
+		kc.InsecureSkipTLSVerify = c.Cluster.InsecureSkipTLSVerify
+		if kc.CAData, err = readData("certificate-authority", c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority); err != nil {
+			return nil, err
+		}
+	}
+	if !clusterFound || kc.Server == "" {
+		return nil, fmt.Errorf("cluster %q has no server", clusterName)
+	}
+	for _, u := range f.Users {
+		if u.Name != userName {
+			continue
+		}
+		kc.Token, kc.TokenFile = u.User.Token, resolve(u.User.TokenFile)
+		if kc.ClientCertData, err = readData("client-certificate", u.User.ClientCertificateData, u.User.ClientCertificate); err != nil {
+			return nil, err
+		}
+		if kc.ClientKeyData, err = readData("client-key", u.User.ClientKeyData, u.User.ClientKey); err != nil {
+			return nil, err
+		}
+	}
+	return kc, nil
+}

@@ -1,0 +1,79 @@
+package kube
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte("CA-FROM-FILE"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	tests := []struct {
+		name    string
+		in      string
+		want    *Kubeconfig
+		wantErr string
+	}{
+		{
+			name: "the agent's YAML kubeconfig with token and inline CA",
+			in: `apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://10.0.0.1:443
+    certificate-authority-data: ` + b64("CA") + `
+users:
+- name: istio-cni
+  user:
+    token: abc
+contexts:
+- name: ctx
+  context: {cluster: local, user: istio-cni}
+current-context: ctx
+`,
+			want: &Kubeconfig{Server: "https://10.0.0.1:443", CAData: []byte("CA"), Token: "abc"},
+		},
+		{
+			name: "JSON with a relative CA file and a token file",
+			in:   `{"clusters":[{"name":"c","cluster":{"server":"https://k:6443","certificate-authority":"ca.crt"}}],"users":[{"name":"u","user":{"tokenFile":"/var/run/token"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			want: &Kubeconfig{Server: "https://k:6443", CAData: []byte("CA-FROM-FILE"), TokenFile: "/var/run/token"},
+		},
+		{
+			name:    "missing context",
+			in:      `{"clusters":[{"name":"a","cluster":{"server":"https://a"}},{"name":"b","cluster":{"server":"https://b"}}],"current-context":"nope"}`,
+			wantErr: `current context "nope" not found`,
+		},
+		{
+			name:    "bad base64",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://k","certificate-authority-data":"***"}}]}`,
+			wantErr: "certificate-authority: not base64",
+		},
+		{name: "not a kubeconfig", in: "\t- : [", wantErr: "not YAML or JSON"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseKubeconfig([]byte(tc.in), dir)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
