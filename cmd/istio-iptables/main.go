@@ -36,7 +36,7 @@ func main() {
 	err = istioiptables.Run(ctx, cfg)
 	stop()
 	if err != nil {
-		slog.Error(err.Error())
+		fmt.Fprintf(os.Stderr, "istio-iptables: %v\n", err)
 		os.Exit(istioiptables.ExitCode(err))
 	}
 }

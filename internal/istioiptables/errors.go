@@ -23,7 +23,7 @@ type NotRedirectedError struct {
 func (e *NotRedirectedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "traffic is not being redirected to the proxy: %s.\n", strings.Join(e.Failures, "; "))
-	b.WriteString("The pod's network namespace lacks Istio's capture rules. With istio-cni this happens when the pod " +
+	b.WriteString("Most likely the pod's network namespace lacks Istio's capture rules. With istio-cni this happens when the pod " +
 		"was started on a node where the istio-cni node agent was not installed or not ready yet. " +
 		"Delete the pod so that it is created again once istio-cni is ready on its node " +
 		"(istio-cni's repair controller does this itself when cni.repair.deletePods=true).")

@@ -254,4 +254,3 @@ func networkOrder(port uint16) uint16 {
 	b := (*[2]byte)(unsafe.Pointer(&port))
 	return uint16(b[0])<<8 | uint16(b[1])
 }
-

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
+
+	"github.com/istio-cni/istio-cni/internal/netns"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// The binary is built once, into a directory every user can read: the validation
+// runs it as the proxy uid.
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "istio-iptables-test-")
+		if buildErr != nil {
+			return
+		}
+		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "istio-iptables")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build istio-iptables: %v", buildErr)
+	}
+	return binPath
+}
+
+// requireRoot fails (never skips) tests that need the kernel: a run without root
+// must not look like a pass.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test programs a real network namespace and needs root")
+	}
+}
+
+// baseEnv keeps the host's environment (an ENVOY_PORT, a DRY_RUN) out of the runs
+// and makes the proxy uid default deterministic (no such user: 1337).
+func baseEnv(extra ...string) []string {
+	return append([]string{"PATH=" + os.Getenv("PATH"), "ENVOY_USER=istio-iptables-test-no-such-user"}, extra...)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run %v: %v", cmd.Args, err)
+	}
+	return result{code, stdout.String(), stderr.String()}
+}
+
+// inFreshNetns makes cmd start in a network namespace of its own (and, without
+// root, a user namespace), so that what it detects does not depend on the host.
+func inFreshNetns(cmd *exec.Cmd) {
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if os.Geteuid() != 0 {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+	}
+	cmd.SysProcAttr = attr
+}
+
+// newPodNetns makes a throwaway namespace, optionally with pod addresses on a veth.
+func newPodNetns(t *testing.T, addrs ...string) string {
+	t.Helper()
+	requireRoot(t)
+	path, err := netns.New(t.TempDir(), "pod")
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Delete(path); err != nil {
+			t.Errorf("delete namespace: %v", err)
+		}
+	})
+	if len(addrs) == 0 {
+		return path
+	}
+	err = netns.Do(path, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(veth); err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			addr, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			addr.Flags = syscall.IFA_F_NODAD
+			if err := netlink.AddrAdd(veth, addr); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("set up pod addresses: %v", err)
+	}
+	return path
+}
+
+// runInNetns runs the binary inside the namespace at ns as uid (and gid) uid,
+// without --network-namespace: the way an init container runs it.
+func runInNetns(t *testing.T, ns string, uid uint32, args ...string) result {
+	t.Helper()
+	var r result
+	err := netns.Do(ns, func() error {
+		cmd := exec.Command(binary(t), args...)
+		cmd.Env = baseEnv()
+		if uid != 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		}
+		r = run(t, cmd)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("enter namespace: %v", err)
+	}
+	return r
+}
+
+func TestDryRunPrintsGoldenRules(t *testing.T) {
+	resolvConf, err := filepath.Abs("testdata/resolv.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		// podAddrs, when set, runs in a namespace with these addresses (needs root).
+		podAddrs []string
+	}{
+		{
+			name: "istio-init-defaults",
+			args: []string{"-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020", "--dry-run"},
+		},
+		{
+			name: "tproxy",
+			args: []string{"-m", "TPROXY", "-i", "*", "-b", "*", "-d", "15020", "-n"},
+		},
+		{
+			name: "dns-servers-from-resolv-conf",
+			args: []string{"--redirect-dns", "--resolv-conf", resolvConf, "-i", "10.0.0.0/8", "-b", "80,443", "-n"},
+		},
+		{
+			name: "environment-only",
+			env: []string{"ISTIO_SERVICE_CIDR=10.96.0.0/12", "ISTIO_INBOUND_PORTS=8080", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE=999",
+				"ISTIO_META_DNS_CAPTURE=true", "CAPTURE_ALL_DNS=true", "INVALID_DROP=true", "ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE=3306",
+				"PROXY_UID=1500", "DRY_RUN=true"},
+		},
+		{
+			name: "native-nftables",
+			args: []string{"--native-nftables", "-i", "*", "-b", "*", "-d", "15090,15021,15020", "--dry-run"},
+		},
+		{
+			name:     "ipv6-pod",
+			args:     []string{"-i", "*", "-b", "*", "-d", "15020", "--redirect-dns", "--resolv-conf", resolvConf, "--dry-run"},
+			podAddrs: []string{"fd00::2/64"},
+		},
+		{
+			name:     "dual-stack-pod-without-dual-stack-is-ipv4",
+			args:     []string{"-i", "*", "-b", "*", "--dry-run"},
+			podAddrs: []string{"10.1.0.2/24", "fd00::2/64"},
+		},
+		{
+			name:     "dual-stack-pod-with-dual-stack-nftables",
+			args:     []string{"-i", "*", "-b", "*", "--dual-stack", "--native-nftables", "--dry-run"},
+			podAddrs: []string{"10.1.0.2/24", "fd00::2/64"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			var cmd *exec.Cmd
+			if len(tc.podAddrs) > 0 {
+				ns := newPodNetns(t, tc.podAddrs...)
+				cmd = exec.Command(binary(t), append([]string{"--network-namespace", ns}, args...)...)
+			} else {
+				cmd = exec.Command(binary(t), args...)
+				inFreshNetns(cmd)
+			}
+			cmd.Env = baseEnv(tc.env...)
+			r := run(t, cmd)
+			if r.code != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+			}
+			golden := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(r.stdout), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden file (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), r.stdout); diff != "" {
+				t.Errorf("dry-run output differs from %s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+func TestInvalidValuesExitOneNamingTheFlag(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"inbound port out of range", []string{"-b", "70000"}, nil, []string{"-b/--istio-inbound-ports", `"70000"`}},
+		{"interface name with a shell metacharacter", []string{"-c", "eth0;rm"}, nil, []string{"-c/--istio-exclude-interfaces", `"eth0;rm"`}},
+		{"CIDR from an annotation", []string{"-i", "10.0.0.0/8,evil"}, nil, []string{"-i/--istio-service-cidr", `"evil"`}},
+		{"bad environment variable", nil, []string{"ISTIO_LOCAL_EXCLUDE_PORTS=15020,x"}, []string{"ISTIO_LOCAL_EXCLUDE_PORTS", `"x"`}},
+		{"unknown flag", []string{"--frobnicate"}, nil, []string{"--frobnicate"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary(t), append(tc.args, "--dry-run")...)
+			cmd.Env = baseEnv(tc.env...)
+			r := run(t, cmd)
+			if r.code != 1 {
+				t.Fatalf("exit %d, want 1; stderr:\n%s", r.code, r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr does not name %s:\n%s", w, r.stderr)
+				}
+			}
+			for _, bad := range []string{"goroutine ", "panic", "Usage"} {
+				if strings.Contains(r.stderr, bad) {
+					t.Errorf("stderr contains %q:\n%s", bad, r.stderr)
+				}
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout is not empty:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+// leftovers lists what of ours any iptables flavour or nftables still holds in ns.
+func leftovers(t *testing.T, ns string) []string {
+	t.Helper()
+	var found []string
+	err := netns.Do(ns, func() error {
+		for _, tool := range []string{"iptables-legacy-save", "ip6tables-legacy-save", "iptables-nft-save", "ip6tables-nft-save", "nft"} {
+			args := []string{}
+			if tool == "nft" {
+				args = []string{"list", "ruleset"}
+			}
+			out, err := exec.Command(tool, args...).CombinedOutput()
+			if err != nil {
+				return errors.New(tool + ": " + string(out))
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, "ISTIO_") || strings.Contains(line, "istio-proxy") {
+					found = append(found, tool+": "+line)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("list rules: %v", err)
+	}
+	return found
+}
+
+var backends = []struct {
+	name string
+	args []string
+}{
+	{"iptables", nil},
+	{"nftables", []string{"--native-nftables"}},
+}
+
+var validationArgs = []string{"-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*",
+	"-d", "15090,15021,15020", "--run-validation", "--skip-rule-apply", "--probe-timeout", "1s"}
+
+func TestApplyValidateCleanupInRealNamespace(t *testing.T) {
+	requireRoot(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ns := newPodNetns(t, "10.1.0.2/24")
+			apply := append([]string{"--network-namespace", ns, "-u", "1337", "-i", "*", "-b", "*", "-d", "15090,15021,15020"}, b.args...)
+			for i := range 2 { // the second apply proves it is idempotent
+				cmd := exec.Command(binary(t), apply...)
+				cmd.Env = baseEnv()
+				if r := run(t, cmd); r.code != 0 {
+					t.Fatalf("apply #%d: exit %d, stderr:\n%s", i+1, r.code, r.stderr)
+				}
+			}
+			if len(leftovers(t, ns)) == 0 {
+				t.Fatal("no ISTIO_ rules after apply")
+			}
+
+			if r := runInNetns(t, ns, 1337, validationArgs...); r.code != 0 {
+				t.Errorf("validation as the proxy uid: exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+			}
+			// Only the proxy's loopback traffic goes to the inbound capture port: the
+			// same probe from root is an app talking to itself and stays uncaptured.
+			r := runInNetns(t, ns, 0, validationArgs...)
+			if r.code != 126 || !strings.Contains(r.stderr, "run it as the proxy uid") {
+				t.Errorf("validation as root: exit %d, want 126 with a hint about the uid; stderr:\n%s", r.code, r.stderr)
+			}
+
+			cleanup := append([]string{"--network-namespace", ns, "--cleanup-only"}, b.args...)
+			cmd := exec.Command(binary(t), cleanup...)
+			cmd.Env = baseEnv()
+			if r := run(t, cmd); r.code != 0 {
+				t.Fatalf("cleanup: exit %d, stderr:\n%s", r.code, r.stderr)
+			}
+			if left := leftovers(t, ns); len(left) > 0 {
+				t.Errorf("after --cleanup-only:\n%s", strings.Join(left, "\n"))
+			}
+			if r := runInNetns(t, ns, 1337, validationArgs...); r.code != 126 {
+				t.Errorf("validation after cleanup: exit %d, want 126; stderr:\n%s", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+func TestValidationWithoutRulesExits126SayingTrafficIsNotRedirected(t *testing.T) {
+	requireRoot(t)
+	ns := newPodNetns(t, "10.1.0.2/24")
+	r := runInNetns(t, ns, 1337, validationArgs...)
+	if r.code != 126 {
+		t.Fatalf("exit %d, want 126; stderr:\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"traffic is not being redirected", "127.0.0.6:15002", "istio-cni"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "run it as the proxy uid") {
+		t.Errorf("stderr blames the uid although the probe ran as the proxy:\n%s", r.stderr)
+	}
+}
+
+func TestValidationProbesIPv6InAnIPv6Pod(t *testing.T) {
+	requireRoot(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ns := newPodNetns(t, "fd00::2/64")
+			cmd := exec.Command(binary(t), append([]string{"--network-namespace", ns, "-u", "1337", "-i", "*", "-b", "*"}, b.args...)...)
+			cmd.Env = baseEnv()
+			if r := run(t, cmd); r.code != 0 {
+				t.Fatalf("apply: exit %d, stderr:\n%s", r.code, r.stderr)
+			}
+			r := runInNetns(t, ns, 1337, validationArgs...)
+			if r.code != 0 {
+				t.Fatalf("validation: exit %d, want 0; stderr:\n%s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, "[::6]:15002") {
+				t.Errorf("the IPv6 probe did not run; stderr:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// The validation's listeners and probe must not depend on the namespace's
+// addresses beyond loopback; this guards the helper the tests above rely on.
+func TestPodNetnsHasTheRequestedAddress(t *testing.T) {
+	ns := newPodNetns(t, "10.1.0.2/24")
+	err := netns.Do(ns, func() error {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			if strings.HasPrefix(a.String(), "10.1.0.2/") {
+				return nil
+			}
+		}
+		return errors.New("10.1.0.2 missing")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
