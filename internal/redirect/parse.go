@@ -142,15 +142,18 @@ func ParseIDList(s string) ([]uint32, error) {
 	return out, nil
 }
 
-// ValidateInterfaceName accepts what the kernel accepts as a network interface name:
-// 1-15 bytes, no '/', no whitespace, not "." or "..". A '+' suffix (iptables wildcard)
-// is refused: a pod author must not be able to widen an exclusion.
+// ValidateInterfaceName accepts a network interface name: 1-15 characters from
+// letters, digits and "-_.@". The kernel allows more, but nothing wider is needed, and
+// names end up in iptables-restore input and nft scripts, so no character there can
+// carry meaning (spaces, quotes, '#', ';', '+' — iptables' wildcard, which would let a
+// pod author widen an exclusion).
 func ValidateInterfaceName(name string) error {
 	if name == "" || len(name) > 15 || name == "." || name == ".." {
 		return fmt.Errorf("%q is not an interface name (1-15 characters)", name)
 	}
 	for _, c := range name {
-		if c <= ' ' || c >= 0x7f || c == '/' || c == ':' || c == '+' || c == '!' || c == '"' || c == '\'' || c == '\\' || c == '*' {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@'
+		if !ok {
 			return fmt.Errorf("%q is not an interface name (character %q not allowed)", name, c)
 		}
 	}
