@@ -3,6 +3,7 @@ package redirect
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -65,14 +66,13 @@ func (o Options) Spec() (Spec, error) {
 		field("proxy uid", err)
 		s.ProxyUIDs = ids
 	}
-	gid := o.ProxyGID
-	if strings.TrimSpace(gid) == "" {
-		gid = o.ProxyUID
-	}
-	if strings.TrimSpace(gid) != "" {
-		ids, err := ParseIDList(gid)
+	// The gid defaults to the uid, as in Istio. A bad uid is reported once, as a uid.
+	if strings.TrimSpace(o.ProxyGID) != "" {
+		ids, err := ParseIDList(o.ProxyGID)
 		field("proxy gid", err)
 		s.ProxyGIDs = ids
+	} else if strings.TrimSpace(o.ProxyUID) != "" {
+		s.ProxyGIDs = slices.Clone(s.ProxyUIDs)
 	}
 	var err error
 	s.Mode, err = ParseMode(o.InboundInterceptionMode)
@@ -114,7 +114,9 @@ func (o Options) Spec() (Spec, error) {
 	s.ExcludeInterfaces, err = ParseInterfaceList(o.ExcludeInterfaces)
 	field("exclude interfaces", err)
 	s.OwnerGroups, err = ParseGroupFilter(o.OwnerGroupsInclude, o.OwnerGroupsExclude)
-	field("owner groups", err)
+	if err != nil {
+		errs = append(errs, err) // it names its own fields: "owner groups include: ..."
+	}
 	if v := strings.TrimSpace(o.HostIPv4LoopbackCidr); v != "" {
 		p, perr := parseLoopback(v)
 		field("IPv4 loopback CIDR", perr)

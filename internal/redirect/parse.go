@@ -142,17 +142,18 @@ func ParseIDList(s string) ([]uint32, error) {
 	return out, nil
 }
 
-// ValidateInterfaceName accepts a network interface name: 1-15 characters from
-// letters, digits and "-_.@". The kernel allows more, but nothing wider is needed, and
-// names end up in iptables-restore input and nft scripts, so no character there can
-// carry meaning (spaces, quotes, '#', ';', '+' — iptables' wildcard, which would let a
-// pod author widen an exclusion).
+// ValidateInterfaceName accepts a network interface name the kernel accepts (1-15
+// bytes, not "." or "..") and that is safe in any rule syntax: letters, digits and
+// "._-@" only, not starting with '-'. Pod authors set these names, so characters that
+// mean something to a shell, to iptables ('+' widens a match, '!' negates) or to nft
+// are refused, even where the kernel would allow them.
 func ValidateInterfaceName(name string) error {
 	if name == "" || len(name) > 15 || name == "." || name == ".." {
 		return fmt.Errorf("%q is not an interface name (1-15 characters)", name)
 	}
-	for _, c := range name {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@'
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '_' || c == '.' || c == '@' || c == '-' && i > 0
 		if !ok {
 			return fmt.Errorf("%q is not an interface name (character %q not allowed)", name, c)
 		}

@@ -142,12 +142,15 @@ func (s *Spec) Validate() error {
 	bad := func(field string, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	for name, p := range map[string]uint16{
-		"proxy port": s.ProxyPort, "inbound capture port": s.InboundCapturePort,
-		"inbound tunnel port": s.InboundTunnelPort, "DNS port": s.DNSPort,
+	for _, p := range []struct {
+		field string
+		port  uint16
+	}{
+		{"proxy port", s.ProxyPort}, {"inbound capture port", s.InboundCapturePort},
+		{"inbound tunnel port", s.InboundTunnelPort}, {"DNS port", s.DNSPort},
 	} {
-		if p == 0 {
-			bad(name, "must be 1-65535, got 0")
+		if p.port == 0 {
+			bad(p.field, "must be 1-65535, got 0")
 		}
 	}
 	if len(s.ProxyUIDs) == 0 {
