@@ -17,21 +17,30 @@ import (
 type Backend struct {
 	nft    string
 	groups GroupLookup
-	// applyVia programs the transaction; nft -f by default (see bench_linux_test.go
-	// for why).
+	// applyVia says how the transaction is written. Reading back always uses nft.
 	applyVia applyMethod
 }
 
 type applyMethod uint8
 
 const (
+	// applyExec writes with nft -f: the default, see bench_linux_test.go for why.
 	applyExec applyMethod = iota
+	// applyNetlink writes through netlink and falls back to nft -f when that fails.
 	applyNetlink
 )
 
-// NewBackend returns the nftables backend, which runs the nft binary found in PATH.
+// NewBackend returns the nftables backend. It runs the nft binary found in PATH.
 func NewBackend() *Backend {
-	return &Backend{nft: "nft", groups: systemGroups}
+	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyExec}
+}
+
+// NewNetlinkBackend returns the nftables backend that writes through netlink
+// (github.com/google/nftables), falling back to nft -f if the kernel refuses the
+// batch. It still reads rules back with the nft binary, so Verify compares the
+// same canonical text as with NewBackend.
+func NewNetlinkBackend() *Backend {
+	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyNetlink}
 }
 
 // Name implements capture.Backend.
@@ -57,19 +66,42 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 	if len(diffTables(want, got)) == 0 {
 		return false, nil
 	}
+	err = b.transact(ctx, rs, got)
+	if err != nil {
+		// A table of ours may have appeared since the listing (a concurrent apply),
+		// which fails "create table" and with it the whole transaction, changing
+		// nothing. Look again and retry once.
+		got, lerr := b.listOurs(ctx)
+		if lerr != nil {
+			return false, fmt.Errorf("apply nftables: %w", errors.Join(err, lerr))
+		}
+		if err2 := b.transact(ctx, rs, got); err2 != nil {
+			return false, fmt.Errorf("apply nftables: %w", err2)
+		}
+	}
+	return true, nil
+}
+
+// transact runs the one transaction that replaces our present tables with rs.
+func (b *Backend) transact(ctx context.Context, rs *ruleset, got []listedTable) error {
 	var present []tableID
 	for _, t := range got {
 		present = append(present, t.id)
 	}
 	if b.applyVia == applyNetlink {
-		err = applyNetlinkRuleset(rs, present)
-	} else {
-		_, err = b.run(ctx, transactionScript(rs, present), "-f", "-")
+		nlErr := applyNetlinkRuleset(rs, present)
+		if nlErr == nil {
+			return nil
+		}
+		// The failed batch changed nothing (it is one transaction), so nft can try
+		// the same change; if it fails too, its message says which rule is wrong.
+		if _, err := b.run(ctx, transactionScript(rs, present), "-f", "-"); err != nil {
+			return errors.Join(nlErr, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("apply nftables: %w", err)
-	}
-	return true, nil
+	_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
+	return err
 }
 
 // Verify lists every difference between our live tables and the plan.

@@ -3,6 +3,7 @@ package nftables
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	gnft "github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -49,10 +50,15 @@ func tableFamily(family string) gnft.TableFamily {
 
 // queueRuleset queues the whole transaction on c without sending it.
 func queueRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
+	// Same table handling as transactionScript.
 	for _, id := range tablesToReplace(rs, present) {
 		t := &gnft.Table{Family: tableFamily(id.family), Name: id.name}
-		c.AddTable(t)
-		c.DelTable(t)
+		if slices.Contains(present, id) {
+			c.AddTable(t)
+			c.DelTable(t)
+		} else {
+			c.CreateTable(t)
+		}
 	}
 	for i := range rs.tables {
 		rt := &rs.tables[i]

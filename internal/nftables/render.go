@@ -541,15 +541,24 @@ func portsText(ports []uint16) string {
 func markText(m uint32) string { return fmt.Sprintf("0x%08x", m) }
 
 // transactionScript is the nft -f input that replaces our tables with the ruleset
-// in one transaction. "add table" before "delete table" makes the delete succeed
-// whether or not the table exists, so the script is idempotent; deleting whole
-// tables (never flushing the ruleset) leaves everyone else's rules alone. present
-// lists our tables found live, so stale ones go too.
+// in one transaction. Tables of ours found live (present) are deleted whole, never
+// flushed, so everyone else's rules stay; "add table" before "delete table" makes
+// the delete succeed even if the table vanished since it was listed. Tables that
+// were absent are made with "create table", which fails the whole transaction if
+// one appeared meanwhile (Apply then lists again and retries), instead of add and
+// delete: deleting a table costs the kernel an RCU grace period, which measured as
+// 18ms instead of 7ms for a fresh namespace's apply.
 func transactionScript(rs *ruleset, present []tableID) string {
 	var b strings.Builder
-	b.WriteString(deleteScript(tablesToReplace(rs, present)))
-	b.WriteString(rs.text())
-	return b.String()
+	var replace []tableID
+	for _, id := range tablesToReplace(rs, present) {
+		if slices.Contains(present, id) {
+			replace = append(replace, id)
+		} else {
+			fmt.Fprintf(&b, "create table %s\n", id)
+		}
+	}
+	return deleteScript(replace) + b.String() + rs.text()
 }
 
 // tablesToReplace is every table of the ruleset plus every present table of ours,
