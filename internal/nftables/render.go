@@ -18,18 +18,6 @@ const TablePrefix = "istio-proxy-"
 // TableName is the nftables table that holds a netfilter table's rules of a plan.
 func TableName(t redirect.Table) string { return TablePrefix + string(t) }
 
-// ownTables lists every table this backend can ever create, so that cleanup and
-// apply can remove stale ones whichever spec created them.
-func ownTables() []tableID {
-	var out []tableID
-	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
-		for _, t := range redirect.TableOrder {
-			out = append(out, tableID{family: familyName(f), name: TableName(t)})
-		}
-	}
-	return out
-}
-
 // tableID names one table: nft family keyword and table name.
 type tableID struct {
 	family string
