@@ -9,6 +9,7 @@ require (
 )
 
 require (
+	github.com/containernetworking/cni v1.3.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	k8s.io/api v0.33.13 // indirect
 	k8s.io/apimachinery v0.33.13 // indirect

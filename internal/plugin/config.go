@@ -1,0 +1,487 @@
+package plugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+)
+
+// Config is the plugin's configuration from the CNI network config on stdin, merged
+// from the current and the legacy formats, defaulted and validated. ParseConfig is
+// the only way to get one.
+//
+// Precedence when both formats set the same thing: the current key wins.
+//
+//	log level           plugin_log_level > log_level > "info"
+//	excluded namespaces exclude_namespaces > kubernetes.exclude_namespaces > none
+//	kubeconfig          <cni_agent_run_dir>/istio-cni-kubeconfig when cni_agent_run_dir
+//	                    is set > kubernetes.kubeconfig > /var/run/istio-cni/istio-cni-kubeconfig
+//	log socket          log_socket > log_uds_address > <run dir>/log.sock
+//
+// A key that is present always counts, even when empty: "exclude_namespaces": []
+// excludes nothing although kubernetes.exclude_namespaces lists some, and
+// "log_socket": "" turns the socket off.
+type Config struct {
+	// The standard CNI fields: cniVersion, name, type, prevResult and the rest.
+	types.NetConf
+	// RuntimeConfig is passed by the runtime for declared capabilities; kept as is.
+	RuntimeConfig json.RawMessage
+
+	LogLevel LogLevel
+	// AgentRunDir is the node agent's run directory on the host (cni_agent_run_dir).
+	AgentRunDir string
+	// Kubeconfig is the path of the kubeconfig the plugin uses for pod lookups.
+	Kubeconfig string
+	// K8sAPIRoot overrides the kubeconfig's server URL (legacy kubernetes.k8s_api_root).
+	K8sAPIRoot string
+	// ExcludeNamespaces are namespaces whose pods are never touched.
+	ExcludeNamespaces []string
+	// PodNamespace is the namespace of the node agent (istio-cni-node) pods.
+	PodNamespace string
+	// NodeName is the legacy kubernetes.node_name; informational.
+	NodeName string
+	// CNIBinDir is the legacy kubernetes.cni_bin_dir; informational, the plugin runs
+	// no helper binaries.
+	CNIBinDir string
+	// Backend programs the rules: iptables (default) or native nftables.
+	Backend Backend
+	// IptablesMode picks the iptables flavour for the iptables backend; empty means
+	// detect as istio-iptables does.
+	IptablesMode IptablesMode
+	// AmbientEnabled is accepted for compatibility and ignored: this plugin does
+	// sidecar capture only.
+	AmbientEnabled bool
+	PodLookup      PodLookup
+	// ExtraBypassUIDs are node-wide, admin-owned uids whose traffic (DNS included)
+	// bypasses redirection like the proxy's, for init containers running as a fixed
+	// uid when the proxy's uid differs (OpenShift picks it per namespace).
+	ExtraBypassUIDs []uint32
+	// LogSocket is a unix socket the node agent reads logs from, used when it exists;
+	// empty means none.
+	LogSocket string
+	// LogFile is a file logs are appended to as well; empty means none.
+	LogFile string
+
+	// keys maps a Config field to the config key its value came from, so that
+	// validation errors name what the user wrote.
+	keys map[string]string
+}
+
+// LogLevel is a plugin log level.
+type LogLevel string
+
+// Log levels, Istio's names.
+const (
+	LogPanic LogLevel = "panic"
+	LogFatal LogLevel = "fatal"
+	LogError LogLevel = "error"
+	LogWarn  LogLevel = "warn"
+	LogInfo  LogLevel = "info"
+	LogDebug LogLevel = "debug"
+	LogNone  LogLevel = "none"
+)
+
+var logLevels = []LogLevel{LogPanic, LogFatal, LogError, LogWarn, LogInfo, LogDebug, LogNone}
+
+// Slog maps the level to slog's scale; panic and fatal only let the gravest messages
+// through, none lets nothing through.
+func (l LogLevel) Slog() slog.Level {
+	switch l {
+	case LogDebug:
+		return slog.LevelDebug
+	case LogWarn:
+		return slog.LevelWarn
+	case LogError:
+		return slog.LevelError
+	case LogFatal:
+		return slog.LevelError + 4
+	case LogPanic:
+		return slog.LevelError + 8
+	case LogNone:
+		return slog.LevelError + 100
+	}
+	return slog.LevelInfo
+}
+
+// Backend is the rule backend.
+type Backend string
+
+const (
+	BackendIptables Backend = "iptables"
+	BackendNftables Backend = "nftables"
+)
+
+// IptablesMode is the iptables flavour.
+type IptablesMode string
+
+const (
+	IptablesDetect IptablesMode = ""
+	IptablesLegacy IptablesMode = "legacy"
+	IptablesNft    IptablesMode = "nft"
+)
+
+// PodLookup bounds the retries of the pod lookup. Istio tries 30 times, 1 s apart:
+// a pod may not be visible to the API server's cache yet when the runtime calls us.
+type PodLookup struct {
+	Retries  int
+	Interval time.Duration
+}
+
+// Defaults, Istio's where Istio has one.
+const (
+	DefaultAgentRunDir      = "/var/run/istio-cni"
+	KubeconfigName          = "istio-cni-kubeconfig"
+	LogSocketName           = "log.sock"
+	LogFileName             = "istio-cni.log"
+	DefaultLogLevel         = LogInfo
+	DefaultPodLookupRetries = 30
+	DefaultPodLookupDelay   = time.Second
+	// MaxExtraBypassUIDs bounds extra_bypass_uids: each uid is a rule per hook.
+	MaxExtraBypassUIDs = 64
+)
+
+// ParseConfig decodes, defaults and validates the plugin's config.
+func ParseConfig(data []byte) (*Config, error) {
+	raw, err := decodeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := raw.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// rawConfig is the config as written. Pointers tell "absent" from "empty"; keys the
+// plugin accepts only for compatibility are decoded to check their type.
+type rawConfig struct {
+	types.NetConf
+	RuntimeConfig json.RawMessage `json:"runtimeConfig,omitempty"`
+
+	// Istio's current format.
+	PluginLogLevel      *string         `json:"plugin_log_level"`
+	CNIAgentRunDir      *string         `json:"cni_agent_run_dir"`
+	ExcludeNamespaces   *[]string       `json:"exclude_namespaces"`
+	PodNamespace        *string         `json:"pod_namespace"`
+	NativeNftables      *bool           `json:"native_nftables"`
+	AmbientEnabled      *bool           `json:"ambient_enabled"`
+	EnablementSelectors json.RawMessage `json:"enablement_selectors"`
+
+	// The legacy format (Istio up to 1.2x, Maistra, the seed documents).
+	LogLevel        *string        `json:"log_level"`
+	LogUDSAddress   *string        `json:"log_uds_address"`
+	HostNSEnterExec *bool          `json:"hostNSEnterExec"`
+	Kubernetes      *rawKubernetes `json:"kubernetes"`
+
+	// Ours.
+	IptablesMode    *string        `json:"iptables_mode"`
+	PodLookup       *rawPodLookup  `json:"pod_lookup"`
+	ExtraBypassUIDs []uint32       `json:"extra_bypass_uids"`
+	LogSocket       *string        `json:"log_socket"`
+	LogFile         *string        `json:"log_file"`
+	podLookupDelay  *time.Duration // parsed pod_lookup.interval
+}
+
+type rawKubernetes struct {
+	Kubeconfig           *string   `json:"kubeconfig"`
+	K8sAPIRoot           *string   `json:"k8s_api_root"`
+	ExcludeNamespaces    *[]string `json:"exclude_namespaces"`
+	CNIBinDir            *string   `json:"cni_bin_dir"`
+	InterceptType        *string   `json:"intercept_type"`
+	NodeName             *string   `json:"node_name"`
+	NetnsSetupExecutable *string   `json:"netns_setup_executable"`
+	IptablesScript       *string   `json:"iptables_script"`
+}
+
+type rawPodLookup struct {
+	Retries  *int    `json:"retries"`
+	Interval *string `json:"interval"`
+}
+
+// decodeConfig checks the JSON and the type of every known key. Unknown keys are
+// ignored: runtimes and installers add their own.
+func decodeConfig(data []byte) (rawConfig, error) {
+	var raw rawConfig
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return rawConfig{}, configJSONError(err)
+	}
+	if k := raw.Kubernetes; k != nil && k.InterceptType != nil {
+		if t := *k.InterceptType; t != "" && t != "iptables" {
+			return rawConfig{}, fmt.Errorf(`plugin config: "kubernetes.intercept_type": %q is not an intercept type (iptables)`, t)
+		}
+	}
+	if p := raw.PodLookup; p != nil && p.Interval != nil {
+		d, err := time.ParseDuration(strings.TrimSpace(*p.Interval))
+		if err != nil {
+			return rawConfig{}, fmt.Errorf(`plugin config: "pod_lookup.interval": %q is not a duration (like "1s" or "500ms")`, *p.Interval)
+		}
+		raw.podLookupDelay = &d
+	}
+	return raw, nil
+}
+
+// configJSONError turns encoding/json's errors into ones that name the key.
+func configJSONError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return fmt.Errorf("plugin config: must be a JSON object, got %s", typeErr.Value)
+		}
+		return fmt.Errorf("plugin config: %q: got %s, want %s", typeErr.Field, typeErr.Value, describeType(typeErr.Type))
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("plugin config: invalid JSON at byte %d: %w", syntaxErr.Offset, err)
+	}
+	return fmt.Errorf("plugin config: %w", err)
+}
+
+func describeType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint32:
+		return "an integer 0-4294967295"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Slice, reflect.Array:
+		return "a list of " + strings.TrimPrefix(strings.TrimPrefix(describeType(t.Elem()), "a "), "an ") + "s"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return t.String()
+}
+
+// withDefaults merges the formats (current wins) and fills in defaults. It never
+// fails: values are checked by Validate.
+func (r rawConfig) withDefaults() Config {
+	c := Config{
+		NetConf:       r.NetConf,
+		RuntimeConfig: r.RuntimeConfig,
+		LogLevel:      DefaultLogLevel,
+		AgentRunDir:   DefaultAgentRunDir,
+		Backend:       BackendIptables,
+		PodLookup:     PodLookup{Retries: DefaultPodLookupRetries, Interval: DefaultPodLookupDelay},
+		keys:          map[string]string{},
+	}
+	k := r.Kubernetes
+	if k == nil {
+		k = &rawKubernetes{}
+	}
+	switch {
+	case r.PluginLogLevel != nil:
+		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.PluginLogLevel))), "plugin_log_level"
+	case r.LogLevel != nil:
+		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.LogLevel))), "log_level"
+	}
+	if r.CNIAgentRunDir != nil {
+		c.AgentRunDir, c.keys["AgentRunDir"] = *r.CNIAgentRunDir, "cni_agent_run_dir"
+	}
+	switch {
+	case r.CNIAgentRunDir != nil:
+		c.Kubeconfig, c.keys["Kubeconfig"] = path.Join(c.AgentRunDir, KubeconfigName), "cni_agent_run_dir"
+	case k.Kubeconfig != nil:
+		c.Kubeconfig, c.keys["Kubeconfig"] = *k.Kubeconfig, "kubernetes.kubeconfig"
+	default:
+		c.Kubeconfig = path.Join(c.AgentRunDir, KubeconfigName)
+	}
+	switch {
+	case r.ExcludeNamespaces != nil:
+		c.ExcludeNamespaces, c.keys["ExcludeNamespaces"] = slices.Clone(*r.ExcludeNamespaces), "exclude_namespaces"
+	case k.ExcludeNamespaces != nil:
+		c.ExcludeNamespaces, c.keys["ExcludeNamespaces"] = slices.Clone(*k.ExcludeNamespaces), "kubernetes.exclude_namespaces"
+	}
+	if r.PodNamespace != nil {
+		c.PodNamespace = *r.PodNamespace
+	}
+	if k.K8sAPIRoot != nil {
+		c.K8sAPIRoot = *k.K8sAPIRoot
+	}
+	if k.NodeName != nil {
+		c.NodeName = *k.NodeName
+	}
+	if k.CNIBinDir != nil {
+		c.CNIBinDir = *k.CNIBinDir
+	}
+	if r.NativeNftables != nil && *r.NativeNftables {
+		c.Backend = BackendNftables
+	}
+	if r.IptablesMode != nil {
+		c.IptablesMode = IptablesMode(*r.IptablesMode)
+	}
+	if r.AmbientEnabled != nil {
+		c.AmbientEnabled = *r.AmbientEnabled
+	}
+	if p := r.PodLookup; p != nil && p.Retries != nil {
+		c.PodLookup.Retries = *p.Retries
+	}
+	if r.podLookupDelay != nil {
+		c.PodLookup.Interval = *r.podLookupDelay
+	}
+	c.ExtraBypassUIDs = dedupUIDs(r.ExtraBypassUIDs)
+	switch {
+	case r.LogSocket != nil:
+		c.LogSocket, c.keys["LogSocket"] = *r.LogSocket, "log_socket"
+	case r.LogUDSAddress != nil:
+		c.LogSocket, c.keys["LogSocket"] = *r.LogUDSAddress, "log_uds_address"
+	default:
+		c.LogSocket = path.Join(c.AgentRunDir, LogSocketName)
+	}
+	if r.LogFile != nil {
+		c.LogFile, c.keys["LogFile"] = *r.LogFile, "log_file"
+	} else {
+		c.LogFile = path.Join(c.AgentRunDir, LogFileName)
+	}
+	return c
+}
+
+func dedupUIDs(ids []uint32) []uint32 {
+	var out []uint32
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// key names the config key a field's value came from, or its default key.
+func (c *Config) key(field, fallback string) string {
+	if k := c.keys[field]; k != "" {
+		return k
+	}
+	return fallback
+}
+
+// Validate checks every value, naming the key and quoting the value at fault.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("plugin config: %q: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if !slices.Contains(logLevels, c.LogLevel) {
+		names := make([]string, len(logLevels))
+		for i, l := range logLevels {
+			names[i] = string(l)
+		}
+		bad(c.key("LogLevel", "plugin_log_level"), "%q is not a log level (%s)", c.LogLevel, strings.Join(names, ", "))
+	}
+	absPath := func(key, p string, optional bool) {
+		if p == "" && optional {
+			return
+		}
+		if !path.IsAbs(p) {
+			bad(key, "%q is not an absolute path", p)
+		}
+	}
+	absPath(c.key("AgentRunDir", "cni_agent_run_dir"), c.AgentRunDir, false)
+	// Paths derived from a bad run dir would only repeat its error.
+	runDirOK := path.IsAbs(c.AgentRunDir)
+	given := func(field string) bool { k := c.keys[field]; return k != "" && k != "cni_agent_run_dir" }
+	if runDirOK || given("Kubeconfig") {
+		absPath(c.key("Kubeconfig", "kubernetes.kubeconfig"), c.Kubeconfig, false)
+	}
+	if runDirOK || given("LogSocket") {
+		absPath(c.key("LogSocket", "log_socket"), c.LogSocket, true)
+	}
+	if runDirOK || given("LogFile") {
+		absPath("log_file", c.LogFile, true)
+	}
+	absPath("kubernetes.cni_bin_dir", c.CNIBinDir, true)
+	if c.K8sAPIRoot != "" {
+		u, err := url.Parse(c.K8sAPIRoot)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			bad("kubernetes.k8s_api_root", "%q is not an http(s) URL", c.K8sAPIRoot)
+		}
+	}
+	for _, ns := range c.ExcludeNamespaces {
+		if !isDNSLabel(ns) {
+			bad(c.key("ExcludeNamespaces", "exclude_namespaces"), "%q is not a namespace name", ns)
+		}
+	}
+	if c.PodNamespace != "" && !isDNSLabel(c.PodNamespace) {
+		bad("pod_namespace", "%q is not a namespace name", c.PodNamespace)
+	}
+	if c.Backend != BackendIptables && c.Backend != BackendNftables {
+		bad("native_nftables", "unknown backend %q", c.Backend)
+	}
+	switch c.IptablesMode {
+	case IptablesDetect, IptablesLegacy, IptablesNft:
+	default:
+		bad("iptables_mode", `%q is not an iptables mode ("", legacy, nft)`, c.IptablesMode)
+	}
+	if c.PodLookup.Retries < 1 {
+		bad("pod_lookup.retries", "%d: at least one try is needed", c.PodLookup.Retries)
+	}
+	if c.PodLookup.Interval <= 0 {
+		bad("pod_lookup.interval", "%s: must be positive", c.PodLookup.Interval)
+	}
+	if len(c.ExtraBypassUIDs) > MaxExtraBypassUIDs {
+		bad("extra_bypass_uids", "%d uids given, at most %d are supported", len(c.ExtraBypassUIDs), MaxExtraBypassUIDs)
+	}
+	if slices.Contains(c.ExtraBypassUIDs, 0) {
+		bad("extra_bypass_uids", "uid 0 (root) may not bypass redirection")
+	}
+	return errors.Join(errs...)
+}
+
+// isDNSLabel reports whether s is an RFC 1123 label, the form of a namespace name.
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// PrevResultIPs returns the addresses in the previous plugin's result, in order; nil
+// when the plugin runs standalone (no prevResult).
+func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
+	if c.RawPrevResult == nil {
+		return nil, nil
+	}
+	data, err := json.Marshal(c.RawPrevResult)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+	}
+	res, err := version.NewResult(c.CNIVersion, data)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+	}
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+	}
+	var out []netip.Addr
+	for _, ip := range cur.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out, nil
+}

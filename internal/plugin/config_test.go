@@ -1,0 +1,312 @@
+package plugin
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var ignoreKeys = cmpopts.IgnoreUnexported(Config{})
+
+// defaults is the Config of a minimal network config.
+func defaults() Config {
+	return Config{
+		NetConf:     types.NetConf{CNIVersion: "1.0.0", Name: "istio-cni", Type: "istio-cni"},
+		LogLevel:    LogInfo,
+		AgentRunDir: "/var/run/istio-cni",
+		Kubeconfig:  "/var/run/istio-cni/istio-cni-kubeconfig",
+		Backend:     BackendIptables,
+		PodLookup:   PodLookup{Retries: 30, Interval: time.Second},
+		LogSocket:   "/var/run/istio-cni/log.sock",
+		LogFile:     "/var/run/istio-cni/istio-cni.log",
+	}
+}
+
+func TestParseConfigAcceptsEachFormat(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		json string
+		want func(c *Config)
+	}{
+		{
+			name: "minimal config gets Istio's defaults",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni"}`,
+			want: func(c *Config) {},
+		},
+		{
+			name: "Istio current format as its installer writes it",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni",
+				"plugin_log_level":"debug","cni_agent_run_dir":"/run/istio-cni",
+				"ambient_enabled":true,"enablement_selectors":[{"podSelector":{"matchLabels":{"a":"b"}}}],
+				"exclude_namespaces":["istio-system","kube-system"],"pod_namespace":"istio-system","native_nftables":true}`,
+			want: func(c *Config) {
+				c.LogLevel = LogDebug
+				c.AgentRunDir = "/run/istio-cni"
+				c.Kubeconfig = "/run/istio-cni/istio-cni-kubeconfig"
+				c.AmbientEnabled = true
+				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
+				c.PodNamespace = "istio-system"
+				c.Backend = BackendNftables
+				c.LogSocket = "/run/istio-cni/log.sock"
+				c.LogFile = "/run/istio-cni/istio-cni.log"
+			},
+		},
+		{
+			name: "legacy format of the seed documents and Maistra",
+			json: `{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni","log_level":"warn",
+				"log_uds_address":"/var/run/istio-cni/old.sock","hostNSEnterExec":false,
+				"kubernetes":{"kubeconfig":"/etc/cni/net.d/ZZZ-istio-cni-kubeconfig","k8s_api_root":"https://10.96.0.1:443",
+				"cni_bin_dir":"/var/lib/cni/bin","exclude_namespaces":["istio-system","kube-system"],
+				"intercept_type":"iptables","node_name":"node-a","netns_setup_executable":"istio-iptables.sh",
+				"iptables_script":"istio-iptables.sh"}}`,
+			want: func(c *Config) {
+				c.CNIVersion = "0.3.1"
+				c.LogLevel = LogWarn
+				c.Kubeconfig = "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"
+				c.K8sAPIRoot = "https://10.96.0.1:443"
+				c.CNIBinDir = "/var/lib/cni/bin"
+				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
+				c.NodeName = "node-a"
+				c.LogSocket = "/var/run/istio-cni/old.sock"
+			},
+		},
+		{
+			name: "mixed formats: the current keys win",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni",
+				"plugin_log_level":"error","log_level":"debug",
+				"cni_agent_run_dir":"/run/agent","exclude_namespaces":[],
+				"log_socket":"","log_uds_address":"/old.sock",
+				"kubernetes":{"kubeconfig":"/etc/old-kubeconfig","exclude_namespaces":["kube-system"]}}`,
+			want: func(c *Config) {
+				c.LogLevel = LogError
+				c.AgentRunDir = "/run/agent"
+				c.Kubeconfig = "/run/agent/istio-cni-kubeconfig"
+				c.ExcludeNamespaces = []string{}
+				c.LogSocket = ""
+				c.LogFile = "/run/agent/istio-cni.log"
+			},
+		},
+		{
+			name: "our additions",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","iptables_mode":"legacy",
+				"pod_lookup":{"retries":5,"interval":"200ms"},"extra_bypass_uids":[1337,1000660000,1337],
+				"log_socket":"/run/x.sock","log_file":""}`,
+			want: func(c *Config) {
+				c.IptablesMode = IptablesLegacy
+				c.PodLookup = PodLookup{Retries: 5, Interval: 200 * time.Millisecond}
+				c.ExtraBypassUIDs = []uint32{1337, 1000660000}
+				c.LogSocket = "/run/x.sock"
+				c.LogFile = ""
+			},
+		},
+		{
+			name: "unknown keys and runtime-injected ones are tolerated",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","capabilities":{"portMappings":true},
+				"runtimeConfig":{"portMappings":[]},"something_new":{"x":1},"kubernetes":{"future":true},
+				"log_level":"INFO"}`,
+			want: func(c *Config) {
+				c.Capabilities = map[string]bool{"portMappings": true}
+				c.RuntimeConfig = json.RawMessage(`{"portMappings":[]}`)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseConfig([]byte(tc.json))
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			want := defaults()
+			tc.want(&want)
+			if diff := cmp.Diff(&want, got, ignoreKeys); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		name, json, want string
+	}{
+		{"bad log level", `{"plugin_log_level":"loud"}`,
+			`plugin config: "plugin_log_level": "loud" is not a log level (panic, fatal, error, warn, info, debug, none)`},
+		{"bad legacy log level", `{"log_level":"verbose"}`,
+			`plugin config: "log_level": "verbose" is not a log level (panic, fatal, error, warn, info, debug, none)`},
+		{"log level of the wrong type", `{"plugin_log_level":3}`,
+			`plugin config: "plugin_log_level": got number, want a string`},
+		{"nested type error", `{"kubernetes":{"exclude_namespaces":"kube-system"}}`,
+			`plugin config: "kubernetes.exclude_namespaces": got string, want a list of strings`},
+		{"kubernetes not an object", `{"kubernetes":"yes"}`,
+			`plugin config: "kubernetes": got string, want an object`},
+		{"bool as string", `{"native_nftables":"true"}`,
+			`plugin config: "native_nftables": got string, want true or false`},
+		{"negative uid", `{"extra_bypass_uids":[1000,-1]}`,
+			`plugin config: "extra_bypass_uids": got number -1, want an integer 0-4294967295`},
+		{"uid as string", `{"extra_bypass_uids":["1000"]}`,
+			`plugin config: "extra_bypass_uids": got string, want an integer 0-4294967295`},
+		{"root uid", `{"extra_bypass_uids":[0]}`,
+			`plugin config: "extra_bypass_uids": uid 0 (root) may not bypass redirection`},
+		{"fractional retries", `{"pod_lookup":{"retries":1.5}}`,
+			`plugin config: "pod_lookup.retries": got number 1.5, want an integer`},
+		{"zero retries", `{"pod_lookup":{"retries":0}}`,
+			`plugin config: "pod_lookup.retries": 0: at least one try is needed`},
+		{"bad interval", `{"pod_lookup":{"interval":"soon"}}`,
+			`plugin config: "pod_lookup.interval": "soon" is not a duration (like "1s" or "500ms")`},
+		{"negative interval", `{"pod_lookup":{"interval":"-1s"}}`,
+			`plugin config: "pod_lookup.interval": -1s: must be positive`},
+		{"bad iptables mode", `{"iptables_mode":"auto"}`,
+			`plugin config: "iptables_mode": "auto" is not an iptables mode ("", legacy, nft)`},
+		{"bad intercept type", `{"kubernetes":{"intercept_type":"ebpf"}}`,
+			`plugin config: "kubernetes.intercept_type": "ebpf" is not an intercept type (iptables)`},
+		{"relative run dir", `{"cni_agent_run_dir":"run/istio"}`,
+			`plugin config: "cni_agent_run_dir": "run/istio" is not an absolute path`},
+		{"relative legacy kubeconfig", `{"kubernetes":{"kubeconfig":"kubeconfig"}}`,
+			`plugin config: "kubernetes.kubeconfig": "kubeconfig" is not an absolute path`},
+		{"bad namespace in legacy list", `{"kubernetes":{"exclude_namespaces":["Kube_System"]}}`,
+			`plugin config: "kubernetes.exclude_namespaces": "Kube_System" is not a namespace name`},
+		{"empty namespace", `{"exclude_namespaces":[""]}`,
+			`plugin config: "exclude_namespaces": "" is not a namespace name`},
+		{"bad pod namespace", `{"pod_namespace":"-x"}`,
+			`plugin config: "pod_namespace": "-x" is not a namespace name`},
+		{"bad api root", `{"kubernetes":{"k8s_api_root":"10.96.0.1"}}`,
+			`plugin config: "kubernetes.k8s_api_root": "10.96.0.1" is not an http(s) URL`},
+		{"relative log file", `{"log_file":"cni.log"}`,
+			`plugin config: "log_file": "cni.log" is not an absolute path`},
+		{"relative legacy socket", `{"log_uds_address":"x.sock"}`,
+			`plugin config: "log_uds_address": "x.sock" is not an absolute path`},
+		{"not an object", `["istio-cni"]`,
+			`plugin config: must be a JSON object, got array`},
+		{"broken JSON", `{"name":"istio-cni",}`,
+			`plugin config: invalid JSON at byte 21: invalid character '}' looking for beginning of object key string`},
+		{"several errors reported together", `{"plugin_log_level":"x","iptables_mode":"y"}`,
+			"plugin config: \"plugin_log_level\": \"x\" is not a log level (panic, fatal, error, warn, info, debug, none)\n" +
+				`plugin config: "iptables_mode": "y" is not an iptables mode ("", legacy, nft)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.json))
+			if err == nil {
+				t.Fatalf("ParseConfig(%s) succeeded, want %q", tc.json, tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// The three stages are tested on their own too: decode checks JSON and types only,
+// defaulting never fails, validation sees the merged values.
+func TestDecodeConfigChecksTypesNotValues(t *testing.T) {
+	raw, err := decodeConfig([]byte(`{"plugin_log_level":"loud","pod_lookup":{"retries":-3}}`))
+	if err != nil {
+		t.Fatalf("decode rejected a well-typed config: %v", err)
+	}
+	if *raw.PluginLogLevel != "loud" || *raw.PodLookup.Retries != -3 {
+		t.Errorf("decoded %+v", raw)
+	}
+}
+
+func TestWithDefaultsRecordsWhichKeyWasUsed(t *testing.T) {
+	for _, tc := range []struct {
+		name, json, field, wantKey string
+	}{
+		{"current log level", `{"plugin_log_level":"x","log_level":"y"}`, "LogLevel", "plugin_log_level"},
+		{"legacy log level", `{"log_level":"y"}`, "LogLevel", "log_level"},
+		{"default log level", `{}`, "LogLevel", ""},
+		{"kubeconfig from run dir", `{"cni_agent_run_dir":"/r","kubernetes":{"kubeconfig":"/k"}}`, "Kubeconfig", "cni_agent_run_dir"},
+		{"legacy kubeconfig", `{"kubernetes":{"kubeconfig":"/k"}}`, "Kubeconfig", "kubernetes.kubeconfig"},
+		{"legacy namespaces", `{"kubernetes":{"exclude_namespaces":["a"]}}`, "ExcludeNamespaces", "kubernetes.exclude_namespaces"},
+		{"legacy socket", `{"log_uds_address":"/s"}`, "LogSocket", "log_uds_address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := decodeConfig([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := raw.withDefaults()
+			if got := c.keys[tc.field]; got != tc.wantKey {
+				t.Errorf("key of %s = %q, want %q", tc.field, got, tc.wantKey)
+			}
+		})
+	}
+}
+
+func TestValidateAcceptsTheDefaults(t *testing.T) {
+	c := defaults()
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+func TestExtraBypassUIDsAreBounded(t *testing.T) {
+	c := defaults()
+	for i := range MaxExtraBypassUIDs + 1 {
+		c.ExtraBypassUIDs = append(c.ExtraBypassUIDs, uint32(1000+i))
+	}
+	want := `plugin config: "extra_bypass_uids": 65 uids given, at most 64 are supported`
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate = %v, want %s", err, want)
+	}
+}
+
+func TestLogLevelsMapToIncreasingSlogLevels(t *testing.T) {
+	order := []LogLevel{LogDebug, LogInfo, LogWarn, LogError, LogFatal, LogPanic, LogNone}
+	for i := 1; i < len(order); i++ {
+		if order[i-1].Slog() >= order[i].Slog() {
+			t.Errorf("%s (%v) not below %s (%v)", order[i-1], order[i-1].Slog(), order[i], order[i].Slog())
+		}
+	}
+	if LogInfo.Slog() != slog.LevelInfo {
+		t.Errorf("info = %v", LogInfo.Slog())
+	}
+}
+
+func TestPrevResultIPsReadsEveryVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, json string
+		want       []netip.Addr
+	}{
+		{"standalone, no prevResult", `{"cniVersion":"1.0.0"}`, nil},
+		{"1.0.0 dual stack", `{"cniVersion":"1.0.0","prevResult":{"cniVersion":"1.0.0",
+			"interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],
+			"ips":[{"interface":0,"address":"10.1.0.5/24"},{"interface":0,"address":"fd00::5/64"}]}}`,
+			[]netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("fd00::5")}},
+		{"0.3.1 IPv6 only", `{"cniVersion":"0.3.1","prevResult":{"cniVersion":"0.3.1",
+			"ips":[{"version":"6","address":"fd00::7/64"}]}}`,
+			[]netip.Addr{netip.MustParseAddr("fd00::7")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.PrevResultIPs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("IPs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPrevResultIPsNamesPrevResultOnError(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"cniVersion":"1.0.0","prevResult":{"ips":[{"address":"nope"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PrevResultIPs(); err == nil || !contains(err.Error(), "prevResult") {
+		t.Errorf("PrevResultIPs = %v, want an error naming prevResult", err)
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
+}
