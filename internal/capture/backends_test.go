@@ -17,7 +17,13 @@ func init() {
 }
 
 func init() {
-	registerBackend("nftables", func(t *testing.T) (capture.Backend, error) {
+	registerBackend("nftables-exec", func(t *testing.T) (capture.Backend, error) {
+		return nftables.NewExecBackend(), nil
+	})
+}
+
+func init() {
+	registerBackend("nftables-netlink", func(t *testing.T) (capture.Backend, error) {
 		return nftables.NewBackend(), nil
 	})
 }

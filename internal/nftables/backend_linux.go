@@ -24,23 +24,28 @@ type Backend struct {
 type applyMethod uint8
 
 const (
-	// applyExec writes with nft -f: the default, see bench_linux_test.go for why.
+	// applyExec writes with nft -f only.
 	applyExec applyMethod = iota
-	// applyNetlink writes through netlink and falls back to nft -f when that fails.
+	// applyNetlink writes through netlink and falls back to nft -f when that fails:
+	// the default, see bench_linux_test.go for why.
 	applyNetlink
 )
 
-// NewBackend returns the nftables backend. It runs the nft binary found in PATH.
+// NewBackend returns the nftables backend. It writes through netlink
+// (github.com/google/nftables), falling back to nft -f if the kernel refuses the
+// batch; a pod's first apply (none of our tables yet) runs no process at all. Rules
+// are read back with the nft binary found in PATH, so Verify compares nft's
+// canonical text.
 func NewBackend() *Backend {
-	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyExec}
+	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyNetlink}
 }
 
-// NewNetlinkBackend returns the nftables backend that writes through netlink
-// (github.com/google/nftables), falling back to nft -f if the kernel refuses the
-// batch. It still reads rules back with the nft binary, so Verify compares the
-// same canonical text as with NewBackend.
-func NewNetlinkBackend() *Backend {
-	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyNetlink}
+// NewNetlinkBackend is NewBackend (kept for callers that name the write path).
+func NewNetlinkBackend() *Backend { return NewBackend() }
+
+// NewExecBackend returns the nftables backend that writes only with nft -f.
+func NewExecBackend() *Backend {
+	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyExec}
 }
 
 // Name implements capture.Backend.
@@ -54,6 +59,17 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 	rs, err := translate(plan, b.groups)
 	if err != nil {
 		return false, fmt.Errorf("apply nftables: %w", err)
+	}
+	if b.applyVia == applyNetlink {
+		// A pod's first apply finds none of our tables. Asking the kernel that over
+		// netlink is cheap, and then the whole apply needs no nft process at all.
+		if fresh, err := noTablesOfOurs(); err == nil && fresh {
+			if err := applyNetlinkRuleset(rs, nil); err == nil {
+				return true, nil
+			}
+			// Lost a race with another writer, or the kernel refused: take the
+			// general path below, which lists and reports precisely.
+		}
 	}
 	want, err := parseListing(rs.text())
 	if err != nil {

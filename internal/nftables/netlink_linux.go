@@ -41,6 +41,35 @@ func applyNetlinkRuleset(rs *ruleset, present []tableID) error {
 	return nil
 }
 
+// noTablesOfOurs asks the kernel over netlink whether any table of ours exists in
+// the calling thread's namespace.
+func noTablesOfOurs() (bool, error) {
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return false, err
+	}
+	defer self.Close()
+	c, err := gnft.New(gnft.WithNetNSFd(int(self.Fd())))
+	if err != nil {
+		return false, err
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTables()
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tables {
+		fam := "ip"
+		if t.Family == gnft.TableFamilyIPv6 {
+			fam = "ip6"
+		}
+		if isOurs(tableID{family: fam, name: t.Name}) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func tableFamily(family string) gnft.TableFamily {
 	if family == "ip6" {
 		return gnft.TableFamilyIPv6

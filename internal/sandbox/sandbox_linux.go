@@ -236,12 +236,13 @@ func OriginalDst(c *net.TCPConn) (string, error) {
 // Dial sends "hello" over proto ("tcp" or "udp") to dst and returns the one-line
 // answer, or "error: ..." when nothing answers.
 func Dial(proto string, dst netip.AddrPort) string {
-	c, err := net.DialTimeout(proto, dst.String(), 2*time.Second)
+	c, err := net.DialTimeout(proto, dst.String(), 5*time.Second)
 	if err != nil {
 		return "error: " + err.Error()
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
+	// Generous: the tests share two cores with builds; a lost datagram is rare.
+	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write([]byte("hello\n")); err != nil {
 		return "error: " + err.Error()
 	}
