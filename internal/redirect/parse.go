@@ -173,11 +173,16 @@ func ParseInterfaceList(s string) ([]string, error) {
 	return out, nil
 }
 
-// ValidateGroup accepts a numeric gid or a POSIX group name.
+// ValidateGroup accepts a numeric gid or a POSIX group name. The group goes into rules
+// as written, and iptables reads a number with a leading zero as octal, so "010" is
+// refused rather than meaning 8 to iptables and 10 to everything else.
 func ValidateGroup(g string) error {
 	if isDigits(g) {
 		if _, err := ParseID(g); err != nil {
 			return err
+		}
+		if len(g) > 1 && g[0] == '0' {
+			return fmt.Errorf("%q is not a group id (iptables reads a leading zero as octal)", g)
 		}
 		return nil
 	}

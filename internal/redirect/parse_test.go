@@ -148,6 +148,7 @@ func TestOptionsSpecRejectsBadInputs(t *testing.T) {
 		{"owner group starting with a digit", Options{OwnerGroupsExclude: "1java"}, []string{`owner groups exclude: "1java" is not a group name or id`}, ""},
 		{"owner group with a shell separator", Options{OwnerGroupsExclude: "ja;va"}, []string{`owner groups exclude: "ja;va" is not a group name or id`}, ""},
 		{"owner group with $ inside", Options{OwnerGroupsExclude: "a$b"}, []string{`"a$b" is not a group name or id`}, ""},
+		{"owner group id with a leading zero", Options{OwnerGroupsInclude: "010"}, []string{`owner groups include: "010" is not a group id (iptables reads a leading zero as octal)`}, ""},
 		{"owner group id too large", Options{OwnerGroupsExclude: "4294967296"}, []string{`owner groups exclude: "4294967296" is not a numeric`}, ""},
 		{"owner group name too long", Options{OwnerGroupsExclude: strings.Repeat("g", 33)}, []string{`is not a group name or id`}, ""},
 		{"too many owner groups", Options{OwnerGroupsInclude: long}, []string{"owner groups include: 65 groups given, at most 64"}, ""},
@@ -256,7 +257,7 @@ func TestValidateNames(t *testing.T) {
 	groups := map[string]bool{
 		"java": true, "202": true, "0": true, "_x": true, "a-b.c": true, "host$": true, "4294967295": true, strings.Repeat("g", 32): true,
 		"": false, "1java": false, "-x": false, ".x": false, "a b": false, "a$b": false, "$": false, "a;b": false, "a:b": false,
-		"4294967296": false, strings.Repeat("g", 33): false, "é": false, "*": false, "a,b": false,
+		"4294967296": false, "010": false, "00": false, strings.Repeat("g", 33): false, "é": false, "*": false, "a,b": false,
 	}
 	for g, ok := range groups {
 		if err := ValidateGroup(g); (err == nil) != ok {

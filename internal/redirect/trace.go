@@ -542,6 +542,12 @@ func parseOwnerRange(s string) (lo, hi uint32, numeric bool, err error) {
 		}
 		return 0, 0, false, nil
 	}
+	for _, part := range []string{first, last} {
+		if len(part) > 1 && part[0] == '0' {
+			// iptables would read it as octal; nothing else would.
+			return 0, 0, false, fmt.Errorf("owner %q has a leading zero, which iptables reads as octal", s)
+		}
+	}
 	a, err := strconv.ParseUint(first, 10, 32)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("owner %q is not an id or id range", s)

@@ -237,6 +237,7 @@ func TestTraceRefusesWhatTheKernelWouldNot(t *testing.T) {
 		{"owner match in PREROUTING", handPlan(table(TableMangle, nil, rule(ChainPrerouting, accept, uidOwner(1)))), in("10.1.1.1", 80), "owner match in PREROUTING"},
 		{"user name owner", handPlan(table(TableMangle, nil, rule(ChainOutput, accept, Match{Kind: MatchUIDOwner, Owner: "envoy"}))), good, "does not resolve user names"},
 		{"bad owner range", handPlan(table(TableMangle, nil, rule(ChainOutput, accept, Match{Kind: MatchGIDOwner, Owner: "9-1"}))), good, `"9-1" is not an id`},
+		{"owner with a leading zero", handPlan(table(TableMangle, nil, rule(ChainOutput, accept, gidOwner("010")))), good, "leading zero"},
 		{"port match on ICMP", handPlan(table(TableMangle, nil, rule(ChainOutput, accept, dport(1)))), out(appUID, "10.0.0.5", 0, func(p *Packet) { p.Proto = "icmp" }), "port match on a icmp packet"},
 		{"IPv6 prefix in IPv4", handPlan(table(TableMangle, nil, rule(ChainOutput, accept, dst(netip.MustParsePrefix("::1/128"))))), good, "ipv6 address match ::1/128 in the ipv4 family"},
 		{"filter PREROUTING", handPlan(table(TableFilter, nil, rule(ChainPrerouting, accept))), in("10.1.1.1", 80), "filter table has rules in PREROUTING"},
