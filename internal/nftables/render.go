@@ -236,6 +236,12 @@ func translateChain(name string, base *baseChain, f redirect.Family, rules []red
 			return c, fmt.Errorf("chain %s rule %d: %w", name, i+1, err)
 		}
 		c.rules = append(c.rules, nr)
+		if r.Target.Kind == redirect.TargetTProxy {
+			// iptables' TPROXY drops a packet for which no socket is found; nft's
+			// tproxy statement instead ends the rule and evaluation goes on. The same
+			// matches followed by drop keep iptables' meaning.
+			c.rules = append(c.rules, rule{matches: nr.matches, target: redirect.Target{Kind: redirect.TargetDrop}})
+		}
 	}
 	return c, nil
 }
