@@ -1,0 +1,270 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+)
+
+// injectedPod is a pod as Istio's injector leaves it for the CNI plugin: an app
+// container, an istio-proxy sidecar running "proxy sidecar", and the status
+// annotation. Each case changes it.
+func injectedPod(mods ...func(p *kube.Pod)) *kube.Pod {
+	p := &kube.Pod{
+		Metadata: kube.ObjectMeta{
+			Name: "web-1", Namespace: "default", UID: "uid-1",
+			Labels:      map[string]string{"app": "web"},
+			Annotations: map[string]string{KeySidecarStatus: `{"containers":["istio-proxy"]}`},
+		},
+		Spec: kube.PodSpec{
+			InitContainers: []kube.Container{{Name: "istio-validation"}},
+			Containers: []kube.Container{
+				{Name: "app"},
+				{Name: ContainerIstioProxy, Args: []string{"proxy", "sidecar", "--domain", "default.svc.cluster.local"}},
+			},
+		},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func proxyOf(p *kube.Pod) *kube.Container {
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == ContainerIstioProxy {
+			return &p.Spec.Containers[i]
+		}
+	}
+	for i := range p.Spec.InitContainers {
+		if p.Spec.InitContainers[i].Name == ContainerIstioProxy {
+			return &p.Spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+func withProxyEnv(name, value string) func(p *kube.Pod) {
+	return func(p *kube.Pod) {
+		c := proxyOf(p)
+		c.Env = append(c.Env, kube.EnvVar{Name: name, Value: value})
+	}
+}
+
+func withAnnotation(k, v string) func(p *kube.Pod) {
+	return func(p *kube.Pod) { p.Metadata.Annotations[k] = v }
+}
+
+func withLabel(k, v string) func(p *kube.Pod) {
+	return func(p *kube.Pod) { p.Metadata.Labels[k] = v }
+}
+
+func withoutAnnotation(k string) func(p *kube.Pod) {
+	return func(p *kube.Pod) { delete(p.Metadata.Annotations, k) }
+}
+
+// nativeSidecar moves istio-proxy into the init containers with restartPolicy Always.
+func nativeSidecar(p *kube.Pod) {
+	proxy := *proxyOf(p)
+	proxy.RestartPolicy = kube.RestartPolicyAlways
+	p.Spec.Containers = p.Spec.Containers[:1]
+	p.Spec.InitContainers = append(p.Spec.InitContainers, proxy)
+}
+
+func testConfig() *Config {
+	c := defaults()
+	c.ExcludeNamespaces = []string{"kube-system", "istio-system"}
+	c.PodNamespace = "istio-cni"
+	return &c
+}
+
+var webArgs = PodArgs{Name: "web-1", Namespace: "default", UID: "uid-1"}
+
+func TestDecideBeforeLookup(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args PodArgs
+		cfg  func(c *Config)
+		want Decision
+	}{
+		{"no pod name: not a Kubernetes pod, pass through", PodArgs{Namespace: "default"}, nil,
+			Decision{Skip, RuleNotKubernetes, "skip: not a Kubernetes pod (no K8S_POD_NAME and K8S_POD_NAMESPACE in CNI_ARGS), passing through"}},
+		{"no namespace: not a Kubernetes pod", PodArgs{Name: "web-1"}, nil,
+			Decision{Skip, RuleNotKubernetes, "skip: not a Kubernetes pod (no K8S_POD_NAME and K8S_POD_NAMESPACE in CNI_ARGS), passing through"}},
+		{"excluded namespace skips", PodArgs{Name: "coredns-1", Namespace: "kube-system"}, nil,
+			Decision{Skip, RuleNamespaceExcluded, "skip: namespace kube-system is excluded"}},
+		{"node agent pod skips before the lookup", PodArgs{Name: "istio-cni-node-x7k2p", Namespace: "istio-cni"}, nil,
+			Decision{Skip, RuleNodeAgent, "skip: pod istio-cni/istio-cni-node-x7k2p is the istio-cni node agent"}},
+		{"agent-like name in another namespace needs the pod", PodArgs{Name: "istio-cni-node-x7k2p", Namespace: "default"}, nil,
+			Decision{Lookup, RuleNeedPod, "lookup: pod default/istio-cni-node-x7k2p needs a lookup"}},
+		{"agent namespace unset: no pod is the agent", PodArgs{Name: "istio-cni-node-x7k2p", Namespace: "istio-cni"},
+			func(c *Config) { c.PodNamespace = "" },
+			Decision{Lookup, RuleNeedPod, "lookup: pod istio-cni/istio-cni-node-x7k2p needs a lookup"}},
+		{"other pod in the agent namespace needs the pod", PodArgs{Name: "istio-cni-repair", Namespace: "istio-cni"}, nil,
+			Decision{Lookup, RuleNeedPod, "lookup: pod istio-cni/istio-cni-repair needs a lookup"}},
+		{"ordinary pod needs the pod", webArgs, nil,
+			Decision{Lookup, RuleNeedPod, "lookup: pod default/web-1 needs a lookup"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.cfg != nil {
+				tc.cfg(cfg)
+			}
+			if diff := cmp.Diff(tc.want, DecideBeforeLookup(tc.args, cfg)); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			// Decide without a pod stops at the same place.
+			if diff := cmp.Diff(tc.want, Decide(tc.args, cfg, nil)); diff != "" {
+				t.Errorf("Decide(nil pod) (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecideWithPod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *kube.Pod
+		rule Rule
+		want string
+	}{
+		{"injected sidecar redirects", injectedPod(), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"native sidecar in init containers redirects", injectedPod(nativeSidecar), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy native sidecar (init container)"},
+		{"istio-init init container skips", injectedPod(func(p *kube.Pod) {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, kube.Container{Name: ContainerIstioInit})
+		}), RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
+		{"istio-init as a regular container skips too", injectedPod(func(p *kube.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, kube.Container{Name: ContainerIstioInit})
+		}), RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
+		{"no istio-proxy skips", injectedPod(func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), RuleNoIstioProxy,
+			"skip: pod default/web-1 has no istio-proxy container (has app, istio-validation)"},
+		{"no containers at all skips", injectedPod(func(p *kube.Pod) { p.Spec = kube.PodSpec{} }), RuleNoIstioProxy,
+			"skip: pod default/web-1 has no istio-proxy container (has none)"},
+		{"DISABLE_ENVOY=true skips", injectedPod(withProxyEnv(EnvDisableEnvoy, "true")), RuleEnvoyDisabled,
+			"skip: pod default/web-1 has DISABLE_ENVOY=true on istio-proxy"},
+		{"DISABLE_ENVOY=1 skips (strconv forms)", injectedPod(withProxyEnv(EnvDisableEnvoy, "1")), RuleEnvoyDisabled,
+			"skip: pod default/web-1 has DISABLE_ENVOY=1 on istio-proxy"},
+		{"DISABLE_ENVOY=false redirects", injectedPod(withProxyEnv(EnvDisableEnvoy, "false")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"DISABLE_ENVOY unparseable is ignored", injectedPod(withProxyEnv(EnvDisableEnvoy, "yes please")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"DISABLE_ENVOY on another container is ignored", injectedPod(func(p *kube.Pod) {
+			p.Spec.Containers[0].Env = []kube.EnvVar{{Name: EnvDisableEnvoy, Value: "true"}}
+		}), RuleSidecar, "redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"proxy router (gateway) skips", injectedPod(func(p *kube.Pod) { proxyOf(p).Args = []string{"proxy", "router"} }), RuleNotSidecar,
+			`skip: pod default/web-1 runs istio-proxy as "router", not as a sidecar`},
+		{"proxy waypoint skips", injectedPod(func(p *kube.Pod) { proxyOf(p).Args = []string{"proxy", "waypoint"} }), RuleNotSidecar,
+			`skip: pod default/web-1 runs istio-proxy as "waypoint", not as a sidecar`},
+		{"args not starting with proxy count as sidecar", injectedPod(func(p *kube.Pod) { proxyOf(p).Args = []string{"router"} }), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"no args count as sidecar", injectedPod(func(p *kube.Pod) { proxyOf(p).Args = nil }), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"inject annotation false skips", injectedPod(withAnnotation(KeyInject, "false")), RuleInjectDisabled,
+			`skip: pod default/web-1 has annotation sidecar.istio.io/inject="false"`},
+		{"inject label false skips", injectedPod(withLabel(KeyInject, "false")), RuleInjectDisabled,
+			`skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
+		{"inject label true wins over annotation false", injectedPod(withLabel(KeyInject, "true"), withAnnotation(KeyInject, "false")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"inject label false wins over annotation true", injectedPod(withLabel(KeyInject, "false"), withAnnotation(KeyInject, "true")), RuleInjectDisabled,
+			`skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
+		{"empty inject label hides the annotation", injectedPod(withLabel(KeyInject, ""), withAnnotation(KeyInject, "false")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"unparseable inject value is ignored", injectedPod(withAnnotation(KeyInject, "disabled")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"no sidecar status annotation skips", injectedPod(withoutAnnotation(KeySidecarStatus)), RuleNoSidecarStatus,
+			"skip: pod default/web-1 has no sidecar.istio.io/status annotation (not injected)"},
+		{"empty sidecar status still counts", injectedPod(withAnnotation(KeySidecarStatus, "")), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"nil maps: no status annotation", injectedPod(func(p *kube.Pod) { p.Metadata.Labels, p.Metadata.Annotations = nil, nil }), RuleNoSidecarStatus,
+			"skip: pod default/web-1 has no sidecar.istio.io/status annotation (not injected)"},
+		// Istio's order: istio-init beats everything, DISABLE_ENVOY beats proxy type.
+		{"istio-init is checked before DISABLE_ENVOY", injectedPod(withProxyEnv(EnvDisableEnvoy, "true"), func(p *kube.Pod) {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, kube.Container{Name: ContainerIstioInit})
+		}), RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
+		{"DISABLE_ENVOY is checked before the proxy type", injectedPod(withProxyEnv(EnvDisableEnvoy, "true"),
+			func(p *kube.Pod) { proxyOf(p).Args = []string{"proxy", "router"} }), RuleEnvoyDisabled,
+			"skip: pod default/web-1 has DISABLE_ENVOY=true on istio-proxy"},
+		{"proxy type is checked before the inject setting", injectedPod(withLabel(KeyInject, "false"),
+			func(p *kube.Pod) { proxyOf(p).Args = []string{"proxy", "router"} }), RuleNotSidecar,
+			`skip: pod default/web-1 runs istio-proxy as "router", not as a sidecar`},
+		{"inject setting is checked before the status annotation", injectedPod(withLabel(KeyInject, "false"), withoutAnnotation(KeySidecarStatus)),
+			RuleInjectDisabled, `skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(webArgs, testConfig(), tc.pod)
+			wantVerdict := Skip
+			if tc.rule == RuleSidecar {
+				wantVerdict = Redirect
+			}
+			if diff := cmp.Diff(Decision{wantVerdict, tc.rule, tc.want}, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecideNeverLooksAtThePodWhenArgsDecide(t *testing.T) {
+	// A pod that would redirect does not override an excluded namespace.
+	got := Decide(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod())
+	if got.Rule != RuleNamespaceExcluded {
+		t.Errorf("rule = %s, want %s", got.Rule, RuleNamespaceExcluded)
+	}
+}
+
+func TestParsePodArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     PodArgs
+		wantErr  string
+	}{
+		{"containerd's arguments", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=u-1",
+			PodArgs{Name: "web-1", Namespace: "default", UID: "u-1", InfraContainerID: "abc"}, ""},
+		{"empty", "", PodArgs{}, ""},
+		{"unknown keys without IgnoreUnknown", "FOO=bar;K8S_POD_NAME=a", PodArgs{Name: "a"}, ""},
+		{"value containing =", "K8S_POD_NAME=a=b", PodArgs{Name: "a=b"}, ""},
+		{"trailing separator", "K8S_POD_NAME=a;", PodArgs{Name: "a"}, ""},
+		{"pair without =", "K8S_POD_NAME", PodArgs{}, `CNI_ARGS: "K8S_POD_NAME" is not KEY=VALUE`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParsePodArgs(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err = %v, want %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMatchesPodCatchesARecreatedPod(t *testing.T) {
+	pod := injectedPod()
+	for _, tc := range []struct {
+		name    string
+		args    PodArgs
+		wantErr string
+	}{
+		{"same uid", webArgs, ""},
+		{"runtime passes no uid", PodArgs{Name: "web-1", Namespace: "default"}, ""},
+		{"different uid", PodArgs{Name: "web-1", Namespace: "default", UID: "uid-0"}, "pod recreated"},
+		{"different name", PodArgs{Name: "web-2", Namespace: "default"}, "looked up pod default/web-1 for sandbox of default/web-2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.args.MatchesPod(pod)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("MatchesPod = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

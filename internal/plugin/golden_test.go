@@ -1,0 +1,124 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/decisions/*.json")
+
+// goldenRules pins the rule each testdata pod must reach, so that -update cannot
+// quietly bless a changed verdict.
+var goldenRules = map[string]Rule{
+	"sidecar-default":              RuleSidecar,
+	"native-sidecar-dns-dualstack": RuleSidecar,
+	"ipv6-only":                    RuleSidecar,
+	"openshift-namespace-uid":      RuleSidecar,
+	"pod-level-run-as-user":        RuleSidecar,
+	"traffic-annotations":          RuleSidecar,
+	"kubevirt-interfaces":          RuleSidecar,
+	"bad-annotation":               RuleSidecar,
+	"gateway-router":               RuleNotSidecar,
+	"istio-init":                   RuleIstioInit,
+	"no-sidecar":                   RuleNoIstioProxy,
+	"inject-disabled-label":        RuleInjectDisabled,
+	"not-injected-no-status":       RuleNoSidecarStatus,
+	"disable-envoy":                RuleEnvoyDisabled,
+	"excluded-namespace":           RuleNamespaceExcluded,
+	"node-agent":                   RuleNodeAgent,
+}
+
+// goldenSpec shows the interception mode by name.
+type goldenSpec struct {
+	Mode string `json:"Mode"`
+	redirect.Spec
+}
+
+type goldenDecision struct {
+	Pod      string      `json:"pod"`
+	Decision Decision    `json:"decision"`
+	Spec     *goldenSpec `json:"spec,omitempty"`
+	Error    string      `json:"error,omitempty"`
+}
+
+// TestGoldenDecisions runs each API-server-shaped pod in testdata/pods through the
+// selection and, when selected, the spec builder, with testdata/config.json, and
+// compares with testdata/decisions/<pod>.json.
+func TestGoldenDecisions(t *testing.T) {
+	raw, err := os.ReadFile("testdata/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("testdata/pods/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata pods: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		seen[name] = true
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod, err := kube.DecodePod(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := PodArgs{Name: pod.Metadata.Name, Namespace: pod.Metadata.Namespace, UID: pod.Metadata.UID}
+			got := goldenDecision{Pod: pod.Key(), Decision: Decide(args, cfg, pod)}
+			if want, ok := goldenRules[name]; !ok {
+				t.Errorf("pod %s has no expected rule in goldenRules", name)
+			} else if got.Decision.Rule != want {
+				t.Errorf("rule = %s, want %s (%s)", got.Decision.Rule, want, got.Decision.Reason)
+			}
+			if got.Decision.Verdict == Redirect {
+				spec, err := SpecFromPod(pod, cfg, nil)
+				if err != nil {
+					got.Error = err.Error()
+				} else {
+					got.Spec = &goldenSpec{Mode: spec.Mode.String(), Spec: spec}
+				}
+			}
+			out, err := json.MarshalIndent(got, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, '\n')
+			golden := filepath.Join("testdata", "decisions", name+".json")
+			if *update {
+				if err := os.WriteFile(golden, out, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if !bytes.Equal(want, out) {
+				t.Errorf("%s differs (-want +got):\n%s", golden, cmp.Diff(string(want), string(out)))
+			}
+		})
+	}
+	for name := range goldenRules {
+		if !seen[name] {
+			t.Errorf("goldenRules lists %s but testdata/pods/%s.json is missing", name, name)
+		}
+	}
+}

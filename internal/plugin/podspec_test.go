@@ -1,0 +1,207 @@
+package plugin
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+var specOpts = cmp.Options{
+	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+	cmpopts.EquateEmpty(),
+}
+
+// istioDefaultSpec is what Istio's plugin programs for an injected pod without
+// traffic annotations: capture all inbound but the agent's ports, all outbound but
+// the status port, proxy 1337:1337, no DNS capture, IPv4 only.
+func istioDefaultSpec() redirect.Spec {
+	s := redirect.DefaultSpec()
+	s.InboundPorts = redirect.PortSet{All: true}
+	s.InboundPortsExclude = []uint16{15020, 15021, 15090}
+	s.OutboundCIDRs = redirect.PrefixSet{All: true}
+	s.OutboundPortsExclude = []uint16{15020}
+	s.OwnerGroups = redirect.GroupFilter{Except: true}
+	return s
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func int64p(v int64) *int64 { return &v }
+
+func withProxySecurity(uid, gid *int64) func(p *kube.Pod) {
+	return func(p *kube.Pod) { proxyOf(p).SecurityContext = &kube.SecurityContext{RunAsUser: uid, RunAsGroup: gid} }
+}
+
+func TestSpecFromPod(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		pod    *kube.Pod
+		cfg    func(c *Config)
+		podIPs []netip.Addr
+		want   func(s *redirect.Spec)
+	}{
+		{name: "no annotations: Istio's CNI defaults", pod: injectedPod()},
+		{name: "TPROXY interception", pod: injectedPod(withAnnotation(AnnotationInterceptionMode, "TPROXY")),
+			want: func(s *redirect.Spec) { s.Mode = redirect.ModeTProxy }},
+		{name: "REDIRECT interception", pod: injectedPod(withAnnotation(AnnotationInterceptionMode, "REDIRECT"))},
+		{name: "include outbound ranges", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, "10.0.0.0/8, 172.16.0.0/12")),
+			want: func(s *redirect.Spec) { s.OutboundCIDRs = redirect.PrefixSet{Prefixes: prefixes("10.0.0.0/8", "172.16.0.0/12")} }},
+		{name: "include outbound ranges empty captures no outbound range", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, "")),
+			want: func(s *redirect.Spec) { s.OutboundCIDRs = redirect.PrefixSet{} }},
+		{name: "exclude outbound ranges", pod: injectedPod(withAnnotation(AnnotationExcludeOutboundIPRanges, "169.254.169.254/32,fd00::/8")),
+			want: func(s *redirect.Spec) { s.OutboundCIDRsExclude = prefixes("169.254.169.254/32", "fd00::/8") }},
+		{name: "include inbound ports replaces the wildcard", pod: injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "8080,9090")),
+			want: func(s *redirect.Spec) { s.InboundPorts = redirect.PortSet{Ports: []uint16{8080, 9090}} }},
+		{name: "include inbound ports empty captures no inbound", pod: injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "")),
+			want: func(s *redirect.Spec) { s.InboundPorts = redirect.PortSet{} }},
+		{name: "exclude inbound ports keep the agent's ports excluded", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, "8443")),
+			want: func(s *redirect.Spec) { s.InboundPortsExclude = []uint16{8443, 15020, 15021, 15090} }},
+		{name: "exclude inbound ports deduplicated, trailing comma", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, "15021,8443,")),
+			want: func(s *redirect.Spec) { s.InboundPortsExclude = []uint16{15021, 8443, 15020, 15090} }},
+		{name: "exclude inbound ports empty still excludes the agent's ports", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, ""))},
+		{name: "include outbound ports", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundPorts, "443")),
+			want: func(s *redirect.Spec) { s.OutboundPorts = []uint16{443} }},
+		{name: "exclude outbound ports replace the status port default", pod: injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, "5432,6379")),
+			want: func(s *redirect.Spec) { s.OutboundPortsExclude = []uint16{5432, 6379} }},
+		{name: "exclude outbound ports empty excludes nothing", pod: injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, "")),
+			want: func(s *redirect.Spec) { s.OutboundPortsExclude = nil }},
+		{name: "exclude interfaces", pod: injectedPod(withAnnotation(AnnotationExcludeInterfaces, "net1,eth1")),
+			want: func(s *redirect.Spec) { s.ExcludeInterfaces = []string{"net1", "eth1"} }},
+		{name: "kubevirt interfaces (deprecated) reroute", pod: injectedPod(withAnnotation(AnnotationKubevirtInterfaces, "k6t-eth0")),
+			want: func(s *redirect.Spec) { s.RerouteVirtualInterfaces = []string{"k6t-eth0"} }},
+		{name: "reroute-virtual-interfaces", pod: injectedPod(withAnnotation(AnnotationRerouteVirtualInterfaces, "tap0")),
+			want: func(s *redirect.Spec) { s.RerouteVirtualInterfaces = []string{"tap0"} }},
+		{name: "reroute-virtual-interfaces wins over kubevirtInterfaces",
+			pod:  injectedPod(withAnnotation(AnnotationRerouteVirtualInterfaces, "tap0"), withAnnotation(AnnotationKubevirtInterfaces, "k6t-eth0")),
+			want: func(s *redirect.Spec) { s.RerouteVirtualInterfaces = []string{"tap0"} }},
+		{name: "empty reroute-virtual-interfaces still hides kubevirtInterfaces",
+			pod: injectedPod(withAnnotation(AnnotationRerouteVirtualInterfaces, ""), withAnnotation(AnnotationKubevirtInterfaces, "k6t-eth0"))},
+		{name: "DNS capture captures all DNS", pod: injectedPod(withProxyEnv(EnvDNSCapture, "true")),
+			want: func(s *redirect.Spec) { s.DNS = redirect.DNS{Enabled: true, CaptureAll: true} }},
+		{name: "DNS capture unparseable is off", pod: injectedPod(withProxyEnv(EnvDNSCapture, "on"))},
+		{name: "INVALID_DROP", pod: injectedPod(withProxyEnv(EnvInvalidDrop, "true")),
+			want: func(s *redirect.Spec) { s.DropInvalid = true }},
+		{name: "proxy uid and gid from istio-proxy's security context", pod: injectedPod(withProxySecurity(int64p(1000650000), int64p(1000650001))),
+			want: func(s *redirect.Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{1000650000}, []uint32{1000650001} }},
+		{name: "custom uid alone keeps gid 1337", pod: injectedPod(withProxySecurity(int64p(1000650000), nil)),
+			want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{1000650000} }},
+		{name: "uid 0 means the default", pod: injectedPod(withProxySecurity(int64p(0), int64p(0)))},
+		{name: "pod-level runAsUser applies when istio-proxy sets none", pod: injectedPod(func(p *kube.Pod) {
+			p.Spec.SecurityContext = &kube.PodSecurityContext{RunAsUser: int64p(2000)}
+		}), want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{2000} }},
+		{name: "istio-proxy's runAsUser wins over the pod's", pod: injectedPod(withProxySecurity(int64p(1337), nil), func(p *kube.Pod) {
+			p.Spec.SecurityContext = &kube.PodSecurityContext{RunAsUser: int64p(2000)}
+		})},
+		{name: "native sidecar's identity and environment are read", pod: injectedPod(nativeSidecar, withProxySecurity(int64p(1234), nil), withProxyEnv(EnvDNSCapture, "1")),
+			want: func(s *redirect.Spec) {
+				s.ProxyUIDs = []uint32{1234}
+				s.DNS = redirect.DNS{Enabled: true, CaptureAll: true}
+			}},
+		{name: "extra bypass uids follow the proxy uid", pod: injectedPod(withProxySecurity(int64p(1000650000), nil)),
+			cfg:  func(c *Config) { c.ExtraBypassUIDs = []uint32{1337, 1000660000} },
+			want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{1000650000, 1337, 1000660000} }},
+		{name: "extra bypass uid equal to the proxy's is not repeated", pod: injectedPod(),
+			cfg:  func(c *Config) { c.ExtraBypassUIDs = []uint32{1337, 1001} },
+			want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{1337, 1001} }},
+		{name: "IPv6 pod address enables IPv6", pod: injectedPod(), podIPs: addrs("fd00::5"),
+			want: func(s *redirect.Spec) { s.IPv6 = true }},
+		{name: "IPv4 first without dual stack stays IPv4", pod: injectedPod(), podIPs: addrs("10.0.0.5", "fd00::5")},
+		{name: "IPv4 first with ISTIO_DUAL_STACK enables IPv6", pod: injectedPod(withProxyEnv(EnvDualStack, "true")), podIPs: addrs("10.0.0.5", "fd00::5"),
+			want: func(s *redirect.Spec) { s.IPv6 = true }},
+		{name: "link-local and loopback addresses do not decide", pod: injectedPod(), podIPs: addrs("::1", "fe80::1", "fd00::5"),
+			want: func(s *redirect.Spec) { s.IPv6 = true }},
+		{name: "pod status addresses are used when none are given", pod: injectedPod(func(p *kube.Pod) {
+			p.Status.PodIPs = []kube.PodIP{{IP: "fd00::9"}}
+		}), want: func(s *redirect.Spec) { s.IPv6 = true }},
+		{name: "given addresses win over the pod status", pod: injectedPod(func(p *kube.Pod) {
+			p.Status.PodIPs = []kube.PodIP{{IP: "fd00::9"}}
+		}), podIPs: addrs("10.0.0.5")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.cfg != nil {
+				tc.cfg(cfg)
+			}
+			got, err := SpecFromPod(tc.pod, cfg, tc.podIPs)
+			if err != nil {
+				t.Fatalf("SpecFromPod: %v", err)
+			}
+			want := istioDefaultSpec()
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			if diff := cmp.Diff(want, got, specOpts); diff != "" {
+				t.Errorf("spec (-want +got):\n%s", diff)
+			}
+			if _, err := redirect.Build(got); err != nil {
+				t.Errorf("the spec does not build: %v", err)
+			}
+		})
+	}
+}
+
+func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *kube.Pod
+		want string
+	}{
+		{"port out of range", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "70000")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "70000" is not a port (1-65535)`},
+		{"wildcard mixed with ports", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "*,80")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "*" is not a port (1-65535)`},
+		{"wildcard in exclude inbound ports", injectedPod(withAnnotation(AnnotationExcludeInboundPorts, "*")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeInboundPorts: "*" is not a port (1-65535)`},
+		{"bad exclude outbound port", injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, "http")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundPorts: "http" is not a port (1-65535)`},
+		{"bad include outbound port", injectedPod(withAnnotation(AnnotationIncludeOutboundPorts, "0")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeOutboundPorts: "0" is not a port (1-65535)`},
+		{"bad interception mode", injectedPod(withAnnotation(AnnotationInterceptionMode, "NONE")),
+			`pod default/web-1: annotation sidecar.istio.io/interceptionMode: "NONE" is not an interception mode (REDIRECT or TPROXY)`},
+		{"bad include range", injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, "10.0.0.0/33")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeOutboundIPRanges: "10.0.0.0/33" is not a CIDR`},
+		{"bad exclude range", injectedPod(withAnnotation(AnnotationExcludeOutboundIPRanges, "example.com")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundIPRanges: "example.com" is not an IP address or CIDR`},
+		{"exclude every range", injectedPod(withAnnotation(AnnotationExcludeOutboundIPRanges, "*")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundIPRanges: "*" is not allowed: it would exclude everything`},
+		{"wildcard interface exclusion", injectedPod(withAnnotation(AnnotationExcludeInterfaces, "eth+")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeInterfaces: "eth+" is not an interface name (character '+' not allowed)`},
+		{"bad kubevirt interface", injectedPod(withAnnotation(AnnotationKubevirtInterfaces, "a-very-long-interface-name")),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/kubevirtInterfaces: "a-very-long-interface-name" is not an interface name (1-15 characters)`},
+		{"bad reroute interface", injectedPod(withAnnotation(AnnotationRerouteVirtualInterfaces, "tap 0")),
+			`pod default/web-1: annotation istio.io/reroute-virtual-interfaces: "tap 0" is not an interface name (character ' ' not allowed)`},
+		{"every bad annotation is reported", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "x"), withAnnotation(AnnotationInterceptionMode, "y")),
+			"pod default/web-1: annotation sidecar.istio.io/interceptionMode: \"y\" is not an interception mode (REDIRECT or TPROXY)\n" +
+				`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "x" is not a port (1-65535)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := SpecFromPod(tc.pod, testConfig(), nil)
+			if err == nil {
+				t.Fatalf("SpecFromPod succeeded, want %s", tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
