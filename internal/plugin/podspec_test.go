@@ -65,7 +65,9 @@ func TestSpecFromPod(t *testing.T) {
 			want: func(s *redirect.Spec) { s.Mode = redirect.ModeTProxy }},
 		{name: "REDIRECT interception", pod: injectedPod(withAnnotation(AnnotationInterceptionMode, "REDIRECT"))},
 		{name: "include outbound ranges", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, "10.0.0.0/8, 172.16.0.0/12")),
-			want: func(s *redirect.Spec) { s.OutboundCIDRs = redirect.PrefixSet{Prefixes: prefixes("10.0.0.0/8", "172.16.0.0/12")} }},
+			want: func(s *redirect.Spec) {
+				s.OutboundCIDRs = redirect.PrefixSet{Prefixes: prefixes("10.0.0.0/8", "172.16.0.0/12")}
+			}},
 		{name: "include outbound ranges empty captures no outbound range", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, "")),
 			want: func(s *redirect.Spec) { s.OutboundCIDRs = redirect.PrefixSet{} }},
 		{name: "exclude outbound ranges", pod: injectedPod(withAnnotation(AnnotationExcludeOutboundIPRanges, "169.254.169.254/32,fd00::/8")),
