@@ -44,7 +44,7 @@ func randomSpec(r *rand.Rand) Spec {
 	ids := func() []uint32 {
 		out := make([]uint32, 1+r.IntN(3))
 		for i := range out {
-			out[i] = []uint32{0, 1, 2, 1337, 65534, r.Uint32()}[r.IntN(6)]
+			out[i] = []uint32{0, 1, 2, 1337, 65534, r.Uint32N(InvalidID)}[r.IntN(6)]
 		}
 		return out
 	}

@@ -119,15 +119,22 @@ func ParsePrefixSet(s string) (PrefixSet, error) {
 	return PrefixSet{Prefixes: ps}, nil
 }
 
-// ParseID parses a numeric uid or gid.
+// ParseID parses a numeric uid or gid. 4294967295 is (uid_t)-1, which no process
+// has and which iptables' owner match refuses.
 func ParseID(s string) (uint32, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || !isDigits(s) {
 		return 0, fmt.Errorf("%q is not a numeric user or group id", s)
 	}
+	if n == InvalidID {
+		return 0, fmt.Errorf("%q is not a usable user or group id: it is (uid_t)-1", s)
+	}
 	return uint32(n), nil
 }
+
+// InvalidID is (uid_t)-1 and (gid_t)-1.
+const InvalidID = 1<<32 - 1
 
 // ParseIDList parses "1337,1338".
 func ParseIDList(s string) ([]uint32, error) {

@@ -32,7 +32,7 @@ func TestOptionsSpecAcceptsIstioInputs(t *testing.T) {
 		{"proxy uids; gids default to them", Options{ProxyUID: "3,4"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3, 4}, []uint32{3, 4} }},
 		{"proxy uid and gid apart", Options{ProxyUID: "3", ProxyGID: " 5 ,"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3}, []uint32{5} }},
 		{"proxy gid alone", Options{ProxyGID: "5"}, func(s *Spec) { s.ProxyGIDs = []uint32{5} }},
-		{"uid 0 and the largest uid", Options{ProxyUID: "0,4294967295"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{0, 4294967295}, []uint32{0, 4294967295} }},
+		{"uid 0 and the largest uid", Options{ProxyUID: "0,4294967294"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{0, 4294967294}, []uint32{0, 4294967294} }},
 		{"mode REDIRECT", Options{InboundInterceptionMode: "REDIRECT"}, func(s *Spec) {}},
 		{"mode TPROXY", Options{InboundInterceptionMode: "TPROXY"}, func(s *Spec) { s.Mode = ModeTProxy }},
 		{"tproxy mark and table", Options{InboundInterceptionMode: "TPROXY", InboundTProxyMark: "7", InboundTProxyRouteTable: "200"}, func(s *Spec) { s.Mode, s.TProxyMark, s.TProxyRouteTable = ModeTProxy, 7, 200 }},
@@ -104,6 +104,7 @@ func TestOptionsSpecRejectsBadInputs(t *testing.T) {
 		{"inbound tunnel port negative", Options{InboundTunnelPort: "-1"}, []string{`inbound tunnel port: "-1" is not a port`}, ""},
 		{"proxy uid not a number, reported once", Options{ProxyUID: "abc"}, []string{`proxy uid: "abc" is not a numeric user or group id`}, "proxy gid"},
 		{"proxy uid too large", Options{ProxyUID: "4294967296"}, []string{`proxy uid: "4294967296" is not a numeric`}, ""},
+		{"proxy uid (uid_t)-1", Options{ProxyUID: "4294967295"}, []string{`proxy uid: "4294967295" is not a usable user or group id`}, ""},
 		{"proxy uid of only commas", Options{ProxyUID: ","}, []string{"proxy uid: at least one uid is required"}, ""},
 		{"proxy gid not a number", Options{ProxyGID: "1,x"}, []string{`proxy gid: "x" is not a numeric user or group id`}, ""},
 		{"mode in lower case", Options{InboundInterceptionMode: "tproxy"}, []string{`interception mode: "tproxy" is not an interception mode`}, ""},
@@ -191,6 +192,8 @@ func TestSpecValidateNamesTheField(t *testing.T) {
 		{"DNS port 0", func(s *Spec) { s.DNSPort = 0 }, "DNS port: must be 1-65535, got 0"},
 		{"no proxy uid", func(s *Spec) { s.ProxyUIDs = nil }, "proxy uid: at least one uid is required"},
 		{"no proxy gid", func(s *Spec) { s.ProxyGIDs = nil }, "proxy gid: at least one gid is required"},
+		{"proxy uid (uid_t)-1", func(s *Spec) { s.ProxyUIDs = []uint32{InvalidID} }, "proxy uid: 4294967295 is (uid_t)-1"},
+		{"proxy gid (gid_t)-1", func(s *Spec) { s.ProxyGIDs = []uint32{1, InvalidID} }, "proxy gid: 4294967295 is (gid_t)-1"},
 		{"unknown mode", func(s *Spec) { s.Mode = 7 }, "interception mode: unknown mode 7"},
 		{"route table 255", func(s *Spec) { s.Mode, s.TProxyRouteTable = ModeTProxy, 255 }, "tproxy route table: 255 is not"},
 		{"* with ports", func(s *Spec) { s.InboundPorts = PortSet{All: true, Ports: []uint16{80}} }, "inbound ports: '*' cannot be combined"},
@@ -255,7 +258,7 @@ func TestValidateNames(t *testing.T) {
 		}
 	}
 	groups := map[string]bool{
-		"java": true, "202": true, "0": true, "_x": true, "a-b.c": true, "host$": true, "4294967295": true, strings.Repeat("g", 32): true,
+		"java": true, "202": true, "0": true, "_x": true, "a-b.c": true, "host$": true, "4294967294": true, "4294967295": false, strings.Repeat("g", 32): true,
 		"": false, "1java": false, "-x": false, ".x": false, "a b": false, "a$b": false, "$": false, "a;b": false, "a:b": false,
 		"4294967296": false, "010": false, "00": false, strings.Repeat("g", 33): false, "é": false, "*": false, "a,b": false,
 	}

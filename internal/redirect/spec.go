@@ -159,6 +159,12 @@ func (s *Spec) Validate() error {
 	if len(s.ProxyGIDs) == 0 {
 		bad("proxy gid", "at least one gid is required")
 	}
+	if slices.Contains(s.ProxyUIDs, InvalidID) {
+		bad("proxy uid", "%d is (uid_t)-1, not a user", uint32(InvalidID))
+	}
+	if slices.Contains(s.ProxyGIDs, InvalidID) {
+		bad("proxy gid", "%d is (gid_t)-1, not a group", uint32(InvalidID))
+	}
 	if s.Mode != ModeRedirect && s.Mode != ModeTProxy {
 		bad("interception mode", "unknown mode %d", s.Mode)
 	}

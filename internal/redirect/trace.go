@@ -530,12 +530,17 @@ func ownerMatches(m Match, p Packet) (bool, error) {
 	return p.GroupName != "" && p.GroupName == m.Owner, nil
 }
 
-// parseOwnerRange parses "1337" or "1000-2000". numeric is false for a name.
+// parseOwnerRange parses "1337", "1000-2000" or "1000:2000" as iptables does, but in
+// decimal only. numeric is false for a name.
 func parseOwnerRange(s string) (lo, hi uint32, numeric bool, err error) {
 	if s == "" {
 		return 0, 0, false, errors.New("owner match without an owner")
 	}
-	first, last, isRange := strings.Cut(s, "-")
+	sep := "-"
+	if strings.Contains(s, ":") {
+		sep = ":" // iptables takes either
+	}
+	first, last, isRange := strings.Cut(s, sep)
 	if !isDigits(first) || isRange && !isDigits(last) {
 		if isDigits(first) {
 			return 0, 0, false, fmt.Errorf("owner %q is not an id or id range", s)
@@ -557,6 +562,9 @@ func parseOwnerRange(s string) (lo, hi uint32, numeric bool, err error) {
 		if b, err = strconv.ParseUint(last, 10, 32); err != nil || b < a {
 			return 0, 0, false, fmt.Errorf("owner %q is not an id or id range", s)
 		}
+	}
+	if b == InvalidID {
+		return 0, 0, false, fmt.Errorf("owner %q includes (uid_t)-1, which iptables refuses", s)
 	}
 	return uint32(a), uint32(b), true, nil
 }
