@@ -1,0 +1,176 @@
+package controlplane
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the key material of one control plane, as PEM and as the files the
+// apiserver reads. ECDSA P-256 keeps generation in the milliseconds even on a busy
+// machine; the apiserver accepts it for serving, client auth and ES256 tokens.
+type pki struct {
+	caCert []byte // PEM
+
+	adminCert []byte // PEM, CN=admin, O=system:masters
+	adminKey  []byte // PEM
+
+	caCertFile       string
+	servingCertFile  string
+	servingKeyFile   string
+	saPublicKeyFile  string
+	saSigningKeyFile string
+}
+
+// servingNames are the names and addresses clients may use to reach the apiserver:
+// loopback from this machine, the advertised address, and the in-cluster service.
+func servingNames(advertise net.IP, serviceIP net.IP) ([]string, []net.IP) {
+	dns := []string{
+		"localhost",
+		"kubernetes",
+		"kubernetes.default",
+		"kubernetes.default.svc",
+		"kubernetes.default.svc.cluster.local",
+	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, advertise, serviceIP}
+	return dns, ips
+}
+
+func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create pki dir: %w", err)
+	}
+	now := time.Now()
+	// Backdated so that a small clock difference between cert creation and the
+	// apiserver's check cannot make a fresh certificate "not yet valid".
+	notBefore := now.Add(-time.Hour)
+	notAfter := now.Add(7 * 24 * time.Hour)
+
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate ca key: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "istio-cni-controlplane-ca"},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		return nil, fmt.Errorf("create ca certificate: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, fmt.Errorf("parse ca certificate: %w", err)
+	}
+
+	issue := func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, fmt.Errorf("generate key for %q: %w", tmpl.Subject.CommonName, err)
+		}
+		tmpl.SerialNumber = serial()
+		tmpl.NotBefore, tmpl.NotAfter = notBefore, notAfter
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("create certificate %q: %w", tmpl.Subject.CommonName, err)
+		}
+		keyPEM, err = privateKeyPEM(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pemBlock("CERTIFICATE", der), keyPEM, nil
+	}
+
+	dnsNames, ips := servingNames(advertise, serviceIP)
+	servingCert, servingKey, err := issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+	})
+	if err != nil {
+		return nil, err
+	}
+	adminCert, adminKey, err := issue(&x509.Certificate{
+		// system:masters bypasses authorization entirely, so admin requests work
+		// even before the RBAC bootstrap policy exists.
+		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate service-account signing key: %w", err)
+	}
+	saKeyPEM, err := privateKeyPEM(saKey)
+	if err != nil {
+		return nil, err
+	}
+	saPubDER, err := x509.MarshalPKIXPublicKey(saKey.Public())
+	if err != nil {
+		return nil, fmt.Errorf("marshal service-account public key: %w", err)
+	}
+
+	p := &pki{
+		caCert:           pemBlock("CERTIFICATE", caDER),
+		adminCert:        adminCert,
+		adminKey:         adminKey,
+		caCertFile:       filepath.Join(dir, "ca.crt"),
+		servingCertFile:  filepath.Join(dir, "apiserver.crt"),
+		servingKeyFile:   filepath.Join(dir, "apiserver.key"),
+		saPublicKeyFile:  filepath.Join(dir, "sa.pub"),
+		saSigningKeyFile: filepath.Join(dir, "sa.key"),
+	}
+	for path, data := range map[string][]byte{
+		p.caCertFile:       p.caCert,
+		p.servingCertFile:  servingCert,
+		p.servingKeyFile:   servingKey,
+		p.saPublicKeyFile:  pemBlock("PUBLIC KEY", saPubDER),
+		p.saSigningKeyFile: saKeyPEM,
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+func privateKeyPEM(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal private key: %w", err)
+	}
+	return pemBlock("PRIVATE KEY", der), nil
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		// crypto/rand does not fail on Linux; a fixed serial would still be valid.
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}
