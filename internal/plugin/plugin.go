@@ -1,0 +1,345 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/nftables"
+	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// Plugin runs the CNI commands. Its fields are the process's surroundings, so tests
+// can run it in-process; main fills them from the real process.
+type Plugin struct {
+	// Stdout receives the CNI result and nothing else.
+	Stdout io.Writer
+	// Stderr receives logs.
+	Stderr io.Writer
+	// Timeout bounds a whole command (the runtime also has its own).
+	Timeout time.Duration
+}
+
+// New returns the plugin as the runtime runs it.
+func New() *Plugin {
+	return &Plugin{Stdout: os.Stdout, Stderr: os.Stderr, Timeout: 2 * time.Minute}
+}
+
+// Funcs wires the plugin into skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}
+
+// errPluginNotAvailable is CNI 1.1's STATUS error "plugin not available" (50).
+const errPluginNotAvailable = 50
+
+// SupportedVersions are the CNI spec versions the plugin speaks.
+var SupportedVersions = version.All
+
+// cniError turns err into a CNI error with code, keeping a message a person can act
+// on. Errors that already are CNI errors keep their code.
+func cniError(code uint, err error) error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te
+	}
+	return types.NewError(code, err.Error(), "")
+}
+
+// setup parses the config and opens the logger. The logger must be closed.
+func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.Logger, error) {
+	cfg, err := ParseConfig(args.StdinData)
+	if err != nil {
+		// The config may be unreadable; log at info to stderr anyway.
+		l := pluginlog.New(p.Stderr, pluginlog.Options{})
+		l.Error("invalid plugin config", "command", command, "containerID", args.ContainerID, "error", err)
+		return nil, l, cniError(types.ErrInvalidNetworkConfig, err)
+	}
+	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket})
+	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
+	return cfg, l, nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// result is what ADD prints: the previous plugin's result unchanged when chained, an
+// empty result of the config's version when standalone (Multus/OpenShift).
+func result(cfg *Config) (types.Result, error) {
+	if cfg.RawPrevResult == nil {
+		return &types100.Result{CNIVersion: types100.ImplementedSpecVersion}, nil
+	}
+	if err := version.ParsePrevResult(&cfg.NetConf); err != nil {
+		return nil, cniError(types.ErrDecodingFailure, fmt.Errorf("prevResult: %w", err))
+	}
+	return cfg.PrevResult, nil
+}
+
+func (p *Plugin) print(r types.Result, cniVersion string) error {
+	if cniVersion == "" {
+		cniVersion = types100.ImplementedSpecVersion
+	}
+	out, err := r.GetAsVersion(cniVersion)
+	if err != nil {
+		return cniError(types.ErrIncompatibleCNIVersion, fmt.Errorf("convert result to %s: %w", cniVersion, err))
+	}
+	return out.PrintTo(p.Stdout)
+}
+
+// Add programs the pod's redirection, or passes the pod through, and prints the
+// previous result. It never reports success for a pod that needs redirection and
+// did not get it: a failed lookup or apply fails the ADD (fail closed).
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	cfg, log, err := p.setup(args, "ADD")
+	defer log.Close()
+	if err != nil {
+		return err
+	}
+	res, err := result(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer cancel()
+	start := time.Now()
+	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup)
+	if err != nil {
+		log.Error("ADD failed", "error", err)
+		return err
+	}
+	if d.Verdict != Redirect {
+		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start))
+		return p.print(res, cfg.CNIVersion)
+	}
+	b, err := newBackend(cfg)
+	if err != nil {
+		log.Error("ADD failed", "error", err)
+		return cniError(types.ErrInternal, err)
+	}
+	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
+		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
+		log.Error("ADD failed", "error", err)
+		if _, serr := os.Stat(args.Netns); serr != nil {
+			return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (network namespace %s is gone)", err, args.Netns))
+		}
+		return cniError(types.ErrInternal, err)
+	}
+	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(), "took", time.Since(start))
+	return p.print(res, cfg.CNIVersion)
+}
+
+// decide runs the selection and, for a pod to redirect, builds its plan. lookup
+// bounds the pod lookup's retries.
+func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l *pluginlog.Logger, lookup PodLookup) (Decision, *redirect.Plan, PodArgs, error) {
+	podArgs, err := ParsePodArgs(args.Args)
+	if err != nil {
+		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
+	}
+	l.Logger = l.With("pod", podArgs.Key())
+	if d := DecideBeforeLookup(podArgs, cfg); d.Verdict != Lookup {
+		return d, nil, podArgs, nil
+	}
+	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
+	if err != nil {
+		return Decision{}, nil, podArgs, err
+	}
+	d := DecideWithPod(cfg, pod)
+	if d.Verdict != Redirect {
+		return d, nil, podArgs, nil
+	}
+	ips, err := cfg.PrevResultIPs()
+	if err != nil {
+		return d, nil, podArgs, cniError(types.ErrDecodingFailure, err)
+	}
+	spec, err := SpecFromPod(pod, cfg, ips)
+	if err != nil {
+		return d, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		return d, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, fmt.Errorf("pod %s: %w", podArgs.Key(), err))
+	}
+	return d, plan, podArgs, nil
+}
+
+// lookup gets the pod, retrying within the configured budget: right after creation a
+// pod may not be visible yet, and the API server may be briefly unreachable.
+func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Pod, error) {
+	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))
+	}
+	if cfg.K8sAPIRoot != "" {
+		kc.Server = cfg.K8sAPIRoot
+	}
+	client, err := kube.NewClient(kc, 5*time.Second)
+	if err != nil {
+		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))
+	}
+	tries := max(1, budget.Retries)
+	var lastErr error
+	for i := 0; i < tries; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup interrupted: %w (last error: %w)", args.Key(), ctx.Err(), lastErr))
+			case <-time.After(budget.Interval):
+			}
+		}
+		var pod kube.Pod
+		err := client.Get(ctx, kube.PodPath(args.Namespace, args.Name), &pod)
+		if err == nil {
+			if err = args.MatchesPod(&pod); err == nil {
+				return &pod, nil
+			}
+		}
+		lastErr = err
+		log.Debug("pod lookup failed, retrying", "try", i+1, "error", err)
+	}
+	what := "the API server did not answer"
+	if errors.Is(lastErr, kube.ErrNotFound) {
+		what = "the pod does not exist"
+	} else if se := (*kube.StatusError)(nil); errors.As(lastErr, &se) {
+		what = "the API server refused"
+	}
+	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup failed after %d tries over %s (%s): %w",
+		args.Key(), tries, time.Duration(tries-1)*budget.Interval, what, lastErr))
+}
+
+// newBackend picks the rule backend the config names.
+func newBackend(cfg *Config) (capture.Backend, error) {
+	if cfg.Backend == BackendNftables {
+		return nftables.NewBackend(), nil
+	}
+	return iptables.NewBackend(iptables.Config{Mode: iptables.Mode(cfg.IptablesMode), LockDir: filepath.Join(cfg.AgentRunDir, "xtables")})
+}
+
+// Del removes our rules when the namespace still exists. It always succeeds for a
+// namespace that is gone, and never fails for lack of the pod (DEL must be idempotent).
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	cfg, log, err := p.setup(args, "DEL")
+	defer log.Close()
+	if err != nil {
+		return nil // nothing of ours can be removed without a config; do not block the pod's deletion
+	}
+	if args.Netns == "" {
+		log.Debug("DEL: no network namespace, nothing to do")
+		return nil
+	}
+	if _, err := os.Stat(args.Netns); err != nil {
+		log.Debug("DEL: network namespace already gone")
+		return nil
+	}
+	b, err := newBackend(cfg)
+	if err != nil {
+		log.Warn("DEL: no backend", "error", err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer cancel()
+	if err := capture.Cleanup(ctx, args.Netns, b, nil); err != nil {
+		// The namespace is about to be destroyed with everything in it.
+		log.Warn("DEL: cleanup incomplete", "error", err)
+	}
+	log.Info("DEL: done")
+	return nil
+}
+
+// Check verifies that a pod that needs redirection has exactly its rules (Istio's
+// CHECK verifies nothing).
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	cfg, log, err := p.setup(args, "CHECK")
+	defer log.Close()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer cancel()
+	d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if d.Verdict != Redirect {
+		log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
+		return nil
+	}
+	b, err := newBackend(cfg)
+	if err != nil {
+		return cniError(types.ErrInternal, err)
+	}
+	diffs, err := capture.Verify(ctx, args.Netns, b, plan)
+	if err != nil {
+		return cniError(types.ErrInternal, err)
+	}
+	if len(diffs) > 0 {
+		err := fmt.Errorf("traffic redirection is not as the pod requires (%d differences): %s", len(diffs), strings.Join(diffs, "; "))
+		log.Error("CHECK failed", "error", err)
+		return cniError(types.ErrInternal, err)
+	}
+	log.Debug("CHECK: rules match")
+	return nil
+}
+
+// Status reports whether the plugin can work on this node: its kubeconfig must be
+// present and readable.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	cfg, log, err := p.setup(args, "STATUS")
+	defer log.Close()
+	if err != nil {
+		return err
+	}
+	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	if err == nil {
+		_, err = kube.NewClient(kc, time.Second)
+	}
+	if err != nil {
+		log.Warn("STATUS: not ready", "error", err)
+		return types.NewError(errPluginNotAvailable, fmt.Sprintf("istio-cni cannot look pods up: %v (is the istio-cni node agent running on this node?)", err), "")
+	}
+	return nil
+}
+
+// GC removes per-namespace xtables lock files that have not been used for an hour:
+// the plugin keeps no other state outside pod namespaces.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	cfg, log, err := p.setup(args, "GC")
+	defer log.Close()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(cfg.AgentRunDir, "xtables")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	removed := 0
+	for _, e := range entries {
+		info, err := e.Info()
+		if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour {
+			if os.Remove(filepath.Join(dir, e.Name())) == nil {
+				removed++
+			}
+		}
+	}
+	log.Debug("GC done", "removedLockFiles", removed)
+	return nil
+}
+
