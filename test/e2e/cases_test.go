@@ -1,0 +1,372 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/internal/netns"
+)
+
+var backends = []struct {
+	name  string
+	extra map[string]any
+}{
+	{"iptables", map[string]any{}},
+	{"nftables", map[string]any{"native_nftables": true}},
+}
+
+// TestMeshedPodIsRedirectedEndToEnd: the runtime's chain (ptp, then istio-cni) ADDs a
+// meshed pod that exists in the API server; real connections in and out land on the
+// proxy's capture ports, CHECK passes, a second ADD succeeds, a deleted rule makes
+// CHECK fail, and DEL succeeds.
+func TestMeshedPodIsRedirectedEndToEnd(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			list := n.chain(n.istioEntry(b.extra))
+			pod := createPod(t, shared, meshedPod("e2e-"+b.name, "web", nil))
+			sb := n.newSandbox(pod)
+			res, err := n.add(list, sb)
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if len(res.IPs) == 0 {
+				t.Fatalf("ADD returned no IPs: the previous result was not passed through: %+v", res)
+			}
+			serveTraffic(t, n, sb)
+			expectCaptured(t, n, sb)
+			if err := n.check(list, sb); err != nil {
+				t.Errorf("CHECK after ADD: %v", err)
+			}
+			// The runtime never repeats a chain's ADD (host-local would refuse the
+			// second address), but istio-cni may be run again, for example by the
+			// repair path: run it alone with the same previous result.
+			if err := n.addIstioAgain(b.extra, sb, res); err != nil {
+				t.Errorf("second istio-cni ADD: %v", err)
+			}
+			if err := n.check(list, sb); err != nil {
+				t.Errorf("CHECK after the second ADD: %v", err)
+			}
+			// Break the capture by hand: CHECK must notice.
+			breakCapture(t, sb, b.name)
+			err = n.check(list, sb)
+			if err == nil || !strings.Contains(err.Error(), "redirection is not as the pod requires") {
+				t.Errorf("CHECK after deleting a rule = %v, want a difference report", err)
+			}
+			if err := n.del(list, sb); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+			if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+				t.Errorf("DEL left rules behind:\n%s", out)
+			}
+		})
+	}
+}
+
+func runIn(t *testing.T, ns string, name string, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := netns.Do(ns, func() error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+	return string(out)
+}
+
+func breakCapture(t *testing.T, sb *sandboxPod, backend string) {
+	t.Helper()
+	if backend == "nftables" {
+		runIn(t, sb.netns, "nft", "flush", "chain", "ip", "istio-proxy-nat", "ISTIO_REDIRECT")
+		return
+	}
+	runIn(t, sb.netns, "iptables", "-t", "nat", "-D", "ISTIO_REDIRECT", "1")
+}
+
+// TestSelection runs each of Istio's selection rules through the real chain: pods
+// that must be skipped come up with networking but without capture; a pod that must
+// be redirected is captured.
+func TestSelection(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		capture bool
+	}{
+		{"meshed pod", meshedPod("sel", "meshed", nil), true},
+		{"excluded namespace", meshedPod("kube-system", "meshed-but-excluded", nil), false},
+		{"no istio-proxy container", meshedPod("sel", "plain", nil, func(p *corev1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), false},
+		{"istio-init present", meshedPod("sel", "with-init", nil, func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "istio-init", Image: "proxyv2:1"}}
+		}), false},
+		{"injection disabled by label", meshedPod("sel", "label-off", nil, func(p *corev1.Pod) {
+			p.Labels = map[string]string{"sidecar.istio.io/inject": "false"}
+		}), false},
+		{"no sidecar status", meshedPod("sel", "no-status", nil, func(p *corev1.Pod) {
+			delete(p.Annotations, "sidecar.istio.io/status")
+		}), false},
+		{"envoy disabled", meshedPod("sel", "no-envoy", nil, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "DISABLE_ENVOY", Value: "true"}}
+		}), false},
+		{"gateway, not a sidecar", meshedPod("sel", "gateway", nil, func(p *corev1.Pod) {
+			p.Spec.Containers[1].Args = []string{"proxy", "router"}
+		}), false},
+		{"native sidecar in initContainers", meshedPod("sel", "native", nil, func(p *corev1.Pod) {
+			always := corev1.ContainerRestartPolicyAlways
+			proxy := p.Spec.Containers[1]
+			proxy.RestartPolicy = &always
+			p.Spec.InitContainers = []corev1.Container{proxy}
+			p.Spec.Containers = p.Spec.Containers[:1]
+		}), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := createPod(t, shared, tc.pod)
+			sb := n.newSandbox(pod)
+			if _, err := n.add(list, sb); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			serveTraffic(t, n, sb)
+			if tc.capture {
+				expectCaptured(t, n, sb)
+			} else {
+				expectNotCaptured(t, n, sb)
+			}
+			if err := n.del(list, sb); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+		})
+	}
+}
+
+// TestBadAnnotationFailsAddNamingPodAnnotationAndValue: fail closed, with a message a
+// person can act on, and nothing left half-applied.
+func TestBadAnnotationFailsAddNamingPodAnnotationAndValue(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	pod := createPod(t, shared, meshedPod("bad", "web", map[string]string{"traffic.sidecar.istio.io/includeInboundPorts": "80,70000"}))
+	sb := n.newSandbox(pod)
+	_, err := n.add(list, sb)
+	if err == nil {
+		t.Fatal("ADD succeeded for a pod with an invalid annotation")
+	}
+	for _, want := range []string{"bad/web", "traffic.sidecar.istio.io/includeInboundPorts", `"70000"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("a failed ADD left rules:\n%s", out)
+	}
+}
+
+// TestAnnotationsShapeTheCapture: excluded ports and CIDRs are honoured end to end.
+func TestAnnotationsShapeTheCapture(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	pod := createPod(t, shared, meshedPod("ann", "web", map[string]string{
+		"traffic.sidecar.istio.io/excludeInboundPorts":     "8080",
+		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/8",
+	}))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(list, sb); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	serveTraffic(t, n, sb)
+	in, out := landings(t, n, sb)
+	if !strings.HasPrefix(in, "app ") {
+		t.Errorf("inbound to excluded port 8080 landed on %q, want the app", in)
+	}
+	if !strings.HasPrefix(out, "node ") {
+		t.Errorf("outbound to excluded range landed on %q, want the node's service", out)
+	}
+}
+
+// TestLegacyConfigFormat: the seed documents' kubernetes{...} block still works.
+func TestLegacyConfigFormat(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(map[string]any{
+		"type":      "istio-cni",
+		"log_level": "debug",
+		"kubernetes": map[string]any{
+			"kubeconfig":         n.runDir + "/istio-cni-kubeconfig",
+			"cni_bin_dir":        pluginDir,
+			"exclude_namespaces": []string{"istio-system"},
+		},
+	})
+	pod := createPod(t, shared, meshedPod("legacy", "web", nil))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(list, sb); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	serveTraffic(t, n, sb)
+	expectCaptured(t, n, sb)
+}
+
+// TestStandaloneConf: as Multus/CRI-O run it on OpenShift, istio-cni alone (no
+// prevResult) in a namespace another network already set up; it returns a valid
+// empty result and programs the capture.
+func TestStandaloneConf(t *testing.T) {
+	n := newNode(t, shared)
+	ptpOnly, err := libcni.ConfListFromBytes(mustJSON(t, map[string]any{"cniVersion": "1.0.0", "name": "primary", "plugins": []any{n.ptpEntry()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := n.istioEntry(nil)
+	entry["cniVersion"] = "1.0.0"
+	entry["name"] = "istio-cni"
+	conf, err := libcni.ConfFromBytes(mustJSON(t, entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := createPod(t, shared, meshedPod("standalone", "web", nil))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(ptpOnly, sb); err != nil {
+		t.Fatalf("primary ADD: %v", err)
+	}
+	var raw []byte
+	err = netns.Do(n.ns, func() error {
+		r, err := n.cni.AddNetwork(t.Context(), conf, n.runtimeConf(sb))
+		if err == nil {
+			raw, err = json.Marshal(r)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("standalone ADD: %v", err)
+	}
+	if !strings.Contains(string(raw), `"cniVersion":"1.0.0"`) {
+		t.Errorf("standalone result %s is not a 1.0.0 result", raw)
+	}
+	serveTraffic(t, n, sb)
+	expectCaptured(t, n, sb)
+	if err := netns.Do(n.ns, func() error { return n.cni.DelNetwork(t.Context(), conf, n.runtimeConf(sb)) }); err != nil {
+		t.Errorf("standalone DEL: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMissingPodFailsAddAfterTheBudget: fail closed, saying the pod does not exist.
+func TestMissingPodFailsAddAfterTheBudget(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	pod := meshedPod("missing", "ghost", nil)
+	sb := n.newSandbox(pod)
+	_, err := n.add(list, sb)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "missing/ghost") {
+		t.Fatalf("ADD for a pod the API server does not have = %v, want a lookup failure naming the pod", err)
+	}
+}
+
+// TestAPIServerDownFailsAddAfterTheBudget: with the API server stopped, ADD retries
+// within its budget and then fails saying so; it never reports success.
+func TestAPIServerDownFailsAddAfterTheBudget(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	n := newNode(t, cp)
+	list := n.chain(n.istioEntry(nil))
+	pod := createPod(t, cp, meshedPod("down", "web", nil))
+	sb := n.newSandbox(pod)
+	if err := cp.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.add(list, sb)
+	if err == nil {
+		t.Fatal("ADD succeeded with the API server down")
+	}
+	for _, want := range []string{"down/web", "lookup failed after 3 tries", "did not answer"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestDelAfterNetnsRemovedSucceeds: DEL is idempotent when the namespace is gone.
+func TestDelAfterNetnsRemovedSucceeds(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	pod := createPod(t, shared, meshedPod("gone", "web", nil))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(list, sb); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if err := netns.Delete(sb.netns); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.del(list, sb); err != nil {
+		t.Errorf("DEL after the namespace vanished: %v", err)
+	}
+	if err := n.del(list, sb); err != nil {
+		t.Errorf("second DEL: %v", err)
+	}
+}
+
+// TestFiftyPodsInParallel: 50 ADDs at once all succeed, with no lock errors.
+func TestFiftyPodsInParallel(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	var sbs []*sandboxPod
+	for i := 0; i < 50; i++ {
+		pod := createPod(t, shared, meshedPod("par", fmt.Sprintf("web-%d", i), nil))
+		sbs = append(sbs, n.newSandbox(pod))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(sbs))
+	for i, sb := range sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.add(list, sb)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("ADD of pod %d: %v", i, err)
+		}
+	}
+	for _, sb := range sbs {
+		if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
+			t.Errorf("pod %s has no capture after the parallel ADD", sb.name)
+		}
+	}
+}
+
+// TestStatusReportsAMissingKubeconfig: STATUS says whether the plugin can work.
+func TestStatusReportsAMissingKubeconfig(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
+		t.Errorf("STATUS with a kubeconfig: %v", err)
+	}
+	if err := os.Remove(n.runDir + "/istio-cni-kubeconfig"); err != nil {
+		t.Fatal(err)
+	}
+	err := n.cni.GetStatusNetworkList(t.Context(), list)
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
+	}
+}
+
+var _ = metav1.Now

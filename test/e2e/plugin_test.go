@@ -1,0 +1,412 @@
+// Package e2e runs the istio-cni plugin the way a container runtime does: libcni
+// executes a conflist chain of the reference plugins (ptp + host-local) and istio-cni
+// into real network namespaces, for pods that exist in a real kube-apiserver, and
+// real traffic proves the redirection.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/sandbox"
+)
+
+var (
+	// pluginDir is CNI_PATH: the freshly built istio-cni and the reference plugins.
+	pluginDir string
+	// selfExe is a copy of this test binary that probes running as other uids can run.
+	selfExe string
+	// shared is the control plane most tests use.
+	shared *controlplane.ControlPlane
+)
+
+func TestMain(m *testing.M) {
+	sandbox.RunChildIfAsked()
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	if os.Geteuid() != 0 {
+		return 0, fmt.Errorf("the end-to-end tests need root (network namespaces, netfilter); run them as root, as CI does")
+	}
+	dir, err := os.MkdirTemp("", "istio-cni-e2e")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	pluginDir = filepath.Join(dir, "bin")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return 0, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return 0, err
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "istio-cni"), "./cmd/istio-cni")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build istio-cni: %w: %s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(root, "hack", "cni-plugins.sh")).Output()
+	if err != nil {
+		return 0, fmt.Errorf("reference plugins (hack/cni-plugins.sh): %w", err)
+	}
+	refDir := strings.TrimSpace(string(out))
+	for _, p := range []string{"ptp", "host-local", "loopback"} {
+		data, err := os.ReadFile(filepath.Join(refDir, p))
+		if err != nil {
+			return 0, err
+		}
+		if err := os.WriteFile(filepath.Join(pluginDir, p), data, 0o755); err != nil {
+			return 0, err
+		}
+	}
+	exe, exeDir, err := sandbox.ExecutableCopy()
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(exeDir)
+	selfExe = exe
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	shared, err = controlplane.Start(ctx, controlplane.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer shared.Stop()
+	return m.Run(), nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// node is one simulated node: a namespace playing the host, a CNI config, and the
+// plugin's run directory with its kubeconfig.
+type node struct {
+	t      *testing.T
+	cp     *controlplane.ControlPlane
+	ns     string // the node's (host) network namespace
+	// svcPort is where a service on the node side listens, for outbound probes.
+	svcPort int
+	dir    string
+	runDir string
+	cni    *libcni.CNIConfig
+	stderr *lockedBuffer
+	subnet int
+}
+
+// pluginExec runs plugins like libcni's default, keeping their stderr (the plugin's
+// logs) for the test's report.
+type pluginExec struct {
+	*invoke.RawExec
+	version.PluginDecoder
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var subnetSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{t: t, cp: cp, dir: dir, runDir: filepath.Join(dir, "run"), stderr: &lockedBuffer{}}
+	subnetSeq.Lock()
+	subnetSeq.n++
+	n.subnet = subnetSeq.n
+	subnetSeq.Unlock()
+	// The runtime runs plugins in the host's namespace, where the API server is
+	// reachable; ptp puts its host-side veth and routes there, and they go away with
+	// each pod's namespace.
+	n.ns = "/proc/self/ns/net"
+	n.svcPort = 20000 + n.subnet
+	svc, err := sandbox.Serve(n.ns, 0, "node", "tcp4", fmt.Sprintf("0.0.0.0:%d", n.svcPort), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	if err := os.MkdirAll(n.runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cp.ServiceAccountKubeconfig(t.Context(), "istio-system", "istio-cni", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.runDir, "istio-cni-kubeconfig"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, filepath.Join(dir, "cache"), &pluginExec{RawExec: &invoke.RawExec{Stderr: n.stderr}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("plugin stderr:\n%s", n.stderr.String())
+		}
+	})
+	return n
+}
+
+// istioEntry is the istio-cni entry of the chain in Istio's current format.
+func (n *node) istioEntry(extra map[string]any) map[string]any {
+	e := map[string]any{
+		"type":               "istio-cni",
+		"plugin_log_level":   "debug",
+		"cni_agent_run_dir":  n.runDir,
+		"exclude_namespaces": []string{"istio-system", "kube-system"},
+		"pod_namespace":      "istio-system",
+		"pod_lookup":         map[string]any{"retries": 3, "interval": "200ms"},
+		"log_socket":         "",
+	}
+	for k, v := range extra {
+		e[k] = v
+	}
+	return e
+}
+
+func (n *node) ptpEntry() map[string]any {
+	return map[string]any{
+		"type": "ptp", "mtu": 1500,
+		"ipam": map[string]any{
+			"type": "host-local", "dataDir": filepath.Join(n.dir, "ipam"),
+			"ranges": []any{[]any{map[string]any{"subnet": fmt.Sprintf("10.%d.%d.0/24", 200+n.subnet/250, n.subnet%250)}}},
+			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}},
+		},
+	}
+}
+
+// chain builds the conflist a runtime reads: ptp, then istio-cni.
+func (n *node) chain(istio map[string]any) *libcni.NetworkConfigList {
+	n.t.Helper()
+	raw, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "k8s-pod-network", "plugins": []any{n.ptpEntry(), istio}})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	l, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		n.t.Fatalf("conflist: %v", err)
+	}
+	return l
+}
+
+// sandboxPod is a pod's network namespace and its runtime identity.
+type sandboxPod struct {
+	ns, name, uid string
+	netns         string
+	containerID   string
+	ip            netip.Addr
+	gw            netip.Addr
+}
+
+func (n *node) runtimeConf(p *sandboxPod) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: p.containerID, NetNS: p.netns, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", p.ns}, {"K8S_POD_NAME", p.name},
+			{"K8S_POD_INFRA_CONTAINER_ID", p.containerID}, {"K8S_POD_UID", p.uid}},
+	}
+}
+
+// newSandbox makes a network namespace for pod (like the runtime's pause sandbox).
+func (n *node) newSandbox(pod *corev1.Pod) *sandboxPod {
+	n.t.Helper()
+	id := fmt.Sprintf("%x", time.Now().UnixNano())
+	path, err := netns.New(n.dir, "pod-"+id)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { netns.Delete(path) })
+	return &sandboxPod{ns: pod.Namespace, name: pod.Name, uid: string(pod.UID), netns: path, containerID: "c" + id}
+}
+
+// add runs ADD for the whole chain inside the node's namespace, as the runtime does.
+func (n *node) add(list *libcni.NetworkConfigList, p *sandboxPod) (*types100.Result, error) {
+	var res *types100.Result
+	err := netns.Do(n.ns, func() error {
+		r, err := n.cni.AddNetworkList(context.Background(), list, n.runtimeConf(p))
+		if err != nil {
+			return err
+		}
+		res, err = types100.NewResultFromResult(r)
+		return err
+	})
+	if err == nil && res != nil {
+		for _, ip := range res.IPs {
+			if a, ok := netip.AddrFromSlice(ip.Address.IP.To4()); ok {
+				p.ip = a
+				p.gw, _ = netip.AddrFromSlice(ip.Gateway.To4())
+			}
+		}
+	}
+	return res, err
+}
+
+func (n *node) del(list *libcni.NetworkConfigList, p *sandboxPod) error {
+	return netns.Do(n.ns, func() error { return n.cni.DelNetworkList(context.Background(), list, n.runtimeConf(p)) })
+}
+
+func (n *node) check(list *libcni.NetworkConfigList, p *sandboxPod) error {
+	return netns.Do(n.ns, func() error { return n.cni.CheckNetworkList(context.Background(), list, n.runtimeConf(p)) })
+}
+
+// meshedPod is a pod as Istio's injector leaves it: app and istio-proxy containers
+// and the sidecar status annotation.
+func meshedPod(ns, name string, annotations map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	ann := map[string]string{"sidecar.istio.io/status": `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`}
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: ann},
+		Spec: corev1.PodSpec{
+			NodeName: "node-1",
+			Containers: []corev1.Container{
+				{Name: "app", Image: "app:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}}},
+				{Name: "istio-proxy", Image: "proxyv2:1", Args: []string{"proxy", "sidecar"}},
+			},
+		},
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+// createPod stores the pod in the API server (no scheduler or kubelet is needed:
+// spec.nodeName is set) and returns it with its UID.
+func createPod(t *testing.T, cp *controlplane.ControlPlane, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if err := cp.EnsureNamespace(t.Context(), p.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	created, err := cp.AdminClient().CoreV1().Pods(p.Namespace).Create(t.Context(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	return created
+}
+
+// serveTraffic starts the listeners of the traffic checks: the proxy's capture ports
+// and the app in the pod, a service on the node side.
+func serveTraffic(t *testing.T, n *node, p *sandboxPod) {
+	t.Helper()
+	for _, l := range []struct{ ns, name, addr string }{
+		{p.netns, "outbound", "0.0.0.0:15001"}, {p.netns, "inbound", "0.0.0.0:15006"},
+		{p.netns, "app", "0.0.0.0:8080"},
+	} {
+		c, err := sandbox.Serve(l.ns, 0, l.name, "tcp4", l.addr, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+}
+
+// landings sends the two flows that show whether a pod is captured: from the node to
+// the app's port (inbound), and from the app (uid 1000) to a service on the node.
+func landings(t *testing.T, n *node, p *sandboxPod) (inbound, outbound string) {
+	t.Helper()
+	inbound = sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(p.ip, 8080))
+	out, err := sandbox.ProbeAs(p.netns, selfExe, 1000, "tcp", netip.AddrPortFrom(p.gw, uint16(n.svcPort)), "-test.run=^$")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inbound, out
+}
+
+func expectCaptured(t *testing.T, n *node, p *sandboxPod) {
+	t.Helper()
+	in, out := landings(t, n, p)
+	if want := fmt.Sprintf("inbound %s:8080", p.ip); in != want {
+		t.Errorf("inbound to the app landed on %q, want %q", in, want)
+	}
+	if want := fmt.Sprintf("outbound %s:%d", p.gw, n.svcPort); out != want {
+		t.Errorf("outbound from the app landed on %q, want %q", out, want)
+	}
+}
+
+func expectNotCaptured(t *testing.T, n *node, p *sandboxPod) {
+	t.Helper()
+	in, out := landings(t, n, p)
+	if !strings.HasPrefix(in, "app ") {
+		t.Errorf("inbound to the app landed on %q, want the app itself", in)
+	}
+	if !strings.HasPrefix(out, "node ") {
+		t.Errorf("outbound from the app landed on %q, want the node's service", out)
+	}
+}
+
+// addIstioAgain runs istio-cni's ADD alone, with prev as its previous result.
+func (n *node) addIstioAgain(extra map[string]any, p *sandboxPod, prev *types100.Result) error {
+	entry := n.istioEntry(extra)
+	entry["cniVersion"] = "1.1.0"
+	entry["name"] = "k8s-pod-network"
+	entry["prevResult"] = prev
+	stdin, err := json.Marshal(entry)
+	if err != nil {
+		return err
+	}
+	rt := n.runtimeConf(p)
+	args := &invoke.Args{Command: "ADD", ContainerID: rt.ContainerID, NetNS: rt.NetNS, IfName: rt.IfName, PluginArgs: rt.Args, Path: pluginDir}
+	_, err = invoke.ExecPluginWithResult(context.Background(), filepath.Join(pluginDir, "istio-cni"), stdin, args, &pluginExec{RawExec: &invoke.RawExec{Stderr: n.stderr}})
+	return err
+}
