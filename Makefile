@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-.PHONY: all build deps test test-unit bench demo lint fuzz clean
+.PHONY: all build deps prereqs test test-unit bench demo lint fuzz clean
 
 all: build
 
@@ -14,10 +14,16 @@ deps:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# test runs every test, including the real-kernel ones (root, network namespaces).
-test: deps
+# prereqs builds the cached Kubernetes binaries and reference CNI plugins (first run
+# only: about 15 minutes on 2 cores; later runs take seconds).
+prereqs: deps
+	@hack/kube-binaries.sh etcd kube-apiserver >/dev/null
+	@hack/cni-plugins.sh >/dev/null
+
+# test runs every test, including the real-kernel and real-control-plane ones (root).
+test: prereqs
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
 # test-unit runs only the tests that need neither root nor a kernel.
 test-unit:

@@ -5,6 +5,8 @@ set -euo pipefail
 VERSION=v1.9.1
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/cni-plugins-${VERSION}
 mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
 for p in main/ptp main/bridge main/loopback ipam/host-local meta/portmap; do
   name=${p##*/}
   [[ -x "$cache/$name" ]] && continue

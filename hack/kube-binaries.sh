@@ -9,6 +9,9 @@ KUBE_VERSION=v1.33.13
 ETCD_VERSION=v3.5.16
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/k8s-${KUBE_VERSION}-etcd-${ETCD_VERSION}
 mkdir -p "$cache"
+# One builder at a time: parallel test packages may all ask for the binaries.
+exec 9>"$cache/.lock"
+flock 9
 components=("$@")
 [[ ${#components[@]} -gt 0 ]] || components=(etcd kube-apiserver)
 ldflags=""
