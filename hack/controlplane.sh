@@ -27,9 +27,12 @@ case ${1:-} in
     fi
     build
     rm -f "$kubeconfig"
-    # Run from the repository root so the command finds hack/kube-binaries.sh.
-    (cd "$root" && nohup "$bin" -kubeconfig "$kubeconfig" </dev/null >"$state/controlplane.log" 2>&1 & echo $! >"$state/pid")
-    pid=$(cat "$state/pid")
+    # Run from the repository root so the command finds hack/kube-binaries.sh. Not in
+    # a subshell: $! must be the command itself, the process that down signals.
+    cd "$root"
+    nohup "$bin" -kubeconfig "$kubeconfig" </dev/null >"$state/controlplane.log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$state/pid"
     until [[ -f $kubeconfig ]]; do
       if ! kill -0 "$pid" 2>/dev/null; then
         echo "controlplane failed; last lines of $state/controlplane.log:" >&2

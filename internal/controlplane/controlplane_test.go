@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -121,6 +123,59 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 		_, err := sa.CoreV1().Secrets(ns).Get(ctx, "db-password", metav1.GetOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("get secret: got err %v, want 403 Forbidden", err)
+		}
+	})
+
+	t.Run("calling again replaces the rules and issues a token that works", func(t *testing.T) {
+		again, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", []rbacv1.PolicyRule{
+			{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}},
+		})
+		if err != nil {
+			t.Fatalf("ServiceAccountKubeconfig again: %v", err)
+		}
+		pods, err := clientFromKubeconfig(t, again).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("list pods after granting list: %v", err)
+		}
+		if len(pods.Items) != 1 {
+			t.Errorf("listed %d pods, want 1", len(pods.Items))
+		}
+		role, err := cp.AdminClient().RbacV1().ClusterRoles().Get(ctx, "controlplane:istio-system:istio-cni", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []rbacv1.PolicyRule{{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}}
+		if diff := cmp.Diff(want, role.Rules); diff != "" {
+			t.Errorf("cluster role rules (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("kubernetes service endpoint is the advertised non-loopback address", func(t *testing.T) {
+		// The apiserver's endpoint reconciler writes it shortly after readiness.
+		var got []string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+			slice, err := cp.AdminClient().DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			got = nil
+			for _, ep := range slice.Endpoints {
+				got = append(got, ep.Addresses...)
+			}
+			return len(got) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("endpoint slice default/kubernetes: %v", err)
+		}
+		want, err := nonLoopbackIPv4()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{want.String()}, got); diff != "" {
+			t.Errorf("kubernetes endpoints (-want +got):\n%s", diff)
 		}
 	})
 
