@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -11,6 +13,13 @@ import (
 // version is set at build time (-X main.version=...).
 var version = "dev"
 
+// defaultPath is used when the runtime gives the plugin no PATH: the plugin runs
+// iptables/nft, which live in the sbin directories.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 func main() {
+	if os.Getenv("PATH") == "" {
+		os.Setenv("PATH", defaultPath)
+	}
 	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	if d.Verdict != Redirect {
 		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start))
+		logPeakMemory(log)
 		return p.print(res, cfg.CNIVersion)
 	}
 	b, err := newBackend(cfg)
@@ -143,6 +145,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cniError(types.ErrInternal, err)
 	}
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(), "took", time.Since(start))
+	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
 }
 
@@ -343,3 +346,19 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	return nil
 }
 
+// logPeakMemory logs, at debug level, the process's peak resident memory (VmHWM of
+// its own address space; getrusage would also count the runtime's memory at fork).
+func logPeakMemory(log *pluginlog.Logger) {
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			log.Debug("peak memory", "peakRSS", strings.TrimSpace(v))
+		}
+	}
+}

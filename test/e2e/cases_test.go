@@ -11,7 +11,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
@@ -368,5 +367,3 @@ func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
 	}
 }
-
-var _ = metav1.Now

@@ -120,19 +120,22 @@ func repoRoot() (string, error) {
 	}
 }
 
+// getPodsOnly is the plugin's RBAC: it may get pods and nothing else.
+var getPodsOnly = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+
 // node is one simulated node: a namespace playing the host, a CNI config, and the
 // plugin's run directory with its kubeconfig.
 type node struct {
-	t      *testing.T
-	cp     *controlplane.ControlPlane
-	ns     string // the node's (host) network namespace
+	t  *testing.T
+	cp *controlplane.ControlPlane
+	ns string // the node's (host) network namespace
 	// svcPort is where a service on the node side listens, for outbound probes.
 	svcPort int
-	dir    string
-	runDir string
-	cni    *libcni.CNIConfig
-	stderr *lockedBuffer
-	subnet int
+	dir     string
+	runDir  string
+	cni     *libcni.CNIConfig
+	stderr  *lockedBuffer
+	subnet  int
 }
 
 // pluginExec runs plugins like libcni's default, keeping their stderr (the plugin's
@@ -185,9 +188,7 @@ func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 	if err := os.MkdirAll(n.runDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kc, err := cp.ServiceAccountKubeconfig(t.Context(), "istio-system", "istio-cni", []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
-	})
+	kc, err := cp.ServiceAccountKubeconfig(t.Context(), "istio-system", "istio-cni", getPodsOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
