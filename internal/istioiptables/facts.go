@@ -22,27 +22,9 @@ func ProxyUID(user string, lookup func(name string) (uid string, err error)) uin
 	return redirect.DefaultProxyUID
 }
 
-// PodAddress picks the pod's address from the namespace's addresses, in the order
-// the kernel lists them, as Istio does: loopback and link-local addresses are
-// skipped, and IPv6 is captured when the first remaining address is IPv6 or, with
-// dualStack, when any of them is. ok is false when no address qualifies.
+// PodAddress is redirect.PodAddress: the rule is shared with the plugin.
 func PodAddress(addrs []netip.Addr, dualStack bool) (addr netip.Addr, ipv6 bool, ok bool) {
-	for _, a := range addrs {
-		a = a.Unmap()
-		if !a.IsValid() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() {
-			continue
-		}
-		if !ok {
-			addr, ok = a, true
-		}
-		if a.Is6() {
-			ipv6 = true
-		}
-		if !dualStack {
-			break
-		}
-	}
-	return addr, ipv6, ok
+	return redirect.PodAddress(addrs, dualStack)
 }
 
 // DNSServers returns the nameservers of a resolv.conf, in order. Entries that are

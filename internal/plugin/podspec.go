@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/istio-cni/istio-cni/internal/istioiptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
@@ -193,8 +192,8 @@ func appendPorts(list, extra string) string {
 }
 
 // captureIPv6 decides IPv6 capture from the sandbox's addresses with the rule
-// istio-iptables applies inside the pod (see istioiptables.PodAddress).
+// istio-iptables applies inside the pod (see redirect.PodAddress).
 func captureIPv6(addrs []netip.Addr, dualStack bool) bool {
-	_, ipv6, _ := istioiptables.PodAddress(addrs, dualStack)
+	_, ipv6, _ := redirect.PodAddress(addrs, dualStack)
 	return ipv6
 }
