@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,22 @@ func result(cfg *Config) (types.Result, error) {
 	return cfg.PrevResult, nil
 }
 
+// resultIPs are the sandbox's addresses from the previous plugin's result (none when
+// standalone: the pod's status addresses are used then).
+func resultIPs(r types.Result) []netip.Addr {
+	cur, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range cur.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
 func (p *Plugin) print(r types.Result, cniVersion string) error {
 	if cniVersion == "" {
 		cniVersion = types100.ImplementedSpecVersion
@@ -121,7 +138,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
 	start := time.Now()
-	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup)
+	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, resultIPs(res))
 	if err != nil {
 		log.Error("ADD failed", "error", err)
 		return err
@@ -144,14 +161,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 		return cniError(types.ErrInternal, err)
 	}
-	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(), "took", time.Since(start))
+	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
+		"ipv6", plan.Family(redirect.IPv6) != nil, "took", time.Since(start))
 	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
 }
 
 // decide runs the selection and, for a pod to redirect, builds its plan. lookup
 // bounds the pod lookup's retries.
-func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l *pluginlog.Logger, lookup PodLookup) (Decision, *redirect.Plan, PodArgs, error) {
+func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, PodArgs, error) {
 	podArgs, err := ParsePodArgs(args.Args)
 	if err != nil {
 		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
@@ -168,10 +186,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	if d.Verdict != Redirect {
 		return d, nil, podArgs, nil
 	}
-	ips, err := cfg.PrevResultIPs()
-	if err != nil {
-		return d, nil, podArgs, cniError(types.ErrDecodingFailure, err)
-	}
+	l.Debug("pod selected for redirection", "prevResultIPs", ips, "podIPs", pod.IPs())
 	spec, err := SpecFromPod(pod, cfg, ips)
 	if err != nil {
 		return d, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
@@ -276,7 +291,11 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond})
+	ips, err := cfg.PrevResultIPs()
+	if err != nil {
+		return cniError(types.ErrDecodingFailure, err)
+	}
+	d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
 	if err != nil {
 		return err
 	}

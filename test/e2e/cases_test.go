@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
 var backends = []struct {
@@ -365,5 +367,121 @@ func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 	err := n.cni.GetStatusNetworkList(t.Context(), list)
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
+	}
+}
+
+// TestOlderSpecVersions: runtimes still send 0.3.1 and 0.4.0 conflists; the chain
+// works and the result keeps the runtime's version.
+func TestOlderSpecVersions(t *testing.T) {
+	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0"} {
+		t.Run(v, func(t *testing.T) {
+			n := newNode(t, shared)
+			raw := mustJSON(t, map[string]any{"cniVersion": v, "name": "k8s-pod-network", "plugins": []any{n.ptpEntry(), n.istioEntry(nil)}})
+			list, err := libcni.ConfListFromBytes(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := createPod(t, shared, meshedPod("versions", "web-"+strings.ReplaceAll(v, ".", ""), nil))
+			sb := n.newSandbox(pod)
+			var got []byte
+			err = netns.Do(n.ns, func() error {
+				r, err := n.cni.AddNetworkList(t.Context(), list, n.runtimeConf(sb))
+				if err == nil {
+					got, err = json.Marshal(r)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if !strings.Contains(string(got), `"cniVersion":"`+v+`"`) {
+				t.Errorf("result %s is not a %s result", got, v)
+			}
+			if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
+				t.Errorf("no capture after a %s ADD", v)
+			}
+			if err := n.del(list, sb); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+		})
+	}
+}
+
+// TestGCSucceeds: CNI 1.1's GC runs through the chain.
+func TestGCSucceeds(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	if err := netns.Do(n.ns, func() error { return n.cni.GCNetworkList(t.Context(), list, &libcni.GCArgs{}) }); err != nil {
+		t.Errorf("GC: %v", err)
+	}
+}
+
+// TestExtraBypassUIDs: the admin's node-wide extra_bypass_uids let an init container
+// running as a fixed uid reach the network directly (seed 004's OpenShift problem),
+// while the app's other traffic is still captured.
+func TestExtraBypassUIDs(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(map[string]any{"extra_bypass_uids": []int{1000}}))
+	pod := createPod(t, shared, meshedPod("bypass", "web", nil))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(list, sb); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	serveTraffic(t, n, sb)
+	in, out := landings(t, n, sb) // landings probes as uid 1000
+	if want := fmt.Sprintf("inbound %s:8080", sb.ip); in != want {
+		t.Errorf("inbound landed on %q, want %q", in, want)
+	}
+	if !strings.HasPrefix(out, "node ") {
+		t.Errorf("uid 1000's outbound landed on %q, want the node's service (bypassed)", out)
+	}
+	other, err := sandbox.ProbeAs(sb.netns, selfExe, 2000, "tcp", netip.AddrPortFrom(sb.gw, uint16(n.svcPort)), "-test.run=^$")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(other, "outbound ") {
+		t.Errorf("uid 2000's outbound landed on %q, want the proxy", other)
+	}
+}
+
+// TestDualStackPodIsCapturedOnBothFamilies: with ISTIO_DUAL_STACK the IPv6 rules are
+// programmed too and IPv6 inbound traffic reaches the proxy.
+func TestDualStackPodIsCapturedOnBothFamilies(t *testing.T) {
+	n := newNode(t, shared)
+	ptp := n.ptpEntry()
+	ipam := ptp["ipam"].(map[string]any)
+	ipam["ranges"] = append(ipam["ranges"].([]any), []any{map[string]any{"subnet": fmt.Sprintf("fd00:%x::/64", 0x200+n.subnet)}})
+	ipam["routes"] = []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}}
+	list, err := libcni.ConfListFromBytes(mustJSON(t, map[string]any{"cniVersion": "1.1.0", "name": "k8s-pod-network", "plugins": []any{ptp, n.istioEntry(nil)}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := createPod(t, shared, meshedPod("dual", "web", nil, func(p *corev1.Pod) {
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: "true"}}
+	}))
+	sb := n.newSandbox(pod)
+	res, err := n.add(list, sb)
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	var v6 netip.Addr
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+			v6 = a
+		}
+	}
+	if !v6.IsValid() {
+		t.Fatalf("no IPv6 address in %+v", res.IPs)
+	}
+	if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "ISTIO_INBOUND") {
+		t.Fatalf("no IPv6 capture:\n%s", out)
+	}
+	c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
+		t.Errorf("IPv6 inbound landed on %q, want %q", got, want)
 	}
 }
