@@ -153,6 +153,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		log.Error("ADD failed", "error", err)
 		return cniError(types.ErrInternal, err)
 	}
+	applyStart := time.Now()
 	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		log.Error("ADD failed", "error", err)
@@ -162,7 +163,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cniError(types.ErrInternal, err)
 	}
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
-		"ipv6", plan.Family(redirect.IPv6) != nil, "took", time.Since(start))
+		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start))
 	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
 }
@@ -178,10 +179,12 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	if d := DecideBeforeLookup(podArgs, cfg); d.Verdict != Lookup {
 		return d, nil, podArgs, nil
 	}
+	lookupStart := time.Now()
 	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
 	if err != nil {
 		return Decision{}, nil, podArgs, err
 	}
+	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	d := DecideWithPod(cfg, pod)
 	if d.Verdict != Redirect {
 		return d, nil, podArgs, nil

@@ -201,7 +201,7 @@ func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 	}
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, filepath.Join(dir, "cache"), &pluginExec{RawExec: &invoke.RawExec{Stderr: n.stderr}})
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("E2E_PLUGIN_LOGS") != "" {
 			t.Logf("plugin stderr:\n%s", n.stderr.String())
 		}
 	})
