@@ -1,0 +1,63 @@
+package capture_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// TestFailedApplyLeavesNothing: when the rules cannot be applied (here an owner group
+// that does not exist on the node, which the kernel-side tools refuse) after the
+// TPROXY routing and the IPv6 passthrough address were set up, Apply fails and
+// removes what it had added: a namespace is never left half-captured.
+func TestFailedApplyLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	spec, err := redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*",
+		OwnerGroupsInclude: "no-such-group-x", EnableIPv6: true}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ns, err := netns.New(t.TempDir(), "ns")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer netns.Delete(ns)
+			if _, err := capture.Apply(context.Background(), ns, b, plan); err == nil {
+				t.Fatal("Apply succeeded with an unknown owner group")
+			}
+			for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}, {"ip", "rule"}, {"ip", "-6", "addr", "show", "dev", "lo"}} {
+				out := run(t, ns, cmd...)
+				for _, leftover := range []string{"ISTIO_", "istio-proxy", "lookup 133", "::6/128"} {
+					if strings.Contains(out, leftover) {
+						t.Errorf("after a failed apply, %v shows %q:\n%s", cmd, leftover, out)
+					}
+				}
+			}
+		})
+	}
+}
+
+func run(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := netns.Do(ns, func() error {
+		var err error
+		out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
