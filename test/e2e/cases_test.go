@@ -117,6 +117,11 @@ func TestSelection(t *testing.T) {
 		{"injection disabled by label", meshedPod("sel", "label-off", nil, func(p *corev1.Pod) {
 			p.Labels = map[string]string{"sidecar.istio.io/inject": "false"}
 		}), false},
+		{"injection disabled by annotation", meshedPod("sel", "annotation-off", map[string]string{"sidecar.istio.io/inject": "false"}), false},
+		{"label wins over annotation", meshedPod("sel", "label-on", map[string]string{"sidecar.istio.io/inject": "false"}, func(p *corev1.Pod) {
+			p.Labels = map[string]string{"sidecar.istio.io/inject": "true"}
+		}), true},
+		{"the node agent's own pod", meshedPod("istio-system", "istio-cni-node-x7k2p", nil), false},
 		{"no sidecar status", meshedPod("sel", "no-status", nil, func(p *corev1.Pod) {
 			delete(p.Annotations, "sidecar.istio.io/status")
 		}), false},
@@ -483,5 +488,58 @@ func TestDualStackPodIsCapturedOnBothFamilies(t *testing.T) {
 	defer c.Close()
 	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
 		t.Errorf("IPv6 inbound landed on %q, want %q", got, want)
+	}
+}
+
+// TestNoKubernetesArgsPassesThrough: without K8S_POD_NAME/NAMESPACE (not a Kubernetes
+// pod) the plugin passes the previous result through and touches nothing.
+func TestNoKubernetesArgsPassesThrough(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	sb := n.newSandbox(meshedPod("none", "none", nil))
+	rt := n.runtimeConf(sb)
+	rt.Args = nil
+	var res []byte
+	err := netns.Do(n.ns, func() error {
+		r, err := n.cni.AddNetworkList(t.Context(), list, rt)
+		if err == nil {
+			res, err = json.Marshal(r)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if !strings.Contains(string(res), `"ips"`) {
+		t.Errorf("result %s lost the previous plugin's IPs", res)
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("rules programmed for a non-Kubernetes sandbox:\n%s", out)
+	}
+}
+
+// TestTProxyAnnotation: sidecar.istio.io/interceptionMode: TPROXY programs the mangle
+// table capture and its policy routing in the pod.
+func TestTProxyAnnotation(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	pod := createPod(t, shared, meshedPod("tproxy", "web", map[string]string{"sidecar.istio.io/interceptionMode": "TPROXY"}))
+	sb := n.newSandbox(pod)
+	if _, err := n.add(list, sb); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if out := runIn(t, sb.netns, "iptables-save", "-t", "mangle"); !strings.Contains(out, "-j TPROXY") {
+		t.Errorf("no TPROXY rule:\n%s", out)
+	}
+	if out := runIn(t, sb.netns, "ip", "rule"); !strings.Contains(out, "fwmark 0x539 lookup 133") {
+		t.Errorf("no policy routing rule:\n%s", out)
+	}
+	c, err := sandbox.Serve(sb.netns, 0, "tproxy", "tcp4", "0.0.0.0:15006", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(sb.ip, 8080)), fmt.Sprintf("tproxy %s:8080", sb.ip); got != want {
+		t.Errorf("TPROXY inbound landed on %q, want %q", got, want)
 	}
 }
