@@ -1,0 +1,232 @@
+package cniconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrChanged means a file changed between our read and our write; the caller reads
+// it again and retries rather than overwrite what another writer just put there.
+var ErrChanged = errors.New("changed while we were editing it")
+
+// ReadConfig reads a config file, refusing one larger than MaxConfigSize before
+// reading it whole.
+func ReadConfig(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CNI config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read CNI config %s: %w", path, err)
+	}
+	if len(data) > MaxConfigSize {
+		return nil, invalid(path, "more than the %d bytes a CNI config may have", MaxConfigSize)
+	}
+	return data, nil
+}
+
+// WriteAtomic replaces path with data so that a reader sees either the old file or
+// the new one, whole: data goes to a temporary file in the same directory (named
+// with an extension the runtime ignores), is synced, then renamed over path. An
+// existing file keeps its permissions; a new one gets mode.
+func WriteAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	// Chmod after creation: CreateTemp's 0600 and the umask would otherwise decide.
+	if err = f.Chmod(mode); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	// The rename is durable only once the directory is synced; a crash before that may
+	// bring back the old file, which is still whole.
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// backupPrefix starts the hidden file holding a primary config's original bytes.
+// Its ".orig" extension keeps libcni (which reads .conf, .conflist and .json only)
+// and every runtime from loading it.
+const backupPrefix = ".istio-cni."
+
+// BackupPath is where the original bytes of the config named name are kept, for
+// example /etc/cni/net.d/.istio-cni.10-flannel.conf.orig.
+func BackupPath(dir, name string) string {
+	return filepath.Join(dir, backupPrefix+name+".orig")
+}
+
+// backupNames lists the original names a config written as name may have had: a
+// .conflist may be a .conf or .json we wrapped.
+func backupNames(name string) []string {
+	names := []string{name}
+	if base, ok := strings.CutSuffix(name, ".conflist"); ok {
+		names = append(names, base+".conf", base+".json")
+	}
+	return names
+}
+
+// FindBackup returns the original kept for the config now named name, or nil.
+func FindBackup(dir, name string) (*Original, error) {
+	for _, n := range backupNames(name) {
+		data, err := os.ReadFile(BackupPath(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read backup of %s: %w", n, err)
+		}
+		return &Original{Name: n, Data: data}, nil
+	}
+	return nil, nil
+}
+
+func removeBackups(dir, name string) error {
+	for _, n := range backupNames(name) {
+		if err := os.Remove(BackupPath(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove backup of %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// Install inserts entry into the primary config dir/name and returns the path of
+// the file that now holds it (NAME.conflist when name was a .conf or .json).
+//
+// Before the first insert into the primary's own version of the file, its bytes go
+// to BackupPath so that Uninstall can put them back. A file that already holds
+// exactly our output is not rewritten, so that a watcher on the directory does not
+// wake itself up. A wrapped .conf is removed only after its .conflist is in place:
+// in between, the runtime still finds the .conf first and the node keeps working.
+func Install(dir, name string, entry []byte) (string, error) {
+	path := filepath.Join(dir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("install into CNI config: %w", err)
+	}
+	data, err := ReadConfig(path)
+	if err != nil {
+		return "", err
+	}
+	out, outName, err := Insert(data, name, entry)
+	if err != nil {
+		return "", err
+	}
+	_, typ, _ := parseEntry(entry) // checked by Insert
+	has, _ := hasType(data, name, typ)
+	outPath := filepath.Join(dir, outName)
+	if outName == name && bytes.Equal(out, data) {
+		return outPath, nil
+	}
+	if !has {
+		if err := removeBackups(dir, outName); err != nil {
+			return "", err
+		}
+		if err := WriteAtomic(BackupPath(dir, name), data, 0o600); err != nil {
+			return "", fmt.Errorf("keep original of %s: %w", name, err)
+		}
+	}
+	if err := unchanged(path, data); err != nil {
+		return "", err
+	}
+	if err := WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
+		return "", err
+	}
+	if outName != name {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("remove %s after wrapping it into %s: %w", name, outName, err)
+		}
+	}
+	return outPath, nil
+}
+
+// Uninstall takes our entry out of dir/name, putting back the original file when
+// the config is still what Install made of it, and drops the backup. It returns the
+// path of the file that now holds the primary's config.
+func Uninstall(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("uninstall from CNI config: %w", err)
+	}
+	data, err := ReadConfig(path)
+	if err != nil {
+		return "", err
+	}
+	orig, err := FindBackup(dir, name)
+	if err != nil {
+		return "", err
+	}
+	out, outName, changed, err := Remove(data, name, orig)
+	if err != nil {
+		return "", err
+	}
+	outPath := filepath.Join(dir, outName)
+	if changed {
+		if err := unchanged(path, data); err != nil {
+			return "", err
+		}
+		if err := WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
+			return "", err
+		}
+		// The restored .conf sorts before the .conflist, so the runtime already uses
+		// it if we stop here.
+		if outName != name {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return "", fmt.Errorf("remove %s after restoring %s: %w", name, outName, err)
+			}
+		}
+	}
+	return outPath, removeBackups(dir, name)
+}
+
+// unchanged narrows the window in which another writer's update could be lost:
+// right before our rename, the file must still hold what we edited.
+func unchanged(path string, data []byte) error {
+	now, err := ReadConfig(path)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(now, data) {
+		return fmt.Errorf("%s: %w", filepath.Base(path), ErrChanged)
+	}
+	return nil
+}

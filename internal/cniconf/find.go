@@ -1,0 +1,105 @@
+package cniconf
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+// ErrNoPrimary means the directory holds no config the runtime would use as the
+// node's network yet; the agent waits for the primary CNI to write one.
+var ErrNoPrimary = errors.New("no primary CNI config")
+
+// Extensions are the config file extensions the runtimes load (libcni ConfFiles as
+// called by containerd, CRI-O and the kubelet's old dockershim).
+var Extensions = []string{".conf", ".conflist", ".json"}
+
+// Skipped is a config file passed over while looking for the primary, and why.
+type Skipped struct {
+	Name string
+	Err  error
+}
+
+func (s Skipped) String() string { return s.Err.Error() }
+
+// FindPrimary returns the path of the config the runtime uses for pods: with name
+// empty, the first file of dir in lexical order with a loadable extension that
+// holds a valid config, as libcni's ConfFiles plus a sort pick it; with name given
+// (CNI_CONF_NAME), exactly that file, or NAME.conflist when NAME is a .conf that an
+// earlier install wrapped.
+//
+// Files passed over come back in skipped with the reason, for the agent to log.
+// Our own config (only istio-cni plugins) is never a primary. The error wraps
+// ErrNoPrimary when there is no primary yet; for a named file that exists but is
+// invalid, it is an *InvalidError.
+func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
+	if name != "" {
+		return findNamed(dir, name)
+	}
+	files, err := libcni.ConfFiles(dir, Extensions)
+	if err != nil {
+		return "", nil, fmt.Errorf("list CNI configs: %w", err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if err := checkPrimary(f); err != nil {
+			skipped = append(skipped, Skipped{Name: filepath.Base(f), Err: err})
+			continue
+		}
+		return f, skipped, nil
+	}
+	return "", skipped, fmt.Errorf("%w in %s (%d files skipped)", ErrNoPrimary, dir, len(skipped))
+}
+
+func findNamed(dir, name string) (string, []Skipped, error) {
+	if filepath.Base(name) != name || !slices.Contains(Extensions, filepath.Ext(name)) {
+		return "", nil, fmt.Errorf("CNI_CONF_NAME %q: not a file name ending in .conf, .conflist or .json", name)
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && filepath.Ext(name) == ".conf" {
+		if _, err := os.Stat(path + "list"); err == nil {
+			path += "list"
+		}
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", nil, fmt.Errorf("%w: %s does not exist", ErrNoPrimary, path)
+	}
+	if err := checkPrimary(path); err != nil {
+		return "", nil, err
+	}
+	return path, nil, nil
+}
+
+// checkPrimary reads a config and says why it cannot be the primary, if it cannot.
+func checkPrimary(path string) error {
+	data, err := ReadConfig(path)
+	if err != nil {
+		return err
+	}
+	if filepath.Ext(path) == ".conflist" {
+		l, err := parseList(path, data)
+		if err != nil {
+			return err
+		}
+		for _, t := range l.types {
+			if t != PluginType {
+				return nil
+			}
+		}
+		return invalid(path, "holds only %s plugins: our own config, not a primary network", PluginType)
+	}
+	_, t, err := parseSingle(path, data)
+	if err != nil {
+		return err
+	}
+	if t == PluginType {
+		return invalid(path, "is %s's own config, not a primary network", PluginType)
+	}
+	return nil
+}
