@@ -1,0 +1,203 @@
+package doctor
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/nftables"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// Explanation is the plugin's decision for a pod and, when it redirects, the capture
+// and the exact rules it programs.
+type Explanation struct {
+	Pod      string          `json:"pod"`
+	Decision plugin.Decision `json:"decision"`
+	// Capture summarises the spec in words; Rules are the backend's rules per family.
+	Capture []string          `json:"capture,omitempty"`
+	Backend string            `json:"backend,omitempty"`
+	Rules   map[string]string `json:"rules,omitempty"`
+	// Error is set when the pod would fail its ADD (for example a bad annotation).
+	Error string `json:"error,omitempty"`
+}
+
+// DecodePod reads a pod manifest in YAML or JSON, as `kubectl get pod -o yaml` prints it.
+func DecodePod(data []byte) (*kube.Pod, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("pod manifest is not YAML or JSON: %w", err)
+	}
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(js, &kind); err == nil && kind.Kind != "" && kind.Kind != "Pod" {
+		return nil, fmt.Errorf("manifest is a %s, not a Pod", kind.Kind)
+	}
+	return kube.DecodePod(js)
+}
+
+// Explain runs the plugin's decision for pod under cfg and, for a pod it redirects,
+// builds the plan and renders it for the backend ("iptables" or "nftables"). podIPs
+// stand in for the sandbox's addresses (nil: the pod's status addresses).
+func Explain(pod *kube.Pod, cfg *plugin.Config, backend string, podIPs []netip.Addr) Explanation {
+	ex := Explanation{Pod: pod.Key()}
+	args := plugin.PodArgs{Name: pod.Metadata.Name, Namespace: pod.Metadata.Namespace}
+	if d := plugin.DecideBeforeLookup(args, cfg); d.Verdict != plugin.Lookup {
+		ex.Decision = d
+		return ex
+	}
+	ex.Decision = plugin.DecideWithPod(cfg, pod)
+	if ex.Decision.Verdict != plugin.Redirect {
+		return ex
+	}
+	spec, err := plugin.SpecFromPod(pod, cfg, podIPs)
+	if err != nil {
+		ex.Error = err.Error()
+		return ex
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		ex.Error = err.Error()
+		return ex
+	}
+	ex.Capture = Describe(spec)
+	ex.Backend = backend
+	ex.Rules = map[string]string{}
+	if backend == "nftables" {
+		text, err := nftables.Render(plan)
+		if err != nil {
+			ex.Error = err.Error()
+			return ex
+		}
+		ex.Rules["all"] = text
+	} else {
+		for _, fp := range plan.Families {
+			ex.Rules[fp.Family.String()] = iptables.RenderPlanText(&fp)
+		}
+	}
+	return ex
+}
+
+// Describe says in words what a spec captures.
+func Describe(s redirect.Spec) []string {
+	ports := func(ps []uint16) string {
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = strconv.Itoa(int(p))
+		}
+		return strings.Join(out, ",")
+	}
+	ids := func(ids []uint32) string {
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		return strings.Join(out, ",")
+	}
+	var lines []string
+	switch {
+	case s.InboundPorts.All && len(s.InboundPortsExclude) > 0:
+		lines = append(lines, fmt.Sprintf("inbound: all TCP ports except %s -> %d (%s)", ports(s.InboundPortsExclude), s.InboundCapturePort, s.Mode))
+	case s.InboundPorts.All:
+		lines = append(lines, fmt.Sprintf("inbound: all TCP ports -> %d (%s)", s.InboundCapturePort, s.Mode))
+	case len(s.InboundPorts.Ports) > 0:
+		lines = append(lines, fmt.Sprintf("inbound: TCP ports %s -> %d (%s)", ports(s.InboundPorts.Ports), s.InboundCapturePort, s.Mode))
+	default:
+		lines = append(lines, "inbound: not captured")
+	}
+	var out []string
+	switch {
+	case s.OutboundCIDRs.All:
+		out = append(out, "all destinations")
+	case len(s.OutboundCIDRs.Prefixes) > 0:
+		var ps []string
+		for _, p := range s.OutboundCIDRs.Prefixes {
+			ps = append(ps, p.String())
+		}
+		out = append(out, "destinations "+strings.Join(ps, ","))
+	}
+	if len(s.OutboundPorts) > 0 {
+		out = append(out, "TCP ports "+ports(s.OutboundPorts))
+	}
+	if len(out) == 0 {
+		lines = append(lines, "outbound: not captured")
+	} else {
+		line := fmt.Sprintf("outbound: %s -> %d", strings.Join(out, " and "), s.ProxyPort)
+		var except []string
+		for _, p := range s.OutboundCIDRsExclude {
+			except = append(except, p.String())
+		}
+		if len(s.OutboundPortsExclude) > 0 {
+			except = append(except, "ports "+ports(s.OutboundPortsExclude))
+		}
+		if len(except) > 0 {
+			line += ", except " + strings.Join(except, ", ")
+		}
+		lines = append(lines, line)
+	}
+	lines = append(lines, fmt.Sprintf("not captured: traffic of uid %s and gid %s (the proxy), and the tunnel port %d", ids(s.ProxyUIDs), ids(s.ProxyGIDs), s.InboundTunnelPort))
+	if len(s.ExcludeInterfaces) > 0 {
+		lines = append(lines, "interfaces never captured: "+strings.Join(s.ExcludeInterfaces, ","))
+	}
+	if len(s.RerouteVirtualInterfaces) > 0 {
+		lines = append(lines, "virtual interfaces rerouted to the outbound listener: "+strings.Join(s.RerouteVirtualInterfaces, ","))
+	}
+	if s.DNS.Enabled {
+		lines = append(lines, fmt.Sprintf("DNS: captured to %d (all DNS: %v)", s.DNSPort, s.DNS.CaptureAll))
+	}
+	if len(s.OwnerGroups.Groups) > 0 {
+		groups := append([]string(nil), s.OwnerGroups.Groups...)
+		sort.Strings(groups)
+		if s.OwnerGroups.Except {
+			lines = append(lines, "outbound of groups "+strings.Join(groups, ",")+" not captured")
+		} else {
+			lines = append(lines, "outbound captured only for groups "+strings.Join(groups, ","))
+		}
+	}
+	if s.DropInvalid {
+		lines = append(lines, "packets conntrack finds invalid are dropped")
+	}
+	if s.IPv6 {
+		lines = append(lines, "IPv6: captured too")
+	} else {
+		lines = append(lines, "IPv6: not captured")
+	}
+	return lines
+}
+
+// Text renders an explanation for people.
+func (ex Explanation) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Pod %s\n", ex.Pod)
+	switch {
+	case ex.Error != "":
+		fmt.Fprintf(&b, "Decision: redirect, but the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", strings.ReplaceAll(ex.Error, "\n", "\n  "))
+		return b.String()
+	case ex.Decision.Verdict == plugin.Redirect:
+		fmt.Fprintf(&b, "Decision: traffic is redirected to the sidecar (%s)\n", ex.Decision.Reason)
+	default:
+		fmt.Fprintf(&b, "Decision: NOT redirected (rule %s): %s\n", ex.Decision.Rule, ex.Decision.Reason)
+		return b.String()
+	}
+	for _, l := range ex.Capture {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	keys := make([]string, 0, len(ex.Rules))
+	for k := range ex.Rules {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\nRules the plugin programs (%s, %s):\n%s", ex.Backend, k, ex.Rules[k])
+	}
+	return b.String()
+}

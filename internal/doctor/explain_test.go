@@ -1,0 +1,80 @@
+package doctor
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/explain/*.golden")
+
+// TestExplainGolden runs `explain` on every pod manifest the plugin's own tests use
+// (meshed, skipped for each reason, invalid) with both backends and both formats, and
+// compares with golden files. The exit code is 1 exactly for pods whose ADD would fail.
+func TestExplainGolden(t *testing.T) {
+	pods, err := filepath.Glob(filepath.Join("..", "plugin", "testdata", "pods", "*.json"))
+	if err != nil || len(pods) < 10 {
+		t.Fatalf("pod manifests: %v (%d found)", err, len(pods))
+	}
+	for _, pod := range pods {
+		name := strings.TrimSuffix(filepath.Base(pod), ".json")
+		for _, variant := range []struct{ suffix, backend, format string }{
+			{"txt", "iptables", "text"}, {"nft.txt", "nftables", "text"}, {"json", "iptables", "json"},
+		} {
+			t.Run(name+"/"+variant.suffix, func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				code := Main([]string{"explain", "-f", pod, "-backend", variant.backend, "-o", variant.format, "-exclude-namespaces", "istio-system,kube-system"}, nil, &stdout, &stderr)
+				wantFail := strings.HasPrefix(name, "bad-")
+				if (code != 0) != wantFail {
+					t.Errorf("exit code %d (stderr %q)", code, stderr.String())
+				}
+				golden := filepath.Join("testdata", "explain", name+"."+variant.suffix+".golden")
+				if *update {
+					os.MkdirAll(filepath.Dir(golden), 0o755)
+					if err := os.WriteFile(golden, stdout.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("%v (run with -update)", err)
+				}
+				if diff := cmp.Diff(string(want), stdout.String()); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", golden, diff)
+				}
+			})
+		}
+	}
+}
+
+func TestExplainRejectsBadUsage(t *testing.T) {
+	dir := t.TempDir()
+	notPod := filepath.Join(dir, "svc.yaml")
+	os.WriteFile(notPod, []byte("kind: Service\nmetadata: {name: x}\n"), 0o644)
+	garbage := filepath.Join(dir, "garbage.yaml")
+	os.WriteFile(garbage, []byte("\t: ["), 0o644)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"explain"}, 2, "-f POD.yaml is required"},
+		{[]string{"explain", "-f", notPod}, 1, "a Service, not a Pod"},
+		{[]string{"explain", "-f", garbage}, 1, "not YAML or JSON"},
+		{[]string{"explain", "-f", notPod, "-backend", "ebpf"}, 2, `-backend "ebpf"`},
+		{[]string{"explain", "-f", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(tc.args, nil, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}
