@@ -1,0 +1,119 @@
+package cniconf
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// writeDir fills a fresh temporary directory: a value starting with "->" makes a
+// symlink to that target, "/" a directory, anything else a file.
+func writeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		var err error
+		switch {
+		case content == "/":
+			err = os.Mkdir(p, 0o755)
+		case len(content) > 2 && content[:2] == "->":
+			err = os.Symlink(content[2:], p)
+		default:
+			err = os.WriteFile(p, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestFindPrimary(t *testing.T) {
+	const (
+		list   = `{"cniVersion":"0.3.1","name":"k8s","plugins":[{"type":"calico"},{"type":"portmap"}]}`
+		single = `{"cniVersion":"0.3.1","name":"cbr0","type":"flannel"}`
+		ours   = `{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni"}`
+	)
+	tests := []struct {
+		name        string
+		files       map[string]string
+		confName    string
+		want        string
+		wantSkipped []string
+		wantErr     string
+		wantNone    bool
+	}{
+		{name: "lexical order, not age or type", files: map[string]string{"20-b.conflist": list, "10-a.conf": single, "9-z.conflist": list}, want: "10-a.conf"},
+		{name: "broken first file skipped with its reason", files: map[string]string{"05-broken.conflist": list[:40], "10-calico.conflist": list},
+			want: "10-calico.conflist", wantSkipped: []string{"05-broken.conflist: invalid JSON at offset 40: unexpected end of JSON input"}},
+		{name: "every kind of unusable file skipped", files: map[string]string{
+			"01-empty.conf":             "",
+			"02-list-in.conf":           list,
+			"03-not-list.conflist":      `{"name":"x","plugins":{}}`,
+			"04-dangling.conflist":      "->/nonexistent",
+			"05-istio-cni.conf":         ours,
+			"06-dir.conf":               "/",
+			"07-notes.txt":              single,
+			".istio-cni.08-a.conf.orig": single,
+			"09-ok.json":                single,
+		}, want: "09-ok.json", wantSkipped: []string{
+			"01-empty.conf: empty file",
+			`02-list-in.conf: no "type": this is a plugin list, name it .conflist`,
+			`03-not-list.conflist: "plugins" is not a list (it is an object)`,
+			"read CNI config: open DIR/04-dangling.conflist: no such file or directory",
+			"05-istio-cni.conf: is istio-cni's own config, not a primary network",
+		}},
+		{name: "our standalone list is not a primary", files: map[string]string{"00-istio.conflist": `{"name":"i","plugins":[{"type":"istio-cni"}]}`, "10-flannel.conflist": list},
+			want: "10-flannel.conflist", wantSkipped: []string{"00-istio.conflist: holds only istio-cni plugins: our own config, not a primary network"}},
+		{name: "json extension counts", files: map[string]string{"10-ptp.json": single}, want: "10-ptp.json"},
+		{name: "empty dir", files: map[string]string{}, wantNone: true},
+		{name: "only invalid files", files: map[string]string{"10-x.conflist": "{"}, wantNone: true, wantSkipped: []string{"10-x.conflist: invalid JSON at offset 1: unexpected end of JSON input"}},
+		{name: "CNI_CONF_NAME picks exactly that file", files: map[string]string{"10-a.conf": single, "20-b.conflist": list}, confName: "20-b.conflist", want: "20-b.conflist"},
+		{name: "CNI_CONF_NAME of a .conf we wrapped finds the .conflist", files: map[string]string{"10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conflist"},
+		{name: "CNI_CONF_NAME prefers the .conf when both exist", files: map[string]string{"10-flannel.conf": single, "10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conf"},
+		{name: "CNI_CONF_NAME missing: wait for it", files: map[string]string{"10-a.conf": single}, confName: "20-b.conflist", wantNone: true},
+		{name: "CNI_CONF_NAME invalid", files: map[string]string{"20-b.conflist": `{"name":"x","plugins":[]}`}, confName: "20-b.conflist", wantErr: `20-b.conflist: "plugins" is empty`},
+		{name: "CNI_CONF_NAME not a config name", files: map[string]string{}, confName: "../etc/passwd", wantErr: `CNI_CONF_NAME "../etc/passwd": not a file name ending in .conf, .conflist or .json`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeDir(t, tt.files)
+			path, skipped, err := FindPrimary(dir, tt.confName)
+			var gotSkipped, wantSkipped []string
+			for _, s := range skipped {
+				if !strings.Contains(s.String(), s.Name) {
+					t.Errorf("reason %q does not name the file %s", s, s.Name)
+				}
+				gotSkipped = append(gotSkipped, s.String())
+			}
+			for _, s := range tt.wantSkipped {
+				wantSkipped = append(wantSkipped, strings.ReplaceAll(s, "DIR", dir))
+			}
+			if diff := cmp.Diff(wantSkipped, gotSkipped); diff != "" {
+				t.Errorf("skipped (-want +got):\n%s", diff)
+			}
+			switch {
+			case tt.wantNone:
+				if !errors.Is(err, ErrNoPrimary) {
+					t.Errorf("got %q, %v; want ErrNoPrimary", path, err)
+				}
+			case tt.wantErr != "":
+				if err == nil || err.Error() != tt.wantErr || errors.Is(err, ErrNoPrimary) {
+					t.Errorf("got %q, %v; want error %s", path, err, tt.wantErr)
+				}
+			default:
+				if err != nil || path != filepath.Join(dir, tt.want) {
+					t.Errorf("got %q, %v; want %s", path, err, tt.want)
+				}
+			}
+		})
+	}
+	if _, _, err := FindPrimary(filepath.Join(t.TempDir(), "absent"), ""); !errors.Is(err, ErrNoPrimary) {
+		t.Errorf("absent dir: %v, want ErrNoPrimary (the runtime may create it later)", err)
+	}
+}
