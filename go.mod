@@ -8,6 +8,8 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
+require github.com/fsnotify/fsnotify v1.10.1 // indirect
+
 require (
 	github.com/containernetworking/cni v1.3.0
 	github.com/davecgh/go-spew v1.1.1 // indirect

@@ -46,6 +46,10 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
 }
 
+// PodCacheSocketName is the node agent's pod cache socket in its run directory (see
+// package podcache, which serves it).
+const PodCacheSocketName = "pods.sock"
+
 // errPluginNotAvailable is CNI 1.1's STATUS error "plugin not available" (50).
 const errPluginNotAvailable = 50
 
@@ -204,6 +208,20 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 // lookup gets the pod, retrying within the configured budget: right after creation a
 // pod may not be visible yet, and the API server may be briefly unreachable.
 func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Pod, error) {
+	// The node agent's cache of this node's pods answers in well under a millisecond;
+	// anything it cannot answer for sure (absent, other UID, no agent) goes to the API
+	// server, which stays the authority.
+	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
+	if _, err := os.Stat(sock); err == nil {
+		pod, err := kube.NewAgentClient(sock, 200*time.Millisecond).GetPod(ctx, args.Namespace, args.Name)
+		if err == nil {
+			if err = args.MatchesPod(pod); err == nil {
+				log.Debug("pod found in the agent's cache")
+				return pod, nil
+			}
+		}
+		log.Debug("agent's pod cache could not answer; asking the API server", "error", err)
+	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))

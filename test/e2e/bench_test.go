@@ -17,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/podcache"
 )
 
 // execAdd runs the istio-cni binary once, as a runtime does (exec, stdin config,
@@ -70,13 +72,21 @@ func BenchmarkPluginAdd(b *testing.B) {
 	}{
 		{"redirect-iptables", "bench", nil},
 		{"redirect-nftables", "bench", map[string]any{"native_nftables": true}},
+		{"redirect-nftables-agent-cache", "bench", map[string]any{"native_nftables": true}},
 		{"excluded-namespace", "kube-system", nil},
 	}
 	size := strippedSize(b)
+	// A second node whose agent serves the pod cache (pods are created on node-1).
+	cached := newNodeB(b)
+	startPodCache(b, cached)
 	for _, tc := range cases {
 		for _, parallel := range []int{1, 20} {
 			b.Run(fmt.Sprintf("%s/parallel-%d", tc.name, parallel), func(b *testing.B) {
-				entry := n.istioEntry(tc.extra)
+				run := n
+				if strings.HasSuffix(tc.name, "-agent-cache") {
+					run = cached
+				}
+				entry := run.istioEntry(tc.extra)
 				entry["cniVersion"] = "1.1.0"
 				entry["name"] = "k8s-pod-network"
 				entry["prevResult"] = &types100.Result{CNIVersion: "1.1.0"}
@@ -91,11 +101,22 @@ func BenchmarkPluginAdd(b *testing.B) {
 						benchSeq++
 						name := fmt.Sprintf("%s-%d", tc.name, benchSeq)
 						pod := createPodB(b, meshedPod(tc.namespace, name, nil))
-						path, err := netns.New(n.dir, "b-"+name)
+						path, err := netns.New(run.dir, "b-"+name)
 						if err != nil {
 							b.Fatal(err)
 						}
 						sbs = append(sbs, &sandboxPod{ns: pod.Namespace, name: pod.Name, uid: string(pod.UID), netns: path, containerID: "b" + name})
+					}
+					if run == cached {
+						// Measure the steady state, where the watch has seen the pod.
+						ac := kube.NewAgentClient(filepath.Join(cached.runDir, podcache.SocketName), time.Second)
+						for _, sb := range sbs {
+							for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+								if _, err := ac.GetPod(b.Context(), sb.ns, sb.name); err == nil || time.Now().After(deadline) {
+									break
+								}
+							}
+						}
 					}
 					b.StartTimer()
 					var wg sync.WaitGroup

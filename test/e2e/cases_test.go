@@ -1,20 +1,24 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
@@ -541,5 +545,63 @@ func TestTProxyAnnotation(t *testing.T) {
 	defer c.Close()
 	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(sb.ip, 8080)), fmt.Sprintf("tproxy %s:8080", sb.ip); got != want {
 		t.Errorf("TPROXY inbound landed on %q, want %q", got, want)
+	}
+}
+
+// startPodCache runs the agent's pod cache for node-1 in the node's run dir.
+func startPodCache(t testing.TB, n *node) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := podcache.New(n.cp.AdminClient(), "node-1", nil)
+	errc := make(chan error, 1)
+	sock := filepath.Join(n.runDir, podcache.SocketName)
+	go func() { errc <- srv.Run(ctx, sock) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !srv.Synced() || !exists(sock) {
+		if time.Now().After(deadline) {
+			t.Fatal("pod cache did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("pod cache: %v", err)
+		}
+	})
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// TestLookupUsesTheAgentsPodCache: with the agent's pod cache running, ADD reads the
+// pod from it; a pod the cache does not hold (scheduled to another node in its view)
+// is still read from the API server, so the cache never decides alone.
+func TestLookupUsesTheAgentsPodCache(t *testing.T) {
+	n := newNode(t, shared)
+	startPodCache(t, n)
+	list := n.chain(n.istioEntry(nil))
+	for _, tc := range []struct {
+		name, node, wantLog string
+	}{
+		{"on-this-node", "node-1", "pod found in the agent's cache"},
+		{"cache-miss", "node-2", "asking the API server"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := createPod(t, shared, meshedPod("cache", tc.name, nil, func(p *corev1.Pod) { p.Spec.NodeName = tc.node }))
+			sb := n.newSandbox(pod)
+			if tc.node == "node-1" {
+				// The watch may lag the create by a few milliseconds.
+				time.Sleep(200 * time.Millisecond)
+			}
+			if _, err := n.add(list, sb); err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if !strings.Contains(n.stderr.String(), tc.wantLog) {
+				t.Errorf("plugin log lacks %q", tc.wantLog)
+			}
+			if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
+				t.Errorf("no capture")
+			}
+		})
 	}
 }

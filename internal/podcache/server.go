@@ -1,0 +1,104 @@
+package podcache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// SocketName is the socket's name in the agent's run directory.
+const SocketName = "pods.sock"
+
+// Server answers GET /v1/pods/NAMESPACE/NAME from an informer of one node's pods.
+type Server struct {
+	lister   cache.Indexer
+	informer cache.SharedIndexInformer
+	log      *slog.Logger
+}
+
+// New builds the server's informer for nodeName's pods. Run starts it.
+func New(client kubernetes.Interface, nodeName string, log *slog.Logger) *Server {
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	}))
+	inf := f.Core().V1().Pods().Informer()
+	// Only what the plugin reads is kept: managed fields and status conditions are
+	// dropped, which keeps memory per pod small.
+	_ = inf.SetTransform(trim)
+	return &Server{informer: inf, lister: inf.GetIndexer(), log: log}
+}
+
+// Synced reports whether the informer has listed the node's pods once.
+func (s *Server) Synced() bool { return s.informer.HasSynced() }
+
+// Run serves on the unix socket at path until ctx ends. The socket is readable only
+// by root (the plugin runs as root; pod data must not leak to other users).
+func (s *Server) Run(ctx context.Context, path string) error {
+	go s.informer.Run(ctx.Done())
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("pod cache: remove stale socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("pod cache: listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("pod cache: %w", err)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+		os.Remove(path)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("pod cache: %w", err)
+	}
+	return nil
+}
+
+// ServeHTTP implements GET /v1/pods/NAMESPACE/NAME.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/pods/")
+	ns, name, ok2 := strings.Cut(rest, "/")
+	if r.Method != http.MethodGet || !ok || !ok2 || ns == "" || name == "" {
+		http.Error(w, "want GET /v1/pods/NAMESPACE/NAME", http.StatusBadRequest)
+		return
+	}
+	if !s.informer.HasSynced() {
+		http.Error(w, "pod cache not synced yet", http.StatusServiceUnavailable)
+		return
+	}
+	obj, exists, err := s.lister.GetByKey(ns + "/" + name)
+	if err != nil || !exists {
+		http.Error(w, "pod not in the node's cache", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(obj); err != nil && s.log != nil {
+		s.log.Warn("pod cache: write answer", "error", err)
+	}
+}
+
+func trim(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		p.ManagedFields = nil
+		p.Status.Conditions = nil
+	}
+	return obj, nil
+}
