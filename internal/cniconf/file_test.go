@@ -289,3 +289,43 @@ func TestInstallLeavesBrokenConfigUntouched(t *testing.T) {
 		t.Errorf("Install into a directory named like a config succeeded")
 	}
 }
+
+// TestInstallAfterPrimaryRecopiesItsConf: a primary that re-copies its .conf (as
+// flannel's init container does on every restart) after we wrapped it into a
+// .conflist: the new .conf is the primary, gets wrapped again, and Uninstall
+// restores that newest .conf.
+func TestInstallAfterPrimaryRecopiesItsConf(t *testing.T) {
+	dir := t.TempDir()
+	entry := testEntry(t)
+	v1 := readFile(t, "testdata/in/flannel-old.conf")
+	v2 := bytes.Replace(v1, []byte(`"isDefaultGateway": true`), []byte(`"isDefaultGateway": true,
+    "hairpinMode": true`), 1)
+	conf := filepath.Join(dir, "10-flannel.conf")
+	if err := os.WriteFile(conf, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(dir, "10-flannel.conf", entry); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, v2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := FindPrimary(dir, "")
+	if err != nil || p != conf {
+		t.Fatalf("primary %s, %v; want the re-copied .conf (it sorts first)", p, err)
+	}
+	written, err := Install(dir, "10-flannel.conf", entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := Insert(v2, "10-flannel.conf", entry)
+	if diff := cmp.Diff(string(want), string(readFile(t, written))); diff != "" {
+		t.Errorf("re-wrapped (-want +got):\n%s", diff)
+	}
+	if _, err := Uninstall(dir, filepath.Base(written)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"10-flannel.conf": "-rw-r--r--\n" + string(v2)}, snapshot(t, dir)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

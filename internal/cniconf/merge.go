@@ -290,7 +290,7 @@ func Standalone(entry []byte, cniVersion, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pluginType(d.bytes(d.root)); err != nil {
+	if _, err := pluginType(d.data, d.root); err != nil {
 		return nil, invalid("istio-cni entry", "%s", err)
 	}
 	var c bytes.Buffer

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 )
@@ -120,7 +121,7 @@ func parseList(file string, data []byte) (*list, error) {
 		if data[e.start] != '{' {
 			return nil, invalid(file, "plugins[%d] is %s, not an object", i, kind(data[e.start]))
 		}
-		t, err := pluginType(data[e.start:e.end])
+		t, err := pluginType(data, e)
 		if err != nil {
 			return nil, invalid(file, "plugins[%d]: %s", i, err)
 		}
@@ -139,7 +140,7 @@ func parseSingle(file string, data []byte) (*doc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	t, err := pluginType(d.bytes(d.root))
+	t, err := pluginType(d.data, d.root)
 	if err != nil {
 		if len(d.lookup("plugins")) > 0 {
 			return nil, "", invalid(file, "%s: this is a plugin list, name it .conflist", err)
@@ -173,23 +174,28 @@ func checkName(d *doc) error {
 	return nil
 }
 
-// pluginType reads a plugin's "type" exactly as libcni does: into a struct, so the
-// key matches case-insensitively and the last duplicate wins.
-func pluginType(obj []byte) (string, error) {
-	var t struct {
-		Type json.RawMessage `json:"type"`
-	}
-	if err := json.Unmarshal(obj, &t); err != nil {
+// pluginType reads a plugin's "type" exactly as libcni does, which decodes it into
+// a struct field: the key matches case-insensitively, the last match wins and a
+// null leaves it unset.
+func pluginType(b []byte, obj span) (string, error) {
+	ms, err := objectMembers(b, obj)
+	if err != nil {
 		return "", err
 	}
-	if len(t.Type) == 0 || string(t.Type) == "null" {
+	var raw []byte
+	for _, m := range ms {
+		if strings.EqualFold(m.key, "type") && b[m.val.start] != 'n' {
+			raw = b[m.val.start:m.val.end]
+		}
+	}
+	if raw == nil {
 		return "", fmt.Errorf(`no "type"`)
 	}
-	if t.Type[0] != '"' {
-		return "", fmt.Errorf(`"type" is not a string (it is %s)`, kind(t.Type[0]))
+	if raw[0] != '"' {
+		return "", fmt.Errorf(`"type" is not a string (it is %s)`, kind(raw[0]))
 	}
-	var s string
-	if err := json.Unmarshal(t.Type, &s); err != nil {
+	s, err := decodeString(raw)
+	if err != nil {
 		return "", err
 	}
 	if s == "" {
@@ -205,7 +211,7 @@ func parseEntry(entry []byte) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	t, err := pluginType(d.bytes(d.root))
+	t, err := pluginType(d.data, d.root)
 	if err != nil {
 		return nil, "", invalid("istio-cni entry", "%s", err)
 	}

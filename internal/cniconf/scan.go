@@ -1,6 +1,7 @@
 package cniconf
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,8 +78,8 @@ func objectMembers(b []byte, s span) ([]member, error) {
 	i := skipSpace(b, s.start+1)
 	for i < s.end && b[i] == '"' {
 		kEnd := stringEnd(b, i)
-		var key string
-		if err := json.Unmarshal(b[i:kEnd], &key); err != nil {
+		key, err := decodeString(b[i:kEnd])
+		if err != nil {
 			return nil, fmt.Errorf("key at offset %d: %w", i, err)
 		}
 		i = skipSpace(b, kEnd)
@@ -91,6 +92,16 @@ func objectMembers(b []byte, s span) ([]member, error) {
 		}
 	}
 	return ms, nil
+}
+
+// decodeString decodes a JSON string literal; most need no unescaping.
+func decodeString(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
 }
 
 // arrayElements lists the spans of the elements of the array at s.
