@@ -1,0 +1,85 @@
+{{/*
+Object names are fixed, not derived from the release name: the plugin and the docs refer
+to the DaemonSet istio-cni-node and the ConfigMap istio-cni-config by these names, and a
+second release in the same cluster would fight over the node's CNI config anyway.
+*/}}
+{{- define "istio-cni.name" -}}istio-cni{{- end }}
+
+{{- define "istio-cni.labels" -}}
+app.kubernetes.io/name: istio-cni
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+app.kubernetes.io/part-of: istio
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+{{- end }}
+
+{{/* The agent's image: <hub>/<image>@<digest> when a digest is given, else <hub>/<image>:<tag>. */}}
+{{- define "istio-cni.image" -}}
+{{- if .Values.digest -}}
+{{ printf "%s/%s@%s" .Values.hub .Values.image .Values.digest }}
+{{- else -}}
+{{ printf "%s/%s:%s" .Values.hub .Values.image (.Values.tag | default .Chart.AppVersion) }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The repair controller runs inside the node agent, so its image is the agent's. The seed
+documents' repair.hub and repair.tag are accepted when they repeat the agent's; a different
+image cannot be honoured and is refused rather than silently ignored.
+*/}}
+{{- define "istio-cni.checkRepairImage" -}}
+{{- with .Values.repair.hub }}
+{{- if ne . $.Values.hub }}
+{{- fail (printf "repair.hub %q differs from hub %q: the repair controller runs inside the install-cni agent and uses its image; leave repair.hub empty or equal to hub" . $.Values.hub) }}
+{{- end }}
+{{- end }}
+{{- with .Values.repair.tag }}
+{{- if ne . ($.Values.tag | default $.Chart.AppVersion) }}
+{{- fail (printf "repair.tag %q differs from the agent's tag %q: the repair controller runs inside the install-cni agent and uses its image; leave repair.tag empty or equal to tag" . ($.Values.tag | default $.Chart.AppVersion)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the repair controller does with a broken pod, in the controller's order of
+precedence: repair in place, else delete, else label, else only report (events).
+*/}}
+{{- define "istio-cni.repairAction" -}}
+{{- if not .Values.repair.enabled -}}
+none
+{{- else if .Values.repair.repairPods -}}
+repair
+{{- else if .Values.repair.deletePods -}}
+delete
+{{- else if .Values.repair.labelPods -}}
+label
+{{- else -}}
+report
+{{- end -}}
+{{- end }}
+
+{{/*
+The excluded namespaces without empty entries: helm's --set "excludeNamespaces={}" (the
+seed documents' way to exclude nothing) yields a list holding one empty string.
+*/}}
+{{- define "istio-cni.excludeNamespaces" -}}
+{{- compact .Values.excludeNamespaces | toJson -}}
+{{- end }}
+
+{{/* The plugin's entry in the node's CNI config, before the agent fills in the kubeconfig path. */}}
+{{- define "istio-cni.networkConfig" -}}
+{{- $exclude := include "istio-cni.excludeNamespaces" . | fromJsonArray -}}
+{{- $kube := dict "kubeconfig" "__KUBECONFIG_FILEPATH__" "cni_bin_dir" .Values.cniBinDir "exclude_namespaces" $exclude -}}
+{{- $conf := dict
+    "cniVersion" "0.3.1"
+    "name" "istio-cni"
+    "type" "istio-cni"
+    "plugin_log_level" .Values.logLevel
+    "cni_agent_run_dir" .Values.cniAgentRunDir
+    "exclude_namespaces" $exclude
+    "pod_namespace" .Release.Namespace
+    "native_nftables" .Values.nativeNftables
+    "kubernetes" $kube -}}
+{{- toPrettyJson $conf -}}
+{{- end }}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the pinned developer tools (helm v3, kubectl-validate) from the Go module
+# proxy into a cache directory outside the repository, keyed by their versions, and
+# prints that directory. Only the first run builds (a few minutes on 2 cores); later
+# runs print the directory at once. Each tool has its own go.mod and go.sum under
+# hack/tools/<tool>/, so the versions and checksums are pinned in the repository.
+#   dir=$(hack/tools/install.sh) && "$dir/helm" version
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+# pinned prints the version of module $2 that hack/tools/$1/go.mod requires.
+pinned() {
+  local v
+  v=$(cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
+  [[ -n $v ]] || { echo "install.sh: no version of $2 in hack/tools/$1/go.mod" >&2; exit 1; }
+  echo "$v"
+}
+helm_version=$(pinned helm helm.sh/helm/v3)
+kv_version=$(pinned kubectl-validate sigs.k8s.io/kubectl-validate)
+cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-helm-${helm_version}-kubectl-validate-${kv_version}
+mkdir -p "$cache"
+# One builder at a time: parallel test processes may all ask for the tools.
+exec 9>"$cache/.lock"
+flock 9
+
+# build <tool dir> <package> <binary name> <version>
+build() {
+  local dir=$1 pkg=$2 bin=$3 version=$4
+  [[ -x "$cache/$bin" ]] && return 0
+  echo "tools: building $bin $version into $cache (first run only)..." >&2
+  local start; start=$(date +%s)
+  local ldflags=""
+  [[ $bin == helm ]] && ldflags="-X helm.sh/helm/v3/internal/version.version=${version}"
+  (cd "$here/$dir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOBIN="$cache/.tmp" \
+    go install -trimpath -ldflags "$ldflags" "$pkg")
+  mv "$cache/.tmp/$(basename "$pkg")" "$cache/$bin"
+  rmdir "$cache/.tmp" 2>/dev/null || true
+  echo "tools: $bin built in $(( $(date +%s) - start ))s" >&2
+}
+build helm helm.sh/helm/v3/cmd/helm helm "$helm_version"
+build kubectl-validate sigs.k8s.io/kubectl-validate kubectl-validate "$kv_version"
+echo "$cache"

@@ -1,0 +1,288 @@
+package chart
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden renders in testdata/golden")
+
+const (
+	repoRoot  = "../.."
+	chartDir  = repoRoot + "/charts/istio-cni"
+	release   = "istio-cni"
+	namespace = "kube-system"
+)
+
+// profiles are the platform values files shipped with the chart.
+var profiles = []string{"default", "gke", "openshift"}
+
+func profileFile(name string) string {
+	return filepath.Join(chartDir, "profiles", name+".yaml")
+}
+
+var (
+	toolsOnce sync.Once
+	toolsDir  string
+	toolsErr  error
+)
+
+// tool returns the path of a pinned tool (helm, kubectl-validate). The tools live in a
+// cache outside the repository that hack/tools/install.sh fills (building them on the
+// first run) and names on its last line of output.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	toolsOnce.Do(func() {
+		cmd := exec.Command(filepath.Join(repoRoot, "hack/tools/install.sh"))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			toolsErr = fmt.Errorf("hack/tools/install.sh: %w\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		toolsDir = lines[len(lines)-1]
+	})
+	if toolsErr != nil {
+		t.Fatalf("cannot install the pinned tools: %v", toolsErr)
+	}
+	path := filepath.Join(toolsDir, name)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("hack/tools/install.sh printed %s but %s is not there: %v", toolsDir, name, err)
+	}
+	return path
+}
+
+// helm runs the pinned helm with args and returns its stdout; a failure carries stderr.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(tool(t, "helm"), args...)
+	// No user config or cache may influence the render.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// templateArgs is `helm template istio-cni <chart> --namespace kube-system` plus extra.
+func templateArgs(extra ...string) []string {
+	return append([]string{"template", release, chartDir, "--namespace", namespace}, extra...)
+}
+
+// manifest is a rendered chart: the raw text, each document, and the decoded objects.
+type manifest struct {
+	raw  []byte
+	docs []document
+}
+
+type document struct {
+	raw    []byte
+	kind   string
+	name   string
+	ns     string
+	object runtime.Object // nil for kinds outside client-go's scheme
+}
+
+func (d document) String() string { return fmt.Sprintf("%s %s/%s", d.kind, d.ns, d.name) }
+
+// strictDecoder decodes YAML or JSON into client-go's typed objects and fails on unknown
+// or duplicate fields.
+var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// render runs helm template with extra arguments and parses the result; every document
+// of a kind client-go knows must decode strictly.
+func render(t *testing.T, extra ...string) (*manifest, error) {
+	t.Helper()
+	out, err := helm(t, templateArgs(extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	m, err := parseManifest(out)
+	if err != nil {
+		t.Fatalf("helm template %s: %v", strings.Join(extra, " "), err)
+	}
+	return m, nil
+}
+
+// mustRender is render for values that must be accepted.
+func mustRender(t *testing.T, extra ...string) *manifest {
+	t.Helper()
+	m, err := render(t, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func parseManifest(out []byte) (*manifest, error) {
+	m := &manifest{raw: out}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("split documents: %w", err)
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(raw, &head); err != nil {
+			return nil, fmt.Errorf("document %d is not YAML: %w\n%s", len(m.docs), err, raw)
+		}
+		if head.Kind == "" { // only comments
+			continue
+		}
+		doc := document{raw: raw, kind: head.Kind, name: head.Metadata.Name, ns: head.Metadata.Namespace}
+		if head.APIVersion == "" || head.Metadata.Name == "" {
+			return nil, fmt.Errorf("%s lacks apiVersion or metadata.name", doc)
+		}
+		obj, gvk, err := strictDecoder.Decode(raw, nil, nil)
+		switch {
+		case err == nil:
+			if gvk.Kind != head.Kind {
+				return nil, fmt.Errorf("%s decoded as %s", doc, gvk.Kind)
+			}
+			doc.object = obj
+		case runtime.IsNotRegisteredError(err):
+			// Outside the scheme (NetworkAttachmentDefinition): checked structurally.
+		default:
+			return nil, fmt.Errorf("%s does not decode strictly: %w", doc, err)
+		}
+		m.docs = append(m.docs, doc)
+	}
+	return m, nil
+}
+
+// find returns the document of kind and name, or nil.
+func (m *manifest) find(kind, name string) *document {
+	for i := range m.docs {
+		if m.docs[i].kind == kind && m.docs[i].name == name {
+			return &m.docs[i]
+		}
+	}
+	return nil
+}
+
+func (m *manifest) all(kind string) []document {
+	var out []document
+	for _, d := range m.docs {
+		if d.kind == kind {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (m *manifest) daemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	d := m.find("DaemonSet", "istio-cni-node")
+	if d == nil {
+		t.Fatalf("no DaemonSet istio-cni-node in the render")
+	}
+	return d.object.(*appsv1.DaemonSet)
+}
+
+// agent returns the install-cni container.
+func (m *manifest) agent(t *testing.T) corev1.Container {
+	t.Helper()
+	ds := m.daemonSet(t)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "install-cni" {
+			return c
+		}
+	}
+	t.Fatalf("DaemonSet istio-cni-node has no install-cni container")
+	return corev1.Container{}
+}
+
+func (m *manifest) configMap(t *testing.T) *corev1.ConfigMap {
+	t.Helper()
+	d := m.find("ConfigMap", "istio-cni-config")
+	if d == nil {
+		t.Fatalf("no ConfigMap istio-cni-config in the render")
+	}
+	return d.object.(*corev1.ConfigMap)
+}
+
+func (m *manifest) clusterRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	d := m.find("ClusterRole", "istio-cni")
+	if d == nil {
+		t.Fatalf("no ClusterRole istio-cni in the render")
+	}
+	return d.object.(*rbacv1.ClusterRole)
+}
+
+// env returns the agent's environment: literal values, and for valueFrom a description
+// of the source ("configMapKeyRef:<name>/<key>", "fieldRef:<path>").
+func (m *manifest) env(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range m.agent(t).Env {
+		if _, dup := out[e.Name]; dup {
+			t.Errorf("env %s is set twice", e.Name)
+		}
+		switch {
+		case e.ValueFrom == nil:
+			out[e.Name] = e.Value
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			out[e.Name] = "configMapKeyRef:" + e.ValueFrom.ConfigMapKeyRef.Name + "/" + e.ValueFrom.ConfigMapKeyRef.Key
+		case e.ValueFrom.FieldRef != nil:
+			out[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+		default:
+			t.Errorf("env %s has an unexpected source", e.Name)
+		}
+	}
+	return out
+}
+
+// hostPaths maps each hostPath volume mounted by the agent to its mount path.
+func (m *manifest) hostPaths(t *testing.T) map[string]string {
+	t.Helper()
+	ds := m.daemonSet(t)
+	paths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			paths[v.Name] = v.HostPath.Path
+		}
+	}
+	out := map[string]string{}
+	for _, vm := range m.agent(t).VolumeMounts {
+		if host, ok := paths[vm.Name]; ok {
+			out[host] = vm.MountPath
+		}
+	}
+	return out
+}

@@ -1,0 +1,252 @@
+package chart
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// seedArgs is the seed documents' install command after `helm template`, with helm v2's
+// `--name=istio-cni` and the chart path left out: helm v3 has no --name flag and takes the
+// release name as its first argument instead (TestSeedCommandRendersWithHelmV3).
+var seedArgs = []string{
+	"--namespace=kube-system",
+	"--set", "excludeNamespaces={}",
+	"--set", "hub=docker.io/example",
+	"--set", "tag=mytag",
+	"--set", "pullPolicy=IfNotPresent",
+	"--set", "logLevel=debug",
+}
+
+// variants are the renders whose every object is validated offline: the three
+// profiles, the seed command, and the switches that add or remove objects and fields.
+var variants = []struct {
+	name string
+	args []string
+}{
+	{"profile default", []string{"-f", profileFile("default")}},
+	{"profile gke", []string{"-f", profileFile("gke")}},
+	{"profile openshift", []string{"-f", profileFile("openshift")}},
+	{"seed command", seedArgs},
+	{"all features", []string{"-f", "testdata/values/all-features.yaml"}},
+	{"repair off", []string{"--set", "repair.enabled=false"}},
+	{"repair labels", []string{"--set", "repair.deletePods=false"}},
+	{"probes on the monitoring port", []string{"--set", "probes.port=15014"}},
+	{"openshift in several namespaces", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={default,bookinfo}"}},
+}
+
+// TestLintStrictPassesForEveryProfile: helm lint --strict (warnings are failures) on the
+// chart with each platform profile.
+func TestLintStrictPassesForEveryProfile(t *testing.T) {
+	for _, p := range profiles {
+		t.Run(p, func(t *testing.T) {
+			out, err := helm(t, "lint", "--strict", chartDir, "-f", profileFile(p))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestProfilesMatchGoldenRenders: the full render of each profile is the reviewed one in
+// testdata/golden (go test -update rewrites them).
+func TestProfilesMatchGoldenRenders(t *testing.T) {
+	for _, p := range profiles {
+		t.Run(p, func(t *testing.T) {
+			m := mustRender(t, "-f", profileFile(p))
+			golden := filepath.Join("testdata", "golden", p+".yaml")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, m.raw, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(m.raw)); diff != "" {
+				t.Errorf("render of profile %s differs from %s (-golden +render); run go test -update if intended:\n%s", p, golden, diff)
+			}
+		})
+	}
+}
+
+// TestEveryObjectValidatesOffline: every object of every variant passes kubectl-validate
+// against Kubernetes 1.30's built-in schemas (the NetworkAttachmentDefinition against its
+// CRD in testdata/crds), decodes strictly into client-go's types (unknown fields fail),
+// and holds no combination the API server refuses beyond the schema.
+func TestEveryObjectValidatesOffline(t *testing.T) {
+	validate := tool(t, "kubectl-validate")
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			m := mustRender(t, v.args...) // decodes every known kind strictly
+			if len(m.docs) == 0 {
+				t.Fatal("nothing rendered")
+			}
+			for _, d := range m.docs {
+				switch {
+				case d.object != nil:
+				case d.kind == "NetworkAttachmentDefinition":
+					if err := checkNetworkAttachmentDefinition(d.raw); err != nil {
+						t.Errorf("%s: %v", d, err)
+					}
+				default:
+					t.Errorf("%s is neither in client-go's scheme nor a kind this test knows", d)
+				}
+			}
+			file := filepath.Join(t.TempDir(), "manifest.yaml")
+			if err := os.WriteFile(file, m.raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := kubectlValidate(validate, file, m); err != nil {
+				t.Error(err)
+			}
+			checkSecurityContextRules(t, m)
+		})
+	}
+}
+
+// kubectlValidate runs kubectl-validate on file and reports each failing document by
+// kind and name.
+func kubectlValidate(bin, file string, m *manifest) error {
+	cmd := exec.Command(bin, file, "--version", "1.30", "--local-crds", "testdata/crds", "--output", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var results map[string][]struct {
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &results); err != nil {
+		return fmt.Errorf("kubectl-validate: %v, output not JSON: %v\n%s%s", runErr, err, stdout.String(), stderr.String())
+	}
+	statuses := results[file]
+	if len(statuses) != len(m.docs) {
+		return fmt.Errorf("kubectl-validate reported %d documents, the render has %d:\n%s", len(statuses), len(m.docs), stdout.String())
+	}
+	var failures []string
+	for i, s := range statuses {
+		if s.Status != "Success" {
+			failures = append(failures, fmt.Sprintf("%s: %s %s", m.docs[i], s.Status, s.Message))
+		}
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("kubectl-validate (Kubernetes 1.30):\n  %s", strings.Join(failures, "\n  "))
+	}
+	if runErr != nil {
+		return fmt.Errorf("kubectl-validate failed although every document passed: %v\n%s", runErr, stderr.String())
+	}
+	return nil
+}
+
+// checkNetworkAttachmentDefinition checks what Multus needs of the object, which is not in
+// client-go's scheme: group k8s.cni.cncf.io/v1, a name and namespace, only known fields,
+// and a spec.config that, when present, is a JSON CNI config.
+func checkNetworkAttachmentDefinition(raw []byte) error {
+	var nad struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec *struct {
+			Config *string `json:"config"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(raw, &nad); err != nil {
+		return fmt.Errorf("unexpected structure: %w", err)
+	}
+	if nad.APIVersion != "k8s.cni.cncf.io/v1" {
+		return fmt.Errorf("apiVersion %q, want k8s.cni.cncf.io/v1", nad.APIVersion)
+	}
+	if nad.Metadata.Name == "" || nad.Metadata.Namespace == "" {
+		return fmt.Errorf("name %q and namespace %q must both be set", nad.Metadata.Name, nad.Metadata.Namespace)
+	}
+	if nad.Spec != nil && nad.Spec.Config != nil && *nad.Spec.Config != "" {
+		var conf map[string]any
+		if err := json.Unmarshal([]byte(*nad.Spec.Config), &conf); err != nil {
+			return fmt.Errorf("spec.config is not JSON: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkSecurityContextRules checks the API server's own rules for the agent's security
+// context, which no OpenAPI schema expresses: allowPrivilegeEscalation=false is refused
+// together with privileged or with the SYS_ADMIN capability.
+func checkSecurityContextRules(t *testing.T, m *manifest) {
+	t.Helper()
+	sc := m.agent(t).SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		return
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("allowPrivilegeEscalation=false with privileged=true: the API server refuses the DaemonSet")
+	}
+	if sc.Capabilities != nil {
+		for _, c := range sc.Capabilities.Add {
+			if c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN" {
+				t.Error("allowPrivilegeEscalation=false with SYS_ADMIN: the API server refuses the DaemonSet")
+			}
+		}
+	}
+}
+
+// TestSeedCommandRendersWithHelmV3: the seed documents' command as written is helm v2's;
+// helm v3 refuses its --name flag. With the release name given positionally, as helm v3
+// wants, it renders every object in kube-system with the given hub, tag, pull policy,
+// log level, and no excluded namespace.
+func TestSeedCommandRendersWithHelmV3(t *testing.T) {
+	asWritten := append([]string{"template", "--name=istio-cni"}, seedArgs...)
+	asWritten = append(asWritten, chartDir)
+	_, err := helm(t, asWritten...)
+	if err == nil || !strings.Contains(err.Error(), "unknown flag: --name") {
+		t.Fatalf("helm v3 with helm v2's --name: got %v, want it refused as an unknown flag (if helm now accepts it, update the README)", err)
+	}
+
+	m := mustRender(t, seedArgs...)
+	for _, d := range m.docs {
+		if d.kind == "ClusterRole" || d.kind == "ClusterRoleBinding" {
+			continue
+		}
+		if d.ns != "kube-system" {
+			t.Errorf("%s: namespace %q, want kube-system", d, d.ns)
+		}
+	}
+	agent := m.agent(t)
+	if agent.Image != "docker.io/example/install-cni:mytag" {
+		t.Errorf("image %q, want docker.io/example/install-cni:mytag", agent.Image)
+	}
+	if agent.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("imagePullPolicy %q, want IfNotPresent", agent.ImagePullPolicy)
+	}
+	env := m.env(t)
+	want := map[string]string{"PLUGIN_LOG_LEVEL": "debug", "EXCLUDE_NAMESPACES": ""}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("env %s=%q, want %q", k, env[k], v)
+		}
+	}
+	conf := networkConfig(t, m)
+	if got := conf["plugin_log_level"]; got != "debug" {
+		t.Errorf("plugin_log_level %v, want debug", got)
+	}
+	if diff := cmp.Diff([]any{}, conf["exclude_namespaces"]); diff != "" {
+		t.Errorf("exclude_namespaces (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,710 @@
+package chart
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+// networkConfig returns the ConfigMap's cni_network_config parsed as JSON.
+func networkConfig(t *testing.T, m *manifest) map[string]any {
+	t.Helper()
+	text, ok := m.configMap(t).Data["cni_network_config"]
+	if !ok {
+		t.Fatal("ConfigMap istio-cni-config has no cni_network_config")
+	}
+	var conf map[string]any
+	if err := json.Unmarshal([]byte(text), &conf); err != nil {
+		t.Fatalf("cni_network_config is not JSON: %v\n%s", err, text)
+	}
+	return conf
+}
+
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(chartDir + "/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.AppVersion == "" {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	return c.AppVersion
+}
+
+// TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt: the rendered cni_network_config is
+// JSON holding every field of the plugin's entry with the chart's values, and the plugin's
+// own config parser accepts it once the agent has filled in the kubeconfig path.
+func TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want map[string]any
+	}{{
+		name: "defaults",
+		want: map[string]any{
+			"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni",
+			"plugin_log_level":   "warn",
+			"cni_agent_run_dir":  "/var/run/istio-cni",
+			"exclude_namespaces": []any{"istio-system"},
+			"pod_namespace":      "kube-system",
+			"native_nftables":    false,
+			"kubernetes": map[string]any{
+				"kubeconfig":         "__KUBECONFIG_FILEPATH__",
+				"cni_bin_dir":        "/opt/cni/bin",
+				"exclude_namespaces": []any{"istio-system"},
+			},
+		},
+	}, {
+		name: "every value changed",
+		args: []string{"--namespace", "istio-cni-system", "--set", "logLevel=debug", "--set", "cniAgentRunDir=/run/mesh",
+			"--set", "excludeNamespaces={istio-system,foo-ns,bar-ns}", "--set", "nativeNftables=true",
+			"--set", "cniBinDir=/home/kubernetes/bin"},
+		want: map[string]any{
+			"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni",
+			"plugin_log_level":   "debug",
+			"cni_agent_run_dir":  "/run/mesh",
+			"exclude_namespaces": []any{"istio-system", "foo-ns", "bar-ns"},
+			"pod_namespace":      "istio-cni-system",
+			"native_nftables":    true,
+			"kubernetes": map[string]any{
+				"kubeconfig":         "__KUBECONFIG_FILEPATH__",
+				"cni_bin_dir":        "/home/kubernetes/bin",
+				"exclude_namespaces": []any{"istio-system", "foo-ns", "bar-ns"},
+			},
+		},
+	}, {
+		name: "no excluded namespace",
+		args: []string{"--set", "excludeNamespaces={}"},
+		want: map[string]any{
+			"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni",
+			"plugin_log_level":   "warn",
+			"cni_agent_run_dir":  "/var/run/istio-cni",
+			"exclude_namespaces": []any{},
+			"pod_namespace":      "kube-system",
+			"native_nftables":    false,
+			"kubernetes": map[string]any{
+				"kubeconfig":         "__KUBECONFIG_FILEPATH__",
+				"cni_bin_dir":        "/opt/cni/bin",
+				"exclude_namespaces": []any{},
+			},
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// A later --namespace overrides templateArgs' kube-system.
+			m := mustRender(t, c.args...)
+			conf := networkConfig(t, m)
+			if diff := cmp.Diff(c.want, conf); diff != "" {
+				t.Errorf("cni_network_config (-want +got):\n%s", diff)
+			}
+
+			// What the agent writes into the node's config: the same entry with the path.
+			text := strings.ReplaceAll(m.configMap(t).Data["cni_network_config"], "__KUBECONFIG_FILEPATH__", "/var/run/istio-cni/istio-cni-kubeconfig")
+			cfg, err := plugin.ParseConfig([]byte(text))
+			if err != nil {
+				t.Fatalf("the plugin refuses the rendered config: %v", err)
+			}
+			if string(cfg.LogLevel) != c.want["plugin_log_level"] {
+				t.Errorf("plugin reads log level %q, want %v", cfg.LogLevel, c.want["plugin_log_level"])
+			}
+			if cfg.AgentRunDir != c.want["cni_agent_run_dir"] {
+				t.Errorf("plugin reads run dir %q, want %v", cfg.AgentRunDir, c.want["cni_agent_run_dir"])
+			}
+			if cfg.PodNamespace != c.want["pod_namespace"] {
+				t.Errorf("plugin reads pod namespace %q, want %v", cfg.PodNamespace, c.want["pod_namespace"])
+			}
+			var wantNS []string
+			for _, ns := range c.want["exclude_namespaces"].([]any) {
+				wantNS = append(wantNS, ns.(string))
+			}
+			if diff := cmp.Diff(wantNS, cfg.ExcludeNamespaces, cmp.Comparer(func(a, b []string) bool { return slices.Equal(a, b) })); diff != "" {
+				t.Errorf("plugin reads excluded namespaces (-want +got):\n%s", diff)
+			}
+			wantBackend := plugin.BackendIptables
+			if c.want["native_nftables"] == true {
+				wantBackend = plugin.BackendNftables
+			}
+			if cfg.Backend != wantBackend {
+				t.Errorf("plugin picks backend %q, want %q", cfg.Backend, wantBackend)
+			}
+		})
+	}
+}
+
+// TestValuesReachTheObjects: each value ends up where the agent, the plugin or the
+// kubelet reads it.
+func TestValuesReachTheObjects(t *testing.T) {
+	appVersion := chartAppVersion(t)
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	cases := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, m *manifest)
+	}{{
+		name: "bin and conf dirs are mounted from the node and named to the agent",
+		args: []string{"--set", "cniBinDir=/var/lib/cni/bin", "--set", "cniConfDir=/etc/cni/multus/net.d"},
+		check: func(t *testing.T, m *manifest) {
+			paths := m.hostPaths(t)
+			want := map[string]string{
+				"/var/lib/cni/bin":      "/host/opt/cni/bin",
+				"/etc/cni/multus/net.d": "/host/etc/cni/net.d",
+				"/var/run/istio-cni":    "/var/run/istio-cni",
+			}
+			if diff := cmp.Diff(want, paths); diff != "" {
+				t.Errorf("host path -> mount path (-want +got):\n%s", diff)
+			}
+			env := m.env(t)
+			wantEnv(t, env, "CNI_NET_DIR", "/etc/cni/multus/net.d")
+			wantEnv(t, env, "MOUNTED_CNI_NET_DIR", "/host/etc/cni/net.d")
+		},
+	}, {
+		name: "defaults mount /opt/cni/bin and /etc/cni/net.d",
+		check: func(t *testing.T, m *manifest) {
+			want := map[string]string{
+				"/opt/cni/bin":       "/host/opt/cni/bin",
+				"/etc/cni/net.d":     "/host/etc/cni/net.d",
+				"/var/run/istio-cni": "/var/run/istio-cni",
+			}
+			if diff := cmp.Diff(want, m.hostPaths(t)); diff != "" {
+				t.Errorf("host path -> mount path (-want +got):\n%s", diff)
+			}
+		},
+	}, {
+		name: "the run dir is mounted at the node's own path",
+		args: []string{"--set", "cniAgentRunDir=/run/mesh-cni"},
+		check: func(t *testing.T, m *manifest) {
+			if got := m.hostPaths(t)["/run/mesh-cni"]; got != "/run/mesh-cni" {
+				t.Errorf("/run/mesh-cni mounted at %q, want the same path", got)
+			}
+			wantEnv(t, m.env(t), "CNI_AGENT_RUN_DIR", "/run/mesh-cni")
+		},
+	}, {
+		name: "excluded namespaces, log level, chained, conf file name and nftables reach the agent",
+		args: []string{"--set", "excludeNamespaces={istio-system,kube-system}", "--set", "logLevel=error",
+			"--set", "chained=false", "--set", "cniConfFileName=istio-cni.conf", "--set", "nativeNftables=true",
+			"--set-string", "kubeconfigMode=0640"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "EXCLUDE_NAMESPACES", "istio-system,kube-system")
+			wantEnv(t, env, "PLUGIN_LOG_LEVEL", "error")
+			wantEnv(t, env, "CHAINED_CNI_PLUGIN", "false")
+			wantEnv(t, env, "CNI_CONF_NAME", "istio-cni.conf")
+			wantEnv(t, env, "NATIVE_NFTABLES", "true")
+			wantEnv(t, env, "KUBECONFIG_MODE", "0640")
+			wantEnv(t, env, "CNI_NETWORK_CONFIG", "configMapKeyRef:istio-cni-config/cni_network_config")
+			wantEnv(t, env, "POD_NAMESPACE", "fieldRef:metadata.namespace")
+		},
+	}, {
+		name: "defaults: chained, no conf file name, warn",
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "CHAINED_CNI_PLUGIN", "true")
+			wantEnv(t, env, "PLUGIN_LOG_LEVEL", "warn")
+			wantEnv(t, env, "EXCLUDE_NAMESPACES", "istio-system")
+			if v, ok := env["CNI_CONF_NAME"]; ok {
+				t.Errorf("CNI_CONF_NAME=%q set although cniConfFileName is empty: the agent must pick the file as the runtime does", v)
+			}
+		},
+	}, {
+		name: "the tag defaults to the chart's appVersion",
+		check: func(t *testing.T, m *manifest) {
+			if got, want := m.agent(t).Image, "ghcr.io/istio-cni/install-cni:"+appVersion; got != want {
+				t.Errorf("image %q, want %q", got, want)
+			}
+			if got := m.agent(t).ImagePullPolicy; got != corev1.PullAlways {
+				t.Errorf("imagePullPolicy %q, want the seed's default Always", got)
+			}
+		},
+	}, {
+		name: "a digest replaces the tag",
+		args: []string{"--set", "hub=registry.example.com/mesh", "--set", "tag=1.2.3", "--set", "digest=" + digest},
+		check: func(t *testing.T, m *manifest) {
+			if got, want := m.agent(t).Image, "registry.example.com/mesh/install-cni@"+digest; got != want {
+				t.Errorf("image %q, want %q", got, want)
+			}
+		},
+	}, {
+		name: "repair settings reach the agent",
+		args: []string{"--set", "repair.deletePods=false", "--set", "repair.initContainerName=mesh-check",
+			"--set", "repair.brokenPodLabelKey=example.com/broken", "--set", "repair.brokenPodLabelValue=yes"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "REPAIR_ENABLED", "true")
+			wantEnv(t, env, "REPAIR_LABEL_PODS", "true")
+			wantEnv(t, env, "REPAIR_DELETE_PODS", "false")
+			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
+			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "mesh-check")
+			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "example.com/broken")
+			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "yes")
+			wantEnv(t, env, "REPAIR_NODE_NAME", "fieldRef:spec.nodeName")
+		},
+	}, {
+		name: "seed defaults: deletePods wins over labelPods",
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "REPAIR_DELETE_PODS", "true")
+			wantEnv(t, env, "REPAIR_LABEL_PODS", "false")
+			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "istio-validation")
+			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "cni.istio.io/uninitialized")
+			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "true")
+		},
+	}, {
+		name: "repair off leaves no repair setting but the switch",
+		args: []string{"--set", "repair.enabled=false"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "REPAIR_ENABLED", "false")
+			for k := range env {
+				if strings.HasPrefix(k, "REPAIR_") && k != "REPAIR_ENABLED" {
+					t.Errorf("%s set although repair is off", k)
+				}
+			}
+		},
+	}, {
+		name: "taint settings reach the agent",
+		args: []string{"--set", "taint.enabled=true", "--set", "taint.key=example.com/cni-not-ready", "--set", "taint.effect=NoExecute"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "TAINT_ENABLED", "true")
+			wantEnv(t, env, "TAINT_KEY", "example.com/cni-not-ready")
+			wantEnv(t, env, "TAINT_EFFECT", "NoExecute")
+		},
+	}, {
+		name: "runs on every node at node-critical priority on the host network",
+		check: func(t *testing.T, m *manifest) {
+			spec := m.daemonSet(t).Spec.Template.Spec
+			if !tolerates(spec.Tolerations, corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoExecute}) ||
+				!tolerates(spec.Tolerations, corev1.Taint{Key: "example.com/anything", Value: "x", Effect: corev1.TaintEffectNoSchedule}) ||
+				!tolerates(spec.Tolerations, corev1.Taint{Key: "cni.istio.io/not-ready", Effect: corev1.TaintEffectNoSchedule}) {
+				t.Errorf("tolerations %+v do not tolerate every taint", spec.Tolerations)
+			}
+			if spec.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName %q, want system-node-critical", spec.PriorityClassName)
+			}
+			if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+				t.Errorf("hostNetwork %v dnsPolicy %q, want true and ClusterFirstWithHostNet", spec.HostNetwork, spec.DNSPolicy)
+			}
+			if diff := cmp.Diff(map[string]string{"kubernetes.io/os": "linux"}, spec.NodeSelector); diff != "" {
+				t.Errorf("nodeSelector (-want +got):\n%s", diff)
+			}
+			if spec.ServiceAccountName != "istio-cni" {
+				t.Errorf("serviceAccountName %q, want istio-cni", spec.ServiceAccountName)
+			}
+			us := m.daemonSet(t).Spec.UpdateStrategy
+			if us.Type != "RollingUpdate" || us.RollingUpdate == nil || us.RollingUpdate.MaxUnavailable == nil ||
+				*us.RollingUpdate.MaxUnavailable != intstr.FromInt32(1) {
+				t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable 1", us)
+			}
+		},
+	}, {
+		name: "scheduling values are passed through",
+		args: []string{"-f", "testdata/values/all-features.yaml", "--set", "priorityClassName=mesh-critical"},
+		check: func(t *testing.T, m *manifest) {
+			ds := m.daemonSet(t)
+			spec := ds.Spec.Template.Spec
+			if spec.PriorityClassName != "mesh-critical" {
+				t.Errorf("priorityClassName %q", spec.PriorityClassName)
+			}
+			if spec.NodeSelector["node-role.example.com/mesh"] != "true" {
+				t.Errorf("nodeSelector %v lacks node-role.example.com/mesh", spec.NodeSelector)
+			}
+			if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil ||
+				spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key != "example.com/no-mesh" {
+				t.Errorf("affinity %+v not passed through", spec.Affinity)
+			}
+			if got := ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String(); got != "10%" {
+				t.Errorf("maxUnavailable %q, want 10%%", got)
+			}
+			meta := ds.Spec.Template.ObjectMeta
+			if meta.Labels["team"] != "mesh" || meta.Annotations["example.com/owner"] != "mesh-team" {
+				t.Errorf("pod labels %v / annotations %v lack podLabels / podAnnotations", meta.Labels, meta.Annotations)
+			}
+			if got := spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "regcred" {
+				t.Errorf("imagePullSecrets %v, want regcred", got)
+			}
+			res := m.agent(t).Resources
+			if res.Limits.Memory().String() != "256Mi" || res.Requests.Cpu().String() != "50m" {
+				t.Errorf("resources %+v not passed through", res)
+			}
+		},
+	}, {
+		name: "probes and metrics use their ports",
+		args: []string{"--set", "probes.port=8001", "--set", "monitoringPort=15015"},
+		check: func(t *testing.T, m *manifest) {
+			c := m.agent(t)
+			for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+				if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Port != intstr.FromInt32(8001) {
+					t.Errorf("probe %s = %+v, want GET %s on 8001", name, p, name)
+				}
+			}
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			if diff := cmp.Diff(map[string]int32{"metrics": 15015, "health": 8001}, ports); diff != "" {
+				t.Errorf("container ports (-want +got):\n%s", diff)
+			}
+			env := m.env(t)
+			wantEnv(t, env, "MONITORING_PORT", "15015")
+			wantEnv(t, env, "READINESS_PORT", "8001")
+			if got := m.daemonSet(t).Spec.Template.Annotations["prometheus.io/port"]; got != "15015" {
+				t.Errorf("prometheus.io/port %q, want 15015", got)
+			}
+		},
+	}, {
+		name: "probes may share the monitoring port",
+		args: []string{"--set", "probes.port=15014"},
+		check: func(t *testing.T, m *manifest) {
+			if n := len(m.agent(t).Ports); n != 1 {
+				t.Errorf("%d container ports, want 1 (the same port twice is refused)", n)
+			}
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.check(t, mustRender(t, c.args...))
+		})
+	}
+}
+
+func wantEnv(t *testing.T, env map[string]string, name, want string) {
+	t.Helper()
+	got, ok := env[name]
+	if !ok {
+		t.Errorf("env %s missing, want %q", name, want)
+		return
+	}
+	if got != want {
+		t.Errorf("env %s=%q, want %q", name, got, want)
+	}
+}
+
+func tolerates(tolerations []corev1.Toleration, taint corev1.Taint) bool {
+	for _, tol := range tolerations {
+		if tol.ToleratesTaint(&taint) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConfigChangeRollsTheAgents: a change of the plugin's config changes the pod
+// template (env from a ConfigMap is read only when a container starts).
+func TestConfigChangeRollsTheAgents(t *testing.T) {
+	a := mustRender(t).daemonSet(t).Spec.Template.Annotations["checksum/config"]
+	b := mustRender(t, "--set", "excludeNamespaces={istio-system,foo}").daemonSet(t).Spec.Template.Annotations["checksum/config"]
+	if a == "" || a == b {
+		t.Errorf("checksum/config %q -> %q: want a non-empty checksum that changes with the config", a, b)
+	}
+}
+
+// grants flattens every ClusterRole and Role of the render into "scope group resource
+// name verb" lines (scope "cluster" or the Role's namespace, name "*" for any), and checks
+// each role is bound to the agent's ServiceAccount and nothing else.
+func grants(t *testing.T, m *manifest) []string {
+	t.Helper()
+	bound := map[string]bool{}
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, d := range m.all(kind) {
+			var subjects []rbacv1.Subject
+			var ref rbacv1.RoleRef
+			switch b := d.object.(type) {
+			case *rbacv1.ClusterRoleBinding:
+				subjects, ref = b.Subjects, b.RoleRef
+			case *rbacv1.RoleBinding:
+				subjects, ref = b.Subjects, b.RoleRef
+			}
+			if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != "istio-cni" || subjects[0].Namespace != namespace {
+				t.Errorf("%s binds %+v, want only ServiceAccount %s/istio-cni", d, subjects, namespace)
+			}
+			bound[ref.Kind+"/"+ref.Name] = true
+		}
+	}
+	var out []string
+	add := func(scope string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						names := r.ResourceNames
+						if len(names) == 0 {
+							names = []string{"*"}
+						}
+						for _, n := range names {
+							out = append(out, strings.Join([]string{scope, g, res, n, v}, " "))
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, d := range m.all("ClusterRole") {
+		if !bound["ClusterRole/"+d.name] {
+			t.Errorf("%s is bound to nothing", d)
+		}
+		add("cluster", d.object.(*rbacv1.ClusterRole).Rules)
+	}
+	for _, d := range m.all("Role") {
+		if !bound["Role/"+d.name] {
+			t.Errorf("%s is bound to nothing", d)
+		}
+		add(d.ns, d.object.(*rbacv1.Role).Rules)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestRBACGrantsExactlyWhatEnabledFeaturesNeed: the agent's permissions, as a flat list
+// of scope/group/resource/name/verb, for each combination of features.
+func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
+	podGet := "cluster  pods * get"
+	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
+	events := []string{"cluster  events * create", "cluster  events * patch"}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{{
+		name: "plugin only: get pods",
+		args: []string{"--set", "repair.enabled=false"},
+		want: []string{podGet},
+	}, {
+		name: "repair by deleting (the seed's defaults)",
+		want: concat([]string{podGet, "cluster  pods * delete"}, watchPods, events),
+	}, {
+		name: "repair by labelling",
+		args: []string{"--set", "repair.deletePods=false"},
+		want: concat([]string{podGet, "cluster  pods * patch", "cluster  pods * update"}, watchPods, events),
+	}, {
+		name: "repair that only reports",
+		args: []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
+		want: concat([]string{podGet}, watchPods, events),
+	}, {
+		name: "repair in place writes nothing to the API",
+		args: []string{"--set", "repair.repairPods=true"},
+		want: concat([]string{podGet}, watchPods, events),
+	}, {
+		name: "node readiness taints nodes and elects a leader in its namespace",
+		args: []string{"--set", "repair.enabled=false", "--set", "taint.enabled=true"},
+		want: []string{
+			"cluster  nodes * get", "cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
+			podGet,
+			"kube-system coordination.k8s.io leases * create",
+			"kube-system coordination.k8s.io leases istio-cni-taint get",
+			"kube-system coordination.k8s.io leases istio-cni-taint update",
+			"kube-system  pods * get", "kube-system  pods * list", "kube-system  pods * watch",
+		},
+	}, {
+		name: "privileged (OpenShift) may use the privileged SCC",
+		args: []string{"--set", "repair.enabled=false", "--set", "privileged=true"},
+		want: []string{podGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := grants(t, mustRender(t, c.args...))
+			want := slices.Clone(c.want)
+			sort.Strings(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("grants (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func concat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestPSPClusterRoleIsBoundOnlyWhenNamed: psp_cluster_role adds a RoleBinding of that
+// ClusterRole to the agent in the release namespace, and nothing else; no policy object.
+func TestPSPClusterRoleIsBoundOnlyWhenNamed(t *testing.T) {
+	if d := mustRender(t).find("RoleBinding", "istio-cni-psp"); d != nil {
+		t.Errorf("RoleBinding istio-cni-psp rendered without psp_cluster_role")
+	}
+	m := mustRender(t, "--set", "psp_cluster_role=psp:privileged")
+	d := m.find("RoleBinding", "istio-cni-psp")
+	if d == nil {
+		t.Fatal("no RoleBinding istio-cni-psp with psp_cluster_role set")
+	}
+	rb := d.object.(*rbacv1.RoleBinding)
+	want := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "psp:privileged"}
+	if diff := cmp.Diff(want, rb.RoleRef); diff != "" {
+		t.Errorf("roleRef (-want +got):\n%s", diff)
+	}
+	if rb.Namespace != namespace {
+		t.Errorf("namespace %q, want the release namespace %s", rb.Namespace, namespace)
+	}
+	for _, doc := range m.docs {
+		if doc.kind == "PodSecurityPolicy" {
+			t.Errorf("%s rendered: PodSecurityPolicy is gone since Kubernetes 1.25", doc)
+		}
+	}
+}
+
+// TestPrivilegeFollowsTheSwitches: privileged only with the OpenShift switch; otherwise
+// every capability dropped and only those the enabled features need added back.
+func TestPrivilegeFollowsTheSwitches(t *testing.T) {
+	netnsCaps := []corev1.Capability{"DAC_OVERRIDE", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE"}
+	cases := []struct {
+		name       string
+		args       []string
+		privileged bool
+		caps       []corev1.Capability
+		hostProc   bool
+	}{
+		{name: "defaults", caps: []corev1.Capability{"DAC_OVERRIDE"}},
+		{name: "repair in place enters pod namespaces", args: []string{"--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
+		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}},
+		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true},
+		{name: "privileged with repair in place", args: []string{"--set", "privileged=true", "--set", "repair.repairPods=true"}, privileged: true, hostProc: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := mustRender(t, c.args...)
+			sc := m.agent(t).SecurityContext
+			if sc == nil || sc.Privileged == nil {
+				t.Fatal("install-cni has no securityContext.privileged")
+			}
+			if *sc.Privileged != c.privileged {
+				t.Errorf("privileged %v, want %v", *sc.Privileged, c.privileged)
+			}
+			var add []corev1.Capability
+			if sc.Capabilities != nil {
+				add = slices.Clone(sc.Capabilities.Add)
+				slices.Sort(add)
+				if !c.privileged && !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+					t.Errorf("drop %v, want [ALL]", sc.Capabilities.Drop)
+				}
+			}
+			if diff := cmp.Diff(c.caps, add); diff != "" {
+				t.Errorf("added capabilities (-want +got):\n%s", diff)
+			}
+			_, proc := m.hostPaths(t)["/proc"]
+			if proc != c.hostProc {
+				t.Errorf("node's /proc mounted: %v, want %v", proc, c.hostProc)
+			}
+			checkSecurityContextRules(t, m)
+		})
+	}
+}
+
+// TestMultusNetworkAttachmentDefinition: the OpenShift profile writes a standalone
+// istio-cni.conf into Multus' directory and creates the NetworkAttachmentDefinition whose
+// name is the network name in that file, which is how Multus resolves the pod annotation
+// k8s.v1.cni.cncf.io/networks: istio-cni; other profiles create none.
+func TestMultusNetworkAttachmentDefinition(t *testing.T) {
+	for _, p := range []string{"default", "gke"} {
+		if nads := mustRender(t, "-f", profileFile(p)).all("NetworkAttachmentDefinition"); len(nads) != 0 {
+			t.Errorf("profile %s renders %v", p, nads)
+		}
+	}
+	m := mustRender(t, "-f", profileFile("openshift"), "--set", "multus.namespaces={default,bookinfo}")
+	var got []string
+	for _, d := range m.all("NetworkAttachmentDefinition") {
+		if err := checkNetworkAttachmentDefinition(d.raw); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+		got = append(got, d.ns+"/"+d.name)
+	}
+	if diff := cmp.Diff([]string{"default/istio-cni", "bookinfo/istio-cni"}, got); diff != "" {
+		t.Errorf("NetworkAttachmentDefinitions (-want +got):\n%s", diff)
+	}
+	if name := networkConfig(t, m)["name"]; name != "istio-cni" {
+		t.Errorf("network name %v in the standalone config, want istio-cni (the NetworkAttachmentDefinition's name)", name)
+	}
+	env := m.env(t)
+	wantEnv(t, env, "CHAINED_CNI_PLUGIN", "false")
+	wantEnv(t, env, "CNI_CONF_NAME", "istio-cni.conf")
+	wantEnv(t, env, "CNI_NET_DIR", "/etc/cni/multus/net.d")
+	if got := m.hostPaths(t)["/var/lib/cni/bin"]; got != "/host/opt/cni/bin" {
+		t.Errorf("/var/lib/cni/bin mounted at %q, want /host/opt/cni/bin", got)
+	}
+	if sc := m.agent(t).SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Error("the OpenShift profile's agent is not privileged")
+	}
+}
+
+// TestGKEProfileUsesHomeKubernetesBin: GKE's kubelet runs CNI binaries from
+// /home/kubernetes/bin.
+func TestGKEProfileUsesHomeKubernetesBin(t *testing.T) {
+	m := mustRender(t, "-f", profileFile("gke"))
+	if got := m.hostPaths(t)["/home/kubernetes/bin"]; got != "/host/opt/cni/bin" {
+		t.Errorf("/home/kubernetes/bin mounted at %q, want /host/opt/cni/bin", got)
+	}
+	if got := networkConfig(t, m)["kubernetes"].(map[string]any)["cni_bin_dir"]; got != "/home/kubernetes/bin" {
+		t.Errorf("kubernetes.cni_bin_dir %v, want /home/kubernetes/bin", got)
+	}
+}
+
+// TestBadValuesAreRefusedNamingThem: helm refuses each bad value before rendering, with
+// a message that names the key and the value.
+func TestBadValuesAreRefusedNamingThem(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string // substrings of the error
+	}{
+		{"unknown log level", []string{"--set", "logLevel=verbose"}, []string{"/logLevel", "'verbose'"}},
+		{"relative bin dir", []string{"--set", "cniBinDir=opt/cni/bin"}, []string{"/cniBinDir", "'opt/cni/bin'"}},
+		{"relative conf dir", []string{"--set", "cniConfDir=etc/cni/net.d"}, []string{"/cniConfDir", "'etc/cni/net.d'"}},
+		{"relative run dir", []string{"--set", "cniAgentRunDir=run"}, []string{"/cniAgentRunDir", "'run'"}},
+		{"conf file name with a directory", []string{"--set", "cniConfFileName=../10-x.conflist"}, []string{"/cniConfFileName", "'../10-x.conflist'"}},
+		{"negative monitoring port", []string{"--set", "monitoringPort=-1"}, []string{"/monitoringPort", "got -1"}},
+		{"zero probe port", []string{"--set", "probes.port=0"}, []string{"/probes/port", "got 0"}},
+		{"negative grace period", []string{"--set", "terminationGracePeriodSeconds=-5"}, []string{"/terminationGracePeriodSeconds", "got -5"}},
+		{"negative maxUnavailable", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=-1"}, []string{"/updateStrategy/rollingUpdate/maxUnavailable", "got -1"}},
+		{"unknown top-level key", []string{"--set", "excludeNamespace={foo}"}, []string{"additional properties 'excludeNamespace' not allowed"}},
+		{"misspelt repair key", []string{"--set", "repair.labelpods=true"}, []string{"/repair", "'labelpods'"}},
+		{"short digest", []string{"--set", "digest=sha256:abc"}, []string{"/digest", "'sha256:abc'"}},
+		{"unknown pull policy", []string{"--set", "pullPolicy=Sometimes"}, []string{"/pullPolicy", "'Sometimes'"}},
+		{"namespace that cannot exist", []string{"--set", "excludeNamespaces={Foo_Bar}"}, []string{"/excludeNamespaces/0", "'Foo_Bar'"}},
+		{"hub with a trailing slash", []string{"--set", "hub=ghcr.io/x/"}, []string{"/hub", "'ghcr.io/x/'"}},
+		{"chained not a boolean", []string{"--set-string", "chained=maybe"}, []string{"/chained", "want boolean"}},
+		{"kubeconfig mode not octal", []string{"--set-string", "kubeconfigMode=0999"}, []string{"/kubeconfigMode", "'0999'"}},
+		{"unknown taint effect", []string{"--set", "taint.effect=Sometimes"}, []string{"/taint/effect", "'Sometimes'"}},
+		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
+		{"repair image other than the agent's", []string{"--set", "repair.hub=other.example.com/mesh"}, []string{"repair.hub", `"other.example.com/mesh"`}},
+		{"repair tag other than the agent's", []string{"--set", "tag=1.0", "--set", "repair.tag=2.0"}, []string{"repair.tag", `"2.0"`, `"1.0"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := render(t, c.args...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeded, want it refused", c.args)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %s:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestRepairImageMayRepeatTheAgents: the seed's repair.hub and repair.tag are accepted
+// when they name the agent's own image.
+func TestRepairImageMayRepeatTheAgents(t *testing.T) {
+	mustRender(t, "--set", "hub=docker.io/example", "--set", "tag=1.0", "--set", "repair.hub=docker.io/example", "--set", "repair.tag=1.0")
+}
