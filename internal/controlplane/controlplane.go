@@ -54,6 +54,7 @@ type ControlPlane struct {
 	dir        string // removed by Stop
 	host       string
 	caData     []byte
+	keys       *pki
 	adminKC    string
 	adminCfg   *rest.Config
 	admin      kubernetes.Interface
@@ -169,6 +170,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 		return nil, err
 	}
 	cp.caData = keys.caCert
+	cp.keys = keys
 
 	ports, err := freePorts(3)
 	if err != nil {

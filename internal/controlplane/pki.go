@@ -30,6 +30,10 @@ type pki struct {
 	servingKeyFile   string
 	saPublicKeyFile  string
 	saSigningKeyFile string
+
+	// issue signs a fresh key pair's certificate from tmpl with the CA; the CA key
+	// itself never leaves memory.
+	issue func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error)
 }
 
 // servingNames are the names and addresses clients may use to reach the apiserver:
@@ -139,6 +143,7 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 		servingKeyFile:   filepath.Join(dir, "apiserver.key"),
 		saPublicKeyFile:  filepath.Join(dir, "sa.pub"),
 		saSigningKeyFile: filepath.Join(dir, "sa.key"),
+		issue:            issue,
 	}
 	for path, data := range map[string][]byte{
 		p.caCertFile:       p.caCert,

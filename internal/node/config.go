@@ -1,0 +1,147 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// layout is where every file of one node lives, all under the state directory.
+type layout struct {
+	state string
+}
+
+func (l layout) path(parts ...string) string {
+	return l.state + "/" + strings.Join(parts, "/")
+}
+
+func (l layout) containerdConfig() string { return l.path("containerd", "config.toml") }
+func (l layout) containerdRoot() string   { return l.path("containerd", "root") }
+func (l layout) containerdState() string  { return l.path("containerd", "state") }
+func (l layout) containerdSocket() string { return l.path("containerd", "containerd.sock") }
+func (l layout) runcRoot() string         { return l.path("containerd", "runc") }
+func (l layout) containerdOpt() string    { return l.path("containerd", "opt") }
+func (l layout) cniBinDir() string        { return l.path("cni", "bin") }
+func (l layout) cniConfDir() string       { return l.path("cni", "net.d") }
+func (l layout) ipamDir() string          { return l.path("cni", "ipam") }
+func (l layout) kubeletRoot() string      { return l.path("kubelet") }
+func (l layout) kubeletConfig() string    { return l.path("kubelet-config.yaml") }
+func (l layout) podLogs() string          { return l.path("pod-logs") }
+func (l layout) logDir() string           { return l.path("logs") }
+func (l layout) imagesDir() string        { return l.path("images") }
+func (l layout) kubeconfigDir() string    { return l.path("kubeconfig") }
+
+// containerdTOML is containerd's whole configuration: nothing is read from
+// /etc/containerd, and every path it writes is one of ours except what containerd
+// 1.6 hard-codes (/run/containerd/s for shim sockets, libcni's /var/lib/cni).
+func containerdTOML(l layout, sandboxImage string) string {
+	q := strconv.Quote
+	return `version = 2
+root = ` + q(l.containerdRoot()) + `
+state = ` + q(l.containerdState()) + `
+# Snapshotters that cannot work here only log errors at every start.
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = ` + q(l.containerdSocket()) + `
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = ` + q(l.containerdOpt()) + `
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = ` + q(sandboxImage) + `
+  # Root here lacks CAP_SYS_RESOURCE: without this every sandbox fails with
+  # "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  # Network namespaces under our state dir rather than the host's /var/run/netns.
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = ` + q(l.cniBinDir()) + `
+    conf_dir = ` + q(l.cniConfDir()) + `
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = ` + q(l.runcRoot()) + `
+        SystemdCgroup = false
+`
+}
+
+// networkName names the primary network; libcni's cache files start with it.
+const networkName = "istio-cni-node"
+
+// ptpConflist is the primary network: ptp (a veth per pod, a /32 route on the host,
+// no bridge, no iptables since ipMasq is off) with host-local addresses from podCIDR.
+func ptpConflist(l layout, podCIDR netip.Prefix) ([]byte, error) {
+	if !podCIDR.Addr().Is4() || podCIDR.Bits() > 30 {
+		return nil, fmt.Errorf("pod CIDR %s: want an IPv4 prefix of /30 or larger", podCIDR)
+	}
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       networkName,
+		"plugins": []any{map[string]any{
+			"type":   "ptp",
+			"ipMasq": false,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"ranges":  [][]map[string]string{{{"subnet": podCIDR.Masked().String()}}},
+				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"dataDir": l.ipamDir(),
+			},
+		}},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
+
+// kubeletYAML is the KubeletConfiguration for this machine: cgroup v1 without
+// systemd, no QoS cgroups or allocatable enforcement, no swap check, no iptables
+// utility chains, our containerd, ports chosen by Up.
+func kubeletYAML(l layout, nodeIP netip.Addr, port, healthzPort int, clientCAFile string) string {
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+failCgroupV1: false
+makeIPTablesUtilChains: false
+containerRuntimeEndpoint: unix://` + l.containerdSocket() + `
+address: ` + nodeIP.String() + `
+port: ` + strconv.Itoa(port) + `
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: ` + strconv.Itoa(healthzPort) + `
+podLogsDirectory: ` + l.podLogs() + `
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: ` + clientCAFile + `
+authorization:
+  mode: Webhook
+serializeImagePulls: false
+# Locally imported images cannot be pulled again: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# A developer machine's disk or memory must not evict the node's pods.
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+  nodefs.inodesFree: "1%"
+nodeStatusUpdateFrequency: 4s
+`
+}

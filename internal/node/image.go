@@ -1,0 +1,137 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// toolsCache is where built helper tools are kept, keyed by their sources.
+const toolsCache = "/var/cache/istio-cni"
+
+// buildTools makes sure hack/node/tools (the pause program and nodetool) is built,
+// into a cache directory named after a hash of its sources and the Go version, so
+// only the first run after a change pays for the build.
+func (n *Node) buildTools(ctx context.Context) error {
+	src := filepath.Join(n.root, "hack", "node", "tools")
+	key, err := sourceHash(src)
+	if err != nil {
+		return err
+	}
+	cache := os.Getenv("ISTIO_CNI_CACHE")
+	if cache == "" {
+		cache = toolsCache
+	}
+	dir := filepath.Join(cache, "node-tools-"+key)
+	n.tools = dir
+	if _, err := os.Stat(filepath.Join(dir, "nodetool")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return fmt.Errorf("node: create %s: %w", cache, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cache, ".node-tools.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("node: lock tools cache: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("node: lock tools cache: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nodetool")); err == nil {
+		return nil // built by someone else while we waited
+	}
+	n.step("building hack/node/tools into %s (first run only)...", dir)
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp+"/", "./pause", "./nodetool")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("node: build hack/node/tools: %w\n%s", err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("node: build hack/node/tools: %w", err)
+	}
+	return nil
+}
+
+// sourceHash hashes the tools module's go.mod, go.sum and Go files, and the Go
+// version that builds them.
+func sourceHash(dir string) (string, error) {
+	h := sha256.New()
+	fmt.Fprintln(h, runtime.Version())
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if name := d.Name(); name != "go.mod" && name != "go.sum" && !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		fmt.Fprintf(h, "%s %d\n", rel, len(data))
+		h.Write(data)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("node: hash %s: %w", dir, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func (n *Node) nodetool(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.tools, "nodetool"), args...)
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return "", fmt.Errorf("nodetool %s: %w: %s", args[0], err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("nodetool %s: %w", args[0], err)
+	}
+	return string(out), nil
+}
+
+// ImportImage builds a single-layer linux/amd64 image named name (for example
+// "istio-cni.local/echo:v1") from files (path in the image -> path on this host;
+// executables keep their x bit) with entrypoint, and imports it into the node's
+// containerd, where pods can use it with imagePullPolicy IfNotPresent or Never.
+// Importing the same name again replaces the image.
+func (n *Node) ImportImage(ctx context.Context, name string, files map[string]string, entrypoint []string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("node: image %s: no files", name)
+	}
+	tarball := filepath.Join(n.l.imagesDir(), strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
+	args := []string{"image", "-name", name, "-out", tarball}
+	dsts := make([]string, 0, len(files))
+	for dst := range files {
+		dsts = append(dsts, dst)
+	}
+	sort.Strings(dsts)
+	for _, dst := range dsts {
+		args = append(args, "-file", dst+"="+files[dst])
+	}
+	args = append(args, "--")
+	args = append(args, entrypoint...)
+	if _, err := n.nodetool(ctx, args...); err != nil {
+		return fmt.Errorf("node: build image %s: %w", name, err)
+	}
+	out, err := exec.CommandContext(ctx, "ctr", "-a", n.l.containerdSocket(), "-n", "k8s.io",
+		"images", "import", "--platform", "linux/amd64", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("node: ctr images import %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return os.Remove(tarball)
+}
