@@ -147,8 +147,11 @@ func parseSingle(file string, data []byte) (*doc, string, error) {
 		}
 		return nil, "", invalid(file, "%s", err)
 	}
-	if err := checkName(d); err != nil {
-		return nil, "", err
+	// Unlike a list, a single config may go without a name: libcni loads it.
+	if len(d.lookup("name")) > 0 {
+		if err := checkName(d); err != nil {
+			return nil, "", err
+		}
 	}
 	conf, err := libcni.NetworkPluginConfFromBytes(data)
 	if err == nil {
@@ -161,7 +164,7 @@ func parseSingle(file string, data []byte) (*doc, string, error) {
 }
 
 // checkName requires a string "name": libcni refuses a list without one, and a
-// wrapped .conf takes its list's name from it.
+// wrapped .conf gives its list its name.
 func checkName(d *doc) error {
 	ns := d.lookup("name")
 	if len(ns) == 0 {
