@@ -38,9 +38,13 @@ bench: prereqs
 demo: deps build
 	$(BIN)/capture-demo
 
+# fuzz runs every fuzzer in the repository for FUZZTIME each.
+FUZZTIME ?= 20s
 fuzz:
-	@for f in $$($(GO) test -list 'Fuzz.*' ./internal/redirect/ | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s ./internal/redirect/ || exit 1; done
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep ^Fuzz); do \
+			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; done
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
