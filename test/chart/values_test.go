@@ -174,6 +174,8 @@ func TestValuesReachTheObjects(t *testing.T) {
 			env := m.env(t)
 			wantEnv(t, env, "CNI_NET_DIR", "/etc/cni/multus/net.d")
 			wantEnv(t, env, "MOUNTED_CNI_NET_DIR", "/host/etc/cni/net.d")
+			wantEnv(t, env, "CNI_BIN_DIR", "/var/lib/cni/bin")
+			wantEnv(t, env, "MOUNTED_CNI_BIN_DIR", "/host/opt/cni/bin")
 		},
 	}, {
 		name: "defaults mount /opt/cni/bin and /etc/cni/net.d",
@@ -200,7 +202,7 @@ func TestValuesReachTheObjects(t *testing.T) {
 		name: "excluded namespaces, log level, chained, conf file name and nftables reach the agent",
 		args: []string{"--set", "excludeNamespaces={istio-system,kube-system}", "--set", "logLevel=error",
 			"--set", "chained=false", "--set", "cniConfFileName=istio-cni.conf", "--set", "nativeNftables=true",
-			"--set-string", "kubeconfigMode=0640"},
+			"--set-string", "kubeconfigMode=0640", "--set", "agentLogLevel=debug", "--set", "agentLogAsJson=true"},
 		check: func(t *testing.T, m *manifest) {
 			env := m.env(t)
 			wantEnv(t, env, "EXCLUDE_NAMESPACES", "istio-system,kube-system")
@@ -209,6 +211,8 @@ func TestValuesReachTheObjects(t *testing.T) {
 			wantEnv(t, env, "CNI_CONF_NAME", "istio-cni.conf")
 			wantEnv(t, env, "NATIVE_NFTABLES", "true")
 			wantEnv(t, env, "KUBECONFIG_MODE", "0640")
+			wantEnv(t, env, "AGENT_LOG_LEVEL", "debug")
+			wantEnv(t, env, "AGENT_LOG_AS_JSON", "true")
 			wantEnv(t, env, "CNI_NETWORK_CONFIG", "configMapKeyRef:istio-cni-config/cni_network_config")
 			wantEnv(t, env, "POD_NAMESPACE", "fieldRef:metadata.namespace")
 		},
@@ -251,20 +255,43 @@ func TestValuesReachTheObjects(t *testing.T) {
 			wantEnv(t, env, "REPAIR_LABEL_PODS", "true")
 			wantEnv(t, env, "REPAIR_DELETE_PODS", "false")
 			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
+			if _, ok := env["REPAIR_PROC_DIR"]; ok {
+				t.Error("REPAIR_PROC_DIR set although no repair in place")
+			}
 			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "mesh-check")
 			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "example.com/broken")
 			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "yes")
 			wantEnv(t, env, "REPAIR_NODE_NAME", "fieldRef:spec.nodeName")
 		},
 	}, {
-		name: "seed defaults: deletePods wins over labelPods",
+		name: "seed defaults reach the controller, which lets deletePods win over labelPods",
 		check: func(t *testing.T, m *manifest) {
 			env := m.env(t)
+			wantEnv(t, env, "REPAIR_ENABLED", "true")
+			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
 			wantEnv(t, env, "REPAIR_DELETE_PODS", "true")
-			wantEnv(t, env, "REPAIR_LABEL_PODS", "false")
+			wantEnv(t, env, "REPAIR_LABEL_PODS", "true")
 			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "istio-validation")
 			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "cni.istio.io/uninitialized")
 			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "true")
+		},
+	}, {
+		name: "repair in place finds pods' namespaces through the node's /proc and /var/run/netns",
+		args: []string{"--set", "repair.repairPods=true"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "REPAIR_REPAIR_PODS", "true")
+			wantEnv(t, env, "REPAIR_PROC_DIR", "/host/proc")
+			wantEnv(t, env, "REPAIR_NETNS_DIRS", "/host/var/run/netns")
+			paths := m.hostPaths(t)
+			if paths["/proc"] != "/host/proc" || paths["/var/run/netns"] != "/host/var/run/netns" {
+				t.Errorf("host paths %v, want /proc at /host/proc and /var/run/netns at /host/var/run/netns", paths)
+			}
+			for _, vm := range m.agent(t).VolumeMounts {
+				if vm.MountPath == "/host/var/run/netns" && (vm.MountPropagation == nil || *vm.MountPropagation != corev1.MountPropagationHostToContainer) {
+					t.Errorf("/host/var/run/netns propagation %v, want HostToContainer (namespaces mounted later must show)", vm.MountPropagation)
+				}
+			}
 		},
 	}, {
 		name: "repair off leaves no repair setting but the switch",
@@ -478,6 +505,9 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	podGet := "cluster  pods * get"
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
 	events := []string{"cluster  events * create", "cluster  events * patch"}
+	deletePods := "cluster  pods * delete"
+	// The controller labels through the status subresource, which cannot touch the spec.
+	labelPods := "cluster  pods/status * patch"
 	cases := []struct {
 		name string
 		args []string
@@ -488,19 +518,23 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		want: []string{podGet},
 	}, {
 		name: "repair by deleting (the seed's defaults)",
-		want: concat([]string{podGet, "cluster  pods * delete"}, watchPods, events),
+		want: concat([]string{podGet, deletePods}, watchPods, events),
 	}, {
 		name: "repair by labelling",
 		args: []string{"--set", "repair.deletePods=false"},
-		want: concat([]string{podGet, "cluster  pods * patch", "cluster  pods * update"}, watchPods, events),
+		want: concat([]string{podGet, labelPods}, watchPods, events),
 	}, {
 		name: "repair that only reports",
 		args: []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
 		want: concat([]string{podGet}, watchPods, events),
 	}, {
-		name: "repair in place writes nothing to the API",
+		name: "repair in place removes the label of an earlier run",
+		args: []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
+		want: concat([]string{podGet, labelPods}, watchPods, events),
+	}, {
+		name: "repair in place falls back to deleting",
 		args: []string{"--set", "repair.repairPods=true"},
-		want: concat([]string{podGet}, watchPods, events),
+		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
 	}, {
 		name: "node readiness taints nodes and elects a leader in its namespace",
 		args: []string{"--set", "repair.enabled=false", "--set", "taint.enabled=true"},
@@ -579,6 +613,7 @@ func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}},
 		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true},
 		{name: "privileged with repair in place", args: []string{"--set", "privileged=true", "--set", "repair.repairPods=true"}, privileged: true, hostProc: true},
+		{name: "privileged and nothing else", args: []string{"--set", "privileged=true", "--set", "repair.enabled=false"}, privileged: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -683,6 +718,7 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"hub with a trailing slash", []string{"--set", "hub=ghcr.io/x/"}, []string{"/hub", "'ghcr.io/x/'"}},
 		{"chained not a boolean", []string{"--set-string", "chained=maybe"}, []string{"/chained", "want boolean"}},
 		{"kubeconfig mode not octal", []string{"--set-string", "kubeconfigMode=0999"}, []string{"/kubeconfigMode", "'0999'"}},
+		{"unknown agent log level", []string{"--set", "agentLogLevel=trace"}, []string{"/agentLogLevel", "'trace'"}},
 		{"unknown taint effect", []string{"--set", "taint.effect=Sometimes"}, []string{"/taint/effect", "'Sometimes'"}},
 		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
 		{"repair image other than the agent's", []string{"--set", "repair.hub=other.example.com/mesh"}, []string{"repair.hub", `"other.example.com/mesh"`}},

@@ -42,20 +42,19 @@ image cannot be honoured and is refused rather than silently ignored.
 {{- end }}
 
 {{/*
-What the repair controller does with a broken pod, in the controller's order of
-precedence: repair in place, else delete, else label, else only report (events).
+What the repair controller does with a broken pod. It tries a repair in place first when
+repairPods is on; deletePods, else labelPods, is what it does otherwise or when the repair
+in place fails; with none of them it only reports the pod (events).
 */}}
 {{- define "istio-cni.repairAction" -}}
-{{- if not .Values.repair.enabled -}}
-none
-{{- else if .Values.repair.repairPods -}}
-repair
-{{- else if .Values.repair.deletePods -}}
-delete
-{{- else if .Values.repair.labelPods -}}
-label
+{{- $r := .Values.repair -}}
+{{- $fallback := ternary "delete" (ternary "label" "report" $r.labelPods) $r.deletePods -}}
+{{- if not $r.enabled -}}
+off
+{{- else if $r.repairPods -}}
+repair in place, else {{ $fallback }}
 {{- else -}}
-report
+{{ $fallback }}
 {{- end -}}
 {{- end }}
 
