@@ -8,7 +8,7 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/fsnotify/fsnotify v1.10.1 // indirect
+require github.com/fsnotify/fsnotify v1.10.1
 
 require (
 	github.com/containernetworking/cni v1.3.0

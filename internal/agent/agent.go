@@ -1,0 +1,426 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/istio-cni/istio-cni/internal/cniconf"
+)
+
+// agent is one run of the node agent. Everything below is touched only by the
+// event loop's goroutine, except metrics and ready.
+type agent struct {
+	s     *Settings
+	log   *slog.Logger
+	m     *metrics
+	entry []byte
+	bins  []binary
+	// binDirs are the directories the binaries go to.
+	binDirs []string
+
+	cfg configState
+	// binsInstalled and kubeconfigWritten tell a first install from a restore.
+	binsInstalled     bool
+	kubeconfigWritten bool
+	binsOK, kubeOK    bool
+	// reported holds the last error logged per key, so a file that stays broken is
+	// reported once, not on every event.
+	reported map[string]string
+
+	ready atomic.Bool
+}
+
+// Run installs the plugin, keeps it installed until ctx ends, then uninstalls it.
+// Plugin log records go to stdout; the agent's own log to log. Errors before the
+// watch starts (settings the node contradicts, ports in use) end Run; errors while
+// watching are logged and retried on the next change.
+func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (err error) {
+	if s.NodeName == "" {
+		s.NodeName, _ = os.Hostname() // only fills __KUBERNETES_NODE_NAME__
+	}
+	a := &agent{s: &s, log: log, m: newMetrics(), reported: map[string]string{}}
+	template := s.NetworkConfig
+	if s.NetworkConfigFile != "" {
+		b, err := os.ReadFile(s.NetworkConfigFile)
+		if err != nil {
+			return fmt.Errorf("CNI_NETWORK_CONFIG_FILE: %w", err)
+		}
+		template = string(b)
+	}
+	if a.entry, err = Entry(&s, template); err != nil {
+		return err
+	}
+	if a.bins, err = sourceBinaries(&s); err != nil {
+		return err
+	}
+	a.binDirs = []string{s.MountedBinDir}
+	if s.SecondaryBinDir != "" {
+		if fi, err := os.Stat(s.SecondaryBinDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("SECONDARY_BIN_DIR %q is not a directory: %v", s.SecondaryBinDir, errOr(err, "a file"))
+		}
+		a.binDirs = append(a.binDirs, s.SecondaryBinDir)
+	}
+	for _, d := range []string{s.MountedNetDir, s.MountedBinDir, s.RunDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+
+	logConn, err := listenPluginLogs(s.LogSocketPath())
+	if err != nil {
+		return err
+	}
+	logsDone := make(chan struct{})
+	go func() { servePluginLogs(logConn, stdout, a.m, log); close(logsDone) }()
+	defer func() {
+		logConn.Close()
+		<-logsDone
+		os.Remove(s.LogSocketPath())
+	}()
+
+	stopHTTP, err := a.serveHTTP()
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+
+	w, err := a.watch()
+	if err != nil {
+		return err
+	}
+	log.Info("install-cni started", "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
+		"runDir", s.RunDir, "entryType", s.PluginName())
+
+	for _, d := range a.binDirs {
+		removeStaleTemps(d)
+	}
+	removeStaleConfTemps(s.MountedNetDir)
+	a.reconcile(dirtyAll)
+	a.loop(ctx, w)
+	w.Close()
+
+	// Uninstall: the watch is closed first so that our own removals are not undone.
+	a.ready.Store(false)
+	a.m.setReady(false)
+	return a.uninstall()
+}
+
+// dirty marks what an event may have changed.
+type dirty uint8
+
+const (
+	dirtyConfig dirty = 1 << iota
+	dirtyBinaries
+	dirtyKubeconfig
+	dirtyAll = dirtyConfig | dirtyBinaries | dirtyKubeconfig
+)
+
+// watchedDir is a directory and how its events are read.
+type watchedDir struct {
+	dir   string
+	names func(name string) dirty
+}
+
+func (a *agent) watchedDirs() []watchedDir {
+	var out []watchedDir
+	out = append(out, watchedDir{a.s.MountedNetDir, func(name string) dirty {
+		if slices.Contains(cniconf.Extensions, filepath.Ext(name)) {
+			return dirtyConfig
+		}
+		return 0
+	}})
+	binNames := map[string]bool{}
+	for _, b := range a.bins {
+		binNames[a.s.BinariesPrefix+b.name] = true
+	}
+	for _, d := range a.binDirs {
+		out = append(out, watchedDir{d, func(name string) dirty {
+			if binNames[name] {
+				return dirtyBinaries
+			}
+			return 0
+		}})
+	}
+	kubeconfigName := filepath.Base(a.s.KubeconfigPath())
+	out = append(out, watchedDir{a.s.RunDir, func(name string) dirty {
+		if name == kubeconfigName {
+			return dirtyKubeconfig
+		}
+		return 0
+	}})
+	// Projected tokens rotate by swapping a ..data symlink: any change in the
+	// directory may be a new token or CA.
+	out = append(out, watchedDir{a.s.ServiceAccountDir, func(string) dirty { return dirtyKubeconfig }})
+	if caDir := filepath.Dir(a.s.CAFile()); caDir != a.s.ServiceAccountDir && !a.s.SkipTLSVerify {
+		out = append(out, watchedDir{caDir, func(string) dirty { return dirtyKubeconfig }})
+	}
+	return out
+}
+
+// watcher routes fsnotify events to what they may have changed.
+type watcher struct {
+	*fsnotify.Watcher
+	dirs map[string][]watchedDir
+}
+
+func (a *agent) watch() (*watcher, error) {
+	fw, err := fsnotify.NewBufferedWatcher(1024)
+	if err != nil {
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	w := &watcher{Watcher: fw, dirs: map[string][]watchedDir{}}
+	for _, d := range a.watchedDirs() {
+		if _, ok := w.dirs[d.dir]; !ok {
+			if err := fw.Add(d.dir); err != nil {
+				fw.Close()
+				return nil, fmt.Errorf("watch %s: %w", d.dir, err)
+			}
+		}
+		w.dirs[d.dir] = append(w.dirs[d.dir], d)
+	}
+	return w, nil
+}
+
+func (w *watcher) classify(ev fsnotify.Event) dirty {
+	var d dirty
+	for _, wd := range w.dirs[filepath.Dir(ev.Name)] {
+		d |= wd.names(filepath.Base(ev.Name))
+	}
+	return d
+}
+
+// loop reacts to changes until ctx ends. Events that arrive together are handled in
+// one reconcile; nothing runs while nothing changes (no polling).
+func (a *agent) loop(ctx context.Context, w *watcher) {
+	for {
+		var d dirty
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			d |= w.classify(ev)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events: look at everything again.
+			a.log.Error("watch", "error", err)
+			d = dirtyAll
+		}
+	drain:
+		for {
+			select {
+			case ev := <-w.Events:
+				d |= w.classify(ev)
+			default:
+				break drain
+			}
+		}
+		if d != 0 {
+			a.reconcile(d)
+		}
+	}
+}
+
+// reconcile puts back whatever d says may be missing, and updates readiness.
+func (a *agent) reconcile(d dirty) {
+	if d&dirtyBinaries != 0 {
+		a.reconcileBinaries()
+	}
+	if d&dirtyKubeconfig != 0 {
+		a.reconcileKubeconfig()
+	}
+	if d&dirtyConfig != 0 {
+		res, err := a.reconcileConfig()
+		switch {
+		case err != nil:
+			a.report("config", err, "waiting for the next change to the config dir")
+			a.m.add("istio_cni_install_errors_total", "stage", "config")
+		case res == configInstalled:
+			a.clearReport("config")
+			a.log.Info("the CNI config holds the istio-cni entry", "file", a.cfg.current)
+		default:
+			a.clearReport("config")
+		}
+	}
+	ready := a.cfg.inPlace && a.binsOK && a.kubeOK
+	if ready != a.ready.Load() {
+		a.log.Info("readiness changed", "ready", ready)
+	}
+	a.ready.Store(ready)
+	a.m.setReady(ready)
+}
+
+func (a *agent) reconcileBinaries() {
+	ok := true
+	for _, dir := range a.binDirs {
+		for _, b := range a.bins {
+			changed, err := b.install(dir, a.s.BinariesPrefix, a.s.UpdateBinaries)
+			key := "bin:" + filepath.Join(dir, b.name)
+			if err != nil {
+				ok = false
+				a.m.add("istio_cni_install_errors_total", "stage", "binaries")
+				a.report(key, err, hintForWriteError(err))
+				continue
+			}
+			a.clearReport(key)
+			if changed {
+				a.m.add("istio_cni_binary_installs_total")
+				verb := "installed"
+				if a.binsInstalled {
+					verb = "restored"
+				}
+				a.log.Info(verb+" binary", "path", filepath.Join(dir, a.s.BinariesPrefix+b.name))
+			}
+		}
+	}
+	a.binsInstalled = a.binsInstalled || ok
+	a.binsOK = ok
+}
+
+func hintForWriteError(err error) string {
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return "the directory is not writable: check the hostPath mount and SELinux"
+	}
+	return ""
+}
+
+func (a *agent) reconcileKubeconfig() {
+	err := a.writeKubeconfig()
+	if err != nil {
+		a.kubeOK = false
+		a.m.add("istio_cni_install_errors_total", "stage", "kubeconfig")
+		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes")
+		return
+	}
+	a.clearReport("kubeconfig")
+	a.kubeOK = true
+}
+
+func (a *agent) writeKubeconfig() error {
+	token, ca, err := readCredentials(a.s)
+	if err != nil {
+		return err
+	}
+	data, err := Kubeconfig(a.s, token, ca)
+	if err != nil {
+		return err
+	}
+	path := a.s.KubeconfigPath()
+	fi, statErr := os.Stat(path)
+	if statErr == nil && fi.Mode().Perm() != a.s.KubeconfigMode {
+		// Tighten (or loosen) the mode before new content goes in: WriteAtomic keeps
+		// an existing file's mode.
+		if err := os.Chmod(path, a.s.KubeconfigMode); err != nil {
+			return fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+	}
+	if sameFile(path, data) {
+		return nil
+	}
+	if err := cniconf.WriteAtomic(path, data, a.s.KubeconfigMode); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	a.m.add("istio_cni_kubeconfig_writes_total")
+	verb := "wrote"
+	if a.kubeconfigWritten {
+		verb = "rewrote (token or CA changed)"
+	}
+	a.kubeconfigWritten = true
+	a.log.Info(verb+" the plugin's kubeconfig", "path", path, "mode", fmt.Sprintf("%#o", a.s.KubeconfigMode))
+	return nil
+}
+
+// report logs err once per key until it changes or is cleared.
+func (a *agent) report(key string, err error, hint string) {
+	msg := err.Error()
+	if a.reported[key] == msg {
+		return
+	}
+	a.reported[key] = msg
+	attrs := []any{"error", msg}
+	if hint != "" {
+		attrs = append(attrs, "hint", hint)
+	}
+	if key == "primary" {
+		a.log.Info("waiting for the primary CNI config", attrs...)
+		return
+	}
+	a.log.Error("install step failed", attrs...)
+}
+
+func (a *agent) clearReport(key string) { delete(a.reported, key) }
+
+// clearReportsExcept forgets skip reports for files no longer skipped.
+func (a *agent) clearReportsExcept(prefix string, skipped []cniconf.Skipped) {
+	for key := range a.reported {
+		name, ok := strings.CutPrefix(key, prefix)
+		if ok && !slices.ContainsFunc(skipped, func(s cniconf.Skipped) bool { return s.Name == name }) {
+			delete(a.reported, key)
+		}
+	}
+}
+
+// removeStaleConfTemps deletes temporary files a crashed writer left in the config
+// dir (WriteAtomic's ".NAME.tmp-*" of a config or of a backup); they are never
+// loaded, but they are clutter.
+func removeStaleConfTemps(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		n := e.Name()
+		if !strings.HasPrefix(n, ".") {
+			continue
+		}
+		i := strings.LastIndex(n, ".tmp-")
+		if i < 0 {
+			continue
+		}
+		if ext := filepath.Ext(n[:i]); slices.Contains(cniconf.Extensions, ext) || ext == ".orig" {
+			os.Remove(filepath.Join(dir, n))
+		}
+	}
+}
+
+// uninstall removes what the agent installed: the entry (or standalone file), the
+// kubeconfig and the binaries. Every step runs even when another fails.
+func (a *agent) uninstall() error {
+	var errs []error
+	if err := a.uninstallConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(a.s.KubeconfigPath()); err != nil && !os.IsNotExist(err) {
+		errs = append(errs, fmt.Errorf("remove kubeconfig: %w", err))
+	}
+	for _, dir := range a.binDirs {
+		for _, b := range a.bins {
+			if err := b.uninstall(dir, a.s.BinariesPrefix); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("uninstall: %w", err)
+	}
+	a.log.Info("uninstalled: entry, kubeconfig and binaries removed")
+	return nil
+}
+
+// listen opens a TCP listener on port (0: any free port).
+func listen(port uint16) (net.Listener, error) {
+	return net.Listen("tcp", fmt.Sprintf(":%d", port))
+}

@@ -1,0 +1,266 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/istio-cni/istio-cni/internal/cniconf"
+)
+
+// standaloneCNIVersion is the spec version of the standalone config: Istio's, which
+// every runtime in use reads.
+const standaloneCNIVersion = "0.3.1"
+
+// configState is what the agent knows about its entry in the node's CNI config.
+type configState struct {
+	// current is the config file holding our entry, empty before the first install.
+	current string
+	// inPlace says the last reconcile left our entry in place.
+	inPlace bool
+	// installed says the entry was written once: every later write is a re-insert.
+	installed bool
+	// reverts are the times the entry had to be put back, within the warning window.
+	reverts  []time.Time
+	lastWarn time.Time
+}
+
+// configResult says what a reconcile did.
+type configResult int
+
+const (
+	configUnchanged configResult = iota // our entry was in place
+	configInstalled                     // written where it was missing
+	configWaiting                       // no primary config yet
+)
+
+// reconcileConfig makes the node's config hold our entry (chained) or our own file
+// (standalone), writing only when something is missing.
+func (a *agent) reconcileConfig() (configResult, error) {
+	if !a.s.Chained {
+		return a.reconcileStandalone()
+	}
+	dir := a.s.MountedNetDir
+	path, skipped, err := cniconf.FindPrimary(dir, a.s.ConfName)
+	for _, sk := range skipped {
+		a.report("skip:"+sk.Name, fmt.Errorf("CNI config %s left untouched: %w", filepath.Join(dir, sk.Name), sk.Err),
+			"the runtime skips it too; fix or remove it")
+	}
+	a.clearReportsExcept("skip:", skipped)
+	if errors.Is(err, cniconf.ErrNoPrimary) {
+		a.cfg.inPlace = false
+		a.report("primary", fmt.Errorf("waiting for the primary CNI's config: %w", err), "")
+		return configWaiting, nil
+	}
+	if err != nil {
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("CNI config left untouched: %w", err)
+	}
+	a.clearReport("primary")
+	name := filepath.Base(path)
+	data, err := cniconf.ReadConfig(path)
+	if err != nil {
+		a.cfg.inPlace = false
+		return configWaiting, err
+	}
+	out, outName, err := cniconf.Insert(data, name, a.entry)
+	if err != nil {
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("CNI config %s left untouched: %w", path, err)
+	}
+	if outName == name && bytes.Equal(out, data) {
+		a.moveFrom(path)
+		a.cfg.current, a.cfg.inPlace = path, true
+		return configUnchanged, nil
+	}
+	var written string
+	for try := 0; ; try++ {
+		written, err = cniconf.Install(dir, name, a.entry)
+		if err == nil || !errors.Is(err, cniconf.ErrChanged) || try == 3 {
+			break
+		}
+	}
+	if err != nil {
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("install into CNI config %s: %w", path, err)
+	}
+	a.moveFrom(written)
+	a.cfg.current, a.cfg.inPlace = written, true
+	a.noteInstall(written)
+	return configInstalled, nil
+}
+
+// moveFrom takes our entry out of the file that held it when the primary config is
+// now another file (a new config sorts first, or CNI_CONF_NAME's .conf came back).
+func (a *agent) moveFrom(now string) {
+	old := a.cfg.current
+	if old == "" || old == now {
+		return
+	}
+	if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if _, err := a.uninstallFrom(old); err != nil {
+		a.log.Warn("the primary CNI config moved; our entry stays in the old file", "old", old, "new", now, "error", err)
+		return
+	}
+	a.log.Info("the primary CNI config moved; took our entry out of the old file", "old", old, "new", now)
+}
+
+// noteInstall counts a write of our entry. Every write after the first is a
+// re-insert: something dropped the entry. When that happens too often the agent warns:
+// every pod created between a rewrite and the re-insert is missed.
+func (a *agent) noteInstall(path string) {
+	a.m.add("istio_cni_installs_total")
+	if !a.cfg.installed {
+		a.cfg.installed = true
+		return
+	}
+	now := time.Now()
+	a.m.add("istio_cni_config_reinserts_total")
+	kept := a.cfg.reverts[:0]
+	for _, t := range a.cfg.reverts {
+		if now.Sub(t) < a.s.RevertWarnWindow {
+			kept = append(kept, t)
+		}
+	}
+	a.cfg.reverts = append(kept, now)
+	a.log.Info("put the istio-cni entry back into the CNI config", "file", path)
+	if len(a.cfg.reverts) > a.s.RevertWarnCount && now.Sub(a.cfg.lastWarn) >= a.s.RevertWarnWindow {
+		a.cfg.lastWarn = now
+		a.log.Warn(fmt.Sprintf("the primary CNI keeps rewriting %s without the istio-cni entry (%d times in %s); "+
+			"pods created between a rewrite and our re-insert are not redirected. Consider configuring the primary CNI "+
+			"to keep chained plugins (e.g. Calico's and Cilium's CNI config options), or pointing CNI_CONF_NAME at the file it keeps",
+			filepath.Base(path), len(a.cfg.reverts), a.s.RevertWarnWindow),
+			"file", path)
+	}
+}
+
+// uninstallFrom takes every entry of our type out of path, restoring a wrapped
+// .conf from its backup when the file is still what we made of it.
+func (a *agent) uninstallFrom(path string) (string, error) {
+	dir, name := filepath.Split(path)
+	dir = filepath.Clean(dir)
+	typ := a.s.PluginName()
+	if typ == cniconf.PluginType {
+		return cniconf.Uninstall(dir, name)
+	}
+	// A prefixed type (CNI_BINARIES_PREFIX): the same steps with our type.
+	data, err := cniconf.ReadConfig(path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	orig, err := cniconf.FindBackup(dir, name)
+	if err != nil {
+		return "", err
+	}
+	out, outName, changed, err := cniconf.RemoveType(data, name, orig, typ)
+	if err != nil {
+		return "", err
+	}
+	outPath := filepath.Join(dir, outName)
+	if changed {
+		if err := cniconf.WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
+			return "", err
+		}
+		if outName != name {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return "", fmt.Errorf("remove %s after restoring %s: %w", name, outName, err)
+			}
+		}
+	}
+	names := []string{name}
+	if base, ok := strings.CutSuffix(name, ".conflist"); ok {
+		names = append(names, base+".conf", base+".json") // what a wrapped file was called
+	}
+	for _, n := range names {
+		if err := os.Remove(cniconf.BackupPath(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("remove backup of %s: %w", n, err)
+		}
+	}
+	return outPath, nil
+}
+
+// standalonePath is the agent's own config file in standalone mode.
+func (a *agent) standalonePath() string {
+	name := a.s.ConfName
+	if name == "" {
+		name = DefaultStandaloneName
+	}
+	return filepath.Join(a.s.MountedNetDir, name)
+}
+
+func (a *agent) reconcileStandalone() (configResult, error) {
+	path := a.standalonePath()
+	want, err := cniconf.Standalone(a.entry, standaloneCNIVersion, PluginType)
+	if err != nil {
+		return configWaiting, fmt.Errorf("standalone config: %w", err)
+	}
+	if sameFile(path, want) {
+		a.cfg.current, a.cfg.inPlace = path, true
+		return configUnchanged, nil
+	}
+	if cur, err := os.ReadFile(path); err == nil && !a.isOurs(cur) {
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("standalone config %s left untouched: it holds another plugin's config (set CNI_CONF_NAME to a free name)", path)
+	}
+	if err := cniconf.WriteAtomic(path, want, 0o644); err != nil {
+		a.cfg.inPlace = false
+		return configWaiting, err
+	}
+	a.cfg.current, a.cfg.inPlace = path, true
+	a.noteInstall(path)
+	return configInstalled, nil
+}
+
+// isOurs reports whether a standalone config file is one of ours (any version):
+// a single plugin of our type. Garbage is not ours: someone else's file stays.
+func (a *agent) isOurs(data []byte) bool {
+	var c struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(data, &c) == nil && c.Type == a.s.PluginName()
+}
+
+// uninstallConfig takes our entry out (chained) or deletes our file (standalone).
+func (a *agent) uninstallConfig() error {
+	if !a.s.Chained {
+		path := a.standalonePath()
+		cur, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("remove standalone config: %w", err)
+		}
+		if !a.isOurs(cur) {
+			return nil
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove standalone config: %w", err)
+		}
+		return nil
+	}
+	if a.cfg.current == "" {
+		return nil
+	}
+	restored, err := a.uninstallFrom(a.cfg.current)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("take our entry out of %s: %w", a.cfg.current, err)
+	}
+	a.log.Info("took the istio-cni entry out of the CNI config", "file", restored)
+	return nil
+}

@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+// Entry builds the plugin's config entry: from the template when one is given
+// (CNI_NETWORK_CONFIG, or the contents of CNI_NETWORK_CONFIG_FILE passed as
+// template), otherwise from the settings. The result is checked with the plugin's
+// own config parser, so an entry the plugin would refuse never reaches the node.
+func Entry(s *Settings, template string) ([]byte, error) {
+	var entry []byte
+	if strings.TrimSpace(template) == "" {
+		entry = generatedEntry(s)
+	} else {
+		var err error
+		if entry, err = renderTemplate(s, template); err != nil {
+			return nil, err
+		}
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(entry, &head); err != nil {
+		return nil, fmt.Errorf("plugin config entry: %w", err)
+	}
+	if head.Type != s.PluginName() {
+		return nil, fmt.Errorf("plugin config entry: \"type\" is %q, want %q (the installed plugin's name%s)",
+			head.Type, s.PluginName(), prefixNote(s))
+	}
+	if _, err := plugin.ParseConfig(entry); err != nil {
+		return nil, fmt.Errorf("plugin config entry: %w", err)
+	}
+	return entry, nil
+}
+
+func prefixNote(s *Settings) string {
+	if s.BinariesPrefix == "" {
+		return ""
+	}
+	return ", with CNI_BINARIES_PREFIX " + strconv.Quote(s.BinariesPrefix)
+}
+
+// generatedEntry is Istio's current entry format. exclude_namespaces is always
+// present so that an empty list means "none" rather than a legacy fallback.
+func generatedEntry(s *Settings) []byte {
+	e := struct {
+		Name              string              `json:"name"`
+		Type              string              `json:"type"`
+		PluginLogLevel    plugin.LogLevel     `json:"plugin_log_level"`
+		CNIAgentRunDir    string              `json:"cni_agent_run_dir"`
+		ExcludeNamespaces []string            `json:"exclude_namespaces"`
+		PodNamespace      string              `json:"pod_namespace,omitempty"`
+		NativeNftables    bool                `json:"native_nftables,omitempty"`
+		IptablesMode      plugin.IptablesMode `json:"iptables_mode,omitempty"`
+	}{
+		Name:              PluginType,
+		Type:              s.PluginName(),
+		PluginLogLevel:    s.PluginLogLevel,
+		CNIAgentRunDir:    s.RunDir,
+		ExcludeNamespaces: append([]string{}, s.ExcludeNamespaces...),
+		PodNamespace:      s.PodNamespace,
+		NativeNftables:    s.NativeNftables,
+		IptablesMode:      s.IptablesMode,
+	}
+	out, _ := json.MarshalIndent(e, "", "  ") // strings and bools only: cannot fail
+	return out
+}
+
+// placeholderRE finds what looks like a placeholder left in a template.
+var placeholderRE = regexp.MustCompile(`__[A-Z][A-Z0-9_]*[A-Z0-9]__`)
+
+// refusedPlaceholders are placeholders of older installers the agent will not fill,
+// with the reason.
+var refusedPlaceholders = map[string]string{
+	"__SERVICEACCOUNT_TOKEN__": "a token in the CNI config would be readable by anyone on the node and would never rotate; the plugin reads the kubeconfig at __KUBECONFIG_FILEPATH__",
+	"__KUBECONFIG_FILENAME__":  "the kubeconfig is no longer in the CNI config dir; use __KUBECONFIG_FILEPATH__",
+}
+
+// placeholders maps each supported placeholder to its value.
+func placeholders(s *Settings) map[string]string {
+	return map[string]string{
+		"__KUBECONFIG_FILEPATH__":     s.KubeconfigPath(),
+		"__LOG_LEVEL__":               string(s.PluginLogLevel),
+		"__LOG_UDS_ADDRESS__":         s.LogSocketPath(),
+		"__CNI_AGENT_RUN_DIR__":       s.RunDir,
+		"__KUBERNETES_SERVICE_HOST__": s.KubeHost,
+		"__KUBERNETES_SERVICE_PORT__": strconv.Itoa(int(s.KubePort)),
+		"__KUBERNETES_NODE_NAME__":    s.NodeName,
+		"__POD_NAMESPACE__":           s.PodNamespace,
+		"__CNI_NET_DIR__":             s.HostNetDir,
+		"__CNI_BIN_DIR__":             s.HostBinDir,
+		"__CNI_BINARIES_PREFIX__":     s.BinariesPrefix,
+	}
+}
+
+// renderTemplate fills the template's placeholders. Templates put placeholders
+// inside JSON strings, so each value is JSON-escaped (without its quotes).
+func renderTemplate(s *Settings, template string) ([]byte, error) {
+	for p, why := range refusedPlaceholders {
+		if strings.Contains(template, p) {
+			return nil, fmt.Errorf("CNI_NETWORK_CONFIG: placeholder %s is not supported: %s", p, why)
+		}
+	}
+	vals := placeholders(s)
+	var pairs []string
+	for _, p := range sortedKeys(vals) {
+		q, _ := json.Marshal(vals[p])
+		pairs = append(pairs, p, string(q[1:len(q)-1]))
+	}
+	out := strings.NewReplacer(pairs...).Replace(template)
+	if left := placeholderRE.FindAllString(out, -1); len(left) > 0 {
+		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: unknown placeholder %s (supported: %s)", left[0], strings.Join(sortedKeys(vals), ", "))
+	}
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: not a JSON object after filling placeholders: %v", errOr(err, "null"))
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: more than one JSON value")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(out)); err != nil {
+		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: %w", err)
+	}
+	var pretty bytes.Buffer
+	_ = json.Indent(&pretty, buf.Bytes(), "", "  ") // compacted valid JSON
+	return pretty.Bytes(), nil
+}
+
+func errOr(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

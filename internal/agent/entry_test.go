@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func mustParse(t *testing.T, env map[string]string) Settings {
+	t.Helper()
+	s, err := Parse(nil, envOf(withEnv(env)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", path, diff)
+	}
+}
+
+// legacyTemplate is the shape of the CNI_NETWORK_CONFIG Istio's older charts and
+// the seed documents' configmap carried.
+const legacyTemplate = `{
+  "cniVersion": "0.3.1",
+  "name": "istio-cni",
+  "type": "istio-cni",
+  "log_level": "__LOG_LEVEL__",
+  "log_uds_address": "__LOG_UDS_ADDRESS__",
+  "kubernetes": {
+    "kubeconfig": "__KUBECONFIG_FILEPATH__",
+    "cni_bin_dir": "__CNI_BIN_DIR__",
+    "node_name": "__KUBERNETES_NODE_NAME__",
+    "k8s_api_root": "https://__KUBERNETES_SERVICE_HOST__:__KUBERNETES_SERVICE_PORT__",
+    "exclude_namespaces": [ "istio-system", "kube-system" ]
+  }
+}`
+
+func TestEntryFromSettingsAndTemplatesIsWhatThePluginAccepts(t *testing.T) {
+	cases := []struct {
+		name     string
+		env      map[string]string
+		template string
+	}{
+		{"generated-defaults", nil, ""},
+		{"generated-every-field", map[string]string{
+			"EXCLUDE_NAMESPACES": "kube-system,istio-system", "POD_NAMESPACE": "istio-system", "PLUGIN_LOG_LEVEL": "debug",
+			"NATIVE_NFTABLES": "true", "IPTABLES_MODE": "nft", "CNI_AGENT_RUN_DIR": "/run/istio-cni",
+		}, ""},
+		{"generated-maistra-prefix", map[string]string{"CNI_BINARIES_PREFIX": "v2-4-"}, ""},
+		{"legacy-template", map[string]string{"PLUGIN_LOG_LEVEL": "warn", "NODE_NAME": "node-a", "CNI_BIN_DIR": "/home/kubernetes/bin"}, legacyTemplate},
+		{"template-with-prefix-placeholder", map[string]string{"CNI_BINARIES_PREFIX": "v2-4-"},
+			`{"type": "__CNI_BINARIES_PREFIX__istio-cni", "cni_agent_run_dir": "__CNI_AGENT_RUN_DIR__", "pod_namespace": "__POD_NAMESPACE__"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, tc.env)
+			got, err := Entry(&s, tc.template)
+			if err != nil {
+				t.Fatalf("Entry: %v", err)
+			}
+			golden(t, "entry-"+tc.name+".json", append(got, '\n'))
+			cfg, err := plugin.ParseConfig(got)
+			if err != nil {
+				t.Fatalf("the plugin refuses the entry: %v", err)
+			}
+			if cfg.Kubeconfig != s.KubeconfigPath() {
+				t.Errorf("the plugin would read its kubeconfig from %s, the agent writes it to %s", cfg.Kubeconfig, s.KubeconfigPath())
+			}
+			if cfg.LogSocket != s.LogSocketPath() {
+				t.Errorf("the plugin would log to %s, the agent listens on %s", cfg.LogSocket, s.LogSocketPath())
+			}
+		})
+	}
+}
+
+func TestEntryRefusesBadTemplatesNamingTheProblem(t *testing.T) {
+	cases := []struct {
+		name, template string
+		env            map[string]string
+		want           []string
+	}{
+		{"not JSON", `{"type": "istio-cni",`, nil, []string{"CNI_NETWORK_CONFIG", "JSON object"}},
+		{"a list", `[{"type": "istio-cni"}]`, nil, []string{"CNI_NETWORK_CONFIG", "JSON object"}},
+		{"two objects", `{"type": "istio-cni"} {}`, nil, []string{"more than one"}},
+		{"unknown placeholder", `{"type": "istio-cni", "mtu": "__CNI_MTU__"}`, nil, []string{"__CNI_MTU__", "supported"}},
+		{"token placeholder", `{"type": "istio-cni", "k8s_auth_token": "__SERVICEACCOUNT_TOKEN__"}`, nil, []string{"__SERVICEACCOUNT_TOKEN__", "readable"}},
+		{"kubeconfig file name", `{"type": "istio-cni", "kubernetes": {"kubeconfig": "/etc/cni/net.d/__KUBECONFIG_FILENAME__"}}`, nil, []string{"__KUBECONFIG_FILENAME__", "__KUBECONFIG_FILEPATH__"}},
+		{"another plugin", `{"type": "calico"}`, nil, []string{`"calico"`, `"istio-cni"`}},
+		{"prefix not in the type", `{"type": "istio-cni"}`, map[string]string{"CNI_BINARIES_PREFIX": "v2-"}, []string{`"v2-istio-cni"`, "CNI_BINARIES_PREFIX"}},
+		{"a value the plugin refuses", `{"type": "istio-cni", "plugin_log_level": "loud"}`, nil, []string{"plugin_log_level", `"loud"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, tc.env)
+			_, err := Entry(&s, tc.template)
+			if err == nil {
+				t.Fatal("Entry succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestTemplateValuesAreJSONEscaped(t *testing.T) {
+	s := mustParse(t, map[string]string{"CNI_BIN_DIR": `/opt/we"ird\bin`})
+	got, err := Entry(&s, `{"type": "istio-cni", "kubernetes": {"cni_bin_dir": "__CNI_BIN_DIR__"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Kubernetes struct {
+			CNIBinDir string `json:"cni_bin_dir"`
+		} `json:"kubernetes"`
+	}
+	if err := json.Unmarshal(got, &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Kubernetes.CNIBinDir != `/opt/we"ird\bin` {
+		t.Errorf("cni_bin_dir = %q", e.Kubernetes.CNIBinDir)
+	}
+}
+
+// testCA returns a self-signed CA certificate in PEM.
+func testCA(t testing.TB) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestKubeconfigIsReadByThePluginsLoader(t *testing.T) {
+	ca := testCA(t)
+	cases := []struct {
+		name       string
+		env        map[string]string
+		wantServer string
+		wantCA     bool
+		wantSkip   bool
+	}{
+		{"ipv4 with CA", nil, "https://10.96.0.1:443", true, false},
+		{"ipv6 host is bracketed", map[string]string{"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}, "https://[fd00::1]:6443", true, false},
+		{"skip TLS verify carries no CA", map[string]string{"SKIP_TLS_VERIFY": "true", "KUBERNETES_SERVICE_HOST": "api.example.com"}, "https://api.example.com:443", false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, tc.env)
+			data, err := Kubeconfig(&s, []byte("tok.en-123\n"), ca)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kc, err := kube.ParseKubeconfig(data, "/")
+			if err != nil {
+				t.Fatalf("the plugin cannot read the kubeconfig: %v\n%s", err, data)
+			}
+			if kc.Server != tc.wantServer || kc.Token != "tok.en-123" || kc.InsecureSkipTLSVerify != tc.wantSkip || bytes.Equal(kc.CAData, ca) != tc.wantCA {
+				t.Errorf("plugin reads server %q token %q skip %v CA %v; want %q, the token, %v, %v",
+					kc.Server, kc.Token, kc.InsecureSkipTLSVerify, len(kc.CAData) > 0, tc.wantServer, tc.wantSkip, tc.wantCA)
+			}
+		})
+	}
+}
+
+func TestKubeconfigRefusesWhatWouldFailEveryLookup(t *testing.T) {
+	s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": "/sa"})
+	cases := []struct {
+		name      string
+		token, ca []byte
+		want      string
+	}{
+		{"empty token", []byte(" \n"), testCA(t), "token /sa/token is empty"},
+		{"two-line token", []byte("a\nb"), testCA(t), "more than one line"},
+		{"CA without a certificate", []byte("t"), []byte("not pem"), "CA file /sa/ca.crt: holds no PEM certificate"},
+		{"broken certificate", []byte("t"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")}), "bad certificate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Kubeconfig(&s, tc.token, tc.ca)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestMetricsExpositionListsEveryMetricWithHelpAndType(t *testing.T) {
+	m := newMetrics()
+	m.setReady(true)
+	m.add("istio_cni_installs_total")
+	m.add("istio_cni_config_reinserts_total")
+	m.add("istio_cni_config_reinserts_total")
+	m.add("istio_cni_install_errors_total", "stage", "config")
+	m.add("istio_cni_plugin_events_total", "command", "ADD", "outcome", "redirected")
+	m.add("istio_cni_plugin_events_total", "command", "DEL", "outcome", `we"ird`)
+	var b strings.Builder
+	if err := m.write(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "metrics.txt", []byte(b.String()))
+}
+
+func TestClassifyPluginRecordReadsTheOutcomeOfAddAndDel(t *testing.T) {
+	cases := []struct {
+		rec              string
+		command, outcome string
+		isEvent          bool
+	}{
+		{`{"level":"INFO","msg":"ADD: traffic redirected to the sidecar","command":"ADD","pod":"a/b"}`, "ADD", "redirected", true},
+		{`{"level":"INFO","msg":"ADD: pod passed through","command":"ADD","decision":"namespace-excluded"}`, "ADD", "passed_through", true},
+		{`{"level":"ERROR","msg":"ADD failed","command":"ADD","error":"x"}`, "ADD", "failed", true},
+		{`{"level":"DEBUG","msg":"pod lookup failed, retrying","command":"ADD"}`, "", "", false},
+		{`{"level":"INFO","msg":"DEL: done","command":"DEL"}`, "DEL", "done", true},
+		{`{"level":"DEBUG","msg":"DEL: network namespace already gone","command":"DEL"}`, "DEL", "nothing_to_do", true},
+		{`{"level":"WARN","msg":"DEL: cleanup incomplete","command":"DEL"}`, "", "", false},
+		{`{"level":"INFO","msg":"CHECK: rules match","command":"CHECK"}`, "", "", false},
+		{`not json`, "", "", false},
+	}
+	for _, tc := range cases {
+		cmd, outcome, ok := classifyPluginRecord([]byte(tc.rec))
+		if cmd != tc.command || outcome != tc.outcome || ok != tc.isEvent {
+			t.Errorf("%s: got %q %q %v, want %q %q %v", tc.rec, cmd, outcome, ok, tc.command, tc.outcome, tc.isEvent)
+		}
+	}
+}

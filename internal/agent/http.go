@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// serveHTTP starts the monitoring server (/metrics, plus the probes) and the
+// readiness server (/healthz, /readyz); one server when both ports are the same.
+// It returns a function that stops them.
+func (a *agent) serveHTTP() (stop func(), err error) {
+	probes := http.NewServeMux()
+	a.probeHandlers(probes)
+	monitoring := http.NewServeMux()
+	a.probeHandlers(monitoring)
+	monitoring.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_ = a.m.write(w)
+	})
+
+	type server struct {
+		what string
+		port uint16
+		mux  *http.ServeMux
+	}
+	servers := []server{{"metrics", a.s.MonitoringPort, monitoring}}
+	if a.s.ReadinessPort != a.s.MonitoringPort || a.s.ReadinessPort == 0 {
+		servers = append(servers, server{"probes", a.s.ReadinessPort, probes})
+	}
+	var started []*http.Server
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, s := range started {
+			_ = s.Shutdown(ctx)
+		}
+	}
+	for _, s := range servers {
+		l, err := listen(s.port)
+		if err != nil {
+			stop()
+			return nil, portError(s.what, s.port, err)
+		}
+		srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
+		started = append(started, srv)
+		go func() { _ = srv.Serve(l) }()
+		a.log.Info("http server listening", "serves", s.what, "addr", l.Addr().String())
+	}
+	return stop, nil
+}
+
+func portError(what string, port uint16, err error) error {
+	setting := "MONITORING_PORT"
+	if what == "probes" {
+		setting = "READINESS_PORT"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err
+	}
+	return fmt.Errorf("%s %d: cannot listen: %w", setting, port, err)
+}
+
+func (a *agent) probeHandlers(mux *http.ServeMux) {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "not ready: the CNI config does not hold the istio-cni entry yet, or a binary or the kubeconfig is missing", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+}

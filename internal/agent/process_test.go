@@ -1,0 +1,518 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+)
+
+func TestAgentInstallsThenSIGTERMLeavesTheConfDirAsItWas(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		files   map[string]string // the node's config dir before
+		env     []string
+		holder  string // the file that holds our entry while installed
+		wantTop []string
+	}{
+		{"calico conflist", map[string]string{"10-calico.conflist": calicoConflist, "calico-kubeconfig": "kc"}, nil,
+			"10-calico.conflist", []string{"calico", "portmap", "istio-cni"}},
+		{"flannel conf is wrapped and comes back as the conf", map[string]string{"10-flannel.conf": flannelConf}, nil,
+			"10-flannel.conflist", []string{"flannel", "istio-cni"}},
+		{"CNI_CONF_NAME picks a file that is not first", map[string]string{"05-other.conflist": calicoConflist, "10-calico.conflist": calicoConflist},
+			[]string{"CNI_CONF_NAME=10-calico.conflist"}, "10-calico.conflist", []string{"calico", "portmap", "istio-cni"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			for name, data := range tc.files {
+				writeFile(t, filepath.Join(n.confDir, name), []byte(data), 0o640)
+			}
+			before := snapshot(t, n.confDir)
+			p := n.startAgent(t, tc.env...)
+			p.waitReady(t)
+
+			if got := pluginTypes(t, filepath.Join(n.confDir, tc.holder)); !cmp.Equal(got, tc.wantTop) {
+				t.Errorf("%s plugins = %v, want %v", tc.holder, got, tc.wantTop)
+			}
+			if fi, err := os.Stat(filepath.Join(n.confDir, tc.holder)); err != nil || fi.Mode().Perm() != 0o640 {
+				t.Errorf("%s mode = %v (%v), want the primary's 0640", tc.holder, fi.Mode(), err)
+			}
+			for _, b := range []string{"istio-cni", "istio-iptables"} {
+				src, _ := os.ReadFile(filepath.Join(built.source, b))
+				dst, err := os.ReadFile(filepath.Join(n.binDir, b))
+				fi, _ := os.Stat(filepath.Join(n.binDir, b))
+				if err != nil || !bytes.Equal(src, dst) || fi.Mode().Perm() != 0o755 {
+					t.Errorf("%s not installed as a copy of the image's with mode 0755 (%v)", b, err)
+				}
+			}
+			kcPath := filepath.Join(n.runDir, "istio-cni-kubeconfig")
+			fi, err := os.Stat(kcPath)
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("kubeconfig %s: mode %v, %v; want 0600", kcPath, fi.Mode(), err)
+			}
+			kc, err := kube.LoadKubeconfig(kcPath)
+			if err != nil || kc.Token != "token-1" || kc.Server != "https://127.0.0.1:6443" || !bytes.Equal(kc.CAData, n.ca) {
+				t.Errorf("kubeconfig as the plugin reads it: %+v, %v", kc, err)
+			}
+			if v := p.metric(t, "istio_cni_installs_total"); v != 1 {
+				t.Errorf("istio_cni_installs_total = %v, want 1", v)
+			}
+			if v := p.metric(t, "istio_cni_install_ready"); v != 1 {
+				t.Errorf("istio_cni_install_ready = %v, want 1", v)
+			}
+
+			p.stop(t)
+			if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+				t.Errorf("conf dir after uninstall differs from before (-before +after):\n%s", diff)
+			}
+			if left := snapshot(t, n.binDir); len(left) != 0 {
+				t.Errorf("bin dir still holds %v", keys(left))
+			}
+			if left := snapshot(t, n.runDir); len(left) != 0 {
+				t.Errorf("run dir still holds %v", keys(left))
+			}
+		})
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestAgentPutsTheEntryBackWhenThePrimaryRewritesItsConfig(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := filepath.Join(n.confDir, "10-calico.conflist")
+	writeFile(t, path, []byte(calicoConflist), 0o644)
+	p := n.startAgent(t, "REVERT_WARN_COUNT=3")
+	p.waitReady(t)
+
+	const rewrites = 10
+	var took []time.Duration
+	for i := range rewrites {
+		start := time.Now()
+		if i%2 == 0 {
+			writeLikeACNI(t, path, []byte(calicoConflist))
+		} else {
+			// Some daemons truncate and write in place: the agent sees a partial file
+			// first and must wait for the whole one.
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			half := len(calicoConflist) / 2
+			f.WriteString(calicoConflist[:half])
+			time.Sleep(time.Millisecond)
+			f.WriteString(calicoConflist[half:])
+			f.Close()
+		}
+		eventually(t, 5*time.Second, "the entry is back", func() bool { return hasEntryLast(path) })
+		took = append(took, time.Since(start))
+	}
+	t.Logf("entry back after a rewrite in %v", took)
+	eventually(t, 5*time.Second, "the re-inserts are counted", func() bool {
+		return p.metric(t, "istio_cni_config_reinserts_total") == rewrites
+	})
+	line := p.waitLog(t, "a warning with a hint", `level=WARN msg="the primary CNI keeps rewriting 10-calico.conflist[^"]*Consider`)
+	t.Logf("warning: %s", line)
+	if !p.ready() {
+		t.Error("not ready after the re-inserts")
+	}
+}
+
+func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	p := n.startAgent(t)
+	p.waitReady(t)
+	plugin := filepath.Join(n.binDir, "istio-cni")
+	want, _ := os.ReadFile(filepath.Join(built.source, "istio-cni"))
+	installed := func() bool {
+		got, err := os.ReadFile(plugin)
+		return err == nil && bytes.Equal(got, want)
+	}
+
+	// A runtime execs the plugin all along; no exec may fail (ETXTBSY, a partial
+	// file, a missing file after the first restore).
+	var execs, failures atomic.Int64
+	var firstFailure atomic.Value
+	stopExec := make(chan struct{})
+	execDone := make(chan struct{})
+	var gate sync.WaitGroup
+	gate.Add(1)
+	go func() {
+		defer close(execDone)
+		gate.Wait()
+		for {
+			select {
+			case <-stopExec:
+				return
+			default:
+			}
+			cmd := exec.Command(plugin)
+			cmd.Env = []string{"CNI_COMMAND=VERSION"}
+			out, err := cmd.Output()
+			execs.Add(1)
+			if err != nil || !bytes.Contains(out, []byte("cniVersion")) {
+				failures.Add(1)
+				firstFailure.CompareAndSwap(nil, fmt.Sprintf("%v: %s", err, out))
+			}
+		}
+	}()
+
+	// Deleted: restored.
+	os.Remove(plugin)
+	eventually(t, 5*time.Second, "the deleted plugin is restored", installed)
+	gate.Done()
+	// Replaced by another build (an older version): replaced back, atomically,
+	// while it is being exec'd.
+	for range 5 {
+		old := append(append([]byte{}, want...), []byte("older-build")...)
+		tmp := filepath.Join(n.binDir, ".old")
+		writeFile(t, tmp, old, 0o755)
+		if err := os.Rename(tmp, plugin); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "our build is back", installed)
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stopExec)
+	<-execDone
+	t.Logf("%d execs of the plugin while it was replaced, %d failed", execs.Load(), failures.Load())
+	if failures.Load() > 0 {
+		t.Errorf("%d of %d execs failed, first: %v", failures.Load(), execs.Load(), firstFailure.Load())
+	}
+
+	// The kubeconfig and the second binary: deleted, restored.
+	kc := filepath.Join(n.runDir, "istio-cni-kubeconfig")
+	os.Remove(kc)
+	os.Remove(filepath.Join(n.binDir, "istio-iptables"))
+	eventually(t, 5*time.Second, "kubeconfig and istio-iptables are restored", func() bool {
+		_, err1 := os.Stat(kc)
+		_, err2 := os.Stat(filepath.Join(n.binDir, "istio-iptables"))
+		return err1 == nil && err2 == nil
+	})
+	// The config deleted by its owner (and written again): our entry comes back.
+	os.Remove(filepath.Join(n.confDir, "10-calico.conflist"))
+	eventually(t, 5*time.Second, "not ready without a config", func() bool { return !p.ready() })
+	writeLikeACNI(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist))
+	eventually(t, 5*time.Second, "the entry is in the new file", func() bool { return hasEntryLast(filepath.Join(n.confDir, "10-calico.conflist")) })
+	p.waitReady(t)
+}
+
+func TestAgentRewritesTheKubeconfigWhenTheTokenRotates(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	p := n.startAgent(t, "KUBECONFIG_MODE=0640")
+	p.waitReady(t)
+	kcPath := filepath.Join(n.runDir, "istio-cni-kubeconfig")
+	for i := 2; i <= 4; i++ {
+		token := fmt.Sprintf("token-%d", i)
+		start := time.Now()
+		n.rotateToken(t, token)
+		eventually(t, 5*time.Second, "the kubeconfig holds "+token, func() bool {
+			kc, err := kube.LoadKubeconfig(kcPath)
+			return err == nil && kc.Token == token
+		})
+		t.Logf("kubeconfig rewritten %v after the token rotated", time.Since(start))
+		if fi, _ := os.Stat(kcPath); fi.Mode().Perm() != 0o640 {
+			t.Errorf("kubeconfig mode %v after rotation, want 0640", fi.Mode())
+		}
+	}
+	// The counter moves right after the rename the test just saw.
+	eventually(t, 5*time.Second, "istio_cni_kubeconfig_writes_total is 4 (install and three rotations)", func() bool {
+		return p.metric(t, "istio_cni_kubeconfig_writes_total") == 4
+	})
+	// A token that cannot be used is reported, and the last good kubeconfig stays.
+	n.rotateToken(t, "")
+	p.waitLog(t, "the empty token is reported", `level=ERROR msg="install step failed" error="service account token \S+ is empty"`)
+	if kc, err := kube.LoadKubeconfig(kcPath); err != nil || kc.Token != "token-4" {
+		t.Errorf("kubeconfig after an empty token: %+v %v, want token-4 kept", kc, err)
+	}
+}
+
+func TestAgentLeavesBadConfigsUntouchedAndInstallsOnceOneIsValid(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		file    string
+		data    string
+		wantLog string // regexp over the agent's log
+	}{
+		{"garbage", "10-calico.conflist", "this is not a CNI config\n", `10-calico.conflist: invalid JSON`},
+		{"truncated", "10-calico.conflist", calicoConflist[:len(calicoConflist)/2], `10-calico.conflist: invalid JSON`},
+		{"empty", "10-calico.conflist", "", `10-calico.conflist`},
+		{"plugins not a list", "10-calico.conflist", `{"name": "x", "cniVersion": "0.3.1", "plugins": {"type": "calico"}}`, `10-calico.conflist: .*plugins`},
+		{"conf without a type", "10-flannel.conf", `{"name": "cbr0", "cniVersion": "0.3.1"}`, `10-flannel.conf: .*type`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			bad := filepath.Join(n.confDir, tc.file)
+			writeFile(t, bad, []byte(tc.data), 0o644)
+			p := n.startAgent(t)
+			line := p.waitLog(t, "the bad file is reported", `level=ERROR .*`+tc.wantLog+`.*`)
+			t.Logf("agent says: %s", line)
+			time.Sleep(100 * time.Millisecond)
+			if p.ready() {
+				t.Error("ready without a valid config")
+			}
+			if got, _ := os.ReadFile(bad); string(got) != tc.data {
+				t.Errorf("the bad file changed:\n%s", got)
+			}
+			if tmp := hiddenTemps(t, n.confDir); len(tmp) > 0 {
+				t.Errorf("temporary files left: %v", tmp)
+			}
+			// The owner writes a valid config: the agent installs into it.
+			good := filepath.Join(n.confDir, "10-calico.conflist")
+			if tc.file != "10-calico.conflist" {
+				os.Remove(bad)
+			}
+			writeLikeACNI(t, good, []byte(calicoConflist))
+			p.waitReady(t)
+			if !hasEntryLast(good) {
+				t.Errorf("no entry in %s", good)
+			}
+		})
+	}
+}
+
+func TestAgentSkipsABadConfigThatSortsFirstAsTheRuntimeDoes(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	garbage := filepath.Join(n.confDir, "05-broken.conf")
+	writeFile(t, garbage, []byte(`{"cniVersion": "0.3.1", "type": `), 0o644)
+	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	p := n.startAgent(t)
+	p.waitReady(t)
+	if !hasEntryLast(filepath.Join(n.confDir, "10-calico.conflist")) {
+		t.Error("no entry in the valid config")
+	}
+	p.waitLog(t, "the skipped file is named", `level=ERROR .*05-broken.conf left untouched`)
+	if got, _ := os.ReadFile(garbage); string(got) != `{"cniVersion": "0.3.1", "type": ` {
+		t.Errorf("the broken file changed: %s", got)
+	}
+}
+
+func hiddenTemps(t testing.TB, dir string) []string {
+	var out []string
+	for name := range snapshot(t, dir) {
+		if strings.Contains(name, ".tmp-") {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func TestTwoAgentsRacingOnOneNodeLeaveExactlyOneEntry(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := filepath.Join(n.confDir, "10-calico.conflist")
+	writeFile(t, path, []byte(calicoConflist), 0o644)
+	before := snapshot(t, n.confDir)
+	a := n.startAgent(t)
+	b := n.startAgent(t)
+	// The primary rewrites its file while both agents insert.
+	for range 10 {
+		writeLikeACNI(t, path, []byte(calicoConflist))
+		time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, "both agents are ready", func() bool { return a.ready() && b.ready() })
+	time.Sleep(200 * time.Millisecond) // let any last write settle
+	if types := pluginTypes(t, path); countType(types, "istio-cni") != 1 || types[len(types)-1] != "istio-cni" {
+		t.Errorf("plugins = %v, want exactly one istio-cni entry, last", types)
+	}
+	a.stop(t)
+	b.stop(t)
+	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+		t.Errorf("conf dir after both agents stopped (-before +after):\n%s", diff)
+	}
+}
+
+func TestAgentKilledMidWriteAndRestartedNeverExposesAPartialFile(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := filepath.Join(n.confDir, "10-calico.conflist")
+	writeFile(t, path, []byte(calicoConflist), 0o644)
+
+	// A reader in a loop, as the runtime: every config file it can open must be whole.
+	var reads, partial atomic.Int64
+	var firstPartial atomic.Value
+	ctx, cancel := context.WithCancel(context.Background())
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for ctx.Err() == nil {
+			files, _ := libcni.ConfFiles(n.confDir, []string{".conf", ".conflist", ".json"})
+			for _, f := range files {
+				data, err := os.ReadFile(f)
+				if errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				reads.Add(1)
+				if _, err := typesOf(data, f); err != nil {
+					partial.Add(1)
+					firstPartial.CompareAndSwap(nil, fmt.Sprintf("%s: %v: %q", filepath.Base(f), err, data))
+				}
+			}
+		}
+	}()
+
+	const rounds = 15
+	for i := range rounds {
+		p := n.startAgent(t)
+		// Drop our entry and kill the agent at a random moment of its re-insert.
+		writeLikeACNI(t, path, []byte(calicoConflist))
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+		p.kill()
+		if i == rounds-1 {
+			break
+		}
+	}
+	p := n.startAgent(t)
+	p.waitReady(t)
+	cancel()
+	<-readerDone
+	t.Logf("%d reads of the config dir during %d kills, %d partial", reads.Load(), rounds, partial.Load())
+	if partial.Load() > 0 {
+		t.Errorf("a reader saw a partial config: %v", firstPartial.Load())
+	}
+	if !hasEntryLast(path) {
+		t.Errorf("after the restart %s is %v, want one istio-cni entry last", path, pluginTypes(t, path))
+	}
+	if tmp := hiddenTemps(t, n.confDir); len(tmp) > 0 {
+		t.Errorf("a restarted agent left temporary files: %v", tmp)
+	}
+}
+
+func TestStandaloneModeWritesItsOwnConfigAndThePluginLogsReachTheAgent(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	before := snapshot(t, n.confDir)
+	p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false", "EXCLUDE_NAMESPACES=kube-system", "PLUGIN_LOG_LEVEL=debug")
+	p.waitReady(t)
+	own := filepath.Join(n.confDir, "istio-cni.conf")
+	conf, err := libcni.ConfFromFile(own)
+	if err != nil {
+		t.Fatalf("the runtime cannot load %s: %v", own, err)
+	}
+	if conf.Network.Type != "istio-cni" || conf.Network.Name != "istio-cni" || conf.Network.CNIVersion == "" {
+		t.Errorf("standalone config: %+v", conf.Network)
+	}
+	if got, _ := os.ReadFile(filepath.Join(n.confDir, "10-calico.conflist")); string(got) != calicoConflist {
+		t.Error("standalone mode touched the primary's config")
+	}
+
+	// The runtime runs the installed plugin with the installed config.
+	cni := libcni.NewCNIConfig([]string{n.binDir}, nil)
+	rt := &libcni.RuntimeConf{
+		ContainerID: "0123456789abcdef", NetNS: newNetns(t), IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", "kube-system"}, {"K8S_POD_NAME", "coredns-1"}},
+	}
+	if _, err := cni.AddNetwork(context.Background(), conf, rt); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	rt.NetNS = ""
+	if err := cni.DelNetwork(context.Background(), conf, rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	eventually(t, 5*time.Second, "the plugin's records reach the agent's stdout", func() bool {
+		out := p.stdout.String()
+		return strings.Contains(out, `"msg":"ADD: pod passed through"`) && strings.Contains(out, `"msg":"DEL: no network namespace, nothing to do"`)
+	})
+	for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("stdout line is not one JSON record: %q", line)
+		}
+	}
+	t.Logf("agent stdout:\n%s", p.stdout.String())
+	if v := p.metric(t, `istio_cni_plugin_events_total{command="ADD",outcome="passed_through"}`); v != 1 {
+		t.Errorf("ADD passed_through = %v, want 1", v)
+	}
+	if v := p.metric(t, `istio_cni_plugin_events_total{command="DEL",outcome="nothing_to_do"}`); v != 1 {
+		t.Errorf("DEL nothing_to_do = %v, want 1", v)
+	}
+
+	// Deleted: put back. SIGTERM: gone, the dir as before.
+	os.Remove(own)
+	eventually(t, 5*time.Second, "the standalone config is restored", func() bool { _, err := os.Stat(own); return err == nil })
+	p.stop(t)
+	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+		t.Errorf("conf dir after uninstall (-before +after):\n%s", diff)
+	}
+}
+
+func TestAgentRefusesToStartOnSettingsTheNodeContradicts(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"a bad setting", []string{"KUBECONFIG_MODE=999"}, `invalid environment variable KUBECONFIG_MODE: "999" is not an octal file mode`},
+		{"no plugin in the image dir", []string{"CNI_BIN_SOURCE_DIR=/"}, "CNI_BIN_SOURCE_DIR / holds no istio-cni binary"},
+		{"a template the plugin would refuse", []string{`CNI_NETWORK_CONFIG={"type": "istio-cni", "exclude_namespaces": ["Bad"]}`}, `"exclude_namespaces": "Bad" is not a namespace name`},
+		{"a missing secondary bin dir", []string{"SECONDARY_BIN_DIR=/nonexistent-bin"}, `SECONDARY_BIN_DIR "/nonexistent-bin" is not a directory`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			cmd := exec.Command(built.agentBin)
+			cmd.Env = n.env(tc.env...)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit %v, want 1:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("output does not say %q:\n%s", tc.want, out)
+			}
+			if left := snapshot(t, n.binDir); len(left) > 0 {
+				t.Errorf("a refused start installed %v", keys(left))
+			}
+		})
+	}
+}
+
+// newNetns returns the path of a fresh network namespace, held by a sleeping child
+// (creating one needs root: without it this fails, never skips).
+func newNetns(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("create a network namespace (needs root): %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
+}

@@ -1,0 +1,603 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+// Settings is everything the agent was asked to do, validated. Parse is the only way
+// to get one; the zero value is not usable.
+type Settings struct {
+	// MountedNetDir is the node's CNI config directory as mounted in the agent's
+	// container; HostNetDir is the same directory on the host (what the runtime reads).
+	MountedNetDir string
+	HostNetDir    string
+	// MountedBinDir is the node's CNI binary directory as mounted in the container;
+	// HostBinDir is the same directory on the host.
+	MountedBinDir string
+	HostBinDir    string
+	// SecondaryBinDir, when set, receives the binaries too (Istio mounts a second
+	// host directory for runtimes that look elsewhere, e.g. Multus or CRI-O).
+	SecondaryBinDir string
+	// BinSourceDir is the directory in the image holding the binaries to install.
+	BinSourceDir string
+	// BinariesPrefix is prepended to every installed binary's name (Maistra's
+	// CNI_BINARIES_PREFIX), so two control planes can install side by side; the
+	// entry's "type" names the prefixed plugin.
+	BinariesPrefix string
+	// SkipBinaries are names in BinSourceDir not to install.
+	SkipBinaries []string
+	// UpdateBinaries replaces an installed binary that differs from ours; when false
+	// an existing file is left alone.
+	UpdateBinaries bool
+
+	// ConfName is the config file to edit (chained) or write (standalone); empty in
+	// chained mode means the runtime's choice: the first valid file in lexical order.
+	ConfName string
+	// Chained inserts our entry into the primary CNI's chain; otherwise the agent
+	// writes a config of its own (OpenShift / Multus).
+	Chained bool
+	// NetworkConfig is a template of our plugin entry (CNI_NETWORK_CONFIG) with
+	// __PLACEHOLDERS__; NetworkConfigFile names a file holding one. Both empty: the
+	// agent builds the entry from the settings below.
+	NetworkConfig     string
+	NetworkConfigFile string
+
+	ExcludeNamespaces []string
+	PluginLogLevel    plugin.LogLevel
+	PodNamespace      string
+	NativeNftables    bool
+	IptablesMode      plugin.IptablesMode
+
+	// KubeconfigMode is the plugin kubeconfig's file mode.
+	KubeconfigMode os.FileMode
+	// ServiceAccountDir holds the agent's token and ca.crt.
+	ServiceAccountDir string
+	// KubeCAFile is the CA written into the kubeconfig; default ServiceAccountDir/ca.crt.
+	KubeCAFile    string
+	SkipTLSVerify bool
+	// KubeHost, KubePort and KubeProtocol form the API server URL the plugin uses
+	// (Kubernetes' KUBERNETES_SERVICE_* variables).
+	KubeHost     string
+	KubePort     uint16
+	KubeProtocol string
+	NodeName     string
+
+	// RunDir is the agent's directory on the node, at the same path in the container
+	// and on the host: the plugin's kubeconfig and the log socket live there.
+	RunDir string
+
+	// MonitoringPort serves /metrics (and the probes); ReadinessPort serves /healthz
+	// and /readyz. 0 picks a free port (logged); the same port serves everything.
+	MonitoringPort uint16
+	ReadinessPort  uint16
+
+	// RevertWarnCount and RevertWarnWindow: more re-inserts than RevertWarnCount
+	// within RevertWarnWindow log a warning with a hint.
+	RevertWarnCount  int
+	RevertWarnWindow time.Duration
+
+	// LogLevel and LogJSON configure the agent's own log (stderr).
+	LogLevel slog.Level
+	LogJSON  bool
+}
+
+// Defaults, Istio's where Istio has one.
+const (
+	DefaultMountedNetDir     = "/host/etc/cni/net.d"
+	DefaultHostNetDir        = "/etc/cni/net.d"
+	DefaultMountedBinDir     = "/host/opt/cni/bin"
+	DefaultHostBinDir        = "/opt/cni/bin"
+	DefaultBinSourceDir      = "/opt/cni/bin"
+	DefaultStandaloneName    = "istio-cni.conf"
+	DefaultKubeconfigMode    = 0o600
+	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	DefaultMonitoringPort    = 15014
+	DefaultReadinessPort     = 8000
+	DefaultRevertWarnCount   = 5
+	DefaultRevertWarnWindow  = time.Minute
+	// PluginType is the plugin's binary name and the "type" of its entry, before
+	// the binaries prefix.
+	PluginType = "istio-cni"
+)
+
+// setting is one flag with the environment variables that set it when the flag is
+// absent; when several are set the last one listed wins.
+type setting struct {
+	name  string
+	envs  []string
+	def   string
+	usage string
+	bool  bool
+	set   func(s *Settings, v string) error
+}
+
+var settings = []setting{
+	{name: "mounted-cni-net-dir", envs: []string{"MOUNTED_CNI_NET_DIR"}, def: DefaultMountedNetDir,
+		usage: "CNI config directory as mounted in this container",
+		set:   absPath(func(s *Settings) *string { return &s.MountedNetDir })},
+	{name: "cni-net-dir", envs: []string{"CNI_NET_DIR"}, def: DefaultHostNetDir,
+		usage: "CNI config directory on the host (replaces __CNI_NET_DIR__)",
+		set:   absPath(func(s *Settings) *string { return &s.HostNetDir })},
+	{name: "mounted-cni-bin-dir", envs: []string{"MOUNTED_CNI_BIN_DIR"}, def: DefaultMountedBinDir,
+		usage: "CNI binary directory as mounted in this container",
+		set:   absPath(func(s *Settings) *string { return &s.MountedBinDir })},
+	{name: "cni-bin-dir", envs: []string{"CNI_BIN_DIR"}, def: DefaultHostBinDir,
+		usage: "CNI binary directory on the host (replaces __CNI_BIN_DIR__)",
+		set:   absPath(func(s *Settings) *string { return &s.HostBinDir })},
+	{name: "secondary-bin-dir", envs: []string{"SECONDARY_BIN_DIR"},
+		usage: "a second directory, as mounted here, to install the binaries into (Istio mounts /host/secondary-bin-dir)",
+		set:   optionalAbsPath(func(s *Settings) *string { return &s.SecondaryBinDir })},
+	{name: "cni-bin-source-dir", envs: []string{"CNI_BIN_SOURCE_DIR"}, def: DefaultBinSourceDir,
+		usage: "directory in this image holding the binaries to install",
+		set:   absPath(func(s *Settings) *string { return &s.BinSourceDir })},
+	{name: "cni-binaries-prefix", envs: []string{"CNI_BINARIES_PREFIX"},
+		usage: "prefix for the installed binaries' names (Maistra); the entry's type gets it too",
+		set:   setBinariesPrefix},
+	{name: "skip-cni-binaries", envs: []string{"SKIP_CNI_BINARIES"},
+		usage: "comma-separated binaries not to install",
+		set:   setSkipBinaries},
+	{name: "update-cni-binaries", envs: []string{"UPDATE_CNI_BINARIES"}, def: "true", bool: true,
+		usage: "replace installed binaries that differ from this image's",
+		set:   toggle(func(s *Settings) *bool { return &s.UpdateBinaries })},
+	{name: "cni-conf-name", envs: []string{"CNI_CONF_NAME"},
+		usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default istio-cni.conf)",
+		set:   setConfName},
+	{name: "chained-cni-plugin", envs: []string{"CHAINED_CNI_PLUGIN"}, def: "true", bool: true,
+		usage: "insert into the primary CNI's chain; false writes a standalone config",
+		set:   toggle(func(s *Settings) *bool { return &s.Chained })},
+	{name: "cni-network-config", envs: []string{"CNI_NETWORK_CONFIG"},
+		usage: "template of the plugin's config entry, with __PLACEHOLDERS__ (default: built from the settings)",
+		set:   func(s *Settings, v string) error { s.NetworkConfig = v; return nil }},
+	{name: "cni-network-config-file", envs: []string{"CNI_NETWORK_CONFIG_FILE"},
+		usage: "file holding the template of the plugin's config entry",
+		set:   optionalAbsPath(func(s *Settings) *string { return &s.NetworkConfigFile })},
+	{name: "exclude-namespaces", envs: []string{"EXCLUDED_NAMESPACES", "EXCLUDE_NAMESPACES"},
+		usage: "comma-separated namespaces whose pods the plugin never touches",
+		set:   setExcludeNamespaces},
+	{name: "plugin-log-level", envs: []string{"LOG_LEVEL", "PLUGIN_LOG_LEVEL"}, def: string(plugin.DefaultLogLevel),
+		usage: "the plugin's log level: debug, info, warn, error, fatal, panic, none",
+		set:   setPluginLogLevel},
+	{name: "pod-namespace", envs: []string{"POD_NAMESPACE"},
+		usage: "namespace of this agent's pods (the plugin never redirects them)",
+		set:   setPodNamespace},
+	{name: "native-nftables", envs: []string{"NATIVE_NFTABLES"}, def: "false", bool: true,
+		usage: "the plugin programs nftables instead of iptables",
+		set:   toggle(func(s *Settings) *bool { return &s.NativeNftables })},
+	{name: "iptables-mode", envs: []string{"IPTABLES_MODE"},
+		usage: "the plugin's iptables flavour: legacy, nft, or empty to detect",
+		set:   setIptablesMode},
+	{name: "kubeconfig-mode", envs: []string{"KUBECONFIG_MODE"}, def: "0600",
+		usage: "octal file mode of the plugin's kubeconfig",
+		set:   setKubeconfigMode},
+	{name: "service-account-dir", envs: []string{"SERVICE_ACCOUNT_DIR"}, def: DefaultServiceAccountDir,
+		usage: "directory holding this agent's ServiceAccount token and ca.crt",
+		set:   absPath(func(s *Settings) *string { return &s.ServiceAccountDir })},
+	{name: "kube-ca-file", envs: []string{"KUBE_CA_FILE"},
+		usage: "CA file for the plugin's kubeconfig (default: the service account's ca.crt)",
+		set:   optionalAbsPath(func(s *Settings) *string { return &s.KubeCAFile })},
+	{name: "skip-tls-verify", envs: []string{"SKIP_TLS_VERIFY"}, def: "false", bool: true,
+		usage: "the plugin's kubeconfig skips verifying the API server's certificate",
+		set:   toggle(func(s *Settings) *bool { return &s.SkipTLSVerify })},
+	{name: "kubernetes-service-host", envs: []string{"KUBERNETES_SERVICE_HOST"},
+		usage: "API server address for the plugin (set by Kubernetes)",
+		set:   setKubeHost},
+	{name: "kubernetes-service-port", envs: []string{"KUBERNETES_SERVICE_PORT"}, def: "443",
+		usage: "API server port for the plugin (set by Kubernetes)",
+		set:   port(func(s *Settings) *uint16 { return &s.KubePort }, false)},
+	{name: "kubernetes-service-protocol", envs: []string{"KUBERNETES_SERVICE_PROTOCOL"}, def: "https",
+		usage: "API server scheme for the plugin: https or http",
+		set:   setKubeProtocol},
+	{name: "node-name", envs: []string{"NODE_NAME", "KUBERNETES_NODE_NAME"},
+		usage: "this node's name (replaces __KUBERNETES_NODE_NAME__; default: the host name)",
+		set:   func(s *Settings, v string) error { s.NodeName = strings.TrimSpace(v); return nil }},
+	{name: "cni-agent-run-dir", envs: []string{"CNI_AGENT_RUN_DIR"}, def: plugin.DefaultAgentRunDir,
+		usage: "the agent's directory, same path on the host: the plugin's kubeconfig and log socket",
+		set:   absPath(func(s *Settings) *string { return &s.RunDir })},
+	{name: "monitoring-port", envs: []string{"MONITORING_PORT"}, def: strconv.Itoa(DefaultMonitoringPort),
+		usage: "port of /metrics (0: any free port)",
+		set:   port(func(s *Settings) *uint16 { return &s.MonitoringPort }, true)},
+	{name: "readiness-port", envs: []string{"READINESS_PORT"}, def: strconv.Itoa(DefaultReadinessPort),
+		usage: "port of /healthz and /readyz (0: any free port)",
+		set:   port(func(s *Settings) *uint16 { return &s.ReadinessPort }, true)},
+	{name: "revert-warn-count", envs: []string{"REVERT_WARN_COUNT"}, def: strconv.Itoa(DefaultRevertWarnCount),
+		usage: "warn when the config loses our entry more often than this within --revert-warn-window",
+		set:   setRevertWarnCount},
+	{name: "revert-warn-window", envs: []string{"REVERT_WARN_WINDOW"}, def: DefaultRevertWarnWindow.String(),
+		usage: "window of --revert-warn-count",
+		set:   setRevertWarnWindow},
+	{name: "log_output_level", envs: []string{"AGENT_LOG_LEVEL"}, def: "info",
+		usage: "this agent's log level: debug, info, warn, error (Istio's scope:level form is accepted)",
+		set:   setAgentLogLevel},
+	{name: "log_as_json", envs: []string{"AGENT_LOG_AS_JSON"}, def: "false", bool: true,
+		usage: "this agent's log in JSON",
+		set:   toggle(func(s *Settings) *bool { return &s.LogJSON })},
+}
+
+func (s setting) flagName() string { return "--" + s.name }
+
+func absPath(field func(*Settings) *string) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		v = strings.TrimSpace(v)
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%q is not an absolute path", v)
+		}
+		*field(s) = filepath.Clean(v)
+		return nil
+	}
+}
+
+func optionalAbsPath(field func(*Settings) *string) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		if strings.TrimSpace(v) == "" {
+			*field(s) = ""
+			return nil
+		}
+		return absPath(field)(s, v)
+	}
+}
+
+func toggle(field func(*Settings) *bool) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*field(s) = b
+		return nil
+	}
+}
+
+func port(field func(*Settings) *uint16, zeroOK bool) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 16)
+		if err != nil || (n == 0 && !zeroOK) {
+			return fmt.Errorf("%q is not a port number (1-65535)", v)
+		}
+		*field(s) = uint16(n)
+		return nil
+	}
+}
+
+// fileNameChars are the characters allowed in a binary prefix and a config file
+// name: nothing that could leave the directory or need quoting.
+func fileNameChars(v string) bool {
+	for _, c := range v {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func setBinariesPrefix(s *Settings, v string) error {
+	v = strings.TrimSpace(v)
+	if !fileNameChars(v) || strings.HasPrefix(v, ".") {
+		return fmt.Errorf("%q is not a file name prefix (letters, digits, - _ . and not starting with .)", v)
+	}
+	s.BinariesPrefix = v
+	return nil
+}
+
+func setSkipBinaries(s *Settings, v string) error {
+	s.SkipBinaries = nil
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !fileNameChars(name) || name == "." || name == ".." {
+			return fmt.Errorf("%q is not a file name", name)
+		}
+		s.SkipBinaries = append(s.SkipBinaries, name)
+	}
+	return nil
+}
+
+// confExtensions are the file extensions the runtime (libcni) loads.
+var confExtensions = []string{".conf", ".conflist", ".json"}
+
+func setConfName(s *Settings, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		s.ConfName = ""
+		return nil
+	}
+	if !fileNameChars(v) || strings.HasPrefix(v, ".") || !slices.Contains(confExtensions, filepath.Ext(v)) {
+		return fmt.Errorf("%q is not a CNI config file name (a plain name ending in .conf, .conflist or .json)", v)
+	}
+	s.ConfName = v
+	return nil
+}
+
+func setExcludeNamespaces(s *Settings, v string) error {
+	s.ExcludeNamespaces = nil
+	var bad []string
+	for _, ns := range strings.Split(v, ",") {
+		ns = strings.TrimSpace(ns)
+		switch {
+		case ns == "":
+		case !isDNSLabel(ns):
+			bad = append(bad, ns)
+		case !slices.Contains(s.ExcludeNamespaces, ns):
+			s.ExcludeNamespaces = append(s.ExcludeNamespaces, ns)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%q: %q is not a namespace name", v, bad[0])
+	}
+	return nil
+}
+
+func setPluginLogLevel(s *Settings, v string) error {
+	l := plugin.LogLevel(strings.ToLower(strings.TrimSpace(v)))
+	switch l {
+	case plugin.LogPanic, plugin.LogFatal, plugin.LogError, plugin.LogWarn, plugin.LogInfo, plugin.LogDebug, plugin.LogNone:
+		s.PluginLogLevel = l
+		return nil
+	}
+	return fmt.Errorf("%q is not a log level (debug, info, warn, error, fatal, panic, none)", v)
+}
+
+func setPodNamespace(s *Settings, v string) error {
+	v = strings.TrimSpace(v)
+	if v != "" && !isDNSLabel(v) {
+		return fmt.Errorf("%q is not a namespace name", v)
+	}
+	s.PodNamespace = v
+	return nil
+}
+
+func setIptablesMode(s *Settings, v string) error {
+	m := plugin.IptablesMode(strings.TrimSpace(v))
+	switch m {
+	case plugin.IptablesDetect, plugin.IptablesLegacy, plugin.IptablesNft:
+		s.IptablesMode = m
+		return nil
+	}
+	return fmt.Errorf("%q is not an iptables mode (legacy, nft, or empty to detect)", v)
+}
+
+// setKubeconfigMode reads an octal mode as chmod does ("600", "0600", "0o600").
+func setKubeconfigMode(s *Settings, v string) error {
+	t := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(v), "0o"), "0O")
+	n, err := strconv.ParseUint(t, 8, 32)
+	if err != nil || t == "" || n > 0o777 {
+		return fmt.Errorf("%q is not an octal file mode (0000-0777, e.g. 0600)", v)
+	}
+	if n&0o400 == 0 {
+		return fmt.Errorf("%q: the owner could not read the file", v)
+	}
+	s.KubeconfigMode = os.FileMode(n)
+	return nil
+}
+
+func setKubeHost(s *Settings, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		s.KubeHost = ""
+		return nil
+	}
+	h := strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")
+	if net.ParseIP(h) == nil && !isDNSName(h) {
+		return fmt.Errorf("%q is not an IP address or host name", v)
+	}
+	s.KubeHost = h
+	return nil
+}
+
+func setKubeProtocol(s *Settings, v string) error {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v != "https" && v != "http" {
+		return fmt.Errorf("%q is not https or http", v)
+	}
+	s.KubeProtocol = v
+	return nil
+}
+
+func setRevertWarnCount(s *Settings, v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q is not a positive count", v)
+	}
+	s.RevertWarnCount = n
+	return nil
+}
+
+func setRevertWarnWindow(s *Settings, v string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is not a positive duration (like 1m or 30s)", v)
+	}
+	s.RevertWarnWindow = d
+	return nil
+}
+
+// setAgentLogLevel accepts a level, or Istio's "scope:level,scope:level" form of
+// --log_output_level, of which the "default" scope (or the only one) counts.
+func setAgentLogLevel(s *Settings, v string) error {
+	level := strings.TrimSpace(v)
+	if strings.Contains(level, ":") {
+		level = ""
+		for _, part := range strings.Split(v, ",") {
+			scope, l, ok := strings.Cut(strings.TrimSpace(part), ":")
+			if ok && (scope == "default" || level == "") {
+				level = l
+			}
+		}
+	}
+	switch strings.ToLower(strings.TrimSpace(level)) {
+	case "debug":
+		s.LogLevel = slog.LevelDebug
+	case "info":
+		s.LogLevel = slog.LevelInfo
+	case "warn", "warning":
+		s.LogLevel = slog.LevelWarn
+	case "error", "fatal":
+		s.LogLevel = slog.LevelError
+	case "none":
+		s.LogLevel = slog.LevelError + 100
+	default:
+		return fmt.Errorf("%q is not a log level (debug, info, warn, error, none)", v)
+	}
+	return nil
+}
+
+// isDNSLabel reports whether v is an RFC 1123 label, the form of a namespace name.
+func isDNSLabel(v string) bool {
+	if v == "" || len(v) > 63 {
+		return false
+	}
+	for i, c := range v {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(v)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// isDNSName reports whether v is a host name: dot-separated labels, case-insensitive.
+func isDNSName(v string) bool {
+	if v == "" || len(v) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.ToLower(v), ".") {
+		if !isDNSLabel(label) {
+			return false
+		}
+	}
+	return true
+}
+
+func newFlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("install-cni", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.SortFlags = false
+	for _, s := range settings {
+		usage := s.usage + " (env " + strings.Join(s.envs, ", ") + ")"
+		if s.bool {
+			def, _ := strconv.ParseBool(s.def)
+			fs.Bool(s.name, def, usage)
+		} else {
+			fs.String(s.name, s.def, usage)
+		}
+	}
+	return fs
+}
+
+// Usage is the --help text.
+func Usage() string {
+	return "Usage: install-cni [flags]\n\n" +
+		"Installs the istio-cni plugin on this node, keeps its entry in the CNI config,\n" +
+		"and removes everything on SIGTERM.\n\n" +
+		"Flags (a flag overrides its environment variables; of several variables the last listed wins):\n" +
+		newFlagSet().FlagUsages()
+}
+
+// ErrHelp is returned by Parse for -h/--help.
+var ErrHelp = pflag.ErrHelp
+
+// Parse turns command-line arguments and environment variables (looked up with
+// lookupEnv) into Settings. A flag overrides its variables; an empty variable counts
+// as unset. Every error names the flag or variable and quotes the value.
+func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, error) {
+	fs := newFlagSet()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return Settings{}, ErrHelp
+		}
+		return Settings{}, fmt.Errorf("%w (see --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return Settings{}, fmt.Errorf("unexpected argument %q: install-cni takes only flags (see --help)", fs.Arg(0))
+	}
+	var s Settings
+	var errs []error
+	for _, st := range settings {
+		value, source := st.def, "default of "+st.flagName()
+		if fs.Changed(st.name) {
+			value, source = fs.Lookup(st.name).Value.String(), "flag "+st.flagName()
+		} else {
+			for i := len(st.envs) - 1; i >= 0; i-- {
+				if v, ok := lookupEnv(st.envs[i]); ok && strings.TrimSpace(v) != "" {
+					value, source = v, "environment variable "+st.envs[i]
+					break
+				}
+			}
+		}
+		if err := st.set(&s, value); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s: %w", source, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	if err := s.validate(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// validate checks what no single setting can: combinations and requirements.
+func (s *Settings) validate() error {
+	var errs []error
+	if s.KubeHost == "" {
+		errs = append(errs, errors.New("the API server address is not set: set KUBERNETES_SERVICE_HOST (Kubernetes sets it in every pod) or --kubernetes-service-host"))
+	}
+	if s.NetworkConfig != "" && s.NetworkConfigFile != "" {
+		errs = append(errs, fmt.Errorf("CNI_NETWORK_CONFIG and CNI_NETWORK_CONFIG_FILE (%q) are both set: give the entry's template once", s.NetworkConfigFile))
+	}
+	if s.SecondaryBinDir != "" && (s.SecondaryBinDir == s.MountedBinDir) {
+		errs = append(errs, fmt.Errorf("SECONDARY_BIN_DIR %q is the CNI bin dir itself", s.SecondaryBinDir))
+	}
+	for _, d := range []struct{ name, dir string }{{"MOUNTED_CNI_BIN_DIR", s.MountedBinDir}, {"SECONDARY_BIN_DIR", s.SecondaryBinDir}} {
+		if d.dir != "" && d.dir == s.BinSourceDir && s.BinariesPrefix == "" {
+			errs = append(errs, fmt.Errorf("%s %q is the source dir CNI_BIN_SOURCE_DIR: the binaries would be copied onto themselves", d.name, d.dir))
+		}
+	}
+	if s.MountedNetDir == s.RunDir {
+		errs = append(errs, fmt.Errorf("CNI_AGENT_RUN_DIR %q is the CNI config dir: the runtime would see the agent's files", s.RunDir))
+	}
+	if s.ConfName != "" && !s.Chained && filepath.Ext(s.ConfName) == ".conflist" {
+		// A standalone config is a single plugin: written as a .conf.
+		errs = append(errs, fmt.Errorf("CNI_CONF_NAME %q: a standalone config is a single plugin and must end in .conf", s.ConfName))
+	}
+	return errors.Join(errs...)
+}
+
+// KubeconfigPath is where the plugin's kubeconfig is written (and where the
+// plugin looks for it, given cni_agent_run_dir).
+func (s *Settings) KubeconfigPath() string { return filepath.Join(s.RunDir, plugin.KubeconfigName) }
+
+// LogSocketPath is the unix datagram socket the plugin sends its log records to.
+func (s *Settings) LogSocketPath() string { return filepath.Join(s.RunDir, plugin.LogSocketName) }
+
+// CAFile is the CA written into the plugin's kubeconfig.
+func (s *Settings) CAFile() string {
+	if s.KubeCAFile != "" {
+		return s.KubeCAFile
+	}
+	return filepath.Join(s.ServiceAccountDir, "ca.crt")
+}
+
+// TokenFile is the agent's ServiceAccount token.
+func (s *Settings) TokenFile() string { return filepath.Join(s.ServiceAccountDir, "token") }
+
+// PluginName is the installed plugin binary's name and its entry's type.
+func (s *Settings) PluginName() string { return s.BinariesPrefix + PluginType }

@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+func envOf(kv map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := kv[k]
+		return v, ok
+	}
+}
+
+// minimalEnv is what Kubernetes gives every pod and the agent cannot run without.
+var minimalEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+func withEnv(extra map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range minimalEnv {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
+}
+
+func defaults() Settings {
+	return Settings{
+		MountedNetDir:     DefaultMountedNetDir,
+		HostNetDir:        DefaultHostNetDir,
+		MountedBinDir:     DefaultMountedBinDir,
+		HostBinDir:        DefaultHostBinDir,
+		BinSourceDir:      DefaultBinSourceDir,
+		UpdateBinaries:    true,
+		Chained:           true,
+		PluginLogLevel:    plugin.LogInfo,
+		KubeconfigMode:    0o600,
+		ServiceAccountDir: DefaultServiceAccountDir,
+		KubeHost:          "10.96.0.1",
+		KubePort:          443,
+		KubeProtocol:      "https",
+		RunDir:            "/var/run/istio-cni",
+		MonitoringPort:    15014,
+		ReadinessPort:     8000,
+		RevertWarnCount:   DefaultRevertWarnCount,
+		RevertWarnWindow:  DefaultRevertWarnWindow,
+		LogLevel:          slog.LevelInfo,
+	}
+}
+
+func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(s *Settings)
+	}{
+		{
+			name: "only the Kubernetes service variables gives Istio's defaults",
+			want: func(s *Settings) {},
+		},
+		{
+			name: "the Istio chart's configmap and daemonset variables",
+			env: map[string]string{
+				"CNI_CONF_NAME": "10-calico.conflist", "CHAINED_CNI_PLUGIN": "true",
+				"EXCLUDED_NAMESPACES": "kube-system,istio-system", "POD_NAMESPACE": "istio-system",
+				"NODE_NAME": "node-1", "CNI_AGENT_RUN_DIR": "/var/run/istio-cni", "MONITORING_PORT": "15014",
+			},
+			want: func(s *Settings) {
+				s.ConfName = "10-calico.conflist"
+				s.ExcludeNamespaces = []string{"kube-system", "istio-system"}
+				s.PodNamespace = "istio-system"
+				s.NodeName = "node-1"
+			},
+		},
+		{
+			name: "every variable",
+			env: map[string]string{
+				"MOUNTED_CNI_NET_DIR": "/m/net.d", "CNI_NET_DIR": "/h/net.d", "MOUNTED_CNI_BIN_DIR": "/m/bin",
+				"CNI_BIN_DIR": "/h/bin", "SECONDARY_BIN_DIR": "/m/bin2", "CNI_BIN_SOURCE_DIR": "/image/bin",
+				"CNI_BINARIES_PREFIX": "v2-3-", "SKIP_CNI_BINARIES": "istio-iptables", "UPDATE_CNI_BINARIES": "false",
+				"CNI_CONF_NAME": "istio-cni.conf", "CHAINED_CNI_PLUGIN": "false", "CNI_NETWORK_CONFIG": `{"type":"v2-3-istio-cni"}`,
+				"EXCLUDE_NAMESPACES": "a, b ,a", "PLUGIN_LOG_LEVEL": "DEBUG", "POD_NAMESPACE": "istio-cni",
+				"NATIVE_NFTABLES": "true", "IPTABLES_MODE": "legacy", "KUBECONFIG_MODE": "640",
+				"SERVICE_ACCOUNT_DIR": "/sa", "KUBE_CA_FILE": "/ca/ca.pem", "SKIP_TLS_VERIFY": "1",
+				"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "KUBERNETES_SERVICE_PROTOCOL": "HTTP",
+				"KUBERNETES_NODE_NAME": "n", "CNI_AGENT_RUN_DIR": "/run/x", "MONITORING_PORT": "0", "READINESS_PORT": "9000",
+				"REVERT_WARN_COUNT": "3", "REVERT_WARN_WINDOW": "30s", "AGENT_LOG_LEVEL": "debug", "AGENT_LOG_AS_JSON": "true",
+			},
+			want: func(s *Settings) {
+				s.MountedNetDir, s.HostNetDir, s.MountedBinDir, s.HostBinDir = "/m/net.d", "/h/net.d", "/m/bin", "/h/bin"
+				s.SecondaryBinDir, s.BinSourceDir, s.BinariesPrefix = "/m/bin2", "/image/bin", "v2-3-"
+				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
+				s.ConfName, s.Chained, s.NetworkConfig = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`
+				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, plugin.LogDebug, "istio-cni"
+				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, plugin.IptablesLegacy, 0o640
+				s.ServiceAccountDir, s.KubeCAFile, s.SkipTLSVerify = "/sa", "/ca/ca.pem", true
+				s.KubeHost, s.KubePort, s.KubeProtocol, s.NodeName = "fd00::1", 6443, "http", "n"
+				s.RunDir, s.MonitoringPort, s.ReadinessPort = "/run/x", 0, 9000
+				s.RevertWarnCount, s.RevertWarnWindow = 3, 30*time.Second
+				s.LogLevel, s.LogJSON = slog.LevelDebug, true
+			},
+		},
+		{
+			name: "a flag wins over its variable",
+			args: []string{"--cni-conf-name=05-cilium.conflist", "--kubeconfig-mode", "0o400", "--chained-cni-plugin=false", "--cni-conf-name", "istio.conf"},
+			env:  map[string]string{"CNI_CONF_NAME": "10-calico.conflist", "KUBECONFIG_MODE": "0644", "CHAINED_CNI_PLUGIN": "true"},
+			want: func(s *Settings) {
+				s.ConfName, s.KubeconfigMode, s.Chained = "istio.conf", 0o400, false
+			},
+		},
+		{
+			name: "PLUGIN_LOG_LEVEL wins over the older LOG_LEVEL, which still works alone",
+			env:  map[string]string{"LOG_LEVEL": "warn", "PLUGIN_LOG_LEVEL": "error"},
+			want: func(s *Settings) { s.PluginLogLevel = plugin.LogError },
+		},
+		{
+			name: "LOG_LEVEL alone sets the plugin's level",
+			env:  map[string]string{"LOG_LEVEL": "warn"},
+			want: func(s *Settings) { s.PluginLogLevel = plugin.LogWarn },
+		},
+		{
+			name: "an empty variable counts as unset",
+			env:  map[string]string{"CNI_NET_DIR": "", "MONITORING_PORT": " "},
+			want: func(s *Settings) {},
+		},
+		{
+			name: "Istio's --log_output_level scope form",
+			args: []string{"--log_output_level=cni:debug,default:warn", "--log_as_json"},
+			want: func(s *Settings) { s.LogLevel, s.LogJSON = slog.LevelWarn, true },
+		},
+		{
+			name: "a bracketed IPv6 API server address",
+			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "[fd00::1]"},
+			want: func(s *Settings) { s.KubeHost = "fd00::1" },
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse(tc.args, envOf(withEnv(tc.env)))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			want := defaults()
+			tc.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("settings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string // every one must appear in the error
+	}{
+		{"relative conf dir", nil, map[string]string{"MOUNTED_CNI_NET_DIR": "etc/cni"}, []string{"MOUNTED_CNI_NET_DIR", `"etc/cni"`, "absolute"}},
+		{"relative dir by flag", []string{"--cni-agent-run-dir=run"}, nil, []string{"--cni-agent-run-dir", `"run"`}},
+		{"chained not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "yes please"}, []string{"CHAINED_CNI_PLUGIN", `"yes please"`}},
+		{"kubeconfig mode not octal", nil, map[string]string{"KUBECONFIG_MODE": "0999"}, []string{"KUBECONFIG_MODE", `"0999"`, "octal"}},
+		{"kubeconfig mode too large", nil, map[string]string{"KUBECONFIG_MODE": "7777"}, []string{"KUBECONFIG_MODE", `"7777"`}},
+		{"kubeconfig mode unreadable", nil, map[string]string{"KUBECONFIG_MODE": "0200"}, []string{"KUBECONFIG_MODE", `"0200"`, "could not read"}},
+		{"monitoring port", nil, map[string]string{"MONITORING_PORT": "70000"}, []string{"MONITORING_PORT", `"70000"`, "port"}},
+		{"api port zero", nil, map[string]string{"KUBERNETES_SERVICE_PORT": "0"}, []string{"KUBERNETES_SERVICE_PORT", `"0"`}},
+		{"api host", nil, map[string]string{"KUBERNETES_SERVICE_HOST": "https://10.0.0.1"}, []string{"KUBERNETES_SERVICE_HOST", `"https://10.0.0.1"`}},
+		{"no api host", nil, map[string]string{"KUBERNETES_SERVICE_HOST": ""}, []string{"KUBERNETES_SERVICE_HOST", "not set"}},
+		{"protocol", nil, map[string]string{"KUBERNETES_SERVICE_PROTOCOL": "ftp"}, []string{"KUBERNETES_SERVICE_PROTOCOL", `"ftp"`}},
+		{"namespace", nil, map[string]string{"EXCLUDE_NAMESPACES": "kube-system,Istio_System"}, []string{"EXCLUDE_NAMESPACES", `"Istio_System"`, "namespace"}},
+		{"older namespace variable", nil, map[string]string{"EXCLUDED_NAMESPACES": "-x"}, []string{"EXCLUDED_NAMESPACES", `"-x"`}},
+		{"pod namespace", nil, map[string]string{"POD_NAMESPACE": "a.b"}, []string{"POD_NAMESPACE", `"a.b"`}},
+		{"plugin log level", nil, map[string]string{"PLUGIN_LOG_LEVEL": "verbose"}, []string{"PLUGIN_LOG_LEVEL", `"verbose"`, "log level"}},
+		{"conf name with a path", nil, map[string]string{"CNI_CONF_NAME": "../10-calico.conflist"}, []string{"CNI_CONF_NAME", `"../10-calico.conflist"`}},
+		{"conf name extension", nil, map[string]string{"CNI_CONF_NAME": "10-calico.yaml"}, []string{"CNI_CONF_NAME", `"10-calico.yaml"`, ".conflist"}},
+		{"standalone conflist", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "CNI_CONF_NAME": "istio.conflist"}, []string{"CNI_CONF_NAME", `"istio.conflist"`, "standalone"}},
+		{"prefix with a slash", nil, map[string]string{"CNI_BINARIES_PREFIX": "a/b-"}, []string{"CNI_BINARIES_PREFIX", `"a/b-"`}},
+		{"skip a path", nil, map[string]string{"SKIP_CNI_BINARIES": "istio-cni,../x"}, []string{"SKIP_CNI_BINARIES", `"../x"`}},
+		{"iptables mode", nil, map[string]string{"IPTABLES_MODE": "xtables"}, []string{"IPTABLES_MODE", `"xtables"`}},
+		{"revert window", nil, map[string]string{"REVERT_WARN_WINDOW": "-1s"}, []string{"REVERT_WARN_WINDOW", `"-1s"`}},
+		{"revert count", nil, map[string]string{"REVERT_WARN_COUNT": "0"}, []string{"REVERT_WARN_COUNT", `"0"`}},
+		{"agent log level", []string{"--log_output_level=chatty"}, nil, []string{"--log_output_level", `"chatty"`}},
+		{"both templates", nil, map[string]string{"CNI_NETWORK_CONFIG": "{}", "CNI_NETWORK_CONFIG_FILE": "/t.json"}, []string{"CNI_NETWORK_CONFIG", "CNI_NETWORK_CONFIG_FILE", `"/t.json"`}},
+		{"run dir is the conf dir", nil, map[string]string{"CNI_AGENT_RUN_DIR": "/host/etc/cni/net.d"}, []string{"CNI_AGENT_RUN_DIR", `"/host/etc/cni/net.d"`}},
+		{"bin dir is the source", nil, map[string]string{"MOUNTED_CNI_BIN_DIR": "/opt/cni/bin"}, []string{"MOUNTED_CNI_BIN_DIR", `"/opt/cni/bin"`, "onto themselves"}},
+		{"unknown flag", []string{"--cni-conf-dir=/x"}, nil, []string{"cni-conf-dir"}},
+		{"stray argument", []string{"install"}, nil, []string{`"install"`}},
+		{"every bad value is reported", nil, map[string]string{"MONITORING_PORT": "x", "READINESS_PORT": "y"}, []string{"MONITORING_PORT", `"x"`, "READINESS_PORT", `"y"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.args, envOf(withEnv(tc.env)))
+			if err == nil {
+				t.Fatal("Parse succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseHelpIsNotAnErrorAndListsEveryVariable(t *testing.T) {
+	if _, err := Parse([]string{"--help"}, envOf(nil)); !errors.Is(err, ErrHelp) {
+		t.Fatalf("Parse(--help) = %v, want ErrHelp", err)
+	}
+	u := Usage()
+	for _, s := range settings {
+		for _, e := range s.envs {
+			if !strings.Contains(u, e) {
+				t.Errorf("usage does not mention %s", e)
+			}
+		}
+	}
+}
+
+// TestReadmeDocumentsEverySetting keeps the README's table in step with the code.
+func TestReadmeDocumentsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(string(readme), "`--"+s.name+"`") {
+			t.Errorf("README.md does not document --%s", s.name)
+		}
+		for _, e := range s.envs {
+			if !strings.Contains(string(readme), "`"+e+"`") {
+				t.Errorf("README.md does not document %s", e)
+			}
+		}
+	}
+}
