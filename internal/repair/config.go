@@ -1,0 +1,291 @@
+package repair
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Environment variables, Istio's names (install-cni's repair-* flags) unless marked
+// as ours.
+const (
+	EnvEnabled            = "REPAIR_ENABLED"
+	EnvRepairPods         = "REPAIR_REPAIR_PODS"
+	EnvDeletePods         = "REPAIR_DELETE_PODS"
+	EnvLabelPods          = "REPAIR_LABEL_PODS"
+	EnvLabelKey           = "REPAIR_BROKEN_POD_LABEL_KEY"
+	EnvLabelValue         = "REPAIR_BROKEN_POD_LABEL_VALUE"
+	EnvNodeName           = "REPAIR_NODE_NAME"
+	EnvSidecarAnnotation  = "REPAIR_SIDECAR_ANNOTATION"
+	EnvInitContainerName  = "REPAIR_INIT_CONTAINER_NAME"
+	EnvInitTerminationMsg = "REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE"
+	EnvInitExitCode       = "REPAIR_INIT_CONTAINER_EXIT_CODE"
+	EnvLabelSelectors     = "REPAIR_LABEL_SELECTORS"
+	EnvFieldSelectors     = "REPAIR_FIELD_SELECTORS"
+
+	// Ours.
+	EnvMaxRetries    = "REPAIR_MAX_RETRIES"
+	EnvRetryBase     = "REPAIR_RETRY_BASE_DELAY"
+	EnvRetryMax      = "REPAIR_RETRY_MAX_DELAY"
+	EnvProcDir       = "REPAIR_PROC_DIR"
+	EnvNetnsDirs     = "REPAIR_NETNS_DIRS"
+	EnvNodeNameAgent = "NODE_NAME" // the agent's own node, used when REPAIR_NODE_NAME is unset
+)
+
+// Defaults, Istio's where Istio has one.
+const (
+	DefaultLabelKey          = "cni.istio.io/uninitialized"
+	DefaultLabelValue        = "true"
+	DefaultSidecarAnnotation = "sidecar.istio.io/status"
+	DefaultInitContainerName = "istio-validation"
+	// DefaultInitExitCode is istio-iptables' validation failure code.
+	DefaultInitExitCode = 126
+	// DefaultMaxRetries is Istio's attempt limit for a pod (its queue's WithMaxAttempts(5)).
+	DefaultMaxRetries = 5
+	DefaultRetryBase  = 200 * time.Millisecond
+	DefaultRetryMax   = 30 * time.Second
+	DefaultProcDir    = "/proc"
+	DefaultNetnsDir   = "/var/run/netns"
+)
+
+// Config is the repair controller's settings. Get one from DefaultConfig or
+// ConfigFromEnv and check it with Validate (New does).
+type Config struct {
+	// Enabled runs the controller at all (REPAIR_ENABLED, default true).
+	Enabled bool
+	// RepairPods programs the capture into a broken pod's running network namespace
+	// (REPAIR_REPAIR_PODS, default true). It takes precedence over DeletePods and
+	// LabelPods, which remain fallbacks when an in-place repair cannot work.
+	RepairPods bool
+	// DeletePods deletes a broken pod so its controller recreates it
+	// (REPAIR_DELETE_PODS, default false). Takes precedence over LabelPods.
+	DeletePods bool
+	// LabelPods labels a broken pod LabelKey=LabelValue (REPAIR_LABEL_PODS, default false).
+	LabelPods  bool
+	LabelKey   string // REPAIR_BROKEN_POD_LABEL_KEY, default cni.istio.io/uninitialized
+	LabelValue string // REPAIR_BROKEN_POD_LABEL_VALUE, default "true"
+	// NodeName is the node whose pods are watched (REPAIR_NODE_NAME, else NODE_NAME).
+	// Required: the controller never watches the whole cluster.
+	NodeName string
+	// SidecarAnnotation marks injected pods; pods without it are never broken
+	// (REPAIR_SIDECAR_ANNOTATION, default sidecar.istio.io/status; empty: any pod).
+	SidecarAnnotation string
+	// InitContainerName is the validation init container (REPAIR_INIT_CONTAINER_NAME,
+	// default istio-validation; empty: any init container).
+	InitContainerName string
+	// InitTerminationMsg, when not empty, must equal the container's termination
+	// message, both trimmed (REPAIR_INIT_CONTAINER_TERMINATION_MESSAGE).
+	InitTerminationMsg string
+	// InitExitCode is the exit code that means "not redirected"
+	// (REPAIR_INIT_CONTAINER_EXIT_CODE, default 126; 0: any non-zero code).
+	InitExitCode int
+	// LabelSelector and FieldSelector narrow the watch further
+	// (REPAIR_LABEL_SELECTORS, REPAIR_FIELD_SELECTORS); spec.nodeName is always added.
+	LabelSelector string
+	FieldSelector string
+
+	// MaxRetries bounds the attempts per pod (ours: REPAIR_MAX_RETRIES, default 5).
+	MaxRetries int
+	// RetryBase and RetryMax shape the per-pod exponential back-off (ours:
+	// REPAIR_RETRY_BASE_DELAY, REPAIR_RETRY_MAX_DELAY; defaults 200ms and 30s).
+	RetryBase time.Duration
+	RetryMax  time.Duration
+	// ProcDir is the host's /proc as the agent sees it (ours: REPAIR_PROC_DIR,
+	// default /proc; Istio's chart mounts it at /host/proc).
+	ProcDir string
+	// NetnsDirs hold bind-mounted network namespaces to search besides processes
+	// (ours: REPAIR_NETNS_DIRS, comma-separated, default /var/run/netns).
+	NetnsDirs []string
+}
+
+// DefaultConfig is Istio's default: enabled, repair in place, no node yet.
+func DefaultConfig() Config {
+	return Config{
+		Enabled:           true,
+		RepairPods:        true,
+		LabelKey:          DefaultLabelKey,
+		LabelValue:        DefaultLabelValue,
+		SidecarAnnotation: DefaultSidecarAnnotation,
+		InitContainerName: DefaultInitContainerName,
+		InitExitCode:      DefaultInitExitCode,
+		MaxRetries:        DefaultMaxRetries,
+		RetryBase:         DefaultRetryBase,
+		RetryMax:          DefaultRetryMax,
+		ProcDir:           DefaultProcDir,
+		NetnsDirs:         []string{DefaultNetnsDir},
+	}
+}
+
+// ConfigFromEnv reads the settings through lookup (os.LookupEnv in the agent) over
+// DefaultConfig and validates them. Every error names the variable and the value.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	c := DefaultConfig()
+	var errs []error
+	str := func(name string, dst *string) {
+		if v, ok := lookup(name); ok {
+			*dst = strings.TrimSpace(v)
+		}
+	}
+	boolean := func(name string, dst *bool) {
+		if v, ok := lookup(name); ok {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not true or false", name, v))
+				return
+			}
+			*dst = b
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v, ok := lookup(name); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	duration := func(name string, dst *time.Duration) {
+		if v, ok := lookup(name); ok {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration (like 200ms or 30s)", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	boolean(EnvEnabled, &c.Enabled)
+	boolean(EnvRepairPods, &c.RepairPods)
+	boolean(EnvDeletePods, &c.DeletePods)
+	boolean(EnvLabelPods, &c.LabelPods)
+	str(EnvLabelKey, &c.LabelKey)
+	str(EnvLabelValue, &c.LabelValue)
+	str(EnvNodeNameAgent, &c.NodeName)
+	if v, ok := lookup(EnvNodeName); ok && strings.TrimSpace(v) != "" {
+		c.NodeName = strings.TrimSpace(v)
+	}
+	str(EnvSidecarAnnotation, &c.SidecarAnnotation)
+	str(EnvInitContainerName, &c.InitContainerName)
+	if v, ok := lookup(EnvInitTerminationMsg); ok {
+		c.InitTerminationMsg = v // compared trimmed; kept as given for messages
+	}
+	integer(EnvInitExitCode, &c.InitExitCode)
+	str(EnvLabelSelectors, &c.LabelSelector)
+	str(EnvFieldSelectors, &c.FieldSelector)
+	integer(EnvMaxRetries, &c.MaxRetries)
+	duration(EnvRetryBase, &c.RetryBase)
+	duration(EnvRetryMax, &c.RetryMax)
+	str(EnvProcDir, &c.ProcDir)
+	if v, ok := lookup(EnvNetnsDirs); ok {
+		c.NetnsDirs = nil
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				c.NetnsDirs = append(c.NetnsDirs, d)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate checks every setting and reports all problems at once, each naming its
+// environment variable. A disabled config is always valid.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	if !c.RepairPods && !c.DeletePods && !c.LabelPods {
+		bad(EnvEnabled, "true, but %s, %s and %s are all false: nothing would be done with a broken pod (set one, or %s=false)",
+			EnvRepairPods, EnvDeletePods, EnvLabelPods, EnvEnabled)
+	}
+	if c.NodeName == "" {
+		bad(EnvNodeName, "empty (and %s is unset): the controller watches only its own node's pods and must know the node", EnvNodeNameAgent)
+	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
+		bad(EnvNodeName, "%q is not a node name: %s", c.NodeName, strings.Join(msgs, "; "))
+	}
+	if c.LabelPods || c.RepairPods {
+		// Repair removes the label again, so it must be a valid key as well.
+		if msgs := validation.IsQualifiedName(c.LabelKey); len(msgs) > 0 {
+			bad(EnvLabelKey, "%q is not a label key: %s", c.LabelKey, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsValidLabelValue(c.LabelValue); len(msgs) > 0 {
+			bad(EnvLabelValue, "%q is not a label value: %s", c.LabelValue, strings.Join(msgs, "; "))
+		}
+	}
+	if c.SidecarAnnotation != "" {
+		if msgs := validation.IsQualifiedName(c.SidecarAnnotation); len(msgs) > 0 {
+			bad(EnvSidecarAnnotation, "%q is not an annotation key: %s", c.SidecarAnnotation, strings.Join(msgs, "; "))
+		}
+	}
+	if c.InitContainerName != "" {
+		if msgs := validation.IsDNS1123Label(c.InitContainerName); len(msgs) > 0 {
+			bad(EnvInitContainerName, "%q is not a container name: %s", c.InitContainerName, strings.Join(msgs, "; "))
+		}
+	}
+	if c.InitExitCode < 0 || c.InitExitCode > 255 {
+		bad(EnvInitExitCode, "%d is not an exit code (0-255; 0 means any non-zero code)", c.InitExitCode)
+	}
+	if c.InitContainerName == "" && c.InitExitCode == 0 && strings.TrimSpace(c.InitTerminationMsg) == "" {
+		bad(EnvInitContainerName, "empty, with %s=0 and no %s: any failed init container of any injected pod would count as broken",
+			EnvInitExitCode, EnvInitTerminationMsg)
+	}
+	if _, err := labels.Parse(c.LabelSelector); err != nil {
+		bad(EnvLabelSelectors, "%q is not a label selector: %v", c.LabelSelector, err)
+	}
+	if fs, err := fields.ParseSelector(c.FieldSelector); err != nil {
+		bad(EnvFieldSelectors, "%q is not a field selector: %v", c.FieldSelector, err)
+	} else {
+		for _, r := range fs.Requirements() {
+			if r.Field == "spec.nodeName" {
+				bad(EnvFieldSelectors, "%q selects spec.nodeName, which the controller sets itself from %s", c.FieldSelector, EnvNodeName)
+			}
+		}
+	}
+	if c.MaxRetries < 1 || c.MaxRetries > 100 {
+		bad(EnvMaxRetries, "%d is not between 1 and 100", c.MaxRetries)
+	}
+	if c.RetryBase <= 0 {
+		bad(EnvRetryBase, "%s must be positive", c.RetryBase)
+	}
+	if c.RetryMax < c.RetryBase {
+		bad(EnvRetryMax, "%s is shorter than %s (%s)", c.RetryMax, EnvRetryBase, c.RetryBase)
+	}
+	if c.RepairPods {
+		if !filepath.IsAbs(c.ProcDir) {
+			bad(EnvProcDir, "%q is not an absolute path", c.ProcDir)
+		}
+		for _, d := range c.NetnsDirs {
+			if !filepath.IsAbs(d) {
+				bad(EnvNetnsDirs, "%q is not an absolute path", d)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fieldSelector is the watch's field selector: always this node, plus the user's.
+func (c Config) fieldSelector() string {
+	s := "spec.nodeName=" + c.NodeName
+	if c.FieldSelector != "" {
+		s += "," + c.FieldSelector
+	}
+	return s
+}

@@ -1,0 +1,357 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+)
+
+// Event reasons on the pod. The delete and label ones are Istio's.
+const (
+	ReasonRepairBrokenPod = "RepairBrokenPod"
+	ReasonDeleteBrokenPod = "DeleteBrokenPod"
+	ReasonLabelBrokenPod  = "LabelBrokenPod"
+	ReasonRepairGaveUp    = "RepairBrokenPodGaveUp"
+)
+
+// EventComponent is the events' source component.
+const EventComponent = "istio-cni-repair"
+
+// Deps are what the controller needs besides its settings and client.
+type Deps struct {
+	// Logger receives progress; nil: slog.Default().
+	Logger *slog.Logger
+	// Recorder writes events on pods; nil: one writing to the API server as
+	// istio-cni-repair on this node, stopped when Run returns.
+	Recorder record.EventRecorder
+	// Metrics receives the counters; nil: a new set (see Controller.Metrics).
+	Metrics *Metrics
+	// InPlace is how pods are repaired in place; required when Config.RepairPods.
+	InPlace *InPlace
+	// Workers is the number of pods handled in parallel; 0: 2.
+	Workers int
+}
+
+// InPlace is the plugin's programming path, as the node's plugin is configured:
+// the same selection (plugin.Decide), spec (plugin.SpecFromPod), builder
+// (redirect.Build) and apply (capture.Apply) as a CNI ADD, so a repaired pod gets
+// exactly the rules the plugin would have given it.
+type InPlace struct {
+	// Plugin is the node's plugin config (the one the agent installs).
+	Plugin *plugin.Config
+	// Backend programs the rules, the one the plugin config selects.
+	Backend capture.Backend
+	// Finder finds the pod's namespace; nil: a ProcFinder over Config.ProcDir and
+	// Config.NetnsDirs.
+	Finder NetnsFinder
+}
+
+// Controller watches this node's pods and acts on broken ones. Create it with New
+// and start it with Run.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	log      *slog.Logger
+	metrics  *Metrics
+	inPlace  *InPlace
+	workers  int
+	recorder record.EventRecorder
+	ownRec   record.EventBroadcaster
+
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// repaired remembers pods repaired in place: the pod keeps looking broken until
+	// the kubelet restarts its validation container, and every status change in the
+	// meantime must not search for and program the namespace again.
+	repaired map[string]types.UID
+}
+
+// New checks cfg and builds the controller; it starts nothing.
+func New(cfg Config, client kubernetes.Interface, deps Deps) (*Controller, error) {
+	if !cfg.Enabled {
+		return nil, fmt.Errorf("repair controller: %s is false", EnvEnabled)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("repair controller: %w", err)
+	}
+	if client == nil {
+		return nil, errors.New("repair controller: no Kubernetes client")
+	}
+	c := &Controller{
+		cfg:      cfg,
+		client:   client,
+		log:      deps.Logger,
+		metrics:  deps.Metrics,
+		inPlace:  deps.InPlace,
+		workers:  deps.Workers,
+		recorder: deps.Recorder,
+		repaired: map[string]types.UID{},
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	c.log = c.log.With("controller", "repair", "node", cfg.NodeName)
+	if c.metrics == nil {
+		c.metrics = &Metrics{}
+	}
+	if c.workers <= 0 {
+		c.workers = 2
+	}
+	if cfg.RepairPods {
+		if c.inPlace == nil || c.inPlace.Plugin == nil || c.inPlace.Backend == nil {
+			return nil, fmt.Errorf("repair controller: %s=true needs the plugin config and a rule backend (Deps.InPlace)", EnvRepairPods)
+		}
+		ip := *c.inPlace
+		if ip.Finder == nil {
+			ip.Finder = &ProcFinder{ProcDir: cfg.ProcDir, Dirs: cfg.NetnsDirs}
+		}
+		c.inPlace = &ip
+	}
+	if c.recorder == nil {
+		c.ownRec = record.NewBroadcaster()
+		c.recorder = c.ownRec.NewRecorder(scheme.Scheme, corev1.EventSource{Component: EventComponent, Host: cfg.NodeName})
+	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryBase, cfg.RetryMax),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "repair"})
+
+	// Only this node's pods are listed and watched: the API server filters, so the
+	// cache and the traffic do not grow with the cluster.
+	c.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = cfg.fieldSelector()
+			o.LabelSelector = cfg.LabelSelector
+		}))
+	c.informer = c.factory.Core().V1().Pods().Informer()
+	if err := c.informer.SetTransform(slimPod); err != nil {
+		return nil, fmt.Errorf("repair controller: %w", err)
+	}
+	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onChange,
+		UpdateFunc: func(_, obj any) { c.onChange(obj) },
+		DeleteFunc: c.onDelete,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("repair controller: %w", err)
+	}
+	return c, nil
+}
+
+// slimPod drops what the controller never reads from cached pods (managed fields
+// are often the largest part of a pod object).
+func slimPod(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		pod.ManagedFields = nil
+	}
+	return obj, nil
+}
+
+// Metrics returns the controller's counters.
+func (c *Controller) Metrics() *Metrics { return c.metrics }
+
+// HasSynced reports whether the first list of this node's pods is in the cache.
+func (c *Controller) HasSynced() bool { return c.informer.HasSynced() }
+
+func (c *Controller) onChange(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if broken, _ := Broken(&c.cfg, pod); broken {
+		c.queue.Add(cache.MetaObjectToName(pod).String())
+	}
+}
+
+func (c *Controller) onDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		c.mu.Lock()
+		delete(c.repaired, cache.MetaObjectToName(pod).String())
+		c.mu.Unlock()
+	}
+}
+
+// Run watches and repairs until ctx ends. It returns an error only when the cache
+// cannot be filled.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.ownRec != nil {
+		c.ownRec.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+		defer c.ownRec.Shutdown()
+	}
+	defer c.queue.ShutDown()
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return fmt.Errorf("repair controller: pods of node %s never listed: %w", c.cfg.NodeName, ctx.Err())
+	}
+	c.log.Info("repair controller started", "repairPods", c.cfg.RepairPods, "deletePods", c.cfg.DeletePods, "labelPods", c.cfg.LabelPods)
+	var wg sync.WaitGroup
+	for range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	attempt := c.queue.NumRequeues(key) + 1
+	last := attempt >= c.cfg.MaxRetries
+	pod, err := c.reconcile(ctx, key, last)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case !last:
+		c.metrics.Retries.Add(1)
+		c.log.Warn("pod not repaired yet, retrying", "pod", key, "attempt", attempt, "error", err)
+		c.queue.AddRateLimited(key)
+	default:
+		c.queue.Forget(key)
+		c.metrics.GaveUp.Add(1)
+		c.log.Error("giving up on broken pod", "pod", key, "attempts", attempt, "error", err)
+		if pod != nil {
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRepairGaveUp,
+				"istio-cni gave up after %d attempts; the pod's traffic is still not redirected to its sidecar: %v", attempt, err)
+		}
+	}
+	return true
+}
+
+// reconcile acts on the cached pod under key if it is broken. last says this is
+// the final attempt, when a failed in-place repair falls back to the next action.
+func (c *Controller) reconcile(ctx context.Context, key string, last bool) (*corev1.Pod, error) {
+	obj, exists, err := c.informer.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return nil, err
+	}
+	pod := obj.(*corev1.Pod)
+	broken, why := Broken(&c.cfg, pod)
+	if !broken {
+		return pod, nil
+	}
+	c.metrics.Detected.Add(1)
+	return pod, c.act(ctx, pod, why, last)
+}
+
+// act applies the configured action to a pod found broken: repair in place, else
+// delete, else label. When an in-place repair cannot help (the plugin would not
+// capture the pod, or its validation never runs again) or fails for the last
+// time, the next configured action is taken instead.
+func (c *Controller) act(ctx context.Context, pod *corev1.Pod, why string, last bool) error {
+	var repairErr error
+	if c.cfg.RepairPods {
+		done, notApplicable, err := c.repairInPlace(ctx, pod, why)
+		switch {
+		case done:
+			return nil
+		case err != nil && !last:
+			return err
+		case err != nil:
+			repairErr = err
+		case notApplicable != "":
+			repairErr = errors.New(notApplicable)
+			c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonRepairBrokenPod, "%s; not repaired in place: %s", why, notApplicable)
+		}
+		if !c.cfg.DeletePods && !c.cfg.LabelPods {
+			if err == nil {
+				return nil // nothing more to try, and retrying would not change the answer
+			}
+			return err
+		}
+		c.log.Info("in-place repair not possible, falling back", "pod", cache.MetaObjectToName(pod).String(), "reason", repairErr)
+	}
+	if c.cfg.DeletePods {
+		return c.deletePod(ctx, pod, why)
+	}
+	return c.labelPod(ctx, pod, why)
+}
+
+// deletePod deletes the pod exactly as it was judged: a UID precondition so that a
+// pod recreated under the same name is never deleted for its predecessor's
+// failure, and a resourceVersion one so that a pod that changed since is judged again.
+func (c *Controller) deletePod(ctx context.Context, pod *corev1.Pod, why string) error {
+	key := cache.MetaObjectToName(pod).String()
+	uid, rv := pod.UID, pod.ResourceVersion
+	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
+	})
+	switch {
+	case err == nil:
+		c.metrics.count(ActionDelete, ResultSuccess)
+		c.log.Info("deleted broken pod", "pod", key, "uid", uid, "reason", why)
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonDeleteBrokenPod, "%s; deleted so that it is recreated with istio-cni in place", why)
+		return nil
+	case apierrors.IsNotFound(err):
+		c.metrics.count(ActionDelete, ResultSkip)
+		return nil
+	default:
+		c.metrics.count(ActionDelete, ResultFail)
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonDeleteBrokenPod, "%s; delete failed: %v", why, err)
+		return fmt.Errorf("delete broken pod %s (uid %s): %w", key, uid, err)
+	}
+}
+
+// labelPod sets the broken-pod label through the pods/status subresource, which
+// may change labels and is a smaller grant than patching pods.
+func (c *Controller) labelPod(ctx context.Context, pod *corev1.Pod, why string) error {
+	key := cache.MetaObjectToName(pod).String()
+	if v, ok := pod.Labels[c.cfg.LabelKey]; ok && v == c.cfg.LabelValue {
+		c.metrics.count(ActionLabel, ResultSkip)
+		return nil
+	}
+	patch, err := labelPatch(pod.UID, c.cfg.LabelKey, &c.cfg.LabelValue)
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		c.metrics.count(ActionLabel, ResultSkip)
+		return nil
+	}
+	if err != nil {
+		c.metrics.count(ActionLabel, ResultFail)
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelling failed: %v", why, err)
+		return fmt.Errorf("label broken pod %s: %w", key, err)
+	}
+	c.metrics.count(ActionLabel, ResultSuccess)
+	c.log.Info("labelled broken pod", "pod", key, "label", c.cfg.LabelKey+"="+c.cfg.LabelValue, "reason", why)
+	c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelled %s=%s", why, c.cfg.LabelKey, c.cfg.LabelValue)
+	return nil
+}
+
+// repairTimeout bounds one in-place repair (namespace search and apply).
+const repairTimeout = 30 * time.Second

@@ -1,0 +1,205 @@
+package repair
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// bystanders are pods the controller must leave alone; each is created on node
+// and gets a status, before the broken pod does.
+func bystanders(t *testing.T, admin kubernetes.Interface, node, prefix string) []string {
+	t.Helper()
+	cases := []struct {
+		name string
+		node string
+		opts []podOpt
+		code int32
+		msg  string
+	}{
+		{prefix + "-healthy", node, nil, 0, ""},
+		{prefix + "-other-node", "some-other-node", nil, 126, ""},
+		{prefix + "-not-injected", node, []podOpt{withoutSidecarStatus}, 126, ""},
+		{prefix + "-other-code", node, nil, 1, "unrelated failure"},
+	}
+	var names []string
+	for i, c := range cases {
+		p := createPod(t, admin, injectedPod(c.name, c.node, c.opts...))
+		setValidation(t, admin, p, "10.1.0."+string(rune('1'+i)), c.code, c.msg)
+		names = append(names, c.name)
+	}
+	return names
+}
+
+func TestBrokenPodsAreDeletedOrLabelledBySettingAndOthersAreUntouched(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+
+	t.Run("delete", func(t *testing.T) {
+		cfg := testConfig("node-delete")
+		cfg.RepairPods, cfg.DeletePods = false, true
+		c := runController(t, cfg, clientWithRules(t, cp, "repair-delete", rulesFor(cfg)), Deps{})
+		others := bystanders(t, admin, cfg.NodeName, "del")
+		broken := createPod(t, admin, injectedPod("del-broken", cfg.NodeName))
+		setValidation(t, admin, broken, "10.1.0.9", 126, "")
+
+		waitFor(t, "broken pod deleted", 20*time.Second, podDeleted(admin, "del-broken"))
+		ev := waitEvent(t, admin, "del-broken", ReasonDeleteBrokenPod)
+		if !strings.Contains(ev, "exited with code 126") {
+			t.Errorf("event %q does not say why", ev)
+		}
+		for _, name := range others {
+			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil || p.DeletionTimestamp != nil {
+				t.Errorf("pod %s: deleted (%v), but it is not broken", name, err)
+			}
+			if ev := eventsFor(t, admin, name); len(ev) > 0 {
+				t.Errorf("pod %s got events %q", name, ev)
+			}
+		}
+		m := c.Metrics()
+		if got := m.PodsRepaired(ActionDelete, ResultSuccess); got != 1 {
+			t.Errorf("delete/success = %d, want 1", got)
+		}
+	})
+
+	t.Run("label", func(t *testing.T) {
+		cfg := testConfig("node-label")
+		cfg.RepairPods, cfg.LabelPods = false, true
+		cfg.LabelKey, cfg.LabelValue = "example.com/broken", "yes"
+		c := runController(t, cfg, clientWithRules(t, cp, "repair-label", rulesFor(cfg)), Deps{})
+		others := bystanders(t, admin, cfg.NodeName, "lbl")
+		broken := createPod(t, admin, injectedPod("lbl-broken", cfg.NodeName))
+		setValidation(t, admin, broken, "10.1.0.9", 126, "")
+
+		waitFor(t, "broken pod labelled", 20*time.Second, func() (bool, error) {
+			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "lbl-broken", metav1.GetOptions{})
+			return err == nil && p.Labels["example.com/broken"] == "yes", err
+		})
+		waitEvent(t, admin, "lbl-broken", ReasonLabelBrokenPod)
+		for _, name := range others {
+			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := p.Labels["example.com/broken"]; ok {
+				t.Errorf("pod %s was labelled but is not broken", name)
+			}
+			if ev := eventsFor(t, admin, name); len(ev) > 0 {
+				t.Errorf("pod %s got events %q", name, ev)
+			}
+		}
+		if got := c.Metrics().PodsRepaired(ActionLabel, ResultSuccess); got != 1 {
+			t.Errorf("label/success = %d, want 1", got)
+		}
+	})
+
+	t.Run("termination message must match when set", func(t *testing.T) {
+		cfg := testConfig("node-msg")
+		cfg.RepairPods, cfg.LabelPods = false, true
+		cfg.InitTerminationMsg, cfg.InitExitCode = "traffic is not redirected", 0
+		c := runController(t, cfg, admin, Deps{})
+		wrong := createPod(t, admin, injectedPod("msg-wrong", cfg.NodeName))
+		setValidation(t, admin, wrong, "10.1.0.10", 126, "something else")
+		right := createPod(t, admin, injectedPod("msg-right", cfg.NodeName))
+		setValidation(t, admin, right, "10.1.0.11", 7, "  traffic is not redirected\n")
+		waitFor(t, "pod with the message labelled", 20*time.Second, func() (bool, error) {
+			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "msg-right", metav1.GetOptions{})
+			return err == nil && p.Labels[DefaultLabelKey] == DefaultLabelValue, err
+		})
+		p, _ := admin.CoreV1().Pods(testNS).Get(t.Context(), "msg-wrong", metav1.GetOptions{})
+		if _, ok := p.Labels[DefaultLabelKey]; ok {
+			t.Error("pod whose message differs was labelled")
+		}
+		if got := c.Metrics().PodsRepaired(ActionLabel, ResultSuccess); got != 1 {
+			t.Errorf("label/success = %d, want 1", got)
+		}
+	})
+}
+
+// TestStaleEventDoesNotDeleteOrLabelRecreatedPod plays the race the UID
+// precondition exists for: the controller acts on its cached copy of a broken pod
+// that has meanwhile been deleted and recreated under the same name.
+func TestStaleEventDoesNotDeleteOrLabelRecreatedPod(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cfg := testConfig("node-stale")
+	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, true, true
+	c, err := New(cfg, clientWithRules(t, cp, "repair-stale", rulesFor(cfg)), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := setValidation(t, admin, createPod(t, admin, injectedPod("web-0", cfg.NodeName)), "10.1.0.1", 126, "")
+	if err := admin.CoreV1().Pods(testNS).Delete(t.Context(), "web-0", *metav1.NewDeleteOptions(0)); err != nil {
+		t.Fatal(err)
+	}
+	recreated := createPod(t, admin, injectedPod("web-0", cfg.NodeName))
+	if recreated.UID == old.UID {
+		t.Fatal("recreated pod has the old uid")
+	}
+
+	err = c.deletePod(t.Context(), old, "stale")
+	if !apierrors.IsConflict(err) {
+		t.Errorf("delete with the old pod: got %v, want a conflict (precondition failed)", err)
+	}
+	err = c.labelPod(t.Context(), old, "stale")
+	if err == nil {
+		t.Error("label with the old pod succeeded")
+	}
+	p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("recreated pod: %v", err)
+	}
+	if p.UID != recreated.UID {
+		t.Errorf("pod uid %s, want the recreated %s", p.UID, recreated.UID)
+	}
+	if _, ok := p.Labels[DefaultLabelKey]; ok {
+		t.Error("recreated pod got the broken label")
+	}
+	if got := c.Metrics().PodsRepaired(ActionDelete, ResultSuccess); got != 0 {
+		t.Errorf("delete/success = %d, want 0", got)
+	}
+
+	// A pod that changed since it was judged is not deleted on the old judgement
+	// either: the resourceVersion precondition sends it back to be judged again.
+	cur := setValidation(t, admin, p, "10.1.0.2", 126, "")
+	setValidation(t, admin, cur, "10.1.0.2", 0, "")
+	if err := c.deletePod(t.Context(), cur, "stale"); !apierrors.IsConflict(err) {
+		t.Errorf("delete of a since-changed pod: got %v, want a conflict", err)
+	}
+}
+
+func TestSettingsAreValidatedNamingTheVariable(t *testing.T) {
+	// New refuses an invalid config before touching the API server.
+	cfg := testConfig("")
+	_, err := New(cfg, nil, Deps{})
+	if err == nil || !strings.Contains(err.Error(), EnvNodeName) {
+		t.Errorf("New without a node: %v, want an error naming %s", err, EnvNodeName)
+	}
+	cfg = testConfig("node-a")
+	_, err = New(cfg, &fakeNoClient{}, Deps{})
+	if err == nil || !strings.Contains(err.Error(), EnvRepairPods) {
+		t.Errorf("New with repair in place but no plugin path: %v, want an error naming %s", err, EnvRepairPods)
+	}
+}
+
+// fakeNoClient is never called: New fails before using it.
+type fakeNoClient struct{ kubernetes.Interface }
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+var _ = context.Background
+var _ = sortedKeys

@@ -1,0 +1,91 @@
+package repair
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Action is what the controller did (or tried) with a broken pod; it is the
+// counters' "type" label, Istio's values.
+type Action string
+
+const (
+	ActionRepair Action = "repair"
+	ActionDelete Action = "delete"
+	ActionLabel  Action = "label"
+)
+
+// Result is the counters' "result" label, Istio's values.
+type Result string
+
+const (
+	ResultSuccess Result = "success"
+	ResultFail    Result = "fail"
+	ResultSkip    Result = "skip"
+)
+
+var (
+	actions = []Action{ActionRepair, ActionDelete, ActionLabel}
+	results = []Result{ResultSuccess, ResultFail, ResultSkip}
+)
+
+// MetricPodsRepaired is Istio's counter name, with labels type and result.
+const MetricPodsRepaired = "istio_cni_repair_pods_repaired_total"
+
+// Ours.
+const (
+	MetricBrokenDetected = "istio_cni_repair_broken_pods_detected_total"
+	MetricRetries        = "istio_cni_repair_retries_total"
+	MetricGaveUp         = "istio_cni_repair_gave_up_total"
+	MetricNetnsScans     = "istio_cni_repair_netns_scans_total"
+)
+
+// Metrics are the controller's counters. They are plain atomics so the agent can
+// export them with whatever registry it uses (Collect gives Prometheus names).
+type Metrics struct {
+	repaired [3][3]atomic.Uint64 // [action][result]
+	// Detected counts reconciles of broken pods (a pod is seen again on each change
+	// until it is fixed).
+	Detected atomic.Uint64
+	// Retries counts attempts re-queued after a failure.
+	Retries atomic.Uint64
+	// GaveUp counts pods dropped after MaxRetries failed attempts.
+	GaveUp atomic.Uint64
+	// NetnsScans counts searches for a pod's network namespace.
+	NetnsScans atomic.Uint64
+}
+
+func index[T comparable](list []T, v T) int {
+	for i, x := range list {
+		if x == v {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("repair: unknown label value %v", v))
+}
+
+func (m *Metrics) count(a Action, r Result) {
+	m.repaired[index(actions, a)][index(results, r)].Add(1)
+}
+
+// PodsRepaired is the istio_cni_repair_pods_repaired_total counter for a and r.
+func (m *Metrics) PodsRepaired(a Action, r Result) uint64 {
+	return m.repaired[index(actions, a)][index(results, r)].Load()
+}
+
+// Collect returns every counter by its Prometheus series name, e.g.
+// istio_cni_repair_pods_repaired_total{result="success",type="delete"}.
+func (m *Metrics) Collect() map[string]float64 {
+	out := map[string]float64{
+		MetricBrokenDetected: float64(m.Detected.Load()),
+		MetricRetries:        float64(m.Retries.Load()),
+		MetricGaveUp:         float64(m.GaveUp.Load()),
+		MetricNetnsScans:     float64(m.NetnsScans.Load()),
+	}
+	for i, a := range actions {
+		for j, r := range results {
+			out[fmt.Sprintf(`%s{result=%q,type=%q}`, MetricPodsRepaired, r, a)] = float64(m.repaired[i][j].Load())
+		}
+	}
+	return out
+}
