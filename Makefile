@@ -19,6 +19,7 @@ build:
 prereqs: deps
 	@hack/kube-binaries.sh etcd kube-apiserver >/dev/null
 	@hack/cni-plugins.sh >/dev/null
+	@hack/tools/install.sh >/dev/null
 
 # test runs every test, including the real-kernel and real-control-plane ones (root).
 test: prereqs
