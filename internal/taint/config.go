@@ -1,0 +1,189 @@
+package taint
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Environment variables (ours: Istio has no agent-side equivalent; its istiod
+// untaint controller is switched on by PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS and
+// names the taint with PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME).
+const (
+	EnvEnabled         = "TAINT_ENABLED"
+	EnvKey             = "TAINT_KEY"
+	EnvEffect          = "TAINT_EFFECT"
+	EnvAgentNamespace  = "TAINT_AGENT_NAMESPACE"
+	EnvAgentSelector   = "TAINT_AGENT_LABEL_SELECTOR"
+	EnvNodeSelector    = "TAINT_NODE_LABEL_SELECTOR"
+	EnvLeaseName       = "TAINT_LEASE_NAME"
+	EnvLeaseDuration   = "TAINT_LEASE_DURATION"
+	EnvRenewDeadline   = "TAINT_RENEW_DEADLINE"
+	EnvRetryPeriod     = "TAINT_RETRY_PERIOD"
+	EnvIdentity        = "TAINT_IDENTITY"
+	EnvPodNamespace    = "POD_NAMESPACE" // the default agent and lease namespace
+	EnvPodName         = "POD_NAME"      // the default identity
+)
+
+// Defaults, Istio's where Istio has one.
+const (
+	DefaultKey            = "cni.istio.io/not-ready"
+	DefaultEffect         = corev1.TaintEffectNoSchedule
+	DefaultAgentNamespace = "istio-system"
+	DefaultAgentSelector  = "k8s-app=istio-cni-node"
+	DefaultLeaseName      = "istio-cni-taint"
+	DefaultLeaseDuration  = 15 * time.Second
+	DefaultRenewDeadline  = 10 * time.Second
+	DefaultRetryPeriod    = 2 * time.Second
+)
+
+// Config is the node readiness controller's settings.
+type Config struct {
+	// Enabled runs it (TAINT_ENABLED, default false).
+	Enabled bool
+	// Key and Effect are the taint (TAINT_KEY, default cni.istio.io/not-ready;
+	// TAINT_EFFECT, default NoSchedule). The taint's value is "true".
+	Key    string
+	Effect corev1.TaintEffect
+	// AgentNamespace and AgentSelector find the agent pods (TAINT_AGENT_NAMESPACE,
+	// default POD_NAMESPACE or istio-system; TAINT_AGENT_LABEL_SELECTOR, default
+	// k8s-app=istio-cni-node, the label Istio's untaint controller looks for).
+	AgentNamespace string
+	AgentSelector  string
+	// NodeSelector limits the managed nodes to those the agent runs on
+	// (TAINT_NODE_LABEL_SELECTOR, default all): a node the DaemonSet never reaches
+	// would otherwise stay tainted forever.
+	NodeSelector string
+	// Lease* are the leader election's (TAINT_LEASE_NAME in AgentNamespace,
+	// TAINT_LEASE_DURATION, TAINT_RENEW_DEADLINE, TAINT_RETRY_PERIOD; client-go's
+	// usual 15s, 10s and 2s).
+	LeaseName     string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Identity names this replica in the lease (TAINT_IDENTITY, default POD_NAME).
+	Identity string
+}
+
+// DefaultConfig is disabled, with Istio's taint and agent label.
+func DefaultConfig() Config {
+	return Config{
+		Key:            DefaultKey,
+		Effect:         DefaultEffect,
+		AgentNamespace: DefaultAgentNamespace,
+		AgentSelector:  DefaultAgentSelector,
+		LeaseName:      DefaultLeaseName,
+		LeaseDuration:  DefaultLeaseDuration,
+		RenewDeadline:  DefaultRenewDeadline,
+		RetryPeriod:    DefaultRetryPeriod,
+	}
+}
+
+// ConfigFromEnv reads the settings through lookup over DefaultConfig and validates
+// them; every error names the variable.
+func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
+	c := DefaultConfig()
+	var errs []error
+	str := func(name string, dst *string) {
+		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
+			*dst = strings.TrimSpace(v)
+		}
+	}
+	dur := func(name string, dst *time.Duration) {
+		if v, ok := lookup(name); ok {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration (like 15s)", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	if v, ok := lookup(EnvEnabled); ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not true or false", EnvEnabled, v))
+		}
+		c.Enabled = b
+	}
+	str(EnvKey, &c.Key)
+	var effect string
+	str(EnvEffect, &effect)
+	if effect != "" {
+		c.Effect = corev1.TaintEffect(effect)
+	}
+	str(EnvPodNamespace, &c.AgentNamespace)
+	str(EnvAgentNamespace, &c.AgentNamespace)
+	if v, ok := lookup(EnvAgentSelector); ok {
+		c.AgentSelector = strings.TrimSpace(v)
+	}
+	if v, ok := lookup(EnvNodeSelector); ok {
+		c.NodeSelector = strings.TrimSpace(v)
+	}
+	str(EnvLeaseName, &c.LeaseName)
+	dur(EnvLeaseDuration, &c.LeaseDuration)
+	dur(EnvRenewDeadline, &c.RenewDeadline)
+	dur(EnvRetryPeriod, &c.RetryPeriod)
+	str(EnvPodName, &c.Identity)
+	str(EnvIdentity, &c.Identity)
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate reports every bad setting, each naming its variable.
+func (c Config) Validate() error {
+	if !c.Enabled {
+		return nil
+	}
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	if msgs := validation.IsQualifiedName(c.Key); len(msgs) > 0 {
+		bad(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
+	}
+	switch c.Effect {
+	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	default:
+		bad(EnvEffect, "%q is not a taint effect (NoSchedule, PreferNoSchedule, NoExecute)", c.Effect)
+	}
+	if msgs := validation.IsDNS1123Label(c.AgentNamespace); len(msgs) > 0 {
+		bad(EnvAgentNamespace, "%q is not a namespace: %s", c.AgentNamespace, strings.Join(msgs, "; "))
+	}
+	if sel, err := labels.Parse(c.AgentSelector); err != nil {
+		bad(EnvAgentSelector, "%q is not a label selector: %v", c.AgentSelector, err)
+	} else if sel.Empty() {
+		bad(EnvAgentSelector, "empty: every pod in %s would count as the agent", c.AgentNamespace)
+	}
+	if _, err := labels.Parse(c.NodeSelector); err != nil {
+		bad(EnvNodeSelector, "%q is not a label selector: %v", c.NodeSelector, err)
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.LeaseName); len(msgs) > 0 {
+		bad(EnvLeaseName, "%q is not a lease name: %s", c.LeaseName, strings.Join(msgs, "; "))
+	}
+	if c.Identity == "" {
+		bad(EnvIdentity, "empty (and %s is unset): each replica needs its own name in the lease", EnvPodName)
+	}
+	// client-go's own rules, reported with our names.
+	if c.RetryPeriod <= 0 {
+		bad(EnvRetryPeriod, "%s must be positive", c.RetryPeriod)
+	}
+	if c.RenewDeadline <= time.Duration(1.2*float64(c.RetryPeriod)) {
+		bad(EnvRenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, EnvRetryPeriod, c.RetryPeriod)
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		bad(EnvLeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, EnvRenewDeadline, c.RenewDeadline)
+	}
+	return errors.Join(errs...)
+}

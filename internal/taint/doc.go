@@ -1,0 +1,13 @@
+// Package taint keeps a taint (cni.istio.io/not-ready:NoSchedule by default) on
+// every node whose istio-cni agent pod is not Ready, and only on those, so that
+// no pod is scheduled onto a node before the CNI can redirect its traffic. It is
+// the way to avoid the race that package repair fixes after the fact: Istio's
+// istio-cni-taint, and the istiod untaint controller's job, in one controller.
+//
+// One replica acts at a time, chosen by leader election on a
+// coordination.k8s.io Lease; the others keep no watches open. Nodes usually get
+// the taint when they register (kubelet --register-with-taints or a node
+// provisioner's startup taints), which closes the window before the controller
+// sees the node; the controller adds it otherwise, and removes it once the agent
+// is Ready.
+package taint
