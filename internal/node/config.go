@@ -32,6 +32,7 @@ func (l layout) podLogs() string          { return l.path("pod-logs") }
 func (l layout) logDir() string           { return l.path("logs") }
 func (l layout) imagesDir() string        { return l.path("images") }
 func (l layout) kubeconfigDir() string    { return l.path("kubeconfig") }
+func (l layout) hostSnapshot() string     { return l.path("host-before.json") }
 
 // containerdTOML is containerd's whole configuration: nothing is read from
 // /etc/containerd, and every path it writes is one of ours except what containerd

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,7 +56,7 @@ func (n *Node) down() error {
 		if err != nil {
 			add(fmt.Errorf("node: remove leftover sandboxes: %w", err))
 		} else if out != "0\n" {
-			n.step("removed %s leftover sandboxes through CRI", out[:len(out)-1])
+			n.step("removed %s stopped sandboxes through CRI", out[:len(out)-1])
 		}
 	}
 	add(n.containerd.stop(10 * time.Second))
@@ -73,7 +74,11 @@ func (n *Node) down() error {
 	}
 	add(unmountUnder(n.l.state))
 	if n.host != nil {
-		add(n.host.restore())
+		undone, err := n.host.restore()
+		add(err)
+		if len(undone) > 0 {
+			n.step("host restored: %s", strings.Join(undone, ", "))
+		}
 	}
 	if err := os.RemoveAll(n.l.state); err != nil {
 		add(fmt.Errorf("node: remove %s: %w", n.l.state, err))

@@ -46,26 +46,27 @@ var kubeletChains = []struct{ table, chain string }{
 }
 
 // hostBefore is what Up saw of the host before it touched anything.
+// It is saved in the state dir so that Cleanup can undo a node whose process died.
 type hostBefore struct {
-	sysctls map[string]string
-	existed map[string]bool
-	chains  map[string]bool // "iptables/mangle/KUBE-IPTABLES-HINT" -> present
+	Sysctls map[string]string `json:"sysctls"`
+	Existed map[string]bool   `json:"existed"`
+	Chains  map[string]bool   `json:"chains"` // "iptables/mangle/KUBE-IPTABLES-HINT" -> present
 }
 
 func snapshotHost() *hostBefore {
-	h := &hostBefore{sysctls: map[string]string{}, existed: map[string]bool{}, chains: map[string]bool{}}
+	h := &hostBefore{Sysctls: map[string]string{}, Existed: map[string]bool{}, Chains: map[string]bool{}}
 	for _, s := range hostSysctls {
 		if v, err := os.ReadFile("/proc/sys/" + s); err == nil {
-			h.sysctls[s] = strings.TrimSpace(string(v))
+			h.Sysctls[s] = strings.TrimSpace(string(v))
 		}
 	}
 	for _, p := range hostPaths {
 		_, err := os.Lstat(p)
-		h.existed[p] = err == nil
+		h.Existed[p] = err == nil
 	}
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		for _, c := range kubeletChains {
-			h.chains[tool+"/"+c.table+"/"+c.chain] = chainExists(tool, c.table, c.chain)
+			h.Chains[tool+"/"+c.table+"/"+c.chain] = chainExists(tool, c.table, c.chain)
 		}
 	}
 	return h
@@ -76,21 +77,23 @@ func chainExists(tool, table, chain string) bool {
 }
 
 // restore puts back the sysctls, deletes the iptables chains and host paths that
-// appeared since the snapshot.
-func (h *hostBefore) restore() error {
+// appeared since the snapshot, and says what it undid.
+func (h *hostBefore) restore() (undone []string, _ error) {
 	var errs []error
-	for s, v := range h.sysctls {
+	for s, v := range h.Sysctls {
 		now, err := os.ReadFile("/proc/sys/" + s)
 		if err == nil && strings.TrimSpace(string(now)) == v {
 			continue
 		}
 		if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restore sysctl %s=%s: %w", s, v, err))
+			continue
 		}
+		undone = append(undone, fmt.Sprintf("sysctl %s %s->%s", s, strings.TrimSpace(string(now)), v))
 	}
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		for _, c := range kubeletChains {
-			if h.chains[tool+"/"+c.table+"/"+c.chain] || !chainExists(tool, c.table, c.chain) {
+			if h.Chains[tool+"/"+c.table+"/"+c.chain] || !chainExists(tool, c.table, c.chain) {
 				continue
 			}
 			for _, op := range []string{"-F", "-X"} {
@@ -98,17 +101,23 @@ func (h *hostBefore) restore() error {
 					errs = append(errs, fmt.Errorf("%s -t %s %s %s: %w: %s", tool, c.table, op, c.chain, err, bytes.TrimSpace(out)))
 				}
 			}
+			undone = append(undone, fmt.Sprintf("%s chain %s/%s", tool, c.table, c.chain))
 		}
 	}
 	for _, p := range hostPaths {
-		if h.existed[p] {
+		if h.Existed[p] {
+			continue
+		}
+		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))
+			continue
 		}
+		undone = append(undone, p)
 	}
-	return errors.Join(errs...)
+	return undone, errors.Join(errs...)
 }
 
 // mountsUnder lists the mount points at or below dir, deepest first.

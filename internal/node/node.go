@@ -180,6 +180,12 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	defer cancel()
 	n.host = snapshotHost()
 	n.launcher = newLauncher()
+	if err := os.MkdirAll(n.l.state, 0o755); err != nil {
+		return nil, fmt.Errorf("node: create %s: %w", n.l.state, err)
+	}
+	if err := saveHost(n.l.hostSnapshot(), n.host); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			if downErr := n.Down(); downErr != nil {
@@ -309,6 +315,8 @@ func (n *Node) startControllers(ctx context.Context, kubeBin, caFile string) err
 		"--root-ca-file=" + caFile,
 		"--service-cluster-ip-range=" + controlplane.ServiceClusterIPRange,
 		"--allocate-node-cidrs=false",
+		// The not-ready taint goes as soon as the node is Ready, not up to 5s later.
+		"--node-monitor-period=1s",
 		// Pods get tokens from the TokenRequest API; Secret-based tokens are not
 		// needed, and their controller would need the signing key.
 		"--controllers=*,-serviceaccount-token",

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"sigs.k8s.io/yaml"
+)
+
+var testLayout = layout{state: "/var/lib/n"}
+
+func TestPtpConflistIsAValidChainWithHostLocalInOurDirs(t *testing.T) {
+	data, err := ptpConflist(testLayout, netip.MustParsePrefix("10.244.7.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		t.Fatalf("libcni rejects the conflist: %v\n%s", err, data)
+	}
+	if list.Name != networkName || len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "ptp" {
+		t.Fatalf("want one ptp plugin in network %s, got %+v", networkName, list)
+	}
+	var ptp struct {
+		IPMasq bool `json:"ipMasq"`
+		IPAM   struct {
+			Type    string                `json:"type"`
+			Ranges  [][]map[string]string `json:"ranges"`
+			DataDir string                `json:"dataDir"`
+		} `json:"ipam"`
+	}
+	if err := json.Unmarshal(list.Plugins[0].Bytes, &ptp); err != nil {
+		t.Fatal(err)
+	}
+	if ptp.IPMasq {
+		t.Error("ipMasq on: ptp would add iptables rules to the host")
+	}
+	if ptp.IPAM.Type != "host-local" || ptp.IPAM.Ranges[0][0]["subnet"] != "10.244.7.0/24" {
+		t.Errorf("ipam %+v, want host-local over 10.244.7.0/24", ptp.IPAM)
+	}
+	if !strings.HasPrefix(ptp.IPAM.DataDir, testLayout.state+"/") {
+		t.Errorf("host-local dataDir %q outside the state dir (the default is the host's /var/lib/cni)", ptp.IPAM.DataDir)
+	}
+}
+
+func TestPtpConflistRefusesRangesItCannotServe(t *testing.T) {
+	for _, p := range []string{"fd00::/64", "10.0.0.0/31", "10.0.0.1/32"} {
+		if _, err := ptpConflist(testLayout, netip.MustParsePrefix(p)); err == nil {
+			t.Errorf("pod CIDR %s accepted", p)
+		}
+	}
+}
+
+func TestContainerdConfigKeepsEverythingInTheStateDir(t *testing.T) {
+	toml := containerdTOML(testLayout, "istio-cni.local/pause:v1")
+	for _, want := range []string{
+		`root = "/var/lib/n/containerd/root"`,
+		`state = "/var/lib/n/containerd/state"`,
+		`address = "/var/lib/n/containerd/containerd.sock"`,
+		`path = "/var/lib/n/containerd/opt"`,
+		`Root = "/var/lib/n/containerd/runc"`,
+		`bin_dir = "/var/lib/n/cni/bin"`,
+		`conf_dir = "/var/lib/n/cni/net.d"`,
+		`sandbox_image = "istio-cni.local/pause:v1"`,
+		`restrict_oom_score_adj = true`,
+		`netns_mounts_under_state_dir = true`,
+		`SystemdCgroup = false`,
+	} {
+		if !strings.Contains(toml, want) {
+			t.Errorf("containerd config lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(toml, "\n") {
+		if strings.Contains(line, `"/`) && !strings.Contains(line, `"/var/lib/n/`) {
+			t.Errorf("path outside the state dir: %s", strings.TrimSpace(line))
+		}
+	}
+}
+
+func TestKubeletConfigHasThisMachinesSettings(t *testing.T) {
+	var cfg map[string]any
+	if err := yaml.UnmarshalStrict([]byte(kubeletYAML(testLayout, netip.MustParseAddr("192.0.2.2"), 10250, 10248, "/ca.crt")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]any{
+		"cgroupDriver":             "cgroupfs",
+		"cgroupsPerQOS":            false,
+		"failSwapOn":               false,
+		"failCgroupV1":             false,
+		"makeIPTablesUtilChains":   false,
+		"containerRuntimeEndpoint": "unix:///var/lib/n/containerd/containerd.sock",
+		"podLogsDirectory":         "/var/lib/n/pod-logs",
+		"port":                     float64(10250),
+		"readOnlyPort":             float64(0),
+	} {
+		if cfg[key] != want {
+			t.Errorf("%s = %v, want %v", key, cfg[key], want)
+		}
+	}
+	if v, ok := cfg["enforceNodeAllocatable"].([]any); !ok || len(v) != 0 {
+		t.Errorf("enforceNodeAllocatable = %v, want []", cfg["enforceNodeAllocatable"])
+	}
+}
