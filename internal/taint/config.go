@@ -16,19 +16,19 @@ import (
 // untaint controller is switched on by PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS and
 // names the taint with PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME).
 const (
-	EnvEnabled         = "TAINT_ENABLED"
-	EnvKey             = "TAINT_KEY"
-	EnvEffect          = "TAINT_EFFECT"
-	EnvAgentNamespace  = "TAINT_AGENT_NAMESPACE"
-	EnvAgentSelector   = "TAINT_AGENT_LABEL_SELECTOR"
-	EnvNodeSelector    = "TAINT_NODE_LABEL_SELECTOR"
-	EnvLeaseName       = "TAINT_LEASE_NAME"
-	EnvLeaseDuration   = "TAINT_LEASE_DURATION"
-	EnvRenewDeadline   = "TAINT_RENEW_DEADLINE"
-	EnvRetryPeriod     = "TAINT_RETRY_PERIOD"
-	EnvIdentity        = "TAINT_IDENTITY"
-	EnvPodNamespace    = "POD_NAMESPACE" // the default agent and lease namespace
-	EnvPodName         = "POD_NAME"      // the default identity
+	EnvEnabled        = "TAINT_ENABLED"
+	EnvKey            = "TAINT_KEY"
+	EnvEffect         = "TAINT_EFFECT"
+	EnvAgentNamespace = "TAINT_AGENT_NAMESPACE"
+	EnvAgentSelector  = "TAINT_AGENT_LABEL_SELECTOR"
+	EnvNodeSelector   = "TAINT_NODE_LABEL_SELECTOR"
+	EnvLeaseName      = "TAINT_LEASE_NAME"
+	EnvLeaseDuration  = "TAINT_LEASE_DURATION"
+	EnvRenewDeadline  = "TAINT_RENEW_DEADLINE"
+	EnvRetryPeriod    = "TAINT_RETRY_PERIOD"
+	EnvIdentity       = "TAINT_IDENTITY"
+	EnvPodNamespace   = "POD_NAMESPACE" // the default agent and lease namespace
+	EnvPodName        = "POD_NAME"      // the default identity
 )
 
 // Defaults, Istio's where Istio has one.
