@@ -158,6 +158,17 @@ func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *tes
 		return err == nil && bytes.Equal(got, want)
 	}
 
+	// The "older builds" are written before the exec loop starts: a file this test
+	// process has open for writing would leak into the children it forks and make
+	// their exec fail with ETXTBSY (golang/go#22315), which is not what is tested.
+	old := append(append([]byte{}, want...), []byte("older-build")...)
+	var olds []string
+	for i := range 5 {
+		p := filepath.Join(n.binDir, fmt.Sprintf(".old-%d", i))
+		writeFile(t, p, old, 0o755)
+		olds = append(olds, p)
+	}
+
 	// A runtime execs the plugin all along; no exec may fail (ETXTBSY, a partial
 	// file, a missing file after the first restore).
 	var execs, failures atomic.Int64
@@ -192,10 +203,7 @@ func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *tes
 	gate.Done()
 	// Replaced by another build (an older version): replaced back, atomically,
 	// while it is being exec'd.
-	for range 5 {
-		old := append(append([]byte{}, want...), []byte("older-build")...)
-		tmp := filepath.Join(n.binDir, ".old")
-		writeFile(t, tmp, old, 0o755)
+	for _, tmp := range olds {
 		if err := os.Rename(tmp, plugin); err != nil {
 			t.Fatal(err)
 		}
