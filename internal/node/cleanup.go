@@ -41,6 +41,9 @@ func Cleanup(stateDir string, podCIDR netip.Prefix, progress io.Writer) error {
 		killAll(pids)
 		time.Sleep(300 * time.Millisecond)
 	}
+	if err := killContainers(layout{state: stateDir}.runcRoot()); err != nil {
+		errs = append(errs, err)
+	}
 	if err := unmountUnder(stateDir); err != nil {
 		errs = append(errs, err)
 	}

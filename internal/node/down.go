@@ -66,6 +66,7 @@ func (n *Node) down() error {
 		killAll(pids)
 		time.Sleep(200 * time.Millisecond)
 	}
+	add(killContainers(n.l.runcRoot()))
 	if n.cp != nil {
 		add(n.cp.Stop())
 	}

@@ -50,11 +50,15 @@ var kubeletChains = []struct{ table, chain string }{
 type hostBefore struct {
 	Sysctls map[string]string `json:"sysctls"`
 	Existed map[string]bool   `json:"existed"`
-	Chains  map[string]bool   `json:"chains"` // "iptables/mangle/KUBE-IPTABLES-HINT" -> present
+	Chains  map[string]bool   `json:"chains"`  // "iptables/mangle/KUBE-IPTABLES-HINT" -> present
+	Cgroups map[string]bool   `json:"cgroups"` // containerd's cgroup parents that existed
 }
 
 func snapshotHost() *hostBefore {
-	h := &hostBefore{Sysctls: map[string]string{}, Existed: map[string]bool{}, Chains: map[string]bool{}}
+	h := &hostBefore{Sysctls: map[string]string{}, Existed: map[string]bool{}, Chains: map[string]bool{}, Cgroups: map[string]bool{}}
+	for _, d := range containerdCgroupParents() {
+		h.Cgroups[d] = true
+	}
 	for _, s := range hostSysctls {
 		if v, err := os.ReadFile("/proc/sys/" + s); err == nil {
 			h.Sysctls[s] = strings.TrimSpace(string(v))
@@ -102,6 +106,17 @@ func (h *hostBefore) restore() (undone []string, _ error) {
 				}
 			}
 			undone = append(undone, fmt.Sprintf("%s chain %s/%s", tool, c.table, c.chain))
+		}
+	}
+	for _, d := range containerdCgroupParents() {
+		if h.Cgroups[d] {
+			continue
+		}
+		// Busy means another containerd on the machine uses it now: leave it.
+		if err := syscall.Rmdir(d); err == nil {
+			undone = append(undone, d)
+		} else if !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
 	for _, p := range hostPaths {

@@ -216,12 +216,20 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 
+	kubeletClient, err := newKubeletClientPKI(n.l.kubeconfigDir())
+	if err != nil {
+		return nil, err
+	}
 	t = time.Now()
 	n.cp, err = controlplane.Start(ctx, controlplane.Options{
 		BinDir:           kubeBin,
 		TempDir:          n.l.state,
 		AdvertiseAddress: net.IP(opts.NodeIP.AsSlice()),
 		Logger:           discardLogger(),
+		ExtraAPIServerArgs: []string{
+			"--kubelet-client-certificate=" + kubeletClient.certFile,
+			"--kubelet-client-key=" + kubeletClient.keyFile,
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -237,6 +245,11 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	caFile := filepath.Join(n.l.kubeconfigDir(), "ca.crt")
 	if err := writeAtomic(caFile, n.cp.CAData(), 0o644); err != nil {
+		return nil, err
+	}
+	// kubelet trusts the control plane's clients and the apiserver's kubelet client.
+	kubeletCAFile := filepath.Join(n.l.kubeconfigDir(), "kubelet-client-ca.crt")
+	if err := writeAtomic(kubeletCAFile, append(n.cp.CAData(), kubeletClient.caPEM...), 0o644); err != nil {
 		return nil, err
 	}
 	n.step("etcd and kube-apiserver ready at %s (%s)", n.cp.Host(), since(t))
@@ -255,7 +268,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.startControllers(ctx, kubeBin, caFile); err != nil {
 		return nil, err
 	}
-	if err := n.startKubelet(ctx, kubeBin, caFile); err != nil {
+	if err := n.startKubelet(ctx, kubeBin, kubeletCAFile); err != nil {
 		return nil, err
 	}
 	if err := n.waitReady(ctx); err != nil {

@@ -158,6 +158,11 @@ func hostView(t *testing.T) map[string]string {
 		_, err := os.Lstat(p)
 		v["exists "+p] = fmt.Sprint(err == nil)
 	}
+	// The cgroup parents runc makes for containerd's k8s.io namespace.
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/k8s.io")
+	for _, d := range cgroups {
+		v["exists "+d] = "true"
+	}
 	// Chains of the kinds kubelet and the CNI plugins would add; other tests on the
 	// machine work in their own network namespaces.
 	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
