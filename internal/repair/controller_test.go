@@ -1,8 +1,6 @@
 package repair
 
 import (
-	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,15 +189,3 @@ func TestSettingsAreValidatedNamingTheVariable(t *testing.T) {
 
 // fakeNoClient is never called: New fails before using it.
 type fakeNoClient struct{ kubernetes.Interface }
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-var _ = context.Background
-var _ = sortedKeys

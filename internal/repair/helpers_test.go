@@ -3,6 +3,7 @@ package repair
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -168,6 +169,9 @@ func testConfig(node string) Config {
 // runController starts a controller and waits until it has listed its node's pods.
 func runController(t testing.TB, cfg Config, client kubernetes.Interface, deps Deps) *Controller {
 	t.Helper()
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	c, err := New(cfg, client, deps)
 	if err != nil {
 		t.Fatal(err)
