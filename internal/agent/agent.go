@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 
@@ -38,6 +39,11 @@ type agent struct {
 	// reported holds the last error logged per key, so a file that stays broken is
 	// reported once, not on every event.
 	reported map[string]string
+	// unsettled holds config errors seen once and not yet logged: a daemon that
+	// writes its file in place shows a half-written file for a moment. recheck wakes
+	// the loop once settleDelay later; an error still there then is logged.
+	unsettled map[string]unsettledError
+	recheck   chan struct{}
 
 	ready atomic.Bool
 }
@@ -50,7 +56,8 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	if s.NodeName == "" {
 		s.NodeName, _ = os.Hostname() // only fills __KUBERNETES_NODE_NAME__
 	}
-	a := &agent{s: &s, log: log, m: newMetrics(), reported: map[string]string{}}
+	a := &agent{s: &s, log: log, m: newMetrics(), reported: map[string]string{},
+		unsettled: map[string]unsettledError{}, recheck: make(chan struct{}, 1)}
 	template := s.NetworkConfig
 	if s.NetworkConfigFile != "" {
 		b, err := os.ReadFile(s.NetworkConfigFile)
@@ -214,6 +221,8 @@ func (a *agent) loop(ctx context.Context, w *watcher) {
 				return
 			}
 			d |= w.classify(ev)
+		case <-a.recheck:
+			d = dirtyConfig
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -249,8 +258,11 @@ func (a *agent) reconcile(d dirty) {
 		res, err := a.reconcileConfig()
 		switch {
 		case err != nil:
-			a.report("config", err, "waiting for the next change to the config dir")
-			a.m.add("istio_cni_install_errors_total", "stage", "config")
+			var invalid *cniconf.InvalidError
+			if !errors.As(err, &invalid) || a.settled("config", err) {
+				a.report("config", err, "waiting for the next change to the config dir")
+				a.m.add("istio_cni_install_errors_total", "stage", "config")
+			}
 		case res == configInstalled:
 			a.clearReport("config")
 			a.log.Info("the CNI config holds the istio-cni entry", "file", a.cfg.current)
@@ -364,14 +376,50 @@ func (a *agent) report(key string, err error, hint string) {
 	a.log.Error("install step failed", attrs...)
 }
 
-func (a *agent) clearReport(key string) { delete(a.reported, key) }
+func (a *agent) clearReport(key string) {
+	delete(a.reported, key)
+	delete(a.unsettled, key)
+}
+
+// settleDelay is how long a broken config must stay broken to be reported.
+const settleDelay = time.Second
+
+type unsettledError struct {
+	msg   string
+	since time.Time
+}
+
+// settled reports whether err under key has lasted settleDelay; the first time it
+// is seen, a one-shot timer asks for a recheck.
+func (a *agent) settled(key string, err error) bool {
+	u, ok := a.unsettled[key]
+	if ok && u.msg == err.Error() {
+		return time.Since(u.since) >= settleDelay
+	}
+	a.unsettled[key] = unsettledError{msg: err.Error(), since: time.Now()}
+	time.AfterFunc(settleDelay, func() {
+		select {
+		case a.recheck <- struct{}{}:
+		default:
+		}
+	})
+	return false
+}
 
 // clearReportsExcept forgets skip reports for files no longer skipped.
 func (a *agent) clearReportsExcept(prefix string, skipped []cniconf.Skipped) {
-	for key := range a.reported {
+	stale := func(key string) bool {
 		name, ok := strings.CutPrefix(key, prefix)
-		if ok && !slices.ContainsFunc(skipped, func(s cniconf.Skipped) bool { return s.Name == name }) {
+		return ok && !slices.ContainsFunc(skipped, func(s cniconf.Skipped) bool { return s.Name == name })
+	}
+	for key := range a.reported {
+		if stale(key) {
 			delete(a.reported, key)
+		}
+	}
+	for key := range a.unsettled {
+		if stale(key) {
+			delete(a.unsettled, key)
 		}
 	}
 }

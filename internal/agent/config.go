@@ -49,8 +49,11 @@ func (a *agent) reconcileConfig() (configResult, error) {
 	dir := a.s.MountedNetDir
 	path, skipped, err := cniconf.FindPrimary(dir, a.s.ConfName)
 	for _, sk := range skipped {
-		a.report("skip:"+sk.Name, fmt.Errorf("CNI config %s left untouched: %w", filepath.Join(dir, sk.Name), sk.Err),
-			"the runtime skips it too; fix or remove it")
+		err := fmt.Errorf("CNI config %s left untouched: %w", filepath.Join(dir, sk.Name), sk.Err)
+		if !a.settled("skip:"+sk.Name, err) {
+			continue
+		}
+		a.report("skip:"+sk.Name, err, "the runtime skips it too; fix or remove it")
 	}
 	a.clearReportsExcept("skip:", skipped)
 	if errors.Is(err, cniconf.ErrNoPrimary) {
