@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"net"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -8,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -80,6 +83,39 @@ func TestBrokenPodIsRepairedInPlaceWithThePluginsRules(t *testing.T) {
 			t.Errorf("iptables-save in the pod's namespace lacks %q:\n%s", want, rules)
 		}
 	}
+	// Real traffic: the app's outbound connection now lands on the proxy's
+	// outbound port with its original destination.
+	err := netns.Do(pn.bind, func() error {
+		// A veth pair with both ends inside: an interface to route through
+		// (traffic to lo is never captured).
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		for _, name := range []string{"eth0", "eth0-peer"} {
+			l, err := netlink.LinkByName(name)
+			if err == nil {
+				err = netlink.LinkSetUp(l)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Attrs().Index, Scope: netlink.SCOPE_LINK,
+			Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}})
+	})
+	if err != nil {
+		t.Fatalf("default route in the pod namespace: %v", err)
+	}
+	proxy, err := sandbox.Serve(pn.bind, 1337, "outbound", "tcp", "0.0.0.0:15001", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	if got := sandbox.ProbeFrom(pn.bind, "tcp", netip.MustParseAddrPort("203.0.113.7:80")); got != "outbound 203.0.113.7:80" {
+		t.Errorf("app connection to 203.0.113.7:80 answered %q, want the proxy's outbound listener with the original destination", got)
+	}
+
 	waitFor(t, "broken label removed", 10*time.Second, func() (bool, error) {
 		p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "web", metav1.GetOptions{})
 		_, labelled := p.Labels[DefaultLabelKey]
