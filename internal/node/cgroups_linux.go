@@ -91,3 +91,24 @@ func rmdirCgroup(dir string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// removeCNICache removes libcni's cached results (/var/lib/cni/results) of the
+// sandboxes runc knows under runcRoot: libcni deletes them on DEL, which a dead
+// containerd never ran. Only our network's and containerd's loopback entries of our
+// own sandbox ids are touched.
+func removeCNICache(runcRoot string) error {
+	ids, _ := filepath.Glob(filepath.Join(runcRoot, "*", "*"))
+	var errs []error
+	for _, dir := range ids {
+		id := filepath.Base(dir)
+		for _, net := range []string{networkName, "cni-loopback"} {
+			matches, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", net+"-"+id+"-*"))
+			for _, m := range matches {
+				if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("node: remove %s: %w", m, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -44,6 +44,9 @@ func Cleanup(stateDir string, podCIDR netip.Prefix, progress io.Writer) error {
 	if err := killContainers(layout{state: stateDir}.runcRoot()); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeCNICache(layout{state: stateDir}.runcRoot()); err != nil {
+		errs = append(errs, err)
+	}
 	if err := unmountUnder(stateDir); err != nil {
 		errs = append(errs, err)
 	}

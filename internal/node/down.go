@@ -67,6 +67,7 @@ func (n *Node) down() error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	add(killContainers(n.l.runcRoot()))
+	add(removeCNICache(n.l.runcRoot()))
 	if n.cp != nil {
 		add(n.cp.Stop())
 	}

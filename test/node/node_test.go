@@ -218,6 +218,10 @@ func checkNodeReady(t *testing.T, n *node.Node) {
 // runPod creates a testserver pod (left to the scheduler) and waits until it is
 // Ready; it returns the pod and the time from create to Ready seen by polling.
 func runPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) (*corev1.Pod, time.Duration) {
+	return runPodImage(ctx, t, cs, name, testImage)
+}
+
+func runPodImage(ctx context.Context, t *testing.T, cs kubernetes.Interface, name, image string) (*corev1.Pod, time.Duration) {
 	t.Helper()
 	grace := int64(1)
 	pod := &corev1.Pod{
@@ -226,7 +230,7 @@ func runPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name str
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name:            "server",
-				Image:           testImage,
+				Image:           image,
 				ImagePullPolicy: corev1.PullNever,
 				Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
 					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
