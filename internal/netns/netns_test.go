@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -55,5 +56,39 @@ func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (network namespaces); run it as root, as CI does")
+	}
+}
+
+// TestNewLeavesNoThreadBehind: creating namespaces must not move any of the process's
+// threads into them (the main thread in particular: /proc/self follows it).
+func TestNewLeavesNoThreadBehind(t *testing.T) {
+	requireRoot(t)
+	before, err := ID("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i := 0; i < 50; i++ {
+		p, err := New(dir, fmt.Sprint("ns", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer Delete(p)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		id, err := ID("/proc/self/task/" + task.Name() + "/ns/net")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		if id != before {
+			t.Errorf("thread %s is in namespace %d, want %d", task.Name(), id, before)
+		}
+	}
+	if after, _ := ID("/proc/self/ns/net"); after != before {
+		t.Errorf("/proc/self/ns/net moved from %d to %d", before, after)
 	}
 }

@@ -26,26 +26,45 @@ func New(dir, name string) (string, error) {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// This thread ends up in the new namespace; it stays locked so it is discarded.
+		// The thread switches namespaces and must come back before it is unlocked:
+		// if it stayed in the new namespace and this goroutine happened to run on the
+		// main thread (which the runtime never ends), /proc/self would resolve into
+		// the new namespace for the rest of the process.
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("unshare: %w", err)
 			return
 		}
-		if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind-mount namespace: %w", err)
+		setupErr := func() error {
+			if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("bind-mount namespace: %w", err)
+			}
+			lo, err := netlink.LinkByName("lo")
+			if err == nil {
+				err = netlink.LinkSetUp(lo)
+			}
+			if err != nil {
+				return fmt.Errorf("bring lo up: %w", err)
+			}
+			return nil
+		}()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Stay locked: the runtime discards this thread when the goroutine ends.
+			errc <- fmt.Errorf("return to the original namespace: %w (setup: %v)", err, setupErr)
 			return
 		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err != nil {
-			errc <- fmt.Errorf("bring lo up: %w", err)
-			return
-		}
-		errc <- nil
+		runtime.UnlockOSThread()
+		errc <- setupErr
 	}()
 	if err := <-errc; err != nil {
+		unix.Unmount(path, unix.MNT_DETACH)
 		os.Remove(path)
 		return "", err
 	}
