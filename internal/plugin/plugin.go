@@ -152,7 +152,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		logPeakMemory(log)
 		return p.print(res, cfg.CNIVersion)
 	}
-	b, err := newBackend(cfg)
+	b, err := NewBackend(cfg)
 	if err != nil {
 		log.Error("ADD failed", "error", err)
 		return cniError(types.ErrInternal, err)
@@ -263,8 +263,9 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 		args.Key(), tries, time.Duration(tries-1)*budget.Interval, what, lastErr))
 }
 
-// newBackend picks the rule backend the config names.
-func newBackend(cfg *Config) (capture.Backend, error) {
+// NewBackend picks the rule backend the config names; the repair path uses it to
+// program a pod exactly as the plugin would.
+func NewBackend(cfg *Config) (capture.Backend, error) {
 	if cfg.Backend == BackendNftables {
 		return nftables.NewBackend(), nil
 	}
@@ -287,7 +288,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		log.Debug("DEL: network namespace already gone")
 		return nil
 	}
-	b, err := newBackend(cfg)
+	b, err := NewBackend(cfg)
 	if err != nil {
 		log.Warn("DEL: no backend", "error", err)
 		return nil
@@ -324,7 +325,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
 		return nil
 	}
-	b, err := newBackend(cfg)
+	b, err := NewBackend(cfg)
 	if err != nil {
 		return cniError(types.ErrInternal, err)
 	}
