@@ -3,7 +3,7 @@
 # Idempotent: it does nothing when everything is already there.
 set -euo pipefail
 need=()
-for pair in iptables:iptables nft:nftables ip:iproute2 conntrack:conntrack; do
+for pair in iptables:iptables nft:nftables ip:iproute2 conntrack:conntrack containerd:containerd runc:runc; do
   cmd=${pair%%:*} pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
