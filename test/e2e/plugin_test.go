@@ -67,8 +67,10 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "istio-cni"), "./cmd/istio-cni")
+	// Built as it ships: static (no dynamic loader on the per-pod exec path) and stripped.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(pluginDir, "istio-cni"), "./cmd/istio-cni")
 	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("build istio-cni: %w: %s", err, out)
 	}
