@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
@@ -20,6 +22,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "explain":
 		return explainCmd(args[1:], stdin, stdout, stderr)
+	case "inspect":
+		return inspectCmd(args[1:], stdout, stderr)
+	case "probe":
+		return probeCmd(args[1:], stdout, stderr)
+	case "logs":
+		return logsCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -35,6 +43,20 @@ Answers "is this pod's traffic redirected, and if not, why?" with the plugin's o
 Commands:
   explain -f POD.yaml   the plugin's decision for a pod manifest (no cluster needed)
                         and the exact rules it would program
+  inspect NS/POD        on the pod's node: the live rules in the pod's network
+                        namespace compared with what the pod requires (the plugin's
+                        CHECK), stray rules, the node's CNI config and Multus wiring
+  probe NS/POD          on the pod's node: test connections inside the pod's network
+                        namespace (the validation's and an app's) and where they land
+  logs                  the plugin's recent ADD/DEL decisions on this node
+
+In the cluster, run them in the node's agent pod:
+  kubectl exec -n kube-system ds/istio-cni-node -- istio-cni-doctor inspect NS/POD
+(ds/ picks any node's pod: for a given node select it with
+ --field-selector spec.nodeName=NODE, see docs/troubleshooting.md).
+
+Exit codes: 0 all is well, 1 a problem was found (or an error), 2 bad usage,
+3 (inspect) the plugin does not redirect this pod and nothing is wrong.
 
 Run "istio-cni-doctor COMMAND -h" for a command's flags.
 `
@@ -106,6 +128,80 @@ func explainCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if ex.Error != "" {
 		return 1
+	}
+	return 0
+}
+
+func logsCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("log-file", "", "the plugin's log file (default: the config's log_file, else <run dir>/istio-cni.log)")
+	runDir := fs.String("run-dir", plugin.DefaultAgentRunDir, "the agent's run directory (cni_agent_run_dir)")
+	configFile := fs.String("config", "", "the plugin's config (its log_file and cni_agent_run_dir say where the log is)")
+	since := fs.String("since", "", "only records newer than this: a duration (1h) or an RFC 3339 time")
+	pod := fs.String("pod", "", "only this pod's records (NAMESPACE/NAME)")
+	all := fs.Bool("all", false, "every record, not only each command's outcome and errors")
+	output := fs.String("o", "text", `output format: "text" or "json"`)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "logs: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(stderr, "logs: -o %q: want text or json\n", *output)
+		return 2
+	}
+	if *pod != "" {
+		if _, _, err := ParsePodRef(*pod); err != nil {
+			fmt.Fprintf(stderr, "logs: --pod %v\n", err)
+			return 2
+		}
+	}
+	from, err := ParseSince(*since, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "logs: %v\n", err)
+		return 2
+	}
+	path := *file
+	if path == "" && *configFile != "" {
+		n := &Node{ConfigFile: *configFile}
+		cfg, _, err := n.PluginConfig()
+		if err != nil {
+			fmt.Fprintf(stderr, "logs: %v\n", err)
+			return 1
+		}
+		if path = cfg.LogFile; path == "" {
+			fmt.Fprintf(stderr, "logs: the config %s sets log_file to \"\": the plugin writes no log file; its records are in the agent's log (kubectl logs -n kube-system ds/istio-cni-node)\n", *configFile)
+			return 1
+		}
+	}
+	if path == "" {
+		path = filepath.Join(*runDir, plugin.LogFileName)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "logs: %v: the plugin writes it on every ADD/DEL once the istio-cni agent is installed on this node; "+
+			"none means the plugin has not run here (is istio-cni in the node's CNI config? run istio-cni-doctor inspect) "+
+			"or logs elsewhere (--config, --log-file)\n", err)
+		return 1
+	}
+	defer f.Close()
+	recs, skipped, err := ReadLogs(f, LogFilter{Since: from, Pod: *pod, All: *all})
+	if err != nil {
+		fmt.Fprintf(stderr, "logs: %s: %v\n", path, err)
+		return 1
+	}
+	if recs == nil {
+		recs = []LogRecord{}
+	}
+	if err := write(stdout, *output, recs, func() string { return LogsText(recs) }); err != nil {
+		fmt.Fprintf(stderr, "logs: %v\n", err)
+		return 1
+	}
+	if skipped > 0 {
+		fmt.Fprintf(stderr, "logs: %d lines of %s are not log records (skipped)\n", skipped, path)
 	}
 	return 0
 }

@@ -1,0 +1,276 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+const (
+	testNS   = "app"
+	thisNode = "node-a"
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (network namespaces, iptables, nftables); run it as root, as CI does")
+	}
+}
+
+func startControlPlane(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	if err := cp.EnsureNamespace(t.Context(), testNS); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// podSandbox stands in for a pod's sandbox as the repair tests build it: a network
+// namespace held only by a process inside it (the pause container), not
+// bind-mounted anywhere the finder is told about, with the pod's address on lo and
+// a veth pair (both ends inside) carrying the default route, so that an outbound
+// connection leaves through an interface as in a real pod.
+type podSandbox struct {
+	proc *exec.Cmd
+	// path enters the namespace (through the process) for the test's own setup.
+	path string
+}
+
+func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
+	t.Helper()
+	// unshare(1) in a child: netns.New would leave a thread of the test binary in it.
+	bind := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(bind, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	ps := &podSandbox{proc: exec.Command("unshare", "--net="+bind, "sleep", "600")}
+	if err := ps.proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ps.proc.Process.Kill()
+		ps.proc.Wait()
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var st unix.Statfs_t
+		if unix.Statfs(bind, &st) == nil && st.Type == unix.NSFS_MAGIC {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pod namespace never mounted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := netns.Do(bind, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(ip.AsSlice())}); err != nil {
+			return err
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		for _, name := range []string{"eth0", "eth0-peer"} {
+			l, err := netlink.LinkByName(name)
+			if err == nil {
+				err = netlink.LinkSetUp(l)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Attrs().Index, Scope: netlink.SCOPE_LINK,
+			Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}})
+	})
+	if err != nil {
+		t.Fatalf("pod namespace: %v", err)
+	}
+	// Only the process holds it from now on, as with a runtime that bind-mounts
+	// its namespaces somewhere the finder does not look.
+	if err := netns.Delete(bind); err != nil {
+		t.Fatal(err)
+	}
+	ps.path = "/proc/" + strconv.Itoa(ps.proc.Process.Pid) + "/ns/net"
+	return ps
+}
+
+
+type podOpt func(*corev1.Pod)
+
+func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+func withAnnotation(k, v string) podOpt {
+	return func(p *corev1.Pod) { p.Annotations[k] = v }
+}
+func withoutSidecar(p *corev1.Pod) {
+	p.Spec.Containers = p.Spec.Containers[:1]
+	delete(p.Annotations, "sidecar.istio.io/status")
+}
+
+// injectedPod is a pod as Istio's injector shapes it with the CNI enabled.
+func injectedPod(name string, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: testNS,
+			Annotations: map[string]string{"sidecar.istio.io/status": `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: thisNode,
+			InitContainers: []corev1.Container{{
+				Name: "istio-validation", Image: "proxyv2",
+				Args: []string{"istio-iptables", "--run-validation", "--skip-rule-apply"},
+			}},
+			Containers: []corev1.Container{
+				{Name: "app", Image: "app"},
+				{Name: "istio-proxy", Image: "proxyv2", Args: []string{"proxy", "sidecar"}},
+			},
+		},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// createPod creates the pod and, playing the kubelet, reports ip as its address.
+func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip netip.Addr) *kube.Pod {
+	t.Helper()
+	c := cp.AdminClient()
+	got, err := c.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", p.Name, err)
+	}
+	got.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}}
+	if got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update status of pod %s: %v", p.Name, err)
+	}
+	var kp kube.Pod
+	kc, err := kube.LoadKubeconfig(cp.AdminKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kube.NewClient(kc, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Get(context.Background(), kube.PodPath(got.Namespace, got.Name), &kp); err != nil {
+		t.Fatal(err)
+	}
+	return &kp
+}
+
+// applyCapture programs the pod's capture as the plugin's ADD does: its own
+// decision, spec, plan and backend, through capture.Apply.
+func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {
+	t.Helper()
+	spec, err := plugin.SpecFromPod(pod, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plugin.NewBackend(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := capture.Apply(t.Context(), nsPath, b, plan); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runIn runs a command in the namespace.
+func runInNS(t testing.TB, nsPath string, args ...string) string {
+	t.Helper()
+	var out []byte
+	err := netns.Do(nsPath, func() error {
+		var err error
+		out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v in %s: %v: %s", args, nsPath, err, out)
+	}
+	return string(out)
+}
+
+var (
+	procNetns = regexp.MustCompile(`/proc/\d+/ns/net`)
+	inodeText = regexp.MustCompile(`inode \d+`)
+	inodeJSON = regexp.MustCompile(`"netnsInode": \d+`)
+)
+
+// mask replaces what differs between runs: the sandbox's pid and namespace
+// inode, and the test's temporary directories.
+func mask(s string, dirs map[string]string) string {
+	s = procNetns.ReplaceAllString(s, "/proc/PID/ns/net")
+	s = inodeText.ReplaceAllString(s, "inode N")
+	s = inodeJSON.ReplaceAllString(s, `"netnsInode": 0`)
+	for dir, name := range dirs {
+		s = strings.ReplaceAll(s, dir, name)
+	}
+	return s
+}
+
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs (-want +got):\n%s", path, cmp.Diff(string(want), got))
+	}
+}
+
+// toKubePod converts a pod manifest to the plugin's view of it.
+func toKubePod(t testing.TB, p *corev1.Pod) *kube.Pod {
+	t.Helper()
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := kube.DecodePod(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}

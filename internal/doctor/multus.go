@@ -1,0 +1,121 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+)
+
+// MultusNetworksAnnotation names the extra networks Multus attaches to a pod; on
+// OpenShift Istio's injector adds istio-cni to it.
+const MultusNetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+
+// MultusCheck is what a standalone (Multus) istio-cni needs per pod: the pod asks
+// for the network, and its NetworkAttachmentDefinition exists.
+type MultusCheck struct {
+	// Network is the network name the plugin's config carries (its NAD's name).
+	Network    string `json:"network"`
+	Annotation string `json:"annotation,omitempty"`
+	// Requested: the annotation names the network; NADNamespace is where Multus
+	// looks for it (the annotation's namespace, else the pod's).
+	Requested    bool   `json:"requested"`
+	NADNamespace string `json:"nadNamespace,omitempty"`
+	// NADExists is nil when it could not be checked (Error says why).
+	NADExists *bool    `json:"nadExists,omitempty"`
+	Problems  []string `json:"problems,omitempty"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// NetworkSelection is one network of the annotation.
+type NetworkSelection struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// ParseNetworks reads the Multus annotation in both of its forms: a comma-separated
+// list of [NAMESPACE/]NAME[@IFNAME], or a JSON list of selection objects.
+func ParseNetworks(v string) ([]NetworkSelection, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, nil
+	}
+	if strings.HasPrefix(v, "[") {
+		var out []NetworkSelection
+		if err := json.Unmarshal([]byte(v), &out); err != nil {
+			return nil, fmt.Errorf("annotation %s: not a JSON list of networks: %w", MultusNetworksAnnotation, err)
+		}
+		return out, nil
+	}
+	var out []NetworkSelection
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		item, _, _ = strings.Cut(item, "@")
+		sel := NetworkSelection{Name: item}
+		if ns, name, ok := strings.Cut(item, "/"); ok {
+			sel = NetworkSelection{Namespace: ns, Name: name}
+		}
+		out = append(out, sel)
+	}
+	return out, nil
+}
+
+// NADPath is the API path of a NetworkAttachmentDefinition.
+func NADPath(namespace, name string) string {
+	return "/apis/k8s.cni.cncf.io/v1/namespaces/" + url.PathEscape(namespace) + "/network-attachment-definitions/" + url.PathEscape(name)
+}
+
+// CheckMultus checks that pod requests the network and that its
+// NetworkAttachmentDefinition exists where Multus looks for it.
+func CheckMultus(ctx context.Context, c *kube.Client, pod *kube.Pod, network string) *MultusCheck {
+	m := &MultusCheck{Network: network, Annotation: pod.Metadata.Annotations[MultusNetworksAnnotation]}
+	sels, err := ParseNetworks(m.Annotation)
+	if err != nil {
+		m.Problems = append(m.Problems, err.Error()+": Multus fails the pod's sandbox")
+		return m
+	}
+	for _, s := range sels {
+		if s.Name == network {
+			m.Requested = true
+			m.NADNamespace = s.Namespace
+			if m.NADNamespace == "" {
+				m.NADNamespace = pod.Metadata.Namespace
+			}
+			break
+		}
+	}
+	if !m.Requested {
+		m.Problems = append(m.Problems, fmt.Sprintf("annotation %s does not name the %s network (it is %q): Multus never runs istio-cni for this pod, so its traffic is not redirected "+
+			"(Istio's injector adds it on OpenShift; re-create the pod, or check the injection template)", MultusNetworksAnnotation, network, m.Annotation))
+		return m
+	}
+	var nad struct {
+		Metadata kube.ObjectMeta `json:"metadata"`
+	}
+	err = c.Get(ctx, NADPath(m.NADNamespace, network), &nad)
+	switch {
+	case err == nil:
+		m.NADExists = boolPtr(true)
+	case errors.Is(err, kube.ErrNotFound):
+		m.NADExists = boolPtr(false)
+		var probe map[string]any
+		if gerr := c.Get(ctx, "/apis/k8s.cni.cncf.io/v1", &probe); errors.Is(gerr, kube.ErrNotFound) {
+			m.Problems = append(m.Problems, "the NetworkAttachmentDefinition API (k8s.cni.cncf.io/v1) is not installed: Multus is not set up in this cluster")
+		} else {
+			m.Problems = append(m.Problems, fmt.Sprintf("NetworkAttachmentDefinition %s/%s is missing: Multus fails the pod's sandbox (ContainerCreating); "+
+				"create it in namespace %s (the chart does for each namespace in multus.namespaces, with multus.enabled)", m.NADNamespace, network, m.NADNamespace))
+		}
+	default:
+		m.Error = fmt.Sprintf("cannot check NetworkAttachmentDefinition %s/%s: %v (the agent's own kubeconfig may only get pods: pass --kubeconfig)", m.NADNamespace, network, err)
+	}
+	return m
+}
+
+func boolPtr(b bool) *bool { return &b }
