@@ -125,7 +125,6 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 	return ps
 }
 
-
 type podOpt func(*corev1.Pod)
 
 func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }

@@ -30,7 +30,7 @@ const (
 // nodeFlags are the flags inspect and probe share.
 type nodeFlags struct {
 	kubeconfig, config, confDir, binDir, nodeName, procDir, netnsDirs, output *string
-	timeout                                                               *time.Duration
+	timeout                                                                   *time.Duration
 }
 
 func addNodeFlags(fs *flag.FlagSet) *nodeFlags {

@@ -1,0 +1,70 @@
+package doctor
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/sandbox"
+)
+
+// TestProbeReportsWhereTrafficLands sends real connections in real pod namespaces:
+// a pod captured by the plugin's own path (both probes land on the capture ports
+// with their original destination), the same pod shape without rules (nothing is
+// redirected), and a captured pod whose proxy already holds the outbound port
+// (the doctor cannot listen there, so conntrack says where the connection went).
+func TestProbeReportsWhereTrafficLands(t *testing.T) {
+	requireRoot(t)
+	cp := startControlPlane(t)
+	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
+
+	captured := createPod(t, cp, injectedPod("captured"), netip.MustParseAddr("10.251.8.1"))
+	capturedNS := newPodSandbox(t, netip.MustParseAddr("10.251.8.1"))
+	applyCapture(t, e.cfg, captured, capturedNS.path)
+
+	createPod(t, cp, injectedPod("uncaptured"), netip.MustParseAddr("10.251.8.2"))
+	newPodSandbox(t, netip.MustParseAddr("10.251.8.2"))
+
+	withProxy := createPod(t, cp, injectedPod("with-proxy"), netip.MustParseAddr("10.251.8.3"))
+	withProxyNS := newPodSandbox(t, netip.MustParseAddr("10.251.8.3"))
+	applyCapture(t, e.cfg, withProxy, withProxyNS.path)
+	proxy, err := sandbox.Serve(withProxyNS.path, 1337, "proxy-outbound", "tcp4", "0.0.0.0:15001", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+
+	for _, tc := range []struct {
+		name, pod string
+		code      int
+		want      []string
+	}{
+		{"captured", "app/captured", 0, []string{
+			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: redirected to 15006 (original destination preserved)",
+			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: redirected to 15001 (original destination preserved)"}},
+		{"uncaptured", "app/uncaptured", 1, []string{
+			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: NOT redirected: reached 127.0.0.6:15002 directly",
+			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: NOT redirected: no answer from 198.51.100.1:80"}},
+		{"proxy-holds-port", "app/with-proxy", 0, []string{
+			"port 15001 ipv4, outbound capture port: held by another process",
+			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: redirected to 15001 (conntrack; the proxy's listener accepted it)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := e.run("probe", tc.pod, "--connect-timeout", "1s")
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s\nstdout:\n%s", code, tc.code, stderr, stdout)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout)
+				}
+			}
+			checkGolden(t, filepath.Join("testdata", "probe", tc.name+".txt.golden"), stdout)
+		})
+	}
+	// The rules are still exactly as the plugin programmed them: probing changed nothing.
+	if stdout, _, code := e.run("inspect", "app/captured"); code != 0 {
+		t.Errorf("inspect after probe: exit %d\n%s", code, stdout)
+	}
+}
