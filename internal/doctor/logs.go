@@ -25,9 +25,30 @@ type LogRecord struct {
 	Reason      string            `json:"reason,omitempty"`
 	Backend     string            `json:"backend,omitempty"`
 	Error       string            `json:"error,omitempty"`
-	Took        string            `json:"took,omitempty"`
-	Extra       map[string]string `json:"extra,omitempty"`
+	Took        LogDuration       `json:"took,omitempty"`
+	Extra       map[string]any    `json:"extra,omitempty"`
 }
+
+// LogDuration reads a duration as slog's JSON handler writes it (nanoseconds) or
+// as text ("1.5s"), and writes it as text.
+type LogDuration time.Duration
+
+func (d *LogDuration) UnmarshalJSON(b []byte) error {
+	var ns int64
+	if err := json.Unmarshal(b, &ns); err == nil {
+		*d = LogDuration(ns)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = LogDuration(v)
+	return err
+}
+
+func (d LogDuration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
 // LogFilter selects records.
 type LogFilter struct {
@@ -51,6 +72,7 @@ func (r *LogRecord) isOutcome() bool {
 // time order. Lines that are not records (a truncated last line) are counted, not
 // fatal: the file is appended to by concurrent plugin processes.
 func ReadLogs(r io.Reader, f LogFilter) (recs []LogRecord, skipped int, err error) {
+	podOf := map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -73,10 +95,17 @@ func ReadLogs(r io.Reader, f LogFilter) (recs []LogRecord, skipped int, err erro
 		for k, v := range raw {
 			if !known[k] {
 				if rec.Extra == nil {
-					rec.Extra = map[string]string{}
+					rec.Extra = map[string]any{}
 				}
-				rec.Extra[k] = fmt.Sprint(v)
+				rec.Extra[k] = v
 			}
+		}
+		// DEL records carry no pod (the runtime passes none it must trust): they
+		// belong to the pod whose ADD had the same container.
+		if rec.Pod != "" && rec.ContainerID != "" {
+			podOf[rec.ContainerID] = rec.Pod
+		} else if rec.Pod == "" {
+			rec.Pod = podOf[rec.ContainerID]
 		}
 		if rec.Time.Before(f.Since) || f.Pod != "" && rec.Pod != f.Pod || !f.All && !rec.isOutcome() {
 			continue
@@ -132,8 +161,8 @@ func describeRecord(r LogRecord) string {
 			s += ": " + r.Reason
 		}
 	}
-	if r.Took != "" {
-		s += ", took " + r.Took
+	if r.Took != 0 {
+		s += ", took " + time.Duration(r.Took).Round(time.Microsecond).String()
 	}
 	keys := make([]string, 0, len(r.Extra))
 	for k := range r.Extra {
@@ -145,7 +174,7 @@ func describeRecord(r LogRecord) string {
 		if k == "applyTook" || k == "lookupTook" || k == "ipv6" {
 			continue // timings and flags: in -o json
 		}
-		extra = append(extra, k+"="+r.Extra[k])
+		extra = append(extra, fmt.Sprintf("%s=%v", k, r.Extra[k]))
 	}
 	if len(extra) > 0 {
 		s += " (" + strings.Join(extra, " ") + ")"
