@@ -14,19 +14,19 @@ import (
 // JSON lines to <cni_agent_run_dir>/istio-cni.log). Fields the plugin adds that are
 // not listed here are kept in Extra.
 type LogRecord struct {
-	Time        time.Time         `json:"time"`
-	Level       string            `json:"level"`
-	Msg         string            `json:"msg"`
-	Command     string            `json:"command,omitempty"`
-	Pod         string            `json:"pod,omitempty"`
-	ContainerID string            `json:"containerID,omitempty"`
-	Netns       string            `json:"netns,omitempty"`
-	Decision    string            `json:"decision,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	Backend     string            `json:"backend,omitempty"`
-	Error       string            `json:"error,omitempty"`
-	Took        LogDuration       `json:"took,omitempty"`
-	Extra       map[string]any    `json:"extra,omitempty"`
+	Time        time.Time      `json:"time"`
+	Level       string         `json:"level"`
+	Msg         string         `json:"msg"`
+	Command     string         `json:"command,omitempty"`
+	Pod         string         `json:"pod,omitempty"`
+	ContainerID string         `json:"containerID,omitempty"`
+	Netns       string         `json:"netns,omitempty"`
+	Decision    string         `json:"decision,omitempty"`
+	Reason      string         `json:"reason,omitempty"`
+	Backend     string         `json:"backend,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	Took        LogDuration    `json:"took,omitempty"`
+	Extra       map[string]any `json:"extra,omitempty"`
 }
 
 // LogDuration reads a duration as slog's JSON handler writes it (nanoseconds) or

@@ -92,8 +92,12 @@ func CheckMultus(ctx context.Context, c *kube.Client, pod *kube.Pod, network str
 		}
 	}
 	if !m.Requested {
-		m.Problems = append(m.Problems, fmt.Sprintf("annotation %s does not name the %s network (it is %q): Multus never runs istio-cni for this pod, so its traffic is not redirected "+
-			"(Istio's injector adds it on OpenShift; re-create the pod, or check the injection template)", MultusNetworksAnnotation, network, m.Annotation))
+		what := fmt.Sprintf("it is %q", m.Annotation)
+		if m.Annotation == "" {
+			what = "the pod has none"
+		}
+		m.Problems = append(m.Problems, fmt.Sprintf("annotation %s does not name the %s network (%s): Multus never runs istio-cni for this pod, so its traffic is not redirected "+
+			"(Istio's injector adds it on OpenShift; re-create the pod, or check the injection template)", MultusNetworksAnnotation, network, what))
 		return m
 	}
 	var nad struct {
