@@ -1,6 +1,8 @@
 // Command install-cni is the istio-cni node agent: it installs the istio-cni plugin
-// on the node, keeps its config entry in place, relays the plugin's logs, and
-// removes everything on SIGTERM. Settings: --help, or internal/agent/README.md.
+// on the node, keeps its config entry in place, relays the plugin's logs, serves the
+// node's pods to the plugin, repairs pods started before the plugin was in place,
+// optionally keeps the node readiness taint, and removes everything on SIGTERM.
+// Settings: --help, or internal/agent/README.md.
 package main
 
 import (

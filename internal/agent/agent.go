@@ -53,6 +53,7 @@ type agent struct {
 // watch starts (settings the node contradicts, ports in use) end Run; errors while
 // watching are logged and retried on the next change.
 func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (err error) {
+	// Parse refuses an empty node name when a feature watching this node's pods is on.
 	if s.NodeName == "" {
 		s.NodeName, _ = os.Hostname() // only fills __KUBERNETES_NODE_NAME__
 	}
@@ -102,6 +103,12 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		return err
 	}
 	defer stopHTTP()
+
+	stopControllers, err := a.startControllers(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopControllers()
 
 	w, err := a.watch()
 	if err != nil {

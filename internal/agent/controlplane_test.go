@@ -3,19 +3,25 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/netns"
 )
 
 func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *testing.T) {
@@ -107,5 +113,233 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 		if !errors.As(err, &st) || st.Code != 403 {
 			t.Errorf("GET %s with the plugin's kubeconfig: %v, want 403 Forbidden", path, err)
 		}
+	}
+}
+
+// The chart's grants for the default features with labelling on: the plugin's get,
+// the pod cache's and the repair controller's list and watch, the label through
+// pods/status, and events.
+var chartRepairRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+}
+
+// meshPod is a pod as Istio's injector shapes it with the CNI on: the validation
+// init container and the istio-proxy sidecar.
+func meshPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "apps",
+			Annotations: map[string]string{"sidecar.istio.io/status": `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       node,
+			InitContainers: []corev1.Container{{Name: "istio-validation", Image: "proxyv2", Args: []string{"istio-iptables", "--run-validation", "--skip-rule-apply"}}},
+			Containers: []corev1.Container{
+				{Name: "app", Image: "app"},
+				{Name: "istio-proxy", Image: "proxyv2", Args: []string{"proxy", "sidecar"}},
+			},
+		},
+	}
+}
+
+// failValidation plays the kubelet: the pod got ip, and its validation init
+// container exited 126, what istio-iptables --run-validation exits with when the
+// traffic is not redirected.
+func failValidation(t *testing.T, cp *controlplane.ControlPlane, p *corev1.Pod, ip string) {
+	t.Helper()
+	p = p.DeepCopy()
+	p.Status = corev1.PodStatus{
+		Phase: corev1.PodPending, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		InitContainerStatuses: []corev1.ContainerStatus{{
+			Name: "istio-validation", Image: "proxyv2",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 126, Reason: "Error", StartedAt: metav1.Now(), FinishedAt: metav1.Now(),
+			}},
+		}},
+	}
+	if _, err := cp.AdminClient().CoreV1().Pods(p.Namespace).UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("set the status of pod %s: %v", p.Name, err)
+	}
+}
+
+// TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer runs the agent
+// as the chart does (NODE_NAME, POD_NAME, the pod cache and repair on, the chart's
+// RBAC) against a real kube-apiserver:
+//   - pods.sock answers for pods on the agent's node, also ones created later, and
+//     not for another node's; the plugin's own lookup is answered from it;
+//   - a broken pod whose address is in a network namespace on the node is repaired
+//     in place (the plugin's rules are in that namespace); one whose namespace
+//     cannot be found is labelled once the attempts run out;
+//   - /metrics shows the cache as synced and the repair counters;
+//   - on SIGTERM the socket is gone.
+func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	admin := cp.AdminClient()
+	if err := cp.EnsureNamespace(ctx, "apps"); err != nil {
+		t.Fatal(err)
+	}
+	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", chartRepairRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := kube.LoadKubeconfig(saKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t)
+	n.rotateToken(t, sa.Token)
+	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
+	u, err := url.Parse(cp.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A pod sandbox on the node: a network namespace holding the broken pod's
+	// address, bind-mounted where the runtime would put it.
+	netnsDir := t.TempDir()
+	sandbox, err := netns.New(netnsDir, "cni-0f1e2d3c")
+	if err != nil {
+		t.Fatalf("create a pod network namespace (needs root): %v", err)
+	}
+	t.Cleanup(func() { netns.Delete(sandbox) })
+	const fixableIP, lostIP = "198.51.100.21", "198.51.100.22"
+	if err := netns.Do(sandbox, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(net.ParseIP(fixableIP))})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port(),
+		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "POD_NAME=istio-cni-node-test", "NODE_NAME=node-a",
+		"PLUGIN_LOG_LEVEL=debug",
+		"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAIR_REPAIR_PODS=true", "REPAIR_LABEL_PODS=true",
+		"REPAIR_PROC_DIR="+t.TempDir(), "REPAIR_NETNS_DIRS="+netnsDir, // only the sandbox above, not this machine's processes
+		"REPAIR_MAX_RETRIES=2", "REPAIR_RETRY_BASE_DELAY=50ms", "REPAIR_RETRY_MAX_DELAY=200ms")
+	p.waitReady(t)
+
+	// The pod cache.
+	pods := admin.CoreV1().Pods("apps")
+	mine, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
+		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "apps"},
+		Spec:       corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the pod cache is synced", func() bool { return p.metric(t, "istio_cni_pod_cache_synced") == 1 })
+	sock := filepath.Join(n.runDir, "pods.sock")
+	agentClient := kube.NewAgentClient(sock, time.Second)
+	var got *kube.Pod
+	eventually(t, 10*time.Second, "pods.sock answers for apps/web", func() bool {
+		got, err = agentClient.GetPod(ctx, "apps", "web")
+		return err == nil
+	})
+	if got.Metadata.UID != string(mine.UID) || got.Spec.NodeName != "node-a" {
+		t.Errorf("pods.sock answered apps/web with uid %q node %q, want %q on node-a", got.Metadata.UID, got.Spec.NodeName, mine.UID)
+	}
+	if _, err := agentClient.GetPod(ctx, "apps", "elsewhere"); !errors.Is(err, kube.ErrNotFound) {
+		t.Errorf("pods.sock for a pod on node-b: %v, want not found", err)
+	}
+
+	// The plugin asks the cache first.
+	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, "istio-cni.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &libcni.RuntimeConf{
+		ContainerID: "feedfacecafe0002", NetNS: newNetns(t), IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}, {"K8S_POD_UID", string(mine.UID)}},
+	}
+	if _, err := libcni.NewCNIConfig([]string{n.binDir}, nil).AddNetwork(ctx, conf, rt); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	eventually(t, 10*time.Second, "the plugin reports the pod came from the agent's cache", func() bool {
+		return strings.Contains(p.stdout.String(), "pod found in the agent's cache")
+	})
+
+	// Repair: one pod repaired in place, one labelled after its attempts ran out.
+	fixable, err := pods.Create(ctx, meshPod("fixable", "node-a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := pods.Create(ctx, meshPod("lost", "node-a"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failValidation(t, cp, fixable, fixableIP)
+	failValidation(t, cp, lost, lostIP)
+
+	series := func(typ, result string) string {
+		return `istio_cni_repair_pods_repaired_total{result="` + result + `",type="` + typ + `"}`
+	}
+	eventually(t, 20*time.Second, "the repair counters show one repair and one label", func() bool {
+		return p.metric(t, series("repair", "success")) == 1 && p.metric(t, series("label", "success")) == 1
+	})
+	var rules []byte
+	if err := netns.Do(sandbox, func() error {
+		rules, err = exec.Command("iptables-save").CombinedOutput()
+		return err
+	}); err != nil {
+		t.Fatalf("iptables-save in the sandbox: %v: %s", err, rules)
+	}
+	for _, chain := range []string{":ISTIO_INBOUND", ":ISTIO_OUTPUT", ":ISTIO_REDIRECT"} {
+		if !strings.Contains(string(rules), chain) {
+			t.Errorf("the repaired pod's namespace lacks %s:\n%s", chain, rules)
+		}
+	}
+	lostNow, err := pods.Get(ctx, "lost", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := lostNow.Labels["cni.istio.io/uninitialized"]; v != "true" {
+		t.Errorf("pod lost: label cni.istio.io/uninitialized=%q, want true", v)
+	}
+	fixableNow, err := pods.Get(ctx, "fixable", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fixableNow.Labels["cni.istio.io/uninitialized"]; ok {
+		t.Error("pod fixable was repaired in place but labelled too")
+	}
+	if v := p.metric(t, series("repair", "fail")); v < 2 {
+		t.Errorf("repair/fail = %v, want at least the 2 attempts on pod lost", v)
+	}
+	eventually(t, 10*time.Second, "the repair events reach the API server", func() bool {
+		evs, err := admin.CoreV1().Events("apps").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		var repaired, labelled bool
+		for _, e := range evs.Items {
+			repaired = repaired || (e.InvolvedObject.Name == "fixable" && e.Reason == "RepairBrokenPod" && e.Type == "Normal" &&
+				e.Source.Component == "istio-cni-repair" && e.Source.Host == "node-a")
+			labelled = labelled || (e.InvolvedObject.Name == "lost" && e.Reason == "LabelBrokenPod")
+		}
+		return repaired && labelled
+	})
+	if v := p.metric(t, "istio_cni_install_ready"); v != 1 {
+		t.Errorf("istio_cni_install_ready = %v, want 1", v)
+	}
+	if rss, err := statusField(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS"); err == nil {
+		t.Logf("agent with the pod cache and repair running: RSS %.0f KiB", rss) // a figure for the README, not asserted
+	}
+
+	p.stop(t)
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pods.sock left behind after SIGTERM: %v", err)
 	}
 }

@@ -140,6 +140,10 @@ func (n *node) env(extra ...string) []string {
 		"KUBERNETES_SERVICE_PORT=6443",
 		"MONITORING_PORT=0",
 		"READINESS_PORT=0",
+		// No API server here: what would watch it is off unless a test turns it on
+		// (a later entry in extra wins).
+		"POD_CACHE_ENABLED=false",
+		"REPAIR_ENABLED=false",
 	}, extra...)
 }
 

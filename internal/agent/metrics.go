@@ -15,11 +15,23 @@ type metrics struct {
 	mu       sync.Mutex
 	ready    bool
 	counters map[string]float64 // series ("name" or `name{labels}`) -> value
+	// collectors are other parts' metrics (the pod cache, the repair and taint
+	// controllers), read at each scrape.
+	collectors []collector
 }
+
+// collector is a set of metrics kept elsewhere: collect returns every series by its
+// Prometheus name (`name` or `name{labels}`), families documents each name.
+type collector struct {
+	families []metricFamily
+	collect  func() map[string]float64
+}
+
+type metricFamily struct{ name, typ, help string }
 
 // metricHelp documents every metric; only these are exposed, each always (a
 // counter that is absent cannot be told from a broken scrape).
-var metricHelp = []struct{ name, typ, help string }{
+var metricHelp = []metricFamily{
 	{"istio_cni_install_ready", "gauge", "1 when the CNI config holds the istio-cni entry and the watch is running."},
 	{"istio_cni_installs_total", "counter", "Times the istio-cni entry was written into a CNI config that lacked it (first install included)."},
 	{"istio_cni_config_reinserts_total", "counter", "Times the entry had to be put back after something removed it."},
@@ -31,6 +43,14 @@ var metricHelp = []struct{ name, typ, help string }{
 }
 
 func newMetrics() *metrics { return &metrics{counters: map[string]float64{}} }
+
+// addCollector exposes c's metrics after the agent's own. Families that c does not
+// return at a scrape are left out of it.
+func (m *metrics) addCollector(c collector) {
+	m.mu.Lock()
+	m.collectors = append(m.collectors, c)
+	m.mu.Unlock()
+}
 
 func (m *metrics) add(name string, labels ...string) {
 	m.mu.Lock()
@@ -102,6 +122,30 @@ func (m *metrics) write(w io.Writer) error {
 			fmt.Fprintf(&b, "%s %g\n", k, m.counters[k])
 		}
 	}
+	for _, c := range m.collectors {
+		writeCollected(&b, c.families, c.collect())
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeCollected writes the series of each family in values, sorted, under its HELP
+// and TYPE lines.
+func writeCollected(b *strings.Builder, families []metricFamily, values map[string]float64) {
+	for _, f := range families {
+		var keys []string
+		for k := range values {
+			if k == f.name || strings.HasPrefix(k, f.name+"{") {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.typ)
+		for _, k := range keys {
+			fmt.Fprintf(b, "%s %g\n", k, values[k])
+		}
+	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/repair"
+	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
 // Settings is everything the agent was asked to do, validated. Parse is the only way
@@ -93,6 +95,16 @@ type Settings struct {
 	// LogLevel and LogJSON configure the agent's own log (stderr).
 	LogLevel slog.Level
 	LogJSON  bool
+
+	// PodCache serves this node's pods to the plugin over <RunDir>/pods.sock from a
+	// watch of the node's pods (needs NodeName).
+	PodCache bool
+	// Repair and Taint are the repair and node readiness controllers' settings,
+	// read from their own environment variables (Istio's REPAIR_* names, our
+	// TAINT_*); NODE_NAME and POD_NAMESPACE come from the agent's settings above, so
+	// --node-name and KUBERNETES_NODE_NAME count for them too.
+	Repair repair.Config
+	Taint  taint.Config
 }
 
 // Defaults, Istio's where Istio has one.
@@ -225,6 +237,9 @@ var settings = []setting{
 	{name: "log_as_json", envs: []string{"AGENT_LOG_AS_JSON"}, def: "false", bool: true,
 		usage: "this agent's log in JSON",
 		set:   toggle(func(s *Settings) *bool { return &s.LogJSON })},
+	{name: "pod-cache", envs: []string{"POD_CACHE_ENABLED"}, def: "true", bool: true,
+		usage: "serve this node's pods to the plugin from a watch (needs NODE_NAME and list/watch pods)",
+		set:   toggle(func(s *Settings) *bool { return &s.PodCache })},
 }
 
 func (s setting) flagName() string { return "--" + s.name }
@@ -551,7 +566,45 @@ func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, erro
 	if err := s.validate(); err != nil {
 		return Settings{}, err
 	}
+	if err := s.parseControllers(lookupEnv); err != nil {
+		return Settings{}, err
+	}
 	return s, nil
+}
+
+// parseControllers reads the repair and node readiness controllers' settings. The
+// variables they share with the agent (NODE_NAME, POD_NAMESPACE) are answered from
+// the agent's own settings, so a flag or KUBERNETES_NODE_NAME reaches them too.
+func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error {
+	lookup := func(name string) (string, bool) {
+		switch name {
+		case repair.EnvNodeNameAgent:
+			return s.NodeName, s.NodeName != ""
+		case taint.EnvPodNamespace:
+			return s.PodNamespace, s.PodNamespace != ""
+		}
+		return lookupEnv(name)
+	}
+	var errs []error
+	if s.PodCache && s.NodeName == "" {
+		// The host name is not a safe guess: a node's name often differs from it (cloud
+		// providers' FQDNs), and a cache of another node's pods would answer nothing.
+		errs = append(errs, errors.New("NODE_NAME is not set, and POD_CACHE_ENABLED is true: the pod cache watches only this node's pods "+
+			"(set NODE_NAME from the downward API's spec.nodeName, or POD_CACHE_ENABLED=false)"))
+	}
+	var err error
+	if s.Repair, err = repair.ConfigFromEnv(lookup); err != nil {
+		errs = append(errs, fmt.Errorf("repair controller: %w", err))
+	}
+	if s.Taint, err = taint.ConfigFromEnv(lookup); err != nil {
+		errs = append(errs, fmt.Errorf("node readiness controller: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// NeedsAPIServer reports whether a feature that talks to the API server is on.
+func (s *Settings) NeedsAPIServer() bool {
+	return s.PodCache || s.Repair.Enabled || s.Taint.Enabled
 }
 
 // validate checks what no single setting can: combinations and requirements.

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/repair"
+	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
 func envOf(kv map[string]string) func(string) (string, bool) {
@@ -20,8 +22,9 @@ func envOf(kv map[string]string) func(string) (string, bool) {
 	}
 }
 
-// minimalEnv is what Kubernetes gives every pod and the agent cannot run without.
-var minimalEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+// minimalEnv is what Kubernetes gives every pod, plus the node's name (the downward
+// API's spec.nodeName), which the default features (pod cache, repair) need.
+var minimalEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "NODE_NAME": "node-0"}
 
 func withEnv(extra map[string]string) map[string]string {
 	out := map[string]string{}
@@ -55,7 +58,17 @@ func defaults() Settings {
 		RevertWarnCount:   DefaultRevertWarnCount,
 		RevertWarnWindow:  DefaultRevertWarnWindow,
 		LogLevel:          slog.LevelInfo,
+		NodeName:          "node-0",
+		PodCache:          true,
+		Repair:            repairDefaults("node-0"),
+		Taint:             taint.DefaultConfig(),
 	}
+}
+
+func repairDefaults(node string) repair.Config {
+	c := repair.DefaultConfig()
+	c.NodeName = node
+	return c
 }
 
 func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
@@ -81,6 +94,8 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.ExcludeNamespaces = []string{"kube-system", "istio-system"}
 				s.PodNamespace = "istio-system"
 				s.NodeName = "node-1"
+				s.Repair.NodeName = "node-1"
+				s.Taint.AgentNamespace = "istio-system"
 			},
 		},
 		{
@@ -109,6 +124,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.RunDir, s.MonitoringPort, s.ReadinessPort = "/run/x", 0, 9000
 				s.RevertWarnCount, s.RevertWarnWindow = 3, 30*time.Second
 				s.LogLevel, s.LogJSON = slog.LevelDebug, true
+				s.Repair.NodeName, s.Taint.AgentNamespace = "n", "istio-cni"
 			},
 		},
 		{
@@ -138,6 +154,29 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			name: "Istio's --log_output_level scope form",
 			args: []string{"--log_output_level=cni:debug,default:warn", "--log_as_json"},
 			want: func(s *Settings) { s.LogLevel, s.LogJSON = slog.LevelWarn, true },
+		},
+		{
+			name: "no node name is fine with every feature that watches this node's pods off",
+			env:  map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false", "REPAIR_ENABLED": "false"},
+			want: func(s *Settings) {
+				s.NodeName, s.PodCache = "", false
+				s.Repair.Enabled, s.Repair.NodeName = false, ""
+			},
+		},
+		{
+			name: "the repair and taint variables reach their controllers, with the agent's node and namespace",
+			args: []string{"--node-name=node-7", "--pod-cache=false"},
+			env: map[string]string{
+				"REPAIR_REPAIR_PODS": "false", "REPAIR_LABEL_PODS": "true", "REPAIR_BROKEN_POD_LABEL_KEY": "example.com/broken",
+				"REPAIR_INIT_CONTAINER_NAME": "mesh-check", "TAINT_ENABLED": "true", "TAINT_EFFECT": "NoExecute",
+				"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "mesh",
+			},
+			want: func(s *Settings) {
+				s.NodeName, s.PodCache, s.PodNamespace = "node-7", false, "mesh"
+				s.Repair.NodeName, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", false, true
+				s.Repair.LabelKey, s.Repair.InitContainerName = "example.com/broken", "mesh-check"
+				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "NoExecute", "istio-cni-node-x1", "mesh"
+			},
 		},
 		{
 			name: "a bracketed IPv6 API server address",
@@ -196,6 +235,13 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"bin dir is the source", nil, map[string]string{"MOUNTED_CNI_BIN_DIR": "/opt/cni/bin"}, []string{"MOUNTED_CNI_BIN_DIR", `"/opt/cni/bin"`, "onto themselves"}},
 		{"unknown flag", []string{"--cni-conf-dir=/x"}, nil, []string{"cni-conf-dir"}},
 		{"stray argument", []string{"install"}, nil, []string{`"install"`}},
+		{"pod cache not a bool", nil, map[string]string{"POD_CACHE_ENABLED": "sure"}, []string{"POD_CACHE_ENABLED", `"sure"`}},
+		{"no node name for the pod cache", nil, map[string]string{"NODE_NAME": "", "REPAIR_ENABLED": "false"}, []string{"NODE_NAME", "POD_CACHE_ENABLED"}},
+		{"no node name for repair", nil, map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false"}, []string{"REPAIR_NODE_NAME", "NODE_NAME"}},
+		{"repair exit code", nil, map[string]string{"REPAIR_INIT_CONTAINER_EXIT_CODE": "300"}, []string{"REPAIR_INIT_CONTAINER_EXIT_CODE", "300"}},
+		{"repair with nothing to do", nil, map[string]string{"REPAIR_REPAIR_PODS": "false"}, []string{"REPAIR_ENABLED", "REPAIR_REPAIR_PODS"}},
+		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
+		{"taint effect", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "p", "TAINT_EFFECT": "Never"}, []string{"TAINT_EFFECT", `"Never"`}},
 		{"every bad value is reported", nil, map[string]string{"MONITORING_PORT": "x", "READINESS_PORT": "y"}, []string{"MONITORING_PORT", `"x"`, "READINESS_PORT", `"y"`}},
 	}
 	for _, tc := range cases {

@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/podcache"
+	"github.com/istio-cni/istio-cni/internal/repair"
+	"github.com/istio-cni/istio-cni/internal/taint"
+)
+
+// controllerStopWait bounds how long shutdown waits for the controllers: the taint
+// controller releases its lease with an API call that an unreachable API server
+// would hold up, and the node's files must still be cleaned up within the pod's
+// grace period.
+const controllerStopWait = 3 * time.Second
+
+// RestConfig is the agent's own API client config, from the same settings as the
+// plugin's kubeconfig. The token is read from its file, not copied: client-go
+// re-reads the file, so a rotated projected token is picked up without a restart.
+func RestConfig(s *Settings) *rest.Config {
+	c := &rest.Config{
+		Host:            s.KubeProtocol + "://" + net.JoinHostPort(s.KubeHost, strconv.Itoa(int(s.KubePort))),
+		BearerTokenFile: s.TokenFile(),
+		UserAgent:       "istio-cni-agent",
+	}
+	if s.SkipTLSVerify {
+		c.TLSClientConfig.Insecure = true
+	} else {
+		c.TLSClientConfig.CAFile = s.CAFile()
+	}
+	return c
+}
+
+// repairPluginConfig is the plugin's config as the runtime hands it to the plugin:
+// the entry the agent installs, plus the cniVersion and name that a chain gives
+// its plugins when the entry itself lacks them. A repair in place programs exactly
+// what the plugin would have.
+func repairPluginConfig(entry []byte) (*plugin.Config, error) {
+	var m map[string]any
+	if err := json.Unmarshal(entry, &m); err != nil {
+		return nil, fmt.Errorf("plugin config entry: %w", err)
+	}
+	if _, ok := m["cniVersion"]; !ok {
+		m["cniVersion"] = standaloneCNIVersion
+	}
+	if _, ok := m["name"]; !ok {
+		m["name"] = PluginType
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config entry: %w", err)
+	}
+	cfg, err := plugin.ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config entry: %w", err)
+	}
+	return cfg, nil
+}
+
+// Metric families of the parts that keep their own counters.
+var (
+	podCacheFamilies = []metricFamily{
+		{"istio_cni_pod_cache_synced", "gauge", "1 once the pod cache has listed this node's pods (the plugin asks the API server until then)."},
+	}
+	repairFamilies = []metricFamily{
+		{repair.MetricPodsRepaired, "counter", "Broken pods acted on, by action (type: repair, delete, label) and result (success, fail, skip)."},
+		{repair.MetricBrokenDetected, "counter", "Reconciles of pods found broken (a pod counts again on each change until it is fixed)."},
+		{repair.MetricRetries, "counter", "Repair attempts re-queued after a failure."},
+		{repair.MetricGaveUp, "counter", "Broken pods given up on after REPAIR_MAX_RETRIES attempts."},
+		{repair.MetricNetnsScans, "counter", "Searches for a broken pod's network namespace (repair in place)."},
+	}
+	taintFamilies = []metricFamily{
+		{"istio_cni_taint_added_total", "counter", "Nodes given the readiness taint."},
+		{"istio_cni_taint_removed_total", "counter", "Nodes whose readiness taint was removed."},
+		{"istio_cni_taint_patch_failures_total", "counter", "Node taint patches that failed (and were retried)."},
+		{"istio_cni_taint_leader", "gauge", "1 while this agent holds the node readiness lease."},
+		{"istio_cni_taint_elected_total", "counter", "Times this agent became the node readiness leader."},
+	}
+)
+
+// startControllers starts what talks to the API server: the pod cache, the repair
+// controller and the node readiness controller, each when enabled. None of them
+// gates readiness: the plugin falls back to the API server when the cache cannot
+// answer, and repair only fixes pods started before the plugin was in place, so
+// neither may hold back the install that every new pod needs.
+//
+// Errors in the settings the node contradicts (a rule backend that cannot run)
+// are returned; errors while running are logged. stop cancels them and waits, for
+// at most controllerStopWait.
+func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
+	s := a.s
+	if !s.NeedsAPIServer() {
+		return func() {}, nil
+	}
+	// client-go logs through klog; keep one log stream, in the agent's format.
+	klog.SetSlogLogger(a.log.With("component", "client-go"))
+	client, err := kubernetes.NewForConfig(RestConfig(s))
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s:%d: %w", s.KubeHost, s.KubePort, err)
+	}
+
+	type runner struct {
+		name string
+		run  func(context.Context) error
+	}
+	var runners []runner
+
+	if s.PodCache {
+		pc := podcache.New(client, s.NodeName, a.log.With("component", "pod-cache"))
+		a.m.addCollector(collector{families: podCacheFamilies, collect: func() map[string]float64 {
+			return map[string]float64{"istio_cni_pod_cache_synced": boolGauge(pc.Synced())}
+		}})
+		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
+		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
+			go func() {
+				// WaitForCacheSync polls until the first list is in, then stops.
+				if cache.WaitForCacheSync(ctx.Done(), pc.Synced) {
+					a.log.Info("pod cache synced: the plugin reads this node's pods from the agent", "socket", sock, "node", s.NodeName)
+				}
+			}()
+			return pc.Run(ctx, sock)
+		}})
+	}
+
+	if s.Repair.Enabled {
+		// Deps.Recorder stays nil: the controller then records events through its own
+		// broadcaster into the API server, as component istio-cni-repair on this node.
+		deps := repair.Deps{Logger: a.log}
+		if s.Repair.RepairPods {
+			cfg, err := repairPluginConfig(a.entry)
+			if err != nil {
+				return nil, fmt.Errorf("repair in place (%s=true): %w", repair.EnvRepairPods, err)
+			}
+			backend, err := plugin.NewBackend(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("repair in place (%s=true): %w", repair.EnvRepairPods, err)
+			}
+			deps.InPlace = &repair.InPlace{Plugin: cfg, Backend: backend}
+		}
+		rc, err := repair.New(s.Repair, client, deps)
+		if err != nil {
+			return nil, err
+		}
+		a.m.addCollector(collector{families: repairFamilies, collect: rc.Metrics().Collect})
+		runners = append(runners, runner{"repair controller", rc.Run})
+	}
+
+	if s.Taint.Enabled {
+		tc, err := taint.New(s.Taint, client, taint.Deps{Logger: a.log})
+		if err != nil {
+			return nil, err
+		}
+		a.m.addCollector(collector{families: taintFamilies, collect: tc.Metrics().Collect})
+		runners = append(runners, runner{"node readiness controller", tc.Run})
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.run(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error(r.name+" stopped", "error", err)
+			}
+		}()
+	}
+	a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,
+		"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "node", s.NodeName)
+	return func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(controllerStopWait):
+			a.log.Warn("API server features did not stop in time; going on with the uninstall", "waited", controllerStopWait)
+		}
+	}, nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
