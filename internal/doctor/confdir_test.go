@@ -1,0 +1,91 @@
+package doctor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLoadConfDirFindsTheEntryAsTheRuntimeWould covers the node layouts: chained
+// in the primary conflist, standalone for Multus, a primary that sorts before the
+// file holding the entry (the primary CNI wrote a new config), and no entry at all.
+func TestLoadConfDirFindsTheEntryAsTheRuntimeWould(t *testing.T) {
+	const ptp = `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"istio-cni","exclude_namespaces":["x"]}]}`
+	for _, tc := range []struct {
+		name     string
+		files    map[string]string
+		layout   string
+		file     string
+		warnings []string
+		err      string
+	}{
+		{name: "chained", files: map[string]string{"10-pods.conflist": ptp}, layout: LayoutChained, file: "10-pods.conflist"},
+		{name: "standalone", files: map[string]string{"istio-cni.conf": `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni"}`,
+			"00-multus.conf": `{"cniVersion":"1.0.0","name":"multus","type":"multus"}`}, layout: LayoutStandalone, file: "istio-cni.conf"},
+		{name: "primary-rewritten", files: map[string]string{"10-pods.conflist": ptp,
+			"05-new.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"}]}`},
+			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"the runtime uses 05-new.conflist"}},
+		{name: "not-last", files: map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"istio-cni"},{"type":"portmap"}]}`},
+			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"istio-cni is not last in the chain"}},
+		{name: "entry-gone", files: map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"}]}`},
+			err: "no istio-cni entry in the CNI configs of DIR (10-pods.conflist)"},
+		{name: "empty", files: map[string]string{}, err: "no CNI config in DIR"},
+		{name: "bad-entry", files: map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"istio-cni","plugin_log_level":"loud"}]}`},
+			err: "istio-cni entry in DIR/10-pods.conflist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, data := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, src, err := LoadConfDir(dir)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), dir, "DIR"), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if src.Layout != tc.layout || src.Path != filepath.Join(dir, tc.file) || cfg.Type != PluginType {
+				t.Errorf("got %+v (type %q), want layout %s in %s", src, cfg.Type, tc.layout, tc.file)
+			}
+			if len(src.Warnings) != len(tc.warnings) {
+				t.Fatalf("warnings %q, want %q", src.Warnings, tc.warnings)
+			}
+			for i, w := range tc.warnings {
+				if !strings.Contains(src.Warnings[i], w) {
+					t.Errorf("warning %q lacks %q", src.Warnings[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseNetworks(t *testing.T) {
+	for in, want := range map[string]string{
+		"istio-cni":                              "/istio-cni",
+		"ns1/istio-cni@eth1, macvlan":            "ns1/istio-cni,/macvlan",
+		`[{"name":"istio-cni","namespace":"a"}]`: "a/istio-cni",
+		"":                                       "",
+	} {
+		sels, err := ParseNetworks(in)
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		var got []string
+		for _, s := range sels {
+			got = append(got, s.Namespace+"/"+s.Name)
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("ParseNetworks(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if _, err := ParseNetworks("[{"); err == nil {
+		t.Error("broken JSON accepted")
+	}
+}
