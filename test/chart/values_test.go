@@ -313,6 +313,30 @@ func TestValuesReachTheObjects(t *testing.T) {
 			wantEnv(t, env, "TAINT_ENABLED", "true")
 			wantEnv(t, env, "TAINT_KEY", "example.com/cni-not-ready")
 			wantEnv(t, env, "TAINT_EFFECT", "NoExecute")
+			// The DaemonSet's nodeSelector: nodes it never runs on are not tainted.
+			wantEnv(t, env, "TAINT_NODE_LABEL_SELECTOR", "kubernetes.io/os=linux")
+			wantEnv(t, env, "POD_NAME", "fieldRef:metadata.name") // the identity in the lease
+		},
+	}, {
+		name: "the taint covers every node when the DaemonSet has no nodeSelector",
+		args: []string{"--set", "taint.enabled=true", "--set", "nodeSelector=null"},
+		check: func(t *testing.T, m *manifest) {
+			if v, ok := m.env(t)["TAINT_NODE_LABEL_SELECTOR"]; ok {
+				t.Errorf("TAINT_NODE_LABEL_SELECTOR=%q without a nodeSelector", v)
+			}
+		},
+	}, {
+		name: "the pod cache is on by default and knows its node from the downward API",
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "POD_CACHE_ENABLED", "true")
+			wantEnv(t, env, "NODE_NAME", "fieldRef:spec.nodeName")
+		},
+	}, {
+		name: "the pod cache can be turned off",
+		args: []string{"--set", "podCache.enabled=false"},
+		check: func(t *testing.T, m *manifest) {
+			wantEnv(t, m.env(t), "POD_CACHE_ENABLED", "false")
 		},
 	}, {
 		name: "runs on every node at node-critical priority on the host network",
@@ -514,8 +538,16 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		want []string
 	}{{
 		name: "plugin only: get pods",
-		args: []string{"--set", "repair.enabled=false"},
+		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false"},
 		want: []string{podGet},
+	}, {
+		name: "the pod cache watches pods",
+		args: []string{"--set", "repair.enabled=false"},
+		want: concat([]string{podGet}, watchPods),
+	}, {
+		name: "repair without the pod cache watches pods too",
+		args: []string{"--set", "podCache.enabled=false", "--set", "repair.deletePods=false"},
+		want: concat([]string{podGet, labelPods}, watchPods, events),
 	}, {
 		name: "repair by deleting (the seed's defaults)",
 		want: concat([]string{podGet, deletePods}, watchPods, events),
@@ -523,10 +555,6 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		name: "repair by labelling",
 		args: []string{"--set", "repair.deletePods=false"},
 		want: concat([]string{podGet, labelPods}, watchPods, events),
-	}, {
-		name: "repair that only reports",
-		args: []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
-		want: concat([]string{podGet}, watchPods, events),
 	}, {
 		name: "repair in place removes the label of an earlier run",
 		args: []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
@@ -537,18 +565,18 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
 	}, {
 		name: "node readiness taints nodes and elects a leader in its namespace",
-		args: []string{"--set", "repair.enabled=false", "--set", "taint.enabled=true"},
+		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "taint.enabled=true"},
 		want: []string{
-			"cluster  nodes * get", "cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
+			"cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
 			podGet,
 			"kube-system coordination.k8s.io leases * create",
 			"kube-system coordination.k8s.io leases istio-cni-taint get",
 			"kube-system coordination.k8s.io leases istio-cni-taint update",
-			"kube-system  pods * get", "kube-system  pods * list", "kube-system  pods * watch",
+			"kube-system  pods * list", "kube-system  pods * watch",
 		},
 	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
-		args: []string{"--set", "repair.enabled=false", "--set", "privileged=true"},
+		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
 		want: []string{podGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
 	}}
 	for _, c := range cases {
@@ -712,6 +740,9 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"negative maxUnavailable", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=-1"}, []string{"/updateStrategy/rollingUpdate/maxUnavailable", "got -1"}},
 		{"unknown top-level key", []string{"--set", "excludeNamespace={foo}"}, []string{"additional properties 'excludeNamespace' not allowed"}},
 		{"misspelt repair key", []string{"--set", "repair.labelpods=true"}, []string{"/repair", "'labelpods'"}},
+		{"pod cache switch not a boolean", []string{"--set-string", "podCache.enabled=yes"}, []string{"/podCache/enabled", "want boolean"}},
+		{"repair with nothing to do", []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
+			[]string{"repair.enabled", "repair.repairPods", "repair.deletePods", "repair.labelPods", "all false"}},
 		{"short digest", []string{"--set", "digest=sha256:abc"}, []string{"/digest", "'sha256:abc'"}},
 		{"unknown pull policy", []string{"--set", "pullPolicy=Sometimes"}, []string{"/pullPolicy", "'Sometimes'"}},
 		{"namespace that cannot exist", []string{"--set", "excludeNamespaces={Foo_Bar}"}, []string{"/excludeNamespaces/0", "'Foo_Bar'"}},

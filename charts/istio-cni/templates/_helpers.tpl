@@ -58,6 +58,26 @@ repair in place, else {{ $fallback }}
 {{- end -}}
 {{- end }}
 
+{{/* The DaemonSet's nodeSelector as a label selector, key=value,... in key order. */}}
+{{- define "istio-cni.nodeSelector" -}}
+{{- $terms := list -}}
+{{- range $k, $v := .Values.nodeSelector -}}
+{{- $terms = append $terms (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $terms -}}
+{{- end }}
+
+{{/*
+A repair controller with nothing to do is refused, as the agent refuses it
+(REPAIR_ENABLED with every action off): better at install than in a crash-looping agent.
+*/}}
+{{- define "istio-cni.checkRepairActions" -}}
+{{- $r := .Values.repair }}
+{{- if and $r.enabled (not (or $r.repairPods $r.deletePods $r.labelPods)) }}
+{{- fail "repair.enabled is true, but repair.repairPods, repair.deletePods and repair.labelPods are all false: nothing would be done with a broken pod; turn one on, or set repair.enabled=false" }}
+{{- end }}
+{{- end }}
+
 {{/*
 The excluded namespaces without empty entries: helm's --set "excludeNamespaces={}" (the
 seed documents' way to exclude nothing) yields a list holding one empty string.

@@ -1,0 +1,117 @@
+package chart
+
+import (
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/istio-cni/istio-cni/internal/agent"
+)
+
+// podEnv resolves the agent's environment as the kubelet would for a pod of the
+// DaemonSet on node: literal values, the downward API and the ConfigMap, plus the
+// service variables Kubernetes gives every pod.
+func podEnv(t *testing.T, m *manifest, podName, node string) map[string]string {
+	t.Helper()
+	ds := m.daemonSet(t)
+	cm := m.configMap(t)
+	env := map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+	for _, e := range m.agent(t).Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			env[e.Name] = cm.Data[e.ValueFrom.ConfigMapKeyRef.Key]
+		case e.ValueFrom.FieldRef != nil:
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.namespace":
+				env[e.Name] = ds.Namespace
+			case "metadata.name":
+				env[e.Name] = podName
+			case "spec.nodeName":
+				env[e.Name] = node
+			default:
+				t.Fatalf("env %s: the test does not resolve field %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+		}
+	}
+	return env
+}
+
+// TestTheAgentAcceptsTheRenderedEnvironment: for every validated render, the agent's own
+// settings parser accepts what the DaemonSet gives it (a value the agent refuses would
+// be a crash-looping DaemonSet, found only on a cluster), the entry it builds from the
+// ConfigMap is valid, and the controllers' settings match the chart's other objects: the
+// repair and cache watch the pod's own node, the taint controller finds the agent pods by
+// the DaemonSet's labels, elects through the Lease the Role grants, and taints only the
+// nodes the DaemonSet runs on.
+func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
+	all := append(slices.Clone(variants),
+		struct {
+			name string
+			args []string
+		}{"node readiness", []string{"--set", "taint.enabled=true"}},
+		struct {
+			name string
+			args []string
+		}{"no API server features", []string{"--set", "taint.enabled=false", "--set", "repair.enabled=false", "--set", "podCache.enabled=false"}},
+	)
+	const podName, node = "istio-cni-node-x7k2p", "worker-1"
+	for _, v := range all {
+		t.Run(v.name, func(t *testing.T) {
+			m := mustRender(t, v.args...)
+			env := podEnv(t, m, podName, node)
+			s, err := agent.Parse(nil, func(k string) (string, bool) { val, ok := env[k]; return val, ok })
+			if err != nil {
+				t.Fatalf("the agent refuses the rendered environment: %v", err)
+			}
+			if _, err := agent.Entry(&s, s.NetworkConfig); err != nil {
+				t.Errorf("the agent refuses the ConfigMap's entry: %v", err)
+			}
+			if (s.PodCache || s.Repair.Enabled) && s.NodeName != node {
+				t.Errorf("node name %q, want the pod's node %q", s.NodeName, node)
+			}
+			if s.Repair.Enabled && s.Repair.NodeName != node {
+				t.Errorf("repair watches node %q, want %q", s.Repair.NodeName, node)
+			}
+			if !s.Taint.Enabled {
+				return
+			}
+			ds := m.daemonSet(t)
+			if s.Taint.Identity != podName || s.Taint.AgentNamespace != ds.Namespace {
+				t.Errorf("taint identity %q in namespace %q, want the pod %q in %q", s.Taint.Identity, s.Taint.AgentNamespace, podName, ds.Namespace)
+			}
+			sel, err := labels.Parse(s.Taint.AgentSelector)
+			if err != nil || !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+				t.Errorf("agent selector %q (%v) does not match the agent pods' labels %v", s.Taint.AgentSelector, err, ds.Spec.Template.Labels)
+			}
+			nodeSel, err := labels.Parse(s.Taint.NodeSelector)
+			if err != nil || !nodeSel.Matches(labels.Set(ds.Spec.Template.Spec.NodeSelector)) {
+				t.Errorf("taint node selector %q (%v) does not match the nodes the DaemonSet selects %v", s.Taint.NodeSelector, err, ds.Spec.Template.Spec.NodeSelector)
+			}
+			if !roleGrantsLease(t, m, s.Taint.LeaseName) {
+				t.Errorf("the Role istio-cni-taint does not grant get and update of the Lease %q", s.Taint.LeaseName)
+			}
+		})
+	}
+}
+
+func roleGrantsLease(t *testing.T, m *manifest, lease string) bool {
+	t.Helper()
+	d := m.find("Role", "istio-cni-taint")
+	if d == nil {
+		return false
+	}
+	verbs := map[string]bool{}
+	for _, r := range d.object.(*rbacv1.Role).Rules {
+		if slices.Contains(r.APIGroups, "coordination.k8s.io") && slices.Contains(r.Resources, "leases") &&
+			(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, lease)) {
+			for _, v := range r.Verbs {
+				verbs[v] = true
+			}
+		}
+	}
+	return verbs["get"] && verbs["update"] && verbs["create"]
+}
