@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-.PHONY: all build deps prereqs test test-unit bench demo lint fuzz clean
+.PHONY: all build deps prereqs test test-unit bench demo demo-netns lint fuzz clean
 
 all: build
 
@@ -39,8 +39,15 @@ bench: prereqs
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v /internal/repair) 2>&1 | tee bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out
 
-# demo applies the capture to a throwaway network namespace and shows live traffic.
-demo: deps build
+# demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
+# image built here, runs meshed pods with an istio-proxy stand-in and shows their
+# traffic going through it; non-zero exit if anything does not hold. KEEP=1 keeps
+# the node up until Ctrl-C.
+demo: deps
+	$(GO) run ./hack/demo
+
+# demo-netns applies the capture to a throwaway network namespace and shows live traffic.
+demo-netns: deps build
 	$(BIN)/capture-demo
 
 # fuzz runs every fuzzer in the repository for FUZZTIME each.

@@ -1,0 +1,234 @@
+// Command demo is `make demo`: a real node (kubelet + containerd), istio-cni
+// installed on it with its Helm chart from an image built here without a Docker
+// engine, and meshed sample pods whose traffic visibly goes through an istio-proxy
+// stand-in. It prints each command a user would run and what it shows, checks
+// every claim, and exits non-zero if any does not hold. The node is taken down at
+// the end; with KEEP=1 it stays up until Ctrl-C.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failed, err := run(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "demo: FAILED:", err)
+		os.Exit(1)
+	case failed > 0:
+		fmt.Fprintf(os.Stderr, "demo: FAILED: %d checks did not hold\n", failed)
+		os.Exit(1)
+	}
+	fmt.Println("\ndemo: every check held.")
+}
+
+type checker struct{ failed int }
+
+func (c *checker) check(ok bool, what string, detail ...any) {
+	if ok {
+		fmt.Printf("  ok: %s\n", what)
+		return
+	}
+	c.failed++
+	fmt.Printf("  FAIL: %s %s\n", what, fmt.Sprint(detail...))
+}
+
+func section(format string, args ...any) {
+	fmt.Printf("\n== "+format+"\n", args...)
+}
+
+func run(ctx context.Context) (failed int, err error) {
+	if os.Geteuid() != 0 {
+		return 0, errors.New("needs root (containerd, kubelet, network namespaces): sudo make demo")
+	}
+	root, err := meshnode.RepoRoot()
+	if err != nil {
+		return 0, err
+	}
+	tools, err := meshnode.FindTools(ctx, root)
+	if err != nil {
+		return 0, err
+	}
+	work, err := os.MkdirTemp("", "istio-cni-demo-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(work)
+
+	section("1. The container images, built without a Docker engine (internal/image)")
+	t := time.Now()
+	im, err := meshnode.BuildImages(ctx, root, work)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Printf("  %s@%s  (install-cni, istio-cni, istio-iptables, istio-cni-doctor: static, reproducible)\n", meshnode.AgentRef, im.AgentDigest)
+	fmt.Printf("  %s@%s  (the istio-proxy stand-in and the sample app)\n", meshnode.DemoImage, im.DemoDigest)
+	fmt.Printf("  built in %s\n", time.Since(t).Round(100*time.Millisecond))
+
+	section("2. A real node: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet; ptp is the primary CNI")
+	n, err := node.Up(ctx, node.Options{Progress: prefixWriter{"  "}})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if os.Getenv("KEEP") == "1" {
+			fmt.Printf("\nKEEP=1: the node stays up until Ctrl-C. In another shell:\n  export PATH=%s:$PATH KUBECONFIG=%s\n  kubectl get pods -A -o wide\n",
+				filepath.Dir(tools.Kubectl), n.Kubeconfig())
+			<-ctx.Done()
+		}
+		if derr := n.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	s := &meshnode.Session{Node: n, Tools: tools, Root: root, Out: os.Stdout}
+	c := &checker{}
+	fmt.Printf("  export KUBECONFIG=%s PATH=%s:$PATH\n", n.Kubeconfig(), filepath.Dir(tools.Kubectl))
+	if err := im.Import(ctx, n); err != nil {
+		return 0, err
+	}
+	s.Sh(ctx, "ctr", "-a", n.ContainerdSocket(), "-n", "k8s.io", "images", "ls", "-q", "name~="+meshnode.Hub)
+
+	section("3. helm install: the DaemonSet's agent puts the plugin into the node's CNI config")
+	before, err := meshnode.ConfDir(n)
+	if err != nil {
+		return 0, err
+	}
+	binsBefore, _ := meshnode.BinDir(n)
+	values, err := meshnode.ChartValues(n, im)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Println("  (no kube-proxy on this node: env.KUBERNETES_SERVICE_HOST/PORT point the agent at the API server)")
+	took, agent, err := s.Install(ctx, values)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Printf("  helm install -> agent Ready: %s\n", took.Round(10*time.Millisecond))
+	s.Kubectl(ctx, "get", "pods", "-n", meshnode.Namespace, "-l", "k8s-app=istio-cni-node", "-o", "wide")
+	conflist := filepath.Join(n.CNIConfDir(), "10-ptp.conflist")
+	out, _ := s.Sh(ctx, "cat", conflist)
+	c.check(pluginTypes(out) == "ptp,istio-cni", "the primary network's chain is now ptp -> istio-cni", "(got ", pluginTypes(out), ")")
+	bins, _ := meshnode.BinDir(n)
+	c.check(contains(bins, "istio-cni"), "the agent copied istio-cni into the node's CNI bin dir", bins)
+
+	section("4. A sample app with the istio-proxy stand-in, as Istio's injector leaves it (annotation sidecar.istio.io/status, container istio-proxy, uid 1337)")
+	pods, err := meshnode.CreatePods(ctx, n,
+		meshnode.MeshedPod("demo", "app"),
+		meshnode.MeshedPod("demo", "client"),
+		// The same pod in a namespace the chart excludes (excludeNamespaces: [istio-system]).
+		meshnode.MeshedPod("istio-system", "outsider"))
+	if err != nil {
+		return 0, err
+	}
+	app, client, outsider := pods[0], pods[1], pods[2]
+	s.Kubectl(ctx, "get", "pods", "-n", "demo", "-o", "wide")
+	s.Kubectl(ctx, "get", "pods", "-n", "istio-system", "-o", "wide")
+
+	section("5. The rules inside the app pod's network namespace")
+	fmt.Println("  What the plugin decides for this pod, from its manifest (no cluster access needed):")
+	manifest := filepath.Join(work, "app.yaml")
+	if y, err := meshnode.Run(ctx, n, tools.Kubectl, "get", "pod", "-n", "demo", "app", "-o", "yaml"); err == nil {
+		os.WriteFile(manifest, []byte(y), 0o644)
+	}
+	fmt.Println("  $ kubectl get pod -n demo app -o yaml > app.yaml")
+	explain, _ := s.Sh(ctx, filepath.Join(work, "bin", "istio-cni-doctor"), "explain", "-f", manifest)
+	c.check(strings.Contains(explain, "ISTIO_"), "istio-cni-doctor explain shows the rules the plugin programs")
+	fmt.Println("  And what is really there, read on the node:")
+	rules, err := s.ShowRules(ctx, app)
+	c.check(err == nil && meshnode.Captured(rules), "the app pod's netns has ISTIO_INBOUND/ISTIO_OUTPUT/ISTIO_REDIRECT with jumps from PREROUTING and OUTPUT", err)
+	rules, err = s.ShowRules(ctx, client)
+	c.check(err == nil && meshnode.Captured(rules), "the client pod's netns is captured the same way", err)
+
+	section("6. A request from the client's app to the app pod (by pod IP)")
+	answer, err := s.Request(ctx, client, app)
+	c.check(err == nil && strings.Contains(answer, "hello from app"), "the app answered", err)
+	c.check(strings.Contains(answer, "127.0.0.6"), "the app saw the connection come from 127.0.0.6: its own proxy's inbound passthrough, not the client")
+	clientLog, _ := s.ProxyLog(ctx, client)
+	c.check(contains(meshnode.Forwarded(clientLog, "outbound"), app.Status.PodIP+":8080"), "it left the client through the client's proxy (outbound "+app.Status.PodIP+":8080, read with SO_ORIGINAL_DST)")
+	appLog, _ := s.ProxyLog(ctx, app)
+	c.check(contains(meshnode.Forwarded(appLog, "inbound"), app.Status.PodIP+":8080"), "it arrived at the app through the app's proxy (inbound "+app.Status.PodIP+":8080)")
+
+	section("7. A pod in an excluded namespace (istio-system) is left alone")
+	rules, err = s.ShowRules(ctx, outsider)
+	c.check(err == nil && !meshnode.HasIstioRules(rules), "its netns has no ISTIO_ chain or rule", err)
+	answer, err = s.Request(ctx, outsider, app)
+	c.check(err == nil && strings.Contains(answer, "hello from app"), "its request reaches the app", err)
+	outsiderLog, _ := s.ProxyLog(ctx, outsider)
+	c.check(len(meshnode.Forwarded(outsiderLog, "outbound")) == 0, "without going through its own proxy (no outbound line)")
+	fmt.Println("  The plugin's decisions, as the agent prints them:")
+	agentLog, _ := meshnode.Run(ctx, n, tools.Kubectl, "logs", "-n", meshnode.Namespace, agent.Name)
+	fmt.Printf("  $ kubectl logs -n %s %s | grep -E 'demo|istio-system'\n", meshnode.Namespace, agent.Name)
+	for _, line := range strings.Split(agentLog, "\n") {
+		if strings.Contains(line, "demo") || strings.Contains(line, "istio-system") {
+			fmt.Printf("    %s\n", line)
+		}
+	}
+
+	section("8. helm uninstall: the agent takes the plugin out; the CNI config dir is as before")
+	for _, p := range []*corev1.Pod{app, client, outsider} {
+		meshnode.Run(ctx, n, tools.Kubectl, "delete", "pod", "-n", p.Namespace, p.Name, "--wait=true")
+	}
+	if err := s.Uninstall(ctx); err != nil {
+		return c.failed, err
+	}
+	after, err := meshnode.ConfDir(n)
+	if err == nil {
+		err = meshnode.SameDir(before, after)
+	}
+	c.check(err == nil, "the conf dir holds exactly what it held before helm install", err)
+	binsAfter, _ := meshnode.BinDir(n)
+	c.check(strings.Join(binsAfter, ",") == strings.Join(binsBefore, ","), "the bin dir too", binsAfter)
+	return c.failed, nil
+}
+
+// pluginTypes lists the types of a conflist's plugins: "ptp,istio-cni".
+func pluginTypes(conflist string) string {
+	var c struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if json.Unmarshal([]byte(conflist), &c) != nil {
+		return "unreadable"
+	}
+	var types []string
+	for _, p := range c.Plugins {
+		types = append(types, p.Type)
+	}
+	return strings.Join(types, ",")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type prefixWriter struct{ prefix string }
+
+func (w prefixWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		fmt.Println(w.prefix + line)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,275 @@
+package meshnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/istio-cni/istio-cni/internal/image"
+	"github.com/istio-cni/istio-cni/internal/node"
+)
+
+// Image names. The hub is a name no registry answers for: pods run what was imported.
+const (
+	Hub       = "istio-cni.local"
+	Tag       = "dev"
+	DemoImage = Hub + "/proxy-standin:" + Tag
+	AgentRef  = Hub + "/install-cni:" + Tag
+)
+
+// Images are the built images, as archives ready for Import.
+type Images struct {
+	AgentDigest string // sha256:...
+	DemoDigest  string
+	archives    map[string]string // ref -> archive
+}
+
+// RepoRoot is the repository's root: the nearest parent holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module github.com/istio-cni/istio-cni\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("not inside the istio-cni repository")
+		}
+		dir = parent
+	}
+}
+
+// BuildImages builds the agent image (install-cni, istio-cni, istio-iptables,
+// istio-cni-doctor) and the demo image (proxy-standin) into dir.
+func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
+	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin"), append(append([]string(nil), image.AgentBinaries...), "./cmd/proxy-standin")...)
+	if err != nil {
+		return nil, err
+	}
+	agentSpec, err := image.AgentSpec(AgentRef, bins)
+	if err != nil {
+		return nil, err
+	}
+	demoSpec := image.Spec{
+		Ref:        DemoImage,
+		Files:      []image.File{{Path: "/usr/local/bin/proxy-standin", Source: bins["proxy-standin"]}},
+		Entrypoint: []string{"proxy-standin"},
+	}
+	im := &Images{archives: map[string]string{}}
+	for _, s := range []struct {
+		spec   image.Spec
+		digest *string
+	}{{agentSpec, &im.AgentDigest}, {demoSpec, &im.DemoDigest}} {
+		img, err := image.Build(s.spec)
+		if err != nil {
+			return nil, err
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return nil, err
+		}
+		*s.digest = d.String()
+		archive := filepath.Join(dir, filepath.Base(strings.ReplaceAll(s.spec.Ref, ":", "_"))+".oci.tar")
+		if err := image.WriteArchive(archive, s.spec.Ref, img); err != nil {
+			return nil, err
+		}
+		im.archives[s.spec.Ref] = archive
+	}
+	return im, nil
+}
+
+// Import loads both images into the node's containerd.
+func (im *Images) Import(ctx context.Context, n *node.Node) error {
+	for ref, a := range im.archives {
+		if err := image.Import(ctx, n.ContainerdSocket(), a, ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Tools are the command-line programs a user runs against the node.
+type Tools struct {
+	Helm, Kubectl string
+}
+
+// FindTools builds (first run only) and returns the pinned helm and upstream kubectl.
+func FindTools(ctx context.Context, root string) (Tools, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack/tools/install.sh")).Output()
+	if err != nil {
+		return Tools{}, fmt.Errorf("hack/tools/install.sh: %w", err)
+	}
+	helm := filepath.Join(strings.TrimSpace(string(out)), "helm")
+	script := `root=$1; . "$root/hack/node/common.sh"; build_kubectl; echo "$kubectl_dir/kubectl"`
+	cmd := exec.CommandContext(ctx, "bash", "-c", script, "bash", root)
+	cmd.Stderr = os.Stderr
+	out, err = cmd.Output()
+	if err != nil {
+		return Tools{}, fmt.Errorf("build kubectl: %w", err)
+	}
+	return Tools{Helm: helm, Kubectl: strings.TrimSpace(string(out))}, nil
+}
+
+// APIServer is the host and port of the node's API server as the node itself
+// reaches it (the admin kubeconfig's server).
+func APIServer(n *node.Node) (host string, port int, err error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig())
+	if err != nil {
+		return "", 0, err
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return "", 0, err
+	}
+	host, p, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err = strconv.Atoi(p)
+	return host, port, err
+}
+
+// FreePort is a TCP port nothing listens on now: the agent uses the host network,
+// and other nodes or tests on this machine may hold the chart's default ports.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ChartValues are the --set arguments that install the chart on n from the
+// imported image, pinned by digest.
+//
+// The node has no kube-proxy, so the kubernetes Service VIP (10.96.0.1:443) that
+// Kubernetes puts in every pod's KUBERNETES_SERVICE_HOST/PORT leads nowhere. The
+// agent runs in the host network and the plugin runs on the host, so both reach the
+// API server where the node's own components do: the chart's env value points the
+// agent (and the kubeconfig it writes for the plugin) there.
+func ChartValues(n *node.Node, im *Images) ([]string, error) {
+	host, port, err := APIServer(n)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	probes, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"--set", "hub=" + Hub,
+		"--set", "tag=" + Tag,
+		"--set", "digest=" + im.AgentDigest,
+		"--set", "pullPolicy=IfNotPresent",
+		"--set", "cniBinDir=" + n.CNIBinDir(),
+		"--set", "cniConfDir=" + n.CNIConfDir(),
+		// Per node, not the host's /var/run/istio-cni: other nodes may share this machine.
+		"--set", "cniAgentRunDir=" + filepath.Join(n.StateDir(), "istio-cni-run"),
+		"--set", "logLevel=info",
+		"--set", "monitoringPort=" + strconv.Itoa(metrics),
+		"--set", "probes.port=" + strconv.Itoa(probes),
+		"--set", "env.KUBERNETES_SERVICE_HOST=" + host,
+		"--set-string", "env.KUBERNETES_SERVICE_PORT=" + strconv.Itoa(port),
+	}, nil
+}
+
+// Run runs a command with KUBECONFIG set to the node's and returns its combined output.
+func Run(ctx context.Context, n *node.Node, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+n.Kubeconfig())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// WaitAgentReady waits until the DaemonSet's pod on the node is Ready and returns it.
+func WaitAgentReady(ctx context.Context, n *node.Node, namespace string) (*corev1.Pod, error) {
+	var last string
+	for {
+		pods, err := n.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=istio-cni-node"})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if p.DeletionTimestamp == nil && podReady(p) {
+					return p, nil
+				}
+				last = describe(p)
+			}
+			if len(pods.Items) == 0 {
+				last = "no istio-cni-node pod yet"
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the istio-cni-node pod to be Ready: %w (last: %s)", ctx.Err(), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// WaitAgentGone waits until no agent pod is left in namespace.
+func WaitAgentGone(ctx context.Context, n *node.Node, namespace string) error {
+	for {
+		pods, err := n.Client().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=istio-cni-node"})
+		if err == nil && len(pods.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the istio-cni-node pods to go: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func describe(p *corev1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod %s/%s %s", p.Namespace, p.Name, p.Status.Phase)
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			fmt.Fprintf(&b, "; %s=%s %s", c.Type, c.Status, c.Message)
+		}
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			fmt.Fprintf(&b, "; %s waiting: %s %s", cs.Name, w.Reason, w.Message)
+		}
+		if t := cs.State.Terminated; t != nil {
+			fmt.Fprintf(&b, "; %s terminated: %s (exit %d) %s", cs.Name, t.Reason, t.ExitCode, t.Message)
+		}
+	}
+	return b.String()
+}

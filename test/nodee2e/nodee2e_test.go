@@ -1,0 +1,258 @@
+package nodee2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+// A state dir and pod range of their own: other nodes (hack/node/up.sh, make demo,
+// test/node) may be up on this machine at the same time.
+const stateDir = "/var/lib/istio-cni-nodee2e"
+
+var podCIDR = netip.MustParsePrefix("10.244.210.0/24")
+
+var (
+	theNode   *node.Node
+	theImages *meshnode.Images
+	theTools  meshnode.Tools
+	theRoot   string
+)
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "test/nodee2e: needs root (containerd, kubelet, network namespaces): run as root (sudo make test)")
+		os.Exit(1)
+	}
+	code, err := setUp(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/nodee2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func setUp(m *testing.M) (code int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if theRoot, err = meshnode.RepoRoot(); err != nil {
+		return 0, err
+	}
+	if theTools, err = meshnode.FindTools(ctx, theRoot); err != nil {
+		return 0, err
+	}
+	work, err := os.MkdirTemp("", "nodee2e-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(work)
+	if theImages, err = meshnode.BuildImages(ctx, theRoot, work); err != nil {
+		return 0, err
+	}
+	if err := node.Cleanup(stateDir, podCIDR, os.Stderr); err != nil { // a node left by a killed run
+		return 0, err
+	}
+	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, NodeName: "nodee2e"}); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if derr := theNode.Down(); derr != nil {
+			fmt.Fprintln(os.Stderr, "test/nodee2e: node down:", derr)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}()
+	if err := theImages.Import(ctx, theNode); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func session(t *testing.T) *meshnode.Session {
+	return &meshnode.Session{Node: theNode, Tools: theTools, Root: theRoot, Out: testWriter{t}}
+}
+
+func values(t *testing.T, extra ...string) []string {
+	v, err := meshnode.ChartValues(theNode, theImages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(v, extra...)
+}
+
+// install installs the chart and registers its uninstall; it returns the agent pod.
+func install(t *testing.T, s *meshnode.Session, vals []string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	took, agent, err := s.Install(ctx, vals)
+	if err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Logf("helm install -> agent Ready: %s", took)
+	t.Cleanup(func() {
+		// Whatever a failed test left: the next test starts from a node without the chart.
+		if out, err := meshnode.Run(ctx, theNode, theTools.Helm, "status", meshnode.Release, "-n", meshnode.Namespace); err == nil && strings.Contains(out, "STATUS") {
+			s.Uninstall(ctx)
+		}
+	})
+	return agent
+}
+
+func createPods(t *testing.T, pods ...*corev1.Pod) []*corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	created, err := meshnode.CreatePods(ctx, theNode, pods...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range pods {
+			theNode.Client().CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		waitPodsGone(t, pods)
+	})
+	return created
+}
+
+func waitPodsGone(t *testing.T, pods []*corev1.Pod) {
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range pods {
+		for time.Now().Before(deadline) {
+			if _, err := theNode.Client().CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func conflistTypes(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatalf("10-ptp.conflist: %v", err)
+	}
+	var types []string
+	for _, p := range c.Plugins {
+		types = append(types, fmt.Sprint(p["type"]))
+	}
+	return types
+}
+
+func istioEntry(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	json.Unmarshal(data, &c)
+	for _, p := range c.Plugins {
+		if p["type"] == "istio-cni" {
+			return p
+		}
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkCapturedTraffic proves, for a meshed client and app, that both netns carry
+// the capture and that a request goes out through the client's proxy and in
+// through the app's.
+func checkCapturedTraffic(t *testing.T, s *meshnode.Session, client, app *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	for _, p := range []*corev1.Pod{client, app} {
+		rules, err := s.ShowRules(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !meshnode.Captured(rules) {
+			t.Errorf("pod %s/%s: no capture in its netns:\n%s", p.Namespace, p.Name, rules)
+		}
+	}
+	answer, err := s.Request(ctx, client, app)
+	if err != nil {
+		t.Fatalf("request %s -> %s: %v", client.Name, app.Name, err)
+	}
+	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, "127.0.0.6") {
+		t.Errorf("answer %q: want the app's name, seen from 127.0.0.6 (its proxy's inbound passthrough)", answer)
+	}
+	dst := app.Status.PodIP + ":8080"
+	clientLog, _ := s.ProxyLog(ctx, client)
+	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) {
+		t.Errorf("client proxy log has no outbound %s:\n%s", dst, clientLog)
+	}
+	appLog, _ := s.ProxyLog(ctx, app)
+	if !contains(meshnode.Forwarded(appLog, "inbound"), dst) {
+		t.Errorf("app proxy log has no inbound %s:\n%s", dst, appLog)
+	}
+}
+
+func checkUntouched(t *testing.T, s *meshnode.Session, p, app *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	rules, err := s.ShowRules(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meshnode.HasIstioRules(rules) {
+		t.Errorf("pod %s/%s in an excluded namespace has ISTIO_ rules:\n%s", p.Namespace, p.Name, rules)
+	}
+	if _, err := s.Request(ctx, p, app); err != nil {
+		t.Errorf("request from %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	log, _ := s.ProxyLog(ctx, p)
+	if out := meshnode.Forwarded(log, "outbound"); len(out) > 0 {
+		t.Errorf("pod %s/%s: its traffic went through its proxy (%v)", p.Namespace, p.Name, out)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
