@@ -343,3 +343,91 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 		t.Errorf("pods.sock left behind after SIGTERM: %v", err)
 	}
 }
+
+// TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease runs the agent with
+// TAINT_ENABLED against a real kube-apiserver, with the taint controller's exact
+// grants and no pod cache or repair: it takes the Lease as POD_NAME, taints the node
+// whose agent pod is missing and leaves alone the one whose agent pod is Ready, shows
+// it on /metrics, and releases the Lease on SIGTERM so another agent takes over at once.
+func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	admin := cp.AdminClient()
+	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := kube.LoadKubeconfig(saKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"node-bare", "node-ready"} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentPod, err := admin.CoreV1().Pods("istio-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-ready", Namespace: "istio-system", Labels: map[string]string{"k8s-app": "istio-cni-node"}},
+		Spec:       corev1.PodSpec{NodeName: "node-ready", Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if _, err := admin.CoreV1().Pods("istio-system").UpdateStatus(ctx, agentPod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	n := newNode(t)
+	n.rotateToken(t, sa.Token)
+	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
+	u, err := url.Parse(cp.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port(),
+		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "POD_NAME=istio-cni-node-test",
+		"TAINT_ENABLED=true", "TAINT_LEASE_DURATION=2s", "TAINT_RENEW_DEADLINE=1500ms", "TAINT_RETRY_PERIOD=200ms")
+	p.waitReady(t)
+
+	tainted := func(node string) bool {
+		nd, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range nd.Spec.Taints {
+			if tn.Key == "cni.istio.io/not-ready" && tn.Effect == corev1.TaintEffectNoSchedule {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 20*time.Second, "node-bare (no agent pod) is tainted", func() bool { return tainted("node-bare") })
+	if tainted("node-ready") {
+		t.Error("node-ready is tainted although its agent pod is Ready")
+	}
+	if v := p.metric(t, "istio_cni_taint_leader"); v != 1 {
+		t.Errorf("istio_cni_taint_leader = %v, want 1", v)
+	}
+	if v := p.metric(t, "istio_cni_taint_added_total"); v != 1 {
+		t.Errorf("istio_cni_taint_added_total = %v, want 1", v)
+	}
+	lease, err := admin.CoordinationV1().Leases("istio-system").Get(ctx, "istio-cni-taint", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "istio-cni-node-test" {
+		t.Fatalf("lease istio-system/istio-cni-taint: %+v (%v), want held by the agent's POD_NAME", lease, err)
+	}
+
+	p.stop(t)
+	lease, err = admin.CoordinationV1().Leases("istio-system").Get(ctx, "istio-cni-taint", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("lease still held by %q after SIGTERM, want it released", *h)
+	}
+}
