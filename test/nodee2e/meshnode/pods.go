@@ -207,8 +207,12 @@ func Captured(rules string) bool {
 			return false
 		}
 	}
-	return has(func(l string) bool { return strings.HasPrefix(l, "-A PREROUTING ") && strings.HasSuffix(l, "-j ISTIO_INBOUND") }) &&
-		has(func(l string) bool { return strings.HasPrefix(l, "-A OUTPUT ") && strings.HasSuffix(l, "-j ISTIO_OUTPUT") })
+	return has(func(l string) bool {
+		return strings.HasPrefix(l, "-A PREROUTING ") && strings.HasSuffix(l, "-j ISTIO_INBOUND")
+	}) &&
+		has(func(l string) bool {
+			return strings.HasPrefix(l, "-A OUTPUT ") && strings.HasSuffix(l, "-j ISTIO_OUTPUT")
+		})
 }
 
 // Forwarded lists the proxy log's connection lines of one direction ("outbound",
