@@ -28,12 +28,14 @@ func TestAgentImageBuiltTwiceHasTheSameDigest(t *testing.T) {
 	defer cancel()
 	var digests []string
 	var archives [][32]byte
+	var builds []map[string]string
 	for i := 0; i < 2; i++ {
 		dir := t.TempDir()
 		bins, err := GoBuild(ctx, repoRoot(t), filepath.Join(dir, "bin"), AgentBinaries...)
 		if err != nil {
 			t.Fatal(err)
 		}
+		builds = append(builds, bins)
 		spec, err := AgentSpec("istio-cni.local/install-cni:test", bins)
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +60,15 @@ func TestAgentImageBuiltTwiceHasTheSameDigest(t *testing.T) {
 		archives = append(archives, sha256.Sum256(data))
 	}
 	if digests[0] != digests[1] {
-		t.Errorf("two builds gave two digests: %s and %s", digests[0], digests[1])
+		var differ []string
+		for name, path := range builds[0] {
+			a, _ := os.ReadFile(path)
+			b, _ := os.ReadFile(builds[1][name])
+			if !bytes.Equal(a, b) {
+				differ = append(differ, name)
+			}
+		}
+		t.Errorf("two builds gave two digests: %s and %s; binaries that differ: %v (sources edited during the test?)", digests[0], digests[1], differ)
 	}
 	if archives[0] != archives[1] {
 		t.Errorf("two builds gave different archive bytes")
