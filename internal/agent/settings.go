@@ -522,7 +522,9 @@ func Usage() string {
 		"Installs the istio-cni plugin on this node, keeps its entry in the CNI config,\n" +
 		"and removes everything on SIGTERM.\n\n" +
 		"Flags (a flag overrides its environment variables; of several variables the last listed wins):\n" +
-		newFlagSet().FlagUsages()
+		newFlagSet().FlagUsages() +
+		"\nThe repair controller reads Istio's REPAIR_* variables (REPAIR_ENABLED, default true) and the\n" +
+		"node readiness controller the TAINT_* variables (TAINT_ENABLED, default false); see README.md.\n"
 }
 
 // ErrHelp is returned by Parse for -h/--help.
