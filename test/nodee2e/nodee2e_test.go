@@ -81,7 +81,7 @@ func setUp(m *testing.M) (code int, err error) {
 	return m.Run(), nil
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -89,11 +89,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func session(t *testing.T) *meshnode.Session {
+func session(t testing.TB) *meshnode.Session {
 	return &meshnode.Session{Node: theNode, Tools: theTools, Root: theRoot, Out: testWriter{t}}
 }
 
-func values(t *testing.T, extra ...string) []string {
+func values(t testing.TB, extra ...string) []string {
 	v, err := meshnode.ChartValues(theNode, theImages)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func values(t *testing.T, extra ...string) []string {
 }
 
 // install installs the chart and registers its uninstall; it returns the agent pod.
-func install(t *testing.T, s *meshnode.Session, vals []string) *corev1.Pod {
+func install(t testing.TB, s *meshnode.Session, vals []string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	took, agent, err := s.Install(ctx, vals)
@@ -119,7 +119,7 @@ func install(t *testing.T, s *meshnode.Session, vals []string) *corev1.Pod {
 	return agent
 }
 
-func createPods(t *testing.T, pods ...*corev1.Pod) []*corev1.Pod {
+func createPods(t testing.TB, pods ...*corev1.Pod) []*corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -136,7 +136,7 @@ func createPods(t *testing.T, pods ...*corev1.Pod) []*corev1.Pod {
 	return created
 }
 
-func waitPodsGone(t *testing.T, pods []*corev1.Pod) {
+func waitPodsGone(t testing.TB, pods []*corev1.Pod) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, p := range pods {
 		for time.Now().Before(deadline) {
@@ -148,7 +148,7 @@ func waitPodsGone(t *testing.T, pods []*corev1.Pod) {
 	}
 }
 
-func conflistTypes(t *testing.T) []string {
+func conflistTypes(t testing.TB) []string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
 	if err != nil {
@@ -167,7 +167,7 @@ func conflistTypes(t *testing.T) []string {
 	return types
 }
 
-func istioEntry(t *testing.T) map[string]any {
+func istioEntry(t testing.TB) map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
 	if err != nil {

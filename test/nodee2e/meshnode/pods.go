@@ -76,7 +76,7 @@ func MeshedPod(namespace, name string) *corev1.Pod {
 // CreatePods creates the pods (and their namespaces) and waits until each is Ready.
 func CreatePods(ctx context.Context, n *node.Node, pods ...*corev1.Pod) ([]*corev1.Pod, error) {
 	for _, p := range pods {
-		if err := ensureNamespace(ctx, n, p.Namespace); err != nil {
+		if err := EnsureNamespace(ctx, n, p.Namespace); err != nil {
 			return nil, err
 		}
 		if _, err := n.Client().CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -94,7 +94,8 @@ func CreatePods(ctx context.Context, n *node.Node, pods ...*corev1.Pod) ([]*core
 	return out, nil
 }
 
-func ensureNamespace(ctx context.Context, n *node.Node, name string) error {
+// EnsureNamespace creates the namespace if needed and waits for its default ServiceAccount.
+func EnsureNamespace(ctx context.Context, n *node.Node, name string) error {
 	_, err := n.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", name, err)

@@ -1,0 +1,185 @@
+package nodee2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+// BenchmarkPodStartLatency starts b.N meshed pods one after the other, without and
+// then with istio-cni in the node's chain, and reports:
+//   - start-p50-ms, start-p99-ms: pod create -> Ready, as a client of the API sees it
+//     (kubelet's status comes after its 1 s PLEG relist, so these are coarse);
+//   - sandbox-mean-ms: kubelet's own RunPodSandbox time (its
+//     kubelet_runtime_operations_duration_seconds sum/count over the run), which is
+//     where the CNI chain runs: the difference between the two is what istio-cni
+//     adds to every pod.
+//
+// With istio-cni it also reports helm install -> agent Ready (install-to-ready-ms)
+// and the plugin's own ADD time (plugin-add-p50-ms, -p99-ms) from the decisions the
+// agent logs.
+func BenchmarkPodStartLatency(b *testing.B) {
+	for _, withCNI := range []bool{false, true} {
+		name := "without-istio-cni"
+		if withCNI {
+			name = "with-istio-cni"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := session(b)
+			s.Out = discard{}
+			var installToReady time.Duration
+			if withCNI {
+				began := time.Now()
+				install(b, s, values(b))
+				installToReady = time.Since(began)
+				if !slices.Equal(conflistTypes(b), []string{"ptp", "istio-cni"}) {
+					b.Fatalf("istio-cni is not in the chain: %v", conflistTypes(b))
+				}
+			} else if slices.Contains(conflistTypes(b), "istio-cni") {
+				b.Fatalf("istio-cni is still in the chain: %v", conflistTypes(b))
+			}
+			ctx := context.Background()
+			ns := "bench-" + name
+			sumBefore, countBefore := sandboxMetric(b)
+			var lat []time.Duration
+			var pods []*corev1.Pod
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p := meshnode.MeshedPod(ns, fmt.Sprintf("p%d", i))
+				p.Spec.Containers[1].ReadinessProbe = nil // Ready as soon as both containers run
+				d, err := startPod(ctx, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, d)
+				pods = append(pods, p)
+			}
+			b.StopTimer()
+			sumAfter, countAfter := sandboxMetric(b)
+			for _, p := range pods {
+				theNode.Client().CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			}
+			waitPodsGone(b, pods)
+			slices.Sort(lat)
+			b.ReportMetric(ms(lat[len(lat)/2]), "start-p50-ms")
+			b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "start-p99-ms")
+			if n := countAfter - countBefore; n > 0 {
+				b.ReportMetric((sumAfter-sumBefore)/n*1000, "sandbox-mean-ms")
+			}
+			if withCNI {
+				b.ReportMetric(ms(installToReady), "install-to-ready-ms")
+				if took := pluginAddTimes(b, ns); len(took) > 0 {
+					b.ReportMetric(ms(took[len(took)/2]), "plugin-add-p50-ms")
+					b.ReportMetric(ms(took[min(len(took)-1, len(took)*99/100)]), "plugin-add-p99-ms")
+				}
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// startPod creates p and returns the time until the API shows it Ready.
+func startPod(ctx context.Context, p *corev1.Pod) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := meshnode.EnsureNamespace(ctx, theNode, p.Namespace); err != nil {
+		return 0, err
+	}
+	pods := theNode.Client().CoreV1().Pods(p.Namespace)
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", p.Name).String()})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	began := time.Now()
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	for ev := range w.ResultChan() {
+		if ev.Type != watch.Added && ev.Type != watch.Modified {
+			continue
+		}
+		if got, ok := ev.Object.(*corev1.Pod); ok {
+			for _, c := range got.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return time.Since(began), nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("pod %s/%s: not Ready: %w", p.Namespace, p.Name, ctx.Err())
+}
+
+// sandboxMetric reads kubelet's RunPodSandbox duration sum (seconds) and count from
+// its /metrics, through the API server's node proxy.
+func sandboxMetric(tb testing.TB) (sum, count float64) {
+	tb.Helper()
+	raw, err := theNode.Client().CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", theNode.Name(), "proxy", "metrics").DoRaw(context.Background())
+	if err != nil {
+		tb.Fatalf("kubelet metrics: %v", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `operation_type="run_podsandbox"`) || !strings.HasPrefix(line, "kubelet_runtime_operations_duration_seconds_") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		switch {
+		case strings.HasPrefix(line, "kubelet_runtime_operations_duration_seconds_sum"):
+			sum = v
+		case strings.HasPrefix(line, "kubelet_runtime_operations_duration_seconds_count"):
+			count = v
+		}
+	}
+	return sum, count
+}
+
+// pluginAddTimes are the "took" of the plugin's ADDs for pods in namespace, from the
+// records the plugin sends to the agent, which prints them (kubectl logs).
+func pluginAddTimes(tb testing.TB, namespace string) []time.Duration {
+	tb.Helper()
+	ctx := context.Background()
+	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := theNode.Client().CoreV1().Pods(meshnode.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		tb.Fatalf("agent logs: %v", err)
+	}
+	var took []time.Duration
+	for _, line := range strings.Split(string(raw), "\n") {
+		var rec struct {
+			Command string `json:"command"`
+			Pod     string `json:"pod"`
+			Took    int64  `json:"took"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Command == "ADD" && strings.HasPrefix(rec.Pod, namespace+"/") && rec.Took > 0 {
+			took = append(took, time.Duration(rec.Took))
+		}
+	}
+	slices.Sort(took)
+	return took
+}
