@@ -230,3 +230,16 @@ func Forwarded(log, direction string) []string {
 
 // HasIstioRules says whether any ISTIO_ chain or rule is present.
 func HasIstioRules(rules string) bool { return strings.Contains(rules, "ISTIO_") }
+
+// WithValidation adds Istio's istio-validation init container (the stand-in's
+// validate mode): it exits 126, which the repair controller looks for, unless the
+// pod's outbound traffic is redirected.
+func WithValidation(p *corev1.Pod) *corev1.Pod {
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{
+		Name:            "istio-validation",
+		Image:           DemoImage,
+		ImagePullPolicy: corev1.PullNever,
+		Args:            []string{"validate"},
+	})
+	return p
+}
