@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,15 @@ func TestMain(m *testing.M) {
 func setUp(m *testing.M) (code int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// One run at a time on this machine: a second would clean up the first's node.
+	lock, err := os.OpenFile(stateDir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
 	if theRoot, err = meshnode.RepoRoot(); err != nil {
 		return 0, err
 	}

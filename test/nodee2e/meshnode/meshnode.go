@@ -220,7 +220,7 @@ func WaitAgentReady(ctx context.Context, n *node.Node, namespace string) (*corev
 			if len(pods.Items) == 0 {
 				last = "no istio-cni-node pod yet"
 			}
-		} else {
+		} else if ctx.Err() == nil {
 			last = err.Error()
 		}
 		select {

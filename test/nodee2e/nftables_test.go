@@ -1,0 +1,127 @@
+package nodee2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+// nftRuleset is `nft list ruleset` in the pod's network namespace.
+func nftRuleset(t testing.TB, p *corev1.Pod) string {
+	t.Helper()
+	pid, err := meshnode.PID(context.Background(), theNode, p, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("nsenter", "-t", fmt.Sprint(pid), "-n", "nft", "list", "ruleset").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list ruleset in %s: %v: %s", p.Name, err, out)
+	}
+	return string(out)
+}
+
+// With nativeNftables the plugin programs nftables tables of its own instead of
+// iptables rules, and traffic goes through the proxy the same way.
+func TestNativeNftablesModeCapturesWithNftTables(t *testing.T) {
+	s := session(t)
+	install(t, s, values(t, "--set", "nativeNftables=true"))
+	pods := createPods(t, meshnode.MeshedPod("nft", "app"), meshnode.MeshedPod("nft", "client"))
+	app, client := pods[0], pods[1]
+	for _, p := range pods {
+		ruleset := nftRuleset(t, p)
+		if !strings.Contains(ruleset, "table ") || !strings.Contains(ruleset, "15001") || !strings.Contains(ruleset, "15006") {
+			t.Errorf("pod %s: no nftables capture:\n%s", p.Name, ruleset)
+		}
+		rules, _ := s.ShowRules(context.Background(), p)
+		if meshnode.HasIstioRules(rules) {
+			t.Errorf("pod %s: iptables rules besides the nftables tables:\n%s", p.Name, rules)
+		}
+	}
+	answer, err := s.Request(context.Background(), client, app)
+	if err != nil || !strings.Contains(answer, "127.0.0.6") {
+		t.Fatalf("request: %q, %v", answer, err)
+	}
+	dst := app.Status.PodIP + ":8080"
+	clientLog, _ := s.ProxyLog(context.Background(), client)
+	appLog, _ := s.ProxyLog(context.Background(), app)
+	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) || !contains(meshnode.Forwarded(appLog, "inbound"), dst) {
+		t.Errorf("not through both proxies:\nclient:\n%s\napp:\n%s", clientLog, appLog)
+	}
+}
+
+// Repair in place runs inside the agent's container, which carries no iptables
+// binaries: with native nftables it programs the broken pod's namespace through
+// netlink, and the same pod (same UID) passes its validation on its next try.
+func TestRepairInPlaceFromTheAgentImageWithNativeNftables(t *testing.T) {
+	s := session(t)
+	ctx := context.Background()
+	deployment(t, "inplace", "early", 1)
+	var broken *corev1.Pod
+	waitFor(t, "the early pod's validation fails with exit 126", 60*time.Second, func() bool {
+		pods, err := theNode.Client().CoreV1().Pods("inplace").List(ctx, metav1.ListOptions{LabelSelector: "app=early"})
+		if err != nil {
+			return false
+		}
+		for i := range pods.Items {
+			for _, st := range pods.Items[i].Status.InitContainerStatuses {
+				for _, term := range []*corev1.ContainerStateTerminated{st.State.Terminated, st.LastTerminationState.Terminated} {
+					if term != nil && term.ExitCode == 126 {
+						broken = &pods.Items[i]
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	ensureSharedNetnsDir(t)
+	install(t, s, values(t, "--set", "nativeNftables=true", "--set", "repair.repairPods=true"))
+	fixed := readyPods(t, "inplace", "early", 1, 120*time.Second)[0]
+	if fixed.UID != broken.UID {
+		t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
+	}
+	if ruleset := nftRuleset(t, fixed); !strings.Contains(ruleset, "15001") {
+		t.Errorf("repaired pod %s has no nftables capture:\n%s", fixed.Name, ruleset)
+	}
+}
+
+// ensureSharedNetnsDir makes the mount holding /var/run/netns shared for the
+// test, as it is on systemd hosts (systemd makes / shared at boot): the chart mounts
+// it into the agent with HostToContainer propagation for repair in place, which
+// containerd refuses on a private mount. containerd does not follow the /var/run
+// symlink, so that mount is /. Only / itself changes (not recursively), and it is
+// made private again after the test.
+func ensureSharedNetnsDir(t testing.TB) {
+	t.Helper()
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 6 && f[4] == "/" {
+			if strings.Contains(line, " shared:") || strings.Contains(line, " master:") {
+				return
+			}
+			break
+		}
+	}
+	if err := unix.Mount("", "/", "", unix.MS_SHARED, ""); err != nil {
+		t.Fatalf("make / a shared mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Mount("", "/", "", unix.MS_PRIVATE, ""); err != nil {
+			t.Errorf("make / private again: %v", err)
+		}
+	})
+}
