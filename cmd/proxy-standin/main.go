@@ -4,7 +4,6 @@
 //	proxy-standin proxy sidecar   the sidecar: 15001 outbound, 15006 inbound, 15021 health
 //	proxy-standin app             an HTTP server on :8080 that answers with its pod's name
 //	proxy-standin get URL         one HTTP GET; prints the answer, fails on an error
-//	proxy-standin validate        istio-validation: exit 126 unless outbound traffic is redirected
 //
 // The proxy reads each redirected connection's original destination
 // (SO_ORIGINAL_DST, IPv4 and IPv6), logs one line to stdout ("outbound
@@ -34,7 +33,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: proxy-standin proxy sidecar | app | get URL | validate")
+		return fmt.Errorf("usage: proxy-standin proxy sidecar | app | get URL")
 	}
 	switch args[0] {
 	case "proxy":
@@ -50,14 +49,11 @@ func run(ctx context.Context, args []string) error {
 			}
 		}
 		return runApp(ctx, port)
-	case "validate":
-		validate(15001, 2*time.Second)
-		return nil
 	case "get":
 		if len(args) != 2 {
 			return fmt.Errorf("usage: proxy-standin get URL")
 		}
 		return get(ctx, args[1], 5*time.Second, os.Stdout)
 	}
-	return fmt.Errorf("unknown command %q: want proxy, app, get or validate", args[0])
+	return fmt.Errorf("unknown command %q: want proxy, app or get", args[0])
 }

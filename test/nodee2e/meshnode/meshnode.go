@@ -66,8 +66,12 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 		return nil, err
 	}
 	demoSpec := image.Spec{
-		Ref:        DemoImage,
-		Files:      []image.File{{Path: "/usr/local/bin/proxy-standin", Source: bins["proxy-standin"]}},
+		Ref: DemoImage,
+		Files: []image.File{
+			{Path: "/usr/local/bin/proxy-standin", Source: bins["proxy-standin"]},
+			// The validation init container's program, as in Istio's proxy image.
+			{Path: "/usr/local/bin/istio-iptables", Source: bins["istio-iptables"]},
+		},
 		Entrypoint: []string{"proxy-standin"},
 	}
 	im := &Images{archives: map[string]string{}}

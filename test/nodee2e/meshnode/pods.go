@@ -231,15 +231,22 @@ func Forwarded(log, direction string) []string {
 // HasIstioRules says whether any ISTIO_ chain or rule is present.
 func HasIstioRules(rules string) bool { return strings.Contains(rules, "ISTIO_") }
 
-// WithValidation adds Istio's istio-validation init container (the stand-in's
-// validate mode): it exits 126, which the repair controller looks for, unless the
-// pod's outbound traffic is redirected.
+// WithValidation adds Istio's istio-validation init container, as the injector
+// writes it for istio-cni: the project's istio-iptables --run-validation as the
+// proxy's uid, which exits 126 (what the repair controller looks for) unless the
+// pod's traffic is redirected.
 func WithValidation(p *corev1.Pod) *corev1.Pod {
 	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{
 		Name:            "istio-validation",
 		Image:           DemoImage,
 		ImagePullPolicy: corev1.PullNever,
-		Args:            []string{"validate"},
+		Command:         []string{"istio-iptables"},
+		Args: []string{"-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*",
+			"-d", "15090,15021,15020", "--run-validation", "--skip-rule-apply"},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:  ptr.To[int64](ProxyUID),
+			RunAsGroup: ptr.To[int64](ProxyUID),
+		},
 	})
 	return p
 }
