@@ -128,10 +128,10 @@ func run(ctx context.Context) (failed int, err error) {
 	bins, _ := meshnode.BinDir(n)
 	c.check(contains(bins, "istio-cni"), "the agent copied istio-cni into the node's CNI bin dir", bins)
 
-	section("4. A sample app with the istio-proxy stand-in, as Istio's injector leaves it (annotation sidecar.istio.io/status, container istio-proxy, uid 1337)")
+	section("4. A sample app with the istio-proxy stand-in, as Istio's injector leaves it (annotation sidecar.istio.io/status, init container istio-validation, container istio-proxy, uid 1337)")
 	pods, err := meshnode.CreatePods(ctx, n,
-		meshnode.MeshedPod("demo", "app"),
-		meshnode.MeshedPod("demo", "client"),
+		meshnode.WithValidation(meshnode.MeshedPod("demo", "app")),
+		meshnode.WithValidation(meshnode.MeshedPod("demo", "client")),
 		// The same pod in a namespace the chart excludes (excludeNamespaces: [istio-system]).
 		meshnode.MeshedPod("istio-system", "outsider"))
 	if err != nil {
@@ -140,6 +140,9 @@ func run(ctx context.Context) (failed int, err error) {
 	app, client, outsider := pods[0], pods[1], pods[2]
 	s.Kubectl(ctx, "get", "pods", "-n", "demo", "-o", "wide")
 	s.Kubectl(ctx, "get", "pods", "-n", "istio-system", "-o", "wide")
+	fmt.Println("  Each meshed pod's istio-validation init container (istio-iptables --run-validation, uid 1337) checked the redirection before the app started:")
+	validation, _ := s.Kubectl(ctx, "logs", "-n", "demo", "app", "-c", "istio-validation")
+	c.check(strings.Contains(validation, "validation passed"), "the app pod's validation passed (it would exit 126 without the rules)")
 
 	section("5. The rules inside the app pod's network namespace")
 	fmt.Println("  What the plugin decides for this pod, from its manifest (no cluster access needed):")
