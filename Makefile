@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-.PHONY: all build deps prereqs test test-unit bench demo demo-netns lint fuzz clean
+.PHONY: all build deps prereqs test test-unit bench demo demo-netns image lint fuzz clean
 
 all: build
 
@@ -45,6 +45,11 @@ bench: prereqs
 # the node up until Ctrl-C.
 demo: deps
 	$(GO) run ./hack/demo
+
+# image builds the install-cni image (and the demo's) as reproducible OCI archives in
+# bin/images, without a Docker engine, and prints their digests.
+image:
+	$(GO) run ./hack/demo -images $(BIN)/images
 
 # demo-netns applies the capture to a throwaway network namespace and shows live traffic.
 demo-netns: deps build

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,6 +28,15 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	imagesOnly := flag.String("images", "", "only build the images as OCI archives into this directory, print their digests and exit")
+	flag.Parse()
+	if *imagesOnly != "" {
+		if err := buildImages(ctx, *imagesOnly); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	failed, err := run(ctx)
 	switch {
 	case err != nil:
@@ -37,6 +47,27 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("\ndemo: every check held.")
+}
+
+// buildImages writes the agent and demo images as OCI archives (ctr images import
+// reads them) into dir.
+func buildImages(ctx context.Context, dir string) error {
+	root, err := meshnode.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	im, err := meshnode.BuildImages(ctx, root, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s@%s\n%s@%s\n", meshnode.AgentRef, im.AgentDigest, meshnode.DemoImage, im.DemoDigest)
+	for _, a := range im.Archives() {
+		fmt.Println(a)
+	}
+	return nil
 }
 
 type checker struct{ failed int }

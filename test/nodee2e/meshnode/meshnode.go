@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -95,6 +96,16 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 		im.archives[s.spec.Ref] = archive
 	}
 	return im, nil
+}
+
+// Archives are the OCI archives' paths, sorted.
+func (im *Images) Archives() []string {
+	var out []string
+	for _, a := range im.archives {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Import loads both images into the node's containerd.
