@@ -42,7 +42,7 @@ bench: prereqs
 # demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
 # image built here, runs meshed pods with an istio-proxy stand-in and shows their
 # traffic going through it; non-zero exit if anything does not hold. KEEP=1 keeps
-# the node up until Ctrl-C.
+# the node, the chart and the pods up until Ctrl-C, then uninstalls and takes it down.
 demo: deps
 	$(GO) run ./hack/demo
 

@@ -3,7 +3,7 @@
 // engine, and meshed sample pods whose traffic visibly goes through an istio-proxy
 // stand-in. It prints each command a user would run and what it shows, checks
 // every claim, and exits non-zero if any does not hold. The node is taken down at
-// the end; with KEEP=1 it stays up until Ctrl-C.
+// the end; with KEEP=1 the install and its pods stay up until Ctrl-C first.
 package main
 
 import (
@@ -119,11 +119,6 @@ func run(ctx context.Context) (failed int, err error) {
 		return 0, err
 	}
 	defer func() {
-		if os.Getenv("KEEP") == "1" {
-			fmt.Printf("\nKEEP=1: the node stays up until Ctrl-C. In another shell:\n  export PATH=%s:$PATH KUBECONFIG=%s\n  kubectl get pods -A -o wide\n",
-				filepath.Dir(tools.Kubectl), n.Kubeconfig())
-			<-ctx.Done()
-		}
 		if derr := n.Down(); derr != nil && err == nil {
 			err = derr
 		}
@@ -213,6 +208,16 @@ func run(ctx context.Context) (failed int, err error) {
 		if strings.Contains(line, "demo") || strings.Contains(line, "istio-system") {
 			fmt.Printf("    %s\n", line)
 		}
+	}
+
+	if os.Getenv("KEEP") == "1" {
+		fmt.Printf("\nKEEP=1: the node, the chart and the pods stay up until Ctrl-C; then the demo uninstalls and takes the node down. In another shell:\n"+
+			"  export PATH=%s:$PATH KUBECONFIG=%s\n  kubectl get pods -A -o wide\n  kubectl logs -n demo app -c istio-proxy\n"+
+			"  kubectl exec -n demo client -c app -- proxy-standin get http://%s:8080/\n",
+			filepath.Dir(tools.Kubectl), n.Kubeconfig(), app.Status.PodIP)
+		<-ctx.Done()
+		// The rest runs to the end whatever the signal: the node must come down.
+		ctx = context.Background()
 	}
 
 	section("8. helm uninstall: the agent takes the plugin out; the CNI config dir is as before")
