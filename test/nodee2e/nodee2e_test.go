@@ -71,6 +71,7 @@ func setUp(m *testing.M) (code int, err error) {
 	if theImages, err = meshnode.BuildImages(ctx, theRoot, work); err != nil {
 		return 0, err
 	}
+	waitForOtherNodes(ctx, 5*time.Minute)
 	if err := node.Cleanup(stateDir, podCIDR, os.Stderr); err != nil { // a node left by a killed run
 		return 0, err
 	}
@@ -265,4 +266,50 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// waitForOtherNodes waits (up to max) while another node's kubelet runs on this
+// machine, such as test/node's in the same `make test`: nodes share host settings
+// (ip_forward, /run/containerd) that each restores when it goes down, so two at
+// once can break each other. After max it goes ahead and says so.
+func waitForOtherNodes(ctx context.Context, max time.Duration) {
+	deadline := time.Now().Add(max)
+	said := false
+	for {
+		others := otherKubelets()
+		if len(others) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "test/nodee2e: going ahead with other nodes up (%s)\n", strings.Join(others, ", "))
+			return
+		}
+		if !said {
+			fmt.Fprintf(os.Stderr, "test/nodee2e: waiting for other nodes on this machine to go down: %s\n", strings.Join(others, ", "))
+			said = true
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// otherKubelets lists the --root-dir of kubelets not under our state dir.
+func otherKubelets() []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "kubelet" {
+			continue
+		}
+		for _, a := range args {
+			if dir, ok := strings.CutPrefix(a, "--root-dir="); ok && !strings.HasPrefix(dir, stateDir+"/") {
+				out = append(out, dir)
+			}
+		}
+	}
+	return out
 }
