@@ -125,7 +125,9 @@ type Tools struct {
 
 // FindTools builds (first run only) and returns the pinned helm and upstream kubectl.
 func FindTools(ctx context.Context, root string) (Tools, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack/tools/install.sh")).Output()
+	install := exec.CommandContext(ctx, filepath.Join(root, "hack/tools/install.sh"))
+	install.Stderr = os.Stderr // the first run builds helm: show its progress
+	out, err := install.Output()
 	if err != nil {
 		return Tools{}, fmt.Errorf("hack/tools/install.sh: %w", err)
 	}
