@@ -149,6 +149,23 @@ func TestAgentRestartedWhilePodsStartEveryMeshedPodEndsUpCaptured(t *testing.T) 
 	agent := install(t, s, values(t))
 	deployment(t, "restart", "burst", 0)
 
+	// Every pod the Deployment ever makes: more than 6 means some started in the
+	// gap and were repaired (deleted and made again).
+	w, err := theNode.Client().CoreV1().Pods("restart").Watch(ctx, metav1.ListOptions{LabelSelector: "app=burst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := map[types.UID]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				seen[p.UID] = true
+			}
+		}
+	}()
 	if err := theNode.Client().CoreV1().Pods(meshnode.Namespace).Delete(ctx, agent.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +188,9 @@ func TestAgentRestartedWhilePodsStartEveryMeshedPodEndsUpCaptured(t *testing.T) 
 			t.Errorf("pod %s is Ready but not captured:\n%s", p.Name, rules)
 		}
 	}
+	w.Stop()
+	<-done
+	t.Logf("the Deployment made %d pods for 6 replicas (%d repaired)", len(seen), len(seen)-6)
 	var count int
 	for _, typ := range conflistTypes(t) {
 		if typ == "istio-cni" {
