@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,15 +47,13 @@ func TestMain(m *testing.M) {
 func setUp(m *testing.M) (code int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	// One run at a time on this machine: a second would clean up the first's node.
-	lock, err := os.OpenFile(stateDir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	// One node at a time on this machine: nodes share host-wide state (libcni's
+	// cache, cgroups), and each one's clean-up checks would see the other's.
+	unlock, err := node.LockMachine()
 	if err != nil {
 		return 0, err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return 0, fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
+	defer unlock()
 	if theRoot, err = meshnode.RepoRoot(); err != nil {
 		return 0, err
 	}
