@@ -147,6 +147,8 @@ func run(ctx context.Context) (failed int, err error) {
 		return 0, err
 	}
 	fmt.Printf("  helm install -> agent Ready: %s\n", took.Round(10*time.Millisecond))
+	_, err = s.Kubectl(ctx, "-n", meshnode.Namespace, "rollout", "status", "daemonset/istio-cni-node", "--timeout=60s")
+	c.check(err == nil, "kubectl rollout status says the DaemonSet is rolled out", err)
 	s.Kubectl(ctx, "get", "pods", "-n", meshnode.Namespace, "-l", "k8s-app=istio-cni-node", "-o", "wide")
 	conflist := filepath.Join(n.CNIConfDir(), "10-ptp.conflist")
 	out, _ := s.Sh(ctx, "cat", conflist)
