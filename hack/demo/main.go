@@ -114,6 +114,12 @@ func run(ctx context.Context) (failed int, err error) {
 	fmt.Printf("  built in %s\n", time.Since(t).Round(100*time.Millisecond))
 
 	section("2. A real node: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet; ptp is the primary CNI")
+	// Nodes share host-wide state: wait for any other node (a test run) to finish.
+	unlock, err := node.LockMachine()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	n, err := node.Up(ctx, node.Options{Progress: prefixWriter{"  "}})
 	if err != nil {
 		return 0, err
