@@ -136,7 +136,7 @@ func logsCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("log-file", "", "the plugin's log file (default: the config's log_file, else <run dir>/istio-cni.log)")
-	runDir := fs.String("run-dir", plugin.DefaultAgentRunDir, "the agent's run directory (cni_agent_run_dir)")
+	runDir := fs.String("run-dir", defaultRunDir(), "the agent's run directory (cni_agent_run_dir; default $CNI_AGENT_RUN_DIR, as the agent pod sets it)")
 	configFile := fs.String("config", "", "the plugin's config (its log_file and cni_agent_run_dir say where the log is)")
 	since := fs.String("since", "", "only records newer than this: a duration (1h) or an RFC 3339 time")
 	pod := fs.String("pod", "", "only this pod's records (NAMESPACE/NAME)")
@@ -204,4 +204,13 @@ func logsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "logs: %d lines of %s are not log records (skipped)\n", skipped, path)
 	}
 	return 0
+}
+
+// defaultRunDir is the agent's run directory: inside the agent pod the chart sets
+// CNI_AGENT_RUN_DIR, which may differ from the plugin's default.
+func defaultRunDir() string {
+	if d := os.Getenv("CNI_AGENT_RUN_DIR"); d != "" {
+		return d
+	}
+	return plugin.DefaultAgentRunDir
 }
