@@ -100,5 +100,8 @@ seed documents' way to exclude nothing) yields a list holding one empty string.
     "pod_namespace" .Release.Namespace
     "native_nftables" .Values.nativeNftables
     "kubernetes" $kube -}}
+{{- if .Values.extraBypassUIDs }}
+{{- $_ := set $conf "extra_bypass_uids" .Values.extraBypassUIDs }}
+{{- end }}
 {{- toPrettyJson $conf -}}
 {{- end }}
