@@ -33,7 +33,7 @@ test-unit:
 	$(GO) test -count=1 -run 'Conform|Parse|Plan|Trace|Options|Render|Golden|Invariant' ./internal/...
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
-BENCHTIME ?= 30x
+BENCHTIME ?= 50x
 # The repair benchmarks size themselves (20 samples, 5,000 pods): they run once.
 bench: prereqs
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v /internal/repair) 2>&1 | tee bench.out
