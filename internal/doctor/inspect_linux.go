@@ -53,6 +53,8 @@ type Inspection struct {
 	Differences []string     `json:"differences"`
 	Stray       []string     `json:"stray"`
 	Multus      *MultusCheck `json:"multus,omitempty"`
+	// Notes say what could not be checked where the doctor runs (missing tools).
+	Notes []string `json:"notes,omitempty"`
 	// Problems with the node or the pod that keep the plugin from doing its work.
 	Problems []string `json:"problems,omitempty"`
 	// Error is set when the plugin's ADD fails for this pod (a bad annotation).
@@ -72,15 +74,11 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 		in.Problems = append(in.Problems, multus.Problems...)
 	}
 
-	selected, err := plugin.NewBackend(cfg)
+	selected, other, notes, err := inspectBackends(cfg)
 	if err != nil {
 		return nil, err
 	}
-	in.Backend = selected.Name()
-	other, err := otherBackend(cfg)
-	if err != nil {
-		return nil, err
-	}
+	in.Backend, in.Notes = selected.Name(), notes
 
 	if err := readLiveRules(ctx, nsPath, cfg, in.Live); err != nil {
 		return nil, err
@@ -107,8 +105,10 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 	if in.Differences, err = capture.Verify(ctx, nsPath, selected, want); err != nil {
 		return nil, err
 	}
-	if in.Stray, err = capture.Verify(ctx, nsPath, other, &redirect.Plan{}); err != nil {
-		return nil, err
+	if other != nil {
+		if in.Stray, err = capture.Verify(ctx, nsPath, other, &redirect.Plan{}); err != nil {
+			return nil, err
+		}
 	}
 	in.Differences, in.Stray = nonNil(in.Differences), nonNil(in.Stray)
 	switch {
@@ -131,15 +131,35 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// otherBackend is the backend the config does not select, to find stray rules.
-func otherBackend(cfg *plugin.Config) (capture.Backend, error) {
-	o := *cfg
-	if cfg.Backend == plugin.BackendNftables {
-		o.Backend = plugin.BackendIptables
+// inspectBackends returns the backend the config selects and the other one, to
+// find stray rules. Where a backend's tools are missing (the agent image has none)
+// nftables is read through netlink, and the iptables side is checked only as far as
+// netlink shows it (see readLiveRules); notes say what was not checked.
+func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes []string, err error) {
+	nft := capture.Backend(netlinkBackend{})
+	if haveNft() {
+		nft = nftables.NewBackend()
 	} else {
-		o.Backend = plugin.BackendNftables
+		notes = append(notes, netlinkNote)
 	}
-	return plugin.NewBackend(&o)
+	if cfg.Backend == plugin.BackendNftables {
+		if !haveIptablesSave() {
+			notes = append(notes, "iptables-save is not in this image: stray iptables rules were looked for through netlink, "+
+				"which shows iptables-nft's ISTIO chains but not iptables-legacy rules")
+			return nft, iptablesNftChains{}, notes, nil
+		}
+		o := *cfg
+		o.Backend = plugin.BackendIptables
+		other, err = plugin.NewBackend(&o)
+		return nft, other, notes, err
+	}
+	if !haveIptablesSave() {
+		return nil, nil, nil, fmt.Errorf("the config selects the iptables backend (%s mode), and iptables-save is not in this image: "+
+			"the agent image carries static binaries only. Run istio-cni-doctor on the node itself (where the plugin's iptables are), "+
+			"or install with nativeNftables=true, whose tables are read through netlink", cfg.IptablesMode)
+	}
+	selected, err = plugin.NewBackend(cfg)
+	return selected, nft, notes, err
 }
 
 // readLiveRules reads our chains (iptables, in the mode the config selects) and
@@ -169,6 +189,17 @@ func readLiveRules(ctx context.Context, nsPath string, cfg *plugin.Config, out m
 				return fmt.Errorf("read live rules in %s: %w", nsPath, err)
 			}
 			out[fam.key] = ourIptablesLines(text)
+		}
+		if !haveNft() {
+			shapes, iptablesNft, err := readShapes()
+			if err != nil {
+				return fmt.Errorf("read live rules in %s through netlink: %w", nsPath, err)
+			}
+			text := shapesText(shapes)
+			for _, c := range iptablesNft {
+				text += c + " (iptables-nft)\n"
+			}
+			out["nftables (netlink)"] = text
 		}
 		if bin := lookPath("nft"); bin != "" {
 			text, err := runIn(ctx, bin, "list", "tables")
@@ -299,6 +330,9 @@ func (in *Inspection) Text() string {
 		fmt.Fprintf(&b, "Rules: none of ours (%s), as expected for a pod the plugin does not redirect.\n", in.Backend)
 	default:
 		list(fmt.Sprintf("Rules: present although the plugin does not redirect this pod (%s)", in.Backend), in.Differences)
+	}
+	for _, n := range in.Notes {
+		fmt.Fprintf(&b, "Note: %s\n", n)
 	}
 	if len(in.Stray) > 0 {
 		list("Stray rules of the other backend (nothing expects them; the pod's traffic may be captured twice or inconsistently)", in.Stray)

@@ -1,0 +1,81 @@
+package doctor
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// The agent image has no nft: the netlink check must accept what the plugin's
+// nftables backend programs, find a rule deleted by hand and a table where none
+// belongs, and see iptables-nft's ISTIO chains as stray.
+func TestNetlinkCheckWithoutNftFindsDeletedRulesAndStrayTables(t *testing.T) {
+	requireRoot(t)
+	nftCfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":"` + t.TempDir() + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	iptCfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","iptables_mode":"nft","cni_agent_run_dir":"` + t.TempDir() + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := toKubePod(t, injectedPod("web"))
+	spec, err := plugin.SpecFromPod(pod, nftCfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify := func(nsPath string, b capture.Backend, plan *redirect.Plan) []string {
+		t.Helper()
+		d, err := capture.Verify(t.Context(), nsPath, b, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	meshed := newPodSandbox(t, netip.MustParseAddr("10.251.9.1"))
+	applyCapture(t, nftCfg, pod, meshed.path)
+	if d := verify(meshed.path, netlinkBackend{}, plan); len(d) != 0 {
+		t.Errorf("as the plugin programmed it: differences %q", d)
+	}
+	if d := verify(meshed.path, netlinkBackend{}, &redirect.Plan{}); len(d) == 0 {
+		t.Error("tables of ours where none belong: no differences")
+	}
+	runInNS(t, meshed.path, "nft", "flush", "chain", "ip", "istio-proxy-nat", "ISTIO_REDIRECT")
+	want := []string{"table ip istio-proxy-nat: chain ISTIO_REDIRECT has 0 rules, want 1"}
+	if diff := cmp.Diff(want, verify(meshed.path, netlinkBackend{}, plan)); diff != "" {
+		t.Errorf("after flushing ISTIO_REDIRECT (-want +got):\n%s", diff)
+	}
+	if d := verify(meshed.path, iptablesNftChains{}, &redirect.Plan{}); len(d) != 0 {
+		t.Errorf("native tables only: stray iptables-nft chains %q", d)
+	}
+
+	plain := newPodSandbox(t, netip.MustParseAddr("10.251.9.2"))
+	if d := verify(plain.path, netlinkBackend{}, &redirect.Plan{}); len(d) != 0 {
+		t.Errorf("clean namespace: differences %q", d)
+	}
+	applyCapture(t, iptCfg, pod, plain.path)
+	d := verify(plain.path, iptablesNftChains{}, &redirect.Plan{})
+	if len(d) == 0 || !strings.Contains(strings.Join(d, "\n"), "chain ISTIO_OUTPUT (iptables-nft) is not expected") {
+		t.Errorf("iptables-nft capture: stray %q", d)
+	}
+}
+
+func TestShapesFromRenderedTextCountRulesPerChain(t *testing.T) {
+	text := "table ip istio-proxy-nat {\n\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump ISTIO_OUTPUT\n\t}\n\n\tchain ISTIO_OUTPUT {\n\t\tmeta skuid 1337 return\n\t\tjump ISTIO_REDIRECT\n\t}\n}\n"
+	want := []nftShape{{family: "ip", name: "istio-proxy-nat", chains: map[string]chainShape{
+		"output": {base: true, rules: 1}, "ISTIO_OUTPUT": {rules: 2}}}}
+	if diff := cmp.Diff(want, shapesFromText(text), cmp.AllowUnexported(nftShape{}, chainShape{})); diff != "" {
+		t.Error(diff)
+	}
+}
