@@ -294,6 +294,27 @@ func TestValuesReachTheObjects(t *testing.T) {
 			}
 		},
 	}, {
+		name: "troubleshooting mounts the node's /proc and /var/run/netns for the doctor, and sets no repair setting",
+		args: []string{"--set", "troubleshooting.enabled=true"},
+		check: func(t *testing.T, m *manifest) {
+			env := m.env(t)
+			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
+			for _, name := range []string{"REPAIR_PROC_DIR", "REPAIR_NETNS_DIRS"} {
+				if v, ok := env[name]; ok {
+					t.Errorf("%s=%q set: the repair does not enter namespaces here", name, v)
+				}
+			}
+			paths := m.hostPaths(t)
+			if paths["/proc"] != "/host/proc" || paths["/var/run/netns"] != "/host/var/run/netns" {
+				t.Errorf("host paths %v, want /proc at /host/proc and /var/run/netns at /host/var/run/netns (the doctor's defaults)", paths)
+			}
+			for _, vm := range m.agent(t).VolumeMounts {
+				if (vm.MountPath == "/host/proc" || vm.MountPath == "/host/var/run/netns") && !vm.ReadOnly {
+					t.Errorf("%s is writable, want read-only", vm.MountPath)
+				}
+			}
+		},
+	}, {
 		name: "repair off leaves no repair setting but the switch",
 		args: []string{"--set", "repair.enabled=false"},
 		check: func(t *testing.T, m *manifest) {
@@ -639,7 +660,11 @@ func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 		{name: "defaults", caps: []corev1.Capability{"DAC_OVERRIDE"}},
 		{name: "repair in place enters pod namespaces", args: []string{"--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
 		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}},
+		{name: "troubleshooting lets the doctor enter pod namespaces", args: []string{"--set", "troubleshooting.enabled=true"}, caps: netnsCaps, hostProc: true},
+		{name: "troubleshooting without repair", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.enabled=false"}, caps: netnsCaps, hostProc: true},
+		{name: "troubleshooting and repair in place", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
 		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true},
+		{name: "privileged with troubleshooting", args: []string{"--set", "privileged=true", "--set", "troubleshooting.enabled=true"}, privileged: true, hostProc: true},
 		{name: "privileged with repair in place", args: []string{"--set", "privileged=true", "--set", "repair.repairPods=true"}, privileged: true, hostProc: true},
 		{name: "privileged and nothing else", args: []string{"--set", "privileged=true", "--set", "repair.enabled=false"}, privileged: true},
 	}
