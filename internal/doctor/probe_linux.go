@@ -201,6 +201,17 @@ func probeFlow(ctx context.Context, nsPath string, f probeFamily, fl Flow, src n
 		unix.Setfsuid(int(fl.UID))
 		defer unix.Setfsgid(0)
 		defer unix.Setfsuid(0)
+		// setfsuid(2) reports no error: without CAP_SETUID/CAP_SETGID (an agent pod
+		// without troubleshooting.enabled) the thread silently stays root, and the
+		// probe would test root's traffic, not the uid's. -1 reads the current value.
+		if uid, _ := unix.SetfsuidRetUid(-1); uid != int(fl.UID) {
+			return fmt.Errorf("cannot connect as uid %d (the fsuid stays %d): this process lacks CAP_SETUID "+
+				"(in the agent pod: install with troubleshooting.enabled=true)", fl.UID, uid)
+		}
+		if gid, _ := unix.SetfsgidRetGid(-1); gid != int(fl.GID) {
+			return fmt.Errorf("cannot connect as gid %d (the fsgid stays %d): this process lacks CAP_SETGID "+
+				"(in the agent pod: install with troubleshooting.enabled=true)", fl.GID, gid)
+		}
 		d := net.Dialer{Timeout: o.Timeout}
 		if src.IsValid() {
 			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))

@@ -650,6 +650,7 @@ func TestPSPClusterRoleIsBoundOnlyWhenNamed(t *testing.T) {
 // every capability dropped and only those the enabled features need added back.
 func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 	netnsCaps := []corev1.Capability{"DAC_OVERRIDE", "NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SYS_PTRACE"}
+	doctorCaps := []corev1.Capability{"DAC_OVERRIDE", "NET_ADMIN", "NET_RAW", "SETGID", "SETUID", "SYS_ADMIN", "SYS_PTRACE"}
 	cases := []struct {
 		name       string
 		args       []string
@@ -660,9 +661,9 @@ func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 		{name: "defaults", caps: []corev1.Capability{"DAC_OVERRIDE"}},
 		{name: "repair in place enters pod namespaces", args: []string{"--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
 		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}},
-		{name: "troubleshooting lets the doctor enter pod namespaces", args: []string{"--set", "troubleshooting.enabled=true"}, caps: netnsCaps, hostProc: true},
-		{name: "troubleshooting without repair", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.enabled=false"}, caps: netnsCaps, hostProc: true},
-		{name: "troubleshooting and repair in place", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
+		{name: "troubleshooting lets the doctor enter pod namespaces", args: []string{"--set", "troubleshooting.enabled=true"}, caps: doctorCaps, hostProc: true},
+		{name: "troubleshooting without repair", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.enabled=false"}, caps: doctorCaps, hostProc: true},
+		{name: "troubleshooting and repair in place", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.repairPods=true"}, caps: doctorCaps, hostProc: true},
 		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true},
 		{name: "privileged with troubleshooting", args: []string{"--set", "privileged=true", "--set", "troubleshooting.enabled=true"}, privileged: true, hostProc: true},
 		{name: "privileged with repair in place", args: []string{"--set", "privileged=true", "--set", "repair.repairPods=true"}, privileged: true, hostProc: true},
