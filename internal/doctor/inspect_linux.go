@@ -165,15 +165,17 @@ func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes
 // readLiveRules reads our chains (iptables, in the mode the config selects) and
 // our tables (nftables) from the namespace, for people to read.
 func readLiveRules(ctx context.Context, nsPath string, cfg *plugin.Config, out map[string]string) error {
-	o := *cfg
-	o.Backend = plugin.BackendIptables
-	b, err := plugin.NewBackend(&o)
-	if err != nil {
-		return err
-	}
 	mode := iptables.ModeLegacy
-	if ib, ok := b.(*iptables.Backend); ok {
-		mode = ib.Mode()
+	if haveIptablesSave() { // else (the agent image) no iptables rules are read below
+		o := *cfg
+		o.Backend = plugin.BackendIptables
+		b, err := plugin.NewBackend(&o)
+		if err != nil {
+			return err
+		}
+		if ib, ok := b.(*iptables.Backend); ok {
+			mode = ib.Mode()
+		}
 	}
 	return netns.Do(nsPath, func() error {
 		for _, fam := range []struct{ key, prefix string }{{"iptables ipv4", "iptables"}, {"iptables ipv6", "ip6tables"}} {

@@ -1,0 +1,111 @@
+package nodee2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+// TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods runs
+// istio-cni-doctor the way docs/troubleshooting.md tells people to: kubectl exec into
+// the node's agent pod, installed with troubleshooting.enabled. The agent image
+// carries no iptables or nft binaries, so the chart runs in native nftables mode,
+// whose tables the doctor reads through netlink. It proves: a captured pod passes
+// inspect (exit 0) and probe (exit 0); a pod in an excluded namespace and a pod
+// without a sidecar are reported as not redirected, with the reason (exit 3); after
+// a rule is deleted by hand in a pod's namespace (nsenter from the node), inspect
+// names the difference and probe finds the outbound connection not redirected
+// (exit 1).
+func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing.T) {
+	s := session(t)
+	ensureSharedNetnsDir(t) // the chart's /var/run/netns mount (HostToContainer)
+	agent := install(t, s, values(t, "--set", "nativeNftables=true", "--set", "troubleshooting.enabled=true"))
+
+	plain := meshnode.MeshedPod("doctor", "plain")
+	delete(plain.Annotations, "sidecar.istio.io/status")
+	plain.Spec.Containers = plain.Spec.Containers[:1]
+	pods := createPods(t, meshnode.MeshedPod("doctor", "web"), meshnode.MeshedPod("doctor", "broken"),
+		meshnode.MeshedPod("istio-system", "skipped"), plain)
+
+	doctor := func(args ...string) (string, int) {
+		t.Helper()
+		out, err := s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
+			"--", "istio-cni-doctor"}, args...)...)
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return out, 0
+		case errors.As(err, &exit):
+			return out, exit.ExitCode()
+		}
+		t.Fatalf("kubectl exec: %v", err)
+		return "", 0
+	}
+	want := func(what string, code int, out string, gotCode int, contains ...string) {
+		t.Helper()
+		if gotCode != code {
+			t.Errorf("%s: exit %d, want %d:\n%s", what, gotCode, code, out)
+		}
+		for _, c := range contains {
+			if !strings.Contains(out, c) {
+				t.Errorf("%s: output lacks %q:\n%s", what, c, out)
+			}
+		}
+	}
+
+	out, code := doctor("inspect", "doctor/web")
+	want("inspect of a captured pod", 0, out, code, "Decision: traffic is redirected", "Rules: as the pod requires (nftables).", "Status: ok")
+	out, code = doctor("probe", "doctor/web")
+	want("probe of a captured pod", 0, out, code)
+
+	out, code = doctor("inspect", "istio-system/skipped")
+	want("inspect of a pod in an excluded namespace", 3, out, code, "Decision: NOT redirected", "istio-system", "Status: not-meshed")
+	out, code = doctor("inspect", "doctor/plain")
+	want("inspect of a pod without a sidecar", 3, out, code, "Decision: NOT redirected", "Status: not-meshed")
+
+	deleteNftRule(t, pods[1], "output")
+	out, code = doctor("inspect", "doctor/broken")
+	want("inspect after deleting the output hook's rule", 1, out, code, "chain output has 0 rules, want 1", "Status: different")
+	out, code = doctor("probe", "doctor/broken")
+	want("probe after deleting the output hook's rule", 1, out, code, "NOT redirected")
+}
+
+var nftHandle = regexp.MustCompile(`# handle (\d+)`)
+
+// deleteNftRule deletes, from the node, the first rule of chain in the pod's
+// istio-proxy-nat table, as someone debugging by hand might.
+func deleteNftRule(t *testing.T, p *corev1.Pod, chain string) {
+	t.Helper()
+	pid, err := meshnode.PID(context.Background(), theNode, p, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsenter := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(pid), "-n", "nft"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft %s in pod %s: %v: %s", strings.Join(args, " "), p.Name, err, out)
+		}
+		return string(out)
+	}
+	listing := nsenter("-a", "list", "chain", "ip", "istio-proxy-nat", chain)
+	var handle string
+	for _, l := range strings.Split(listing, "\n") {
+		if m := nftHandle.FindStringSubmatch(l); m != nil && !strings.Contains(l, "chain ") && !strings.Contains(l, "type ") {
+			handle = m[1]
+			break
+		}
+	}
+	if handle == "" {
+		t.Fatalf("pod %s: no rule in chain %s:\n%s", p.Name, chain, listing)
+	}
+	nsenter("delete", "rule", "ip", "istio-proxy-nat", chain, "handle", handle)
+}
