@@ -54,6 +54,9 @@ In the cluster, run them in the node's agent pod:
   kubectl exec -n kube-system ds/istio-cni-node -- istio-cni-doctor inspect NS/POD
 (ds/ picks any node's pod: for a given node select it with
  --field-selector spec.nodeName=NODE, see docs/troubleshooting.md).
+inspect and probe need the chart's troubleshooting.enabled=true there (the node's
+/proc and the netns capabilities); the image has no iptables or nft binaries, so
+inspect reads rules there only in native nftables mode, through netlink.
 
 Exit codes: 0 all is well, 1 a problem was found (or an error), 2 bad usage,
 3 (inspect) the plugin does not redirect this pod and nothing is wrong.
