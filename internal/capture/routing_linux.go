@@ -45,6 +45,9 @@ func passthroughAddr(p netip.Prefix) *netlink.Addr {
 // default route is local via lo) and IPv6's inbound passthrough address ::6 on lo.
 // Existing entries are kept, so it is idempotent.
 func applyRouting(plan *redirect.Plan) error {
+	if plan.Routing == nil && !plan.IPv6InboundPassthroughAddr.IsValid() {
+		return nil // the common REDIRECT, IPv4-only pod: no netlink round trip at all
+	}
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("find lo: %w", err)
