@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"github.com/istio-cni/istio-cni/internal/childproc"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -58,9 +60,9 @@ type ControlPlane struct {
 	adminKC    string
 	adminCfg   *rest.Config
 	admin      kubernetes.Interface
-	etcd       *process
-	apiserver  *process
-	launcher   *launcher
+	etcd       *childproc.Process
+	apiserver  *childproc.Process
+	launcher   *childproc.Launcher
 	log        *slog.Logger
 	startupDur time.Duration
 
@@ -93,7 +95,7 @@ func (c *ControlPlane) Dir() string { return c.dir }
 // LogPaths are the log files of etcd and kube-apiserver, by name. They are gone after
 // Stop.
 func (c *ControlPlane) LogPaths() map[string]string {
-	return map[string]string{c.etcd.name: c.etcd.logPath, c.apiserver.name: c.apiserver.logPath}
+	return map[string]string{c.etcd.Name: c.etcd.LogPath, c.apiserver.Name: c.apiserver.LogPath}
 }
 
 // StartupDuration is how long Start took, binaries excluded.
@@ -150,7 +152,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 	if err != nil {
 		return nil, fmt.Errorf("create control plane dir: %w", err)
 	}
-	cp := &ControlPlane{dir: dir, launcher: newLauncher(), log: log}
+	cp := &ControlPlane{dir: dir, launcher: childproc.NewLauncher(), log: log}
 	defer func() {
 		if err != nil {
 			if stopErr := cp.Stop(); stopErr != nil {
@@ -183,7 +185,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 
 	// etcd: plain HTTP on loopback is enough for a throwaway store, and no fsync
 	// makes it fast on a slow disk; the data dies with the temp dir anyway.
-	cp.etcd, err = startProcess(cp.launcher, "etcd", filepath.Join(binDir, "etcd"), []string{
+	cp.etcd, err = cp.launcher.Start("etcd", filepath.Join(binDir, "etcd"), []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(dir, "etcd"),
 		"--listen-client-urls=" + etcdClient,
@@ -197,7 +199,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 		"--heartbeat-interval=10",
 		"--election-timeout=100",
 		"--log-level=warn",
-	}, filepath.Join(dir, "etcd.log"))
+	}, nil, filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +225,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 		"--allow-privileged=true",
 	}
 	apiArgs = append(apiArgs, opts.ExtraAPIServerArgs...)
-	cp.apiserver, err = startProcess(cp.launcher, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), apiArgs, filepath.Join(dir, "kube-apiserver.log"))
+	cp.apiserver, err = cp.launcher.Start("kube-apiserver", filepath.Join(binDir, "kube-apiserver"), apiArgs, nil, filepath.Join(dir, "kube-apiserver.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +277,7 @@ func (c *ControlPlane) adminRESTConfig(keys *pki) (*rest.Config, error) {
 }
 
 // waitReady polls url until it answers 200, the process exits, or ctx ends.
-func waitReady(ctx context.Context, p *process, client *http.Client, url string) error {
+func waitReady(ctx context.Context, p *childproc.Process, client *http.Client, url string) error {
 	var last string
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -285,15 +287,15 @@ func waitReady(ctx context.Context, p *process, client *http.Client, url string)
 			return nil
 		}
 		select {
-		case <-p.exited:
-			err := p.exitError()
+		case <-p.Exited():
+			err := p.ExitError()
 			if strings.Contains(err.Error(), "address already in use") {
 				return fmt.Errorf("%w: %w", errPortTaken, err)
 			}
 			return err
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s: %w (last answer: %s); last lines of %s:\n%s",
-				p.name, url, ctx.Err(), last, p.logPath, p.tail(30))
+				p.Name, url, ctx.Err(), last, p.LogPath, p.Tail(30))
 		case <-tick.C:
 		}
 	}
@@ -326,15 +328,15 @@ func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
 		began := time.Now()
 		var errs []error
-		for _, p := range []*process{c.apiserver, c.etcd} {
+		for _, p := range []*childproc.Process{c.apiserver, c.etcd} {
 			if p == nil {
 				continue
 			}
-			if err := p.stop(10 * time.Second); err != nil {
+			if err := p.Stop(10 * time.Second); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		c.launcher.close()
+		c.launcher.Close()
 		if err := os.RemoveAll(c.dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove control plane dir: %w", err))
 		}

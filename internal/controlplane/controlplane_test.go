@@ -191,7 +191,7 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 	})
 
 	t.Run("stop leaves no process and no files", func(t *testing.T) {
-		pids := []int{cp.etcd.pid(), cp.apiserver.pid()}
+		pids := []int{cp.etcd.Pid(), cp.apiserver.Pid()}
 		dir := cp.Dir()
 		if err := cp.Stop(); err != nil {
 			t.Fatalf("stop: %v", err)
@@ -235,7 +235,7 @@ func TestTwoControlPlanesStartInParallelAndAreIndependent(t *testing.T) {
 	var pids []int
 	var dirs []string
 	for _, cp := range cps {
-		pids = append(pids, cp.etcd.pid(), cp.apiserver.pid())
+		pids = append(pids, cp.etcd.Pid(), cp.apiserver.Pid())
 		dirs = append(dirs, cp.Dir())
 		if err := cp.Stop(); err != nil {
 			t.Errorf("stop: %v", err)

@@ -1,6 +1,10 @@
 package controlplane
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/childproc"
+)
 
 // StartForTest starts a control plane for t and stops it when t ends. Missing
 // binaries are a failure, never a skip: a test that silently does not run proves
@@ -14,8 +18,8 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range []*process{cp.etcd, cp.apiserver} {
-				t.Logf("last lines of %s:\n%s", p.logPath, p.tail(40))
+			for _, p := range []*childproc.Process{cp.etcd, cp.apiserver} {
+				t.Logf("last lines of %s:\n%s", p.LogPath, p.Tail(40))
 			}
 		}
 		if err := cp.Stop(); err != nil {

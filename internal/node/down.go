@@ -38,16 +38,16 @@ func (n *Node) down() error {
 		}
 	}
 	// Controllers first: nothing may recreate the pods deleted next.
-	add(n.kcm.stop(5 * time.Second))
-	add(n.scheduler.stop(5 * time.Second))
-	if n.kubelet != nil && n.kubelet.running() && n.client != nil {
+	add(n.kcm.Stop(5 * time.Second))
+	add(n.scheduler.Stop(5 * time.Second))
+	if n.kubelet != nil && n.kubelet.Running() && n.client != nil {
 		t := time.Now()
 		count, err := n.deletePods(30 * time.Second)
 		add(err)
 		n.step("%d pods deleted through kubelet (%s)", count, since(t))
 	}
-	add(n.kubelet.stop(10 * time.Second))
-	if n.containerd != nil && n.containerd.running() {
+	add(n.kubelet.Stop(10 * time.Second))
+	if n.containerd != nil && n.containerd.Running() {
 		// Whatever kubelet did not finish: stopping a sandbox runs its CNI DEL and
 		// removes its network namespace.
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -59,7 +59,7 @@ func (n *Node) down() error {
 			n.step("removed %s stopped sandboxes through CRI", out[:len(out)-1])
 		}
 	}
-	add(n.containerd.stop(10 * time.Second))
+	add(n.containerd.Stop(10 * time.Second))
 	// Shims outlive containerd by design; after the sweep they have nothing to
 	// serve, but a failed sweep must not leave them (or their containers) running.
 	if pids := processesUsing(n.l.state); len(pids) > 0 {
@@ -72,7 +72,7 @@ func (n *Node) down() error {
 		add(n.cp.Stop())
 	}
 	if n.launcher != nil {
-		n.launcher.close()
+		n.launcher.Close()
 	}
 	add(unmountUnder(n.l.state))
 	if n.host != nil {

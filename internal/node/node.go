@@ -1,6 +1,8 @@
 package node
 
 import (
+	"github.com/istio-cni/istio-cni/internal/childproc"
+
 	"bytes"
 	"context"
 	"errors"
@@ -70,12 +72,12 @@ type Node struct {
 	tools    string // directory of the built hack/node/tools
 	host     *hostBefore
 
-	launcher   *launcher
+	launcher   *childproc.Launcher
 	cp         *controlplane.ControlPlane
-	containerd *process
-	kubelet    *process
-	scheduler  *process
-	kcm        *process
+	containerd *childproc.Process
+	kubelet    *childproc.Process
+	scheduler  *childproc.Process
+	kcm        *childproc.Process
 	client     kubernetes.Interface
 	kubeconfig string
 
@@ -179,7 +181,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	n.host = snapshotHost()
-	n.launcher = newLauncher()
+	n.launcher = childproc.NewLauncher()
 	if err := os.MkdirAll(n.l.state, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create %s: %w", n.l.state, err)
 	}
@@ -287,7 +289,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	var err error
-	n.containerd, err = n.launcher.start("containerd", "containerd",
+	n.containerd, err = n.launcher.Start("containerd", "containerd",
 		[]string{"--config", n.l.containerdConfig(), "--log-level", "info"}, nil,
 		filepath.Join(n.l.logDir(), "containerd.log"))
 	if err != nil {
@@ -308,7 +310,7 @@ func (n *Node) startControllers(ctx context.Context, kubeBin, caFile string) err
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.scheduler, err = n.launcher.start("kube-scheduler", filepath.Join(kubeBin, "kube-scheduler"), []string{
+	n.scheduler, err = n.launcher.Start("kube-scheduler", filepath.Join(kubeBin, "kube-scheduler"), []string{
 		"--kubeconfig=" + schedKC,
 		"--leader-elect=false",
 		// No serving port: nothing scrapes it, and a fixed one would collide with
@@ -318,7 +320,7 @@ func (n *Node) startControllers(ctx context.Context, kubeBin, caFile string) err
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.kcm, err = n.launcher.start("kube-controller-manager", filepath.Join(kubeBin, "kube-controller-manager"), []string{
+	n.kcm, err = n.launcher.Start("kube-controller-manager", filepath.Join(kubeBin, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kcmKC,
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -353,7 +355,7 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 	if err := writeAtomic(n.l.kubeletConfig(), []byte(kubeletYAML(n.l, n.opts.NodeIP, ports[0], ports[1], caFile)), 0o644); err != nil {
 		return err
 	}
-	n.kubelet, err = n.launcher.start("kubelet", filepath.Join(kubeBin, "kubelet"), []string{
+	n.kubelet, err = n.launcher.Start("kubelet", filepath.Join(kubeBin, "kubelet"), []string{
 		"--config=" + n.l.kubeletConfig(),
 		"--kubeconfig=" + kc,
 		"--hostname-override=" + n.opts.NodeName,
@@ -372,9 +374,9 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 // controller-manager to have published the CA config map pods' token volumes need.
 func (n *Node) waitReady(ctx context.Context) error {
 	ready := func() (bool, string) {
-		for _, p := range []*process{n.kubelet, n.scheduler, n.kcm, n.containerd} {
-			if !p.running() {
-				return false, p.exitError().Error()
+		for _, p := range []*childproc.Process{n.kubelet, n.scheduler, n.kcm, n.containerd} {
+			if !p.Running() {
+				return false, p.ExitError().Error()
 			}
 		}
 		node, err := n.client.CoreV1().Nodes().Get(ctx, n.opts.NodeName, metav1.GetOptions{})
@@ -400,7 +402,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 }
 
 // poll calls check every 100ms until it is done, p exits, or ctx ends.
-func poll(ctx context.Context, p *process, what string, check func() (bool, string)) error {
+func poll(ctx context.Context, p *childproc.Process, what string, check func() (bool, string)) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -409,11 +411,11 @@ func poll(ctx context.Context, p *process, what string, check func() (bool, stri
 			return nil
 		}
 		select {
-		case <-p.exited:
-			return fmt.Errorf("node: waiting for %s: %w", what, p.exitError())
+		case <-p.Exited():
+			return fmt.Errorf("node: waiting for %s: %w", what, p.ExitError())
 		case <-ctx.Done():
 			return fmt.Errorf("node: waiting for %s: %w (last: %s); last lines of %s:\n%s",
-				what, ctx.Err(), strings.TrimSpace(last), p.logPath, tailFile(p.logPath, 20))
+				what, ctx.Err(), strings.TrimSpace(last), p.LogPath, p.Tail(20))
 		case <-tick.C:
 		}
 	}
