@@ -247,3 +247,15 @@ func waitEvent(t testing.TB, c kubernetes.Interface, pod, reason string) string 
 	})
 	return found
 }
+
+// wantCount waits for a controller counter to reach want, then checks it is not
+// above it. The API server shows an effect (a pod deleted, a label set) just
+// before the controller reads its answer and counts it, so reading the counter
+// once right after seeing the effect would race.
+func wantCount(t testing.TB, what string, count func() uint64, want uint64) {
+	t.Helper()
+	waitFor(t, what+" counted", 10*time.Second, func() (bool, error) { return count() >= want, nil })
+	if got := count(); got != want {
+		t.Errorf("%s = %d, want %d", what, got, want)
+	}
+}
