@@ -133,8 +133,8 @@ func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
 	}
 	start := time.Now()
 	p.stop(t)
-	if took := time.Since(start); took > 8*time.Second {
-		t.Errorf("shutdown took %s, want it bounded (the pod's grace period)", took)
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("shutdown took %s, want it well inside the pod's 30 s grace period", took)
 	}
 	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
 		t.Errorf("conf dir after SIGTERM differs (-before +after):\n%s", diff)

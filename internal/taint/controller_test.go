@@ -141,6 +141,14 @@ func waitTaints(t *testing.T, c kubernetes.Interface, node, want string) {
 	}
 }
 
+// settle waits (bounded) for a counter condition; the caller then checks exact values.
+func settle(t *testing.T, cond func() bool) {
+	t.Helper()
+	_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+}
+
 const notReady = "cni.istio.io/not-ready=true:NoSchedule"
 
 func TestTaintFollowsAgentReadinessAndOneLeaderActs(t *testing.T) {
@@ -184,6 +192,8 @@ func TestTaintFollowsAgentReadinessAndOneLeaderActs(t *testing.T) {
 		leader, follower = b, a
 	}
 	lm, fm := leader.Metrics(), follower.Metrics()
+	// The node shows a change just before the leader has the answer and counts it.
+	settle(t, func() bool { return lm.TaintsAdded.Load() >= 3 && lm.TaintsRemoved.Load() >= 1 })
 	if lm.TaintsAdded.Load() != 3 || lm.TaintsRemoved.Load() != 1 {
 		t.Errorf("leader added %d, removed %d; want 3 and 1", lm.TaintsAdded.Load(), lm.TaintsRemoved.Load())
 	}
@@ -199,6 +209,7 @@ func TestTaintFollowsAgentReadinessAndOneLeaderActs(t *testing.T) {
 	}
 	setReady(t, admin, agentNS, "istio-cni-node-a", true)
 	waitTaints(t, admin, "node-a", "example.com/gpu=yes:NoSchedule")
+	settle(t, func() bool { return fm.TaintsRemoved.Load() >= 1 })
 	if fm.TaintsRemoved.Load() != 1 || !fm.Leading.Load() {
 		t.Errorf("new leader: leading=%v removed=%d, want true and 1", fm.Leading.Load(), fm.TaintsRemoved.Load())
 	}
