@@ -63,13 +63,11 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 	if b.applyVia == applyNetlink {
 		// A pod's first apply finds none of our tables. Asking the kernel that over
 		// netlink is cheap, and then the whole apply needs no nft process at all.
-		if fresh, err := noTablesOfOurs(); err == nil && fresh {
-			if err := applyNetlinkRuleset(rs, nil); err == nil {
-				return true, nil
-			}
-			// Lost a race with another writer, or the kernel refused: take the
-			// general path below, which lists and reports precisely.
+		if applied, err := applyIfFresh(rs); err == nil && applied {
+			return true, nil
 		}
+		// Not fresh, lost a race with another writer, or the kernel refused: take
+		// the general path below, which lists and reports precisely.
 	}
 	want, err := parseListing(rs.text())
 	if err != nil {

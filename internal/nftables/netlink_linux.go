@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"fmt"
-	"os"
 	"slices"
 
 	gnft "github.com/google/nftables"
@@ -21,17 +20,46 @@ import (
 // (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
 // the same canonical text and Verify works for both paths.
 func applyNetlinkRuleset(rs *ruleset, present []tableID) error {
-	// The socket must live in the calling thread's namespace. Naming that namespace
-	// explicitly keeps this true whatever goroutine the library dials from.
-	self, err := os.Open("/proc/thread-self/ns/net")
+	c, err := dialHere()
 	if err != nil {
-		return fmt.Errorf("open current network namespace: %w", err)
+		return err
 	}
-	defer self.Close()
-	c, err := gnft.New(gnft.WithNetNSFd(int(self.Fd())))
+	defer c.CloseLasting()
+	return flushRuleset(c, rs, present)
+}
+
+// applyIfFresh programs the ruleset over one netlink connection when the namespace
+// holds none of our tables yet (a pod's first apply), and reports whether it did.
+// It does not write when a table of ours exists: the caller then lists and
+// compares.
+func applyIfFresh(rs *ruleset) (applied bool, err error) {
+	c, err := dialHere()
 	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
+		return false, err
 	}
+	defer c.CloseLasting()
+	if fresh, err := noTablesOfOurs(c); err != nil || !fresh {
+		return false, err
+	}
+	if err := flushRuleset(c, rs, nil); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// dialHere opens a netlink socket in the network namespace of the calling thread
+// (the caller holds it there, see netns.Do). The socket is created synchronously
+// on this thread, so no helper goroutine has to enter the namespace, and its
+// namespace is fixed for its life whatever thread later reads from it.
+func dialHere() (*gnft.Conn, error) {
+	c, err := gnft.New(gnft.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	return c, nil
+}
+
+func flushRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 	if err := queueRuleset(c, rs, present); err != nil {
 		return err
 	}
@@ -41,19 +69,8 @@ func applyNetlinkRuleset(rs *ruleset, present []tableID) error {
 	return nil
 }
 
-// noTablesOfOurs asks the kernel over netlink whether any table of ours exists in
-// the calling thread's namespace.
-func noTablesOfOurs() (bool, error) {
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return false, err
-	}
-	defer self.Close()
-	c, err := gnft.New(gnft.WithNetNSFd(int(self.Fd())))
-	if err != nil {
-		return false, err
-	}
-	defer c.CloseLasting()
+// noTablesOfOurs asks the kernel whether any table of ours exists in c's namespace.
+func noTablesOfOurs(c *gnft.Conn) (bool, error) {
 	tables, err := c.ListTables()
 	if err != nil {
 		return false, err
