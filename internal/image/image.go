@@ -329,24 +329,34 @@ func GoBuild(ctx context.Context, moduleDir, outDir string, pkgs ...string) (map
 // AgentBinaries are the main packages of the agent image.
 var AgentBinaries = []string{"./cmd/install-cni", "./cmd/istio-cni", "./cmd/istio-iptables", "./cmd/istio-cni-doctor"}
 
+// AgentPath is the agent image's PATH: our binaries, then the iptables and nft
+// tools (see HostTools).
+const AgentPath = "/usr/local/bin:/usr/sbin:/usr/bin"
+
 // AgentSpec lays out the install-cni image from the binaries GoBuild made of
 // AgentBinaries: the plugin in /opt/cni/bin (the agent's CNI_BIN_SOURCE_DIR, every
-// file of which it installs on the node), everything on PATH in /usr/local/bin.
+// file of which it installs on the node), everything on PATH in /usr/local/bin, and
+// the iptables and nft tools the backends run inside the container (HostTools).
 func AgentSpec(ref string, bins map[string]string) (Spec, error) {
 	for _, b := range []string{"install-cni", "istio-cni", "istio-iptables", "istio-cni-doctor"} {
 		if bins[b] == "" {
 			return Spec{}, fmt.Errorf("agent image: no %s binary", b)
 		}
 	}
+	tools, err := HostTools("/")
+	if err != nil {
+		return Spec{}, err
+	}
 	return Spec{
 		Ref: ref,
-		Files: []File{
+		Files: append([]File{
 			{Path: "/opt/cni/bin/istio-cni", Source: bins["istio-cni"]},
 			{Path: "/usr/local/bin/istio-cni", Link: "/opt/cni/bin/istio-cni"},
 			{Path: "/usr/local/bin/install-cni", Source: bins["install-cni"]},
 			{Path: "/usr/local/bin/istio-iptables", Source: bins["istio-iptables"]},
 			{Path: "/usr/local/bin/istio-cni-doctor", Source: bins["istio-cni-doctor"]},
-		},
+		}, tools...),
 		Entrypoint: []string{"install-cni"},
+		Env:        []string{"PATH=" + AgentPath},
 	}, nil
 }

@@ -1,0 +1,131 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/netns"
+)
+
+// untarImage unpacks img's single layer into a new directory, as a runtime does.
+func untarImage(t *testing.T, spec Spec) string {
+	t.Helper()
+	img, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %v (%d)", err, len(layers))
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	root := t.TempDir()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(dst, 0o755)
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, dst)
+		case tar.TypeReg:
+			var data bytes.Buffer
+			if _, err = io.Copy(&data, tr); err == nil {
+				err = os.WriteFile(dst, data.Bytes(), os.FileMode(h.Mode))
+			}
+		default:
+			t.Fatalf("%s: unexpected entry type %c", h.Name, h.Typeflag)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// The tools in the agent image run inside it, with nothing from the host: each
+// flavour of iptables restores and saves rules that need the owner match and the
+// REDIRECT target (modules loaded from the image's xtables directory), and nft
+// lists them. They run chrooted into the unpacked image, in a fresh network
+// namespace.
+func TestAgentImageToolsRunInsideTheImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (chroot, network namespaces); run make test as root")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Any file does for the binaries: only the tools are run.
+	bins := map[string]string{"install-cni": self, "istio-cni": self, "istio-iptables": self, "istio-cni-doctor": self}
+	spec, err := AgentSpec("istio-cni.local/install-cni:tools", bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := untarImage(t, spec)
+	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New(t.TempDir(), "tools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Delete(ns)
+
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		var out string
+		err := netns.Do(ns, func() error {
+			// exec resolves a bare name in this process's PATH, outside the image.
+			cmd := exec.Command("/usr/sbin/"+args[0], args[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+			cmd.Dir = "/"
+			cmd.Env = []string{"PATH=" + AgentPath, "XTABLES_LOCKFILE=/tmp/xtables.lock"}
+			cmd.Stdin = strings.NewReader(stdin)
+			b, err := cmd.CombinedOutput()
+			out = string(b)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s in the image: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	rules := "*nat\n:OUT-TEST - [0:0]\n-A OUTPUT -p tcp -j OUT-TEST\n-A OUT-TEST -m owner --uid-owner 1337 -j RETURN\n-A OUT-TEST -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n"
+	for _, flavour := range []string{"nft", "legacy"} {
+		for _, fam := range []string{"iptables", "ip6tables"} {
+			run(rules, fam+"-"+flavour+"-restore", "--noflush")
+			saved := run("", fam+"-"+flavour+"-save", "-t", "nat")
+			for _, want := range []string{"--uid-owner 1337", "REDIRECT --to-ports 15001"} {
+				if !strings.Contains(saved, want) {
+					t.Errorf("%s-%s-save in the image lacks %q:\n%s", fam, flavour, want, saved)
+				}
+			}
+		}
+	}
+	if saved := run("", "iptables-save", "-t", "nat"); !strings.Contains(saved, "OUT-TEST") {
+		t.Errorf("iptables (no suffix) in the image does not read the nft flavour's rules:\n%s", saved)
+	}
+	listed := run("", "nft", "list", "ruleset")
+	if !strings.Contains(listed, "redirect to :15001") {
+		t.Errorf("nft in the image does not list the iptables-nft rules:\n%s", listed)
+	}
+}
