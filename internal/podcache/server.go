@@ -15,8 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -30,12 +31,28 @@ type Server struct {
 	log      *slog.Logger
 }
 
+// Client is the part of the API the server uses. A kubernetes.Interface clientset
+// satisfies it; the agent passes a client of the core group alone, so that its
+// binary does not link a client for every API group.
+type Client interface {
+	CoreV1() corev1client.CoreV1Interface
+}
+
 // New builds the server's informer for nodeName's pods. Run starts it.
-func New(client kubernetes.Interface, nodeName string, log *slog.Logger) *Server {
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-	}))
-	inf := f.Core().V1().Pods().Informer()
+func New(client Client, nodeName string, log *slog.Logger) *Server {
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return pods.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	// Only what the plugin reads is kept: managed fields and status conditions are
 	// dropped, which keeps memory per pod small.
 	_ = inf.SetTransform(trim)
