@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -34,6 +34,13 @@ const (
 
 // EventComponent is the events' source component.
 const EventComponent = "istio-cni-repair"
+
+// Client is the part of the API the controller uses. A kubernetes.Interface
+// clientset satisfies it; the agent passes a client of the core group alone, so
+// that its binary does not link a client for every API group.
+type Client interface {
+	CoreV1() typedcorev1.CoreV1Interface
+}
 
 // Deps are what the controller needs besides its settings and client.
 type Deps struct {
@@ -68,7 +75,7 @@ type InPlace struct {
 // and start it with Run.
 type Controller struct {
 	cfg      Config
-	client   kubernetes.Interface
+	client   Client
 	log      *slog.Logger
 	metrics  *Metrics
 	inPlace  *InPlace
@@ -76,7 +83,6 @@ type Controller struct {
 	recorder record.EventRecorder
 	ownRec   record.EventBroadcaster
 
-	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 
@@ -88,7 +94,7 @@ type Controller struct {
 }
 
 // New checks cfg and builds the controller; it starts nothing.
-func New(cfg Config, client kubernetes.Interface, deps Deps) (*Controller, error) {
+func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 	if !cfg.Enabled {
 		return nil, fmt.Errorf("repair controller: %s is false", EnvEnabled)
 	}
@@ -138,12 +144,22 @@ func New(cfg Config, client kubernetes.Interface, deps Deps) (*Controller, error
 
 	// Only this node's pods are listed and watched: the API server filters, so the
 	// cache and the traffic do not grow with the cluster.
-	c.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = cfg.fieldSelector()
-			o.LabelSelector = cfg.LabelSelector
-		}))
-	c.informer = c.factory.Core().V1().Pods().Informer()
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	selectors := func(o *metav1.ListOptions) {
+		o.FieldSelector = cfg.fieldSelector()
+		o.LabelSelector = cfg.LabelSelector
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			selectors(&o)
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			selectors(&o)
+			return pods.Watch(ctx, o)
+		},
+	}
+	c.informer = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := c.informer.SetTransform(slimPod); err != nil {
 		return nil, fmt.Errorf("repair controller: %w", err)
 	}
@@ -202,8 +218,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.ownRec.Shutdown()
 	}
 	defer c.queue.ShutDown()
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
+	// Run returns only once the informer has stopped, so that a caller waiting
+	// for it knows the watch is closed.
+	var informerDone sync.WaitGroup
+	informerDone.Go(func() { c.informer.RunWithContext(ctx) })
+	defer informerDone.Wait()
 	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
 		return fmt.Errorf("repair controller: pods of node %s never listed: %w", c.cfg.NodeName, ctx.Err())
 	}
