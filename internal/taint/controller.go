@@ -13,9 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -50,6 +52,15 @@ func (m *Metrics) Collect() map[string]float64 {
 	}
 }
 
+// Client is the part of the API the controller uses: nodes and pods, and the
+// lease. A kubernetes.Interface clientset satisfies it; the agent passes clients
+// of these two groups alone, so that its binary does not link a client for every
+// API group.
+type Client interface {
+	CoreV1() corev1client.CoreV1Interface
+	CoordinationV1() coordinationv1client.CoordinationV1Interface
+}
+
 // Deps are optional.
 type Deps struct {
 	Logger  *slog.Logger
@@ -60,13 +71,13 @@ type Deps struct {
 // Ready, while it holds the lease.
 type Controller struct {
 	cfg     Config
-	client  kubernetes.Interface
+	client  Client
 	log     *slog.Logger
 	metrics *Metrics
 }
 
 // New checks cfg; it starts nothing.
-func New(cfg Config, client kubernetes.Interface, deps Deps) (*Controller, error) {
+func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 	if !cfg.Enabled {
 		return nil, fmt.Errorf("taint controller: %s is false", EnvEnabled)
 	}
@@ -135,13 +146,9 @@ const nodeIndex = "spec.nodeName"
 // lead runs the informers and workers until ctx ends (the lease is lost or Run's
 // context ends). A fresh cache per leadership: a standby replica holds none.
 func (c *Controller) lead(ctx context.Context) error {
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = c.cfg.NodeSelector }))
-	podFactory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithNamespace(c.cfg.AgentNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = c.cfg.AgentSelector }))
-	nodes := nodeFactory.Core().V1().Nodes().Informer()
-	pods := podFactory.Core().V1().Pods().Informer()
+	nodeAPI, podAPI := c.client.CoreV1().Nodes(), c.client.CoreV1().Pods(c.cfg.AgentNamespace)
+	nodes := newInformer(&corev1.Node{}, c.cfg.NodeSelector, nodeAPI.List, nodeAPI.Watch)
+	pods := newInformer(&corev1.Pod{}, c.cfg.AgentSelector, podAPI.List, podAPI.Watch)
 	if err := pods.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
@@ -177,10 +184,12 @@ func (c *Controller) lead(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	nodeFactory.Start(ctx.Done())
-	podFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer podFactory.Shutdown()
+	// lead returns only once both informers have stopped: the next leadership
+	// starts from fresh caches, and a lost lease leaves no watch open.
+	var informers sync.WaitGroup
+	informers.Go(func() { nodes.RunWithContext(ctx) })
+	informers.Go(func() { pods.RunWithContext(ctx) })
+	defer informers.Wait()
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced) {
 		return ctx.Err()
 	}
@@ -210,6 +219,25 @@ func (c *Controller) lead(ctx context.Context) error {
 	queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// newInformer is an informer of one resource, limited to the objects that
+// labelSelector matches.
+func newInformer[L runtime.Object](obj runtime.Object, labelSelector string,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = labelSelector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = labelSelector
+			return watchFn(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 type reconciler struct {
