@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -42,6 +43,39 @@ func RestConfig(s *Settings) *rest.Config {
 		c.TLSClientConfig.CAFile = s.CAFile()
 	}
 	return c
+}
+
+// apiClient is the agent's API client: the two API groups its controllers call
+// (core, and coordination for the readiness lease). The full clientset would link
+// a typed client and apply configurations for every API group into the binary.
+// It satisfies podcache.Client, repair.Client and taint.Client.
+type apiClient struct {
+	core         corev1client.CoreV1Interface
+	coordination coordinationv1client.CoordinationV1Interface
+}
+
+func (c *apiClient) CoreV1() corev1client.CoreV1Interface { return c.core }
+
+func (c *apiClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return c.coordination
+}
+
+// newAPIClient builds the group clients over one HTTP client, as the clientset
+// does, so that they share its connections.
+func newAPIClient(cfg *rest.Config) (*apiClient, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	core, err := corev1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	coordination, err := coordinationv1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return &apiClient{core: core, coordination: coordination}, nil
 }
 
 // repairPluginConfig is the plugin's config as the runtime hands it to the plugin:
@@ -107,7 +141,7 @@ func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
 	}
 	// client-go logs through klog; keep one log stream, in the agent's format.
 	klog.SetSlogLogger(a.log.With("component", "client-go"))
-	client, err := kubernetes.NewForConfig(RestConfig(s))
+	client, err := newAPIClient(RestConfig(s))
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s:%d: %w", s.KubeHost, s.KubePort, err)
 	}
