@@ -55,8 +55,8 @@ In the cluster, run them in the node's agent pod:
 (ds/ picks any node's pod: for a given node select it with
  --field-selector spec.nodeName=NODE, see docs/troubleshooting.md).
 inspect and probe need the chart's troubleshooting.enabled=true there (the node's
-/proc and the netns capabilities); the image has no iptables or nft binaries, so
-inspect reads rules there only in native nftables mode, through netlink.
+/proc and the netns capabilities). The image carries iptables (both flavours) and
+nft; inspect reads the flavour the node's plugin uses.
 
 Exit codes: 0 all is well, 1 a problem was found (or an error), 2 bad usage,
 3 (inspect) the plugin does not redirect this pod and nothing is wrong.

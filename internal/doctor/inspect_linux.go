@@ -74,6 +74,8 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 		in.Problems = append(in.Problems, multus.Problems...)
 	}
 
+	// In the agent pod, read the iptables flavour the node's plugin writes.
+	cfg = plugin.ForNode(cfg, plugin.NodeRootIn(agentHostProcDir))
 	selected, other, notes, err := inspectBackends(cfg)
 	if err != nil {
 		return nil, err
@@ -132,9 +134,10 @@ func nonNil(s []string) []string {
 }
 
 // inspectBackends returns the backend the config selects and the other one, to
-// find stray rules. Where a backend's tools are missing (the agent image has none)
-// nftables is read through netlink, and the iptables side is checked only as far as
-// netlink shows it (see readLiveRules); notes say what was not checked.
+// find stray rules. Where a backend's tools are missing (the agent image has them;
+// a node or an image without them may not) nftables is read through netlink, and
+// the iptables side is checked only as far as netlink shows it (see
+// readLiveRules); notes say what was not checked.
 func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes []string, err error) {
 	nft := capture.Backend(netlinkBackend{})
 	if haveNft() {
@@ -155,8 +158,8 @@ func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes
 	}
 	if !haveIptablesSave() {
 		return nil, nil, nil, fmt.Errorf("the config selects the iptables backend (%s mode), and iptables-save is not in this image: "+
-			"the agent image carries static binaries only. Run istio-cni-doctor on the node itself (where the plugin's iptables are), "+
-			"or install with nativeNftables=true, whose tables are read through netlink", cfg.IptablesMode)
+			"run istio-cni-doctor where the iptables tools are (the node itself, or the agent pod, whose image carries them), "+
+			"or install with nativeNftables=true, whose tables can be read through netlink", cfg.IptablesMode)
 	}
 	selected, err = plugin.NewBackend(cfg)
 	return selected, nft, notes, err
@@ -166,7 +169,7 @@ func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes
 // our tables (nftables) from the namespace, for people to read.
 func readLiveRules(ctx context.Context, nsPath string, cfg *plugin.Config, out map[string]string) error {
 	mode := iptables.ModeLegacy
-	if haveIptablesSave() { // else (the agent image) no iptables rules are read below
+	if haveIptablesSave() { // else no iptables rules are read below
 		o := *cfg
 		o.Backend = plugin.BackendIptables
 		b, err := plugin.NewBackend(&o)

@@ -15,16 +15,16 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
-// The agent image holds static Go binaries only: no nft and no iptables tools. The
-// plugin's nftables backend reads rules back with nft, so inside the agent pod the
-// doctor reads our tables through netlink instead. Netlink gives the tables, chains
+// The plugin's nftables backend reads rules back with nft. Where nft is not
+// installed (a minimal node or image; the agent image carries it) the doctor
+// reads our tables through netlink instead. Netlink gives the tables, chains
 // and the number of rules in each, not nft's text of a rule, so this check is
 // coarser than the plugin's CHECK: a rule deleted or added is found, a rule changed
 // in place is not. Inspect says so in its output.
 
 // netlinkNote is added to the problems-free output when the netlink check stood in
 // for nft.
-const netlinkNote = "nft is not in this image: our tables, chains and the number of rules in each were compared through netlink, not each rule's text " +
+const netlinkNote = "nft is not installed here: our tables, chains and the number of rules in each were compared through netlink, not each rule's text " +
 	"(for a rule-by-rule comparison run istio-cni-doctor on the node, where nft is installed)"
 
 // haveNft reports whether the nft binary the nftables backend reads rules with is

@@ -4,12 +4,9 @@
 // (Import). The same inputs give the same bytes and so the same digest: files are
 // sorted, owned by root, dated at the epoch, and the config carries no build time.
 //
-// The agent image (AgentSpec) holds only the four static binaries. It carries no
-// iptables: the plugin, which does the normal work, runs on the node and uses the
-// node's iptables. Only the agent's repair-in-place path programs rules from inside
-// the container, and there it needs the native nftables backend (netlink, no
-// binaries; chart value nativeNftables=true). Copying the build host's dynamically
-// linked xtables-*-multi, its libraries and its extension modules into the image
-// would tie the image to the build host's distribution and break reproducibility
-// across hosts.
+// The agent image (AgentSpec) holds the four static binaries and, for repair in
+// place and the doctor, which run the plugin's backends inside the container,
+// iptables (both flavours) and nft with the libraries they load, copied from the
+// build machine (HostTools). Its digest then depends on that machine's iptables and
+// nftables packages, and is the same for every build there.
 package image

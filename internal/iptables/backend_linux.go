@@ -37,6 +37,32 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("%q is not an iptables mode (legacy, nft or auto)", s)
 }
 
+// nodePath is where DetectMode looks on a filesystem other than this process's: the
+// PATH a container runtime gives the plugins it runs.
+var nodePath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// DetectMode is ModeAuto's choice for the filesystem at root: nft when
+// iptables-nft-restore is installed, else legacy. With root "/" it searches PATH,
+// as the plugin does on the node. Another root is a node seen from a container
+// (the agent's /host/proc/1/root): there the agent and the doctor, whose image
+// carries both flavours, pick the flavour the node's plugin picks, so they read and
+// write the same rules it does. A name that is a link counts without following the
+// link (its target is a path on the node, not in the container).
+func DetectMode(root string) Mode {
+	if root == "/" {
+		if _, err := exec.LookPath("iptables-nft-restore"); err == nil {
+			return ModeNFT
+		}
+		return ModeLegacy
+	}
+	for _, dir := range nodePath {
+		if _, err := os.Lstat(filepath.Join(root, dir, "iptables-nft-restore")); err == nil {
+			return ModeNFT
+		}
+	}
+	return ModeLegacy
+}
+
 // Config configures the iptables backend.
 type Config struct {
 	Mode Mode
@@ -58,10 +84,7 @@ type tools struct{ save, restore string }
 func NewBackend(cfg Config) (*Backend, error) {
 	mode := cfg.Mode
 	if mode == ModeAuto {
-		mode = ModeLegacy
-		if _, err := exec.LookPath("iptables-nft-restore"); err == nil {
-			mode = ModeNFT
-		}
+		mode = DetectMode("/")
 	}
 	b := &Backend{mode: mode, lockDir: cfg.LockDir, tools: map[redirect.Family]tools{}}
 	if b.lockDir == "" {

@@ -403,3 +403,57 @@ func logPeakMemory(log *pluginlog.Logger) {
 		}
 	}
 }
+
+// NodeRootIn is the node's root filesystem as a container sees it through the
+// node's /proc mounted at hostProc, or "" when it cannot be seen. It is the root of
+// the node's PID 1, or where that is not readable (reading another process's root
+// needs CAP_SYS_PTRACE, and some hosts refuse it for PID 1) the root of the
+// kubelet or the container runtime, which run on the node's own filesystem.
+func NodeRootIn(hostProc string) string {
+	readable := func(pid string) string {
+		root := filepath.Join(hostProc, pid, "root")
+		if _, err := os.Stat(filepath.Join(root, "usr")); err != nil {
+			return ""
+		}
+		return root
+	}
+	if root := readable("1"); root != "" {
+		return root
+	}
+	entries, err := os.ReadDir(hostProc)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(hostProc, e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(string(comm)) {
+		case "kubelet", "containerd", "crio":
+			if root := readable(e.Name()); root != "" {
+				return root
+			}
+		}
+	}
+	return ""
+}
+
+// ForNode returns cfg for code that programs or reads pods' rules from a container
+// on the node (repair in place, the doctor in the agent pod) rather than from the
+// node as the plugin does. When cfg leaves the iptables flavour to detection, the
+// flavour is the one the node's plugin detects from the node's own binaries (seen
+// at nodeRoot), not the container's: the agent image carries both flavours, and
+// reading or writing the other one would miss the plugin's rules or add a second
+// set. With nodeRoot "" (the node is not visible) cfg is returned unchanged.
+func ForNode(cfg *Config, nodeRoot string) *Config {
+	if cfg.Backend == BackendNftables || cfg.IptablesMode != IptablesDetect || nodeRoot == "" {
+		return cfg
+	}
+	c := *cfg
+	c.IptablesMode = IptablesMode(iptables.DetectMode(nodeRoot))
+	return &c
+}
