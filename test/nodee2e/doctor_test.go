@@ -16,66 +16,105 @@ import (
 
 // TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods runs
 // istio-cni-doctor the way docs/troubleshooting.md tells people to: kubectl exec into
-// the node's agent pod, installed with troubleshooting.enabled. The agent image
-// carries no iptables or nft binaries, so the chart runs in native nftables mode,
-// whose tables the doctor reads through netlink. It proves: a captured pod passes
-// inspect (exit 0) and probe (exit 0); a pod in an excluded namespace and a pod
-// without a sidecar are reported as not redirected, with the reason (exit 3); after
-// a rule is deleted by hand in a pod's namespace (nsenter from the node), inspect
-// names the difference and probe finds the outbound connection not redirected
-// (exit 1).
+// the node's agent pod, installed with troubleshooting.enabled, once with the
+// default iptables backend and once with native nftables. The doctor reads the rules
+// with the image's own iptables-save or nft, in the flavour the node's plugin uses.
+// It proves: a captured pod passes inspect (exit 0) and probe (exit 0); a pod in an
+// excluded namespace and a pod without a sidecar are reported as not redirected,
+// with the reason (exit 3); after a rule is deleted by hand in a pod's namespace
+// (nsenter from the node), inspect names the difference and probe finds the
+// outbound connection not redirected (exit 1).
 func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing.T) {
-	s := session(t)
-	ensureSharedNetnsDir(t) // the chart's /var/run/netns mount (HostToContainer)
-	agent := install(t, s, values(t, "--set", "nativeNftables=true", "--set", "troubleshooting.enabled=true"))
+	for _, tc := range []struct {
+		name    string
+		values  []string
+		backend string // as inspect names it
+		// breakRule deletes the rule that sends the pod's outbound traffic into our
+		// chains, and says what inspect reports for it.
+		breakRule func(*testing.T, *corev1.Pod) string
+	}{
+		{"iptables", nil, "iptables-nft", func(t *testing.T, p *corev1.Pod) string {
+			podExec(t, p, "iptables-nft", "-t", "nat", "-D", "OUTPUT", "-j", "ISTIO_OUTPUT")
+			return "OUTPUT"
+		}},
+		{"nftables", []string{"--set", "nativeNftables=true"}, "nftables", func(t *testing.T, p *corev1.Pod) string {
+			deleteNftRule(t, p, "output")
+			return "chain output"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := session(t)
+			ensureSharedNetnsDir(t) // the chart's /var/run/netns mount (HostToContainer)
+			agent := install(t, s, values(t, append(tc.values, "--set", "troubleshooting.enabled=true")...))
 
-	plain := meshnode.MeshedPod("doctor", "plain")
-	delete(plain.Annotations, "sidecar.istio.io/status")
-	plain.Spec.Containers = plain.Spec.Containers[:1]
-	pods := createPods(t, meshnode.MeshedPod("doctor", "web"), meshnode.MeshedPod("doctor", "broken"),
-		meshnode.MeshedPod("istio-system", "skipped"), plain)
+			ns := "doctor-" + tc.name
+			plain := meshnode.MeshedPod(ns, "plain")
+			delete(plain.Annotations, "sidecar.istio.io/status")
+			plain.Spec.Containers = plain.Spec.Containers[:1]
+			pods := createPods(t, meshnode.MeshedPod(ns, "web"), meshnode.MeshedPod(ns, "broken"),
+				meshnode.MeshedPod("istio-system", "skipped-"+tc.name), plain)
 
-	doctor := func(args ...string) (string, int) {
-		t.Helper()
-		out, err := s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
-			"--", "istio-cni-doctor"}, args...)...)
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			return out, 0
-		case errors.As(err, &exit):
-			return out, exit.ExitCode()
-		}
-		t.Fatalf("kubectl exec: %v", err)
-		return "", 0
-	}
-	want := func(what string, code int, out string, gotCode int, contains ...string) {
-		t.Helper()
-		if gotCode != code {
-			t.Errorf("%s: exit %d, want %d:\n%s", what, gotCode, code, out)
-		}
-		for _, c := range contains {
-			if !strings.Contains(out, c) {
-				t.Errorf("%s: output lacks %q:\n%s", what, c, out)
+			doctor := func(args ...string) (string, int) {
+				t.Helper()
+				out, err := s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
+					"--", "istio-cni-doctor"}, args...)...)
+				var exit *exec.ExitError
+				switch {
+				case err == nil:
+					return out, 0
+				case errors.As(err, &exit):
+					return out, exit.ExitCode()
+				}
+				t.Fatalf("kubectl exec: %v", err)
+				return "", 0
 			}
-		}
+			want := func(what string, code int, out string, gotCode int, contains ...string) {
+				t.Helper()
+				if gotCode != code {
+					t.Errorf("%s: exit %d, want %d:\n%s", what, gotCode, code, out)
+				}
+				for _, c := range contains {
+					if !strings.Contains(out, c) {
+						t.Errorf("%s: output lacks %q:\n%s", what, c, out)
+					}
+				}
+				if strings.Contains(out, "through netlink") {
+					t.Errorf("%s: the doctor fell back to netlink; the image carries the tools:\n%s", what, out)
+				}
+			}
+
+			out, code := doctor("inspect", ns+"/web")
+			want("inspect of a captured pod", 0, out, code, "Decision: traffic is redirected",
+				"Rules: as the pod requires ("+tc.backend+").", "Status: ok")
+			out, code = doctor("probe", ns+"/web")
+			want("probe of a captured pod", 0, out, code)
+
+			out, code = doctor("inspect", "istio-system/skipped-"+tc.name)
+			want("inspect of a pod in an excluded namespace", 3, out, code, "Decision: NOT redirected", "istio-system", "Status: not-meshed")
+			out, code = doctor("inspect", ns+"/plain")
+			want("inspect of a pod without a sidecar", 3, out, code, "Decision: NOT redirected", "Status: not-meshed")
+
+			where := tc.breakRule(t, pods[1])
+			out, code = doctor("inspect", ns+"/broken")
+			want("inspect after deleting the output hook's rule", 1, out, code, where, "Status: different")
+			out, code = doctor("probe", ns+"/broken")
+			want("probe after deleting the output hook's rule", 1, out, code, "NOT redirected")
+		})
 	}
+}
 
-	out, code := doctor("inspect", "doctor/web")
-	want("inspect of a captured pod", 0, out, code, "Decision: traffic is redirected", "Rules: as the pod requires (nftables).", "Status: ok")
-	out, code = doctor("probe", "doctor/web")
-	want("probe of a captured pod", 0, out, code)
-
-	out, code = doctor("inspect", "istio-system/skipped")
-	want("inspect of a pod in an excluded namespace", 3, out, code, "Decision: NOT redirected", "istio-system", "Status: not-meshed")
-	out, code = doctor("inspect", "doctor/plain")
-	want("inspect of a pod without a sidecar", 3, out, code, "Decision: NOT redirected", "Status: not-meshed")
-
-	deleteNftRule(t, pods[1], "output")
-	out, code = doctor("inspect", "doctor/broken")
-	want("inspect after deleting the output hook's rule", 1, out, code, "chain output has 0 rules, want 1", "Status: different")
-	out, code = doctor("probe", "doctor/broken")
-	want("probe after deleting the output hook's rule", 1, out, code, "NOT redirected")
+// podExec runs a command in the pod's network namespace from the node.
+func podExec(t testing.TB, p *corev1.Pod, args ...string) string {
+	t.Helper()
+	pid, err := meshnode.PID(context.Background(), theNode, p, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(pid), "-n"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in pod %s: %v: %s", strings.Join(args, " "), p.Name, err, out)
+	}
+	return string(out)
 }
 
 var nftHandle = regexp.MustCompile(`# handle (\d+)`)

@@ -59,39 +59,52 @@ func TestNativeNftablesModeCapturesWithNftTables(t *testing.T) {
 	}
 }
 
-// Repair in place runs inside the agent's container, which carries no iptables
-// binaries: with native nftables it programs the broken pod's namespace through
-// netlink, and the same pod (same UID) passes its validation on its next try.
-func TestRepairInPlaceFromTheAgentImageWithNativeNftables(t *testing.T) {
-	s := session(t)
-	ctx := context.Background()
-	deployment(t, "inplace", "early", 1)
-	var broken *corev1.Pod
-	waitFor(t, "the early pod's validation fails with exit 126", 60*time.Second, func() bool {
-		pods, err := theNode.Client().CoreV1().Pods("inplace").List(ctx, metav1.ListOptions{LabelSelector: "app=early"})
-		if err != nil {
-			return false
-		}
-		for i := range pods.Items {
-			for _, st := range pods.Items[i].Status.InitContainerStatuses {
-				for _, term := range []*corev1.ContainerStateTerminated{st.State.Terminated, st.LastTerminationState.Terminated} {
-					if term != nil && term.ExitCode == 126 {
-						broken = &pods.Items[i]
-						return true
+// Repair in place runs inside the agent's container with the image's own iptables
+// (in the flavour the node's plugin uses) or, with native nftables, through
+// netlink: a pod started before the agent, whose validation failed, passes it on its
+// next try as the same pod (same UID), with the capture in its namespace.
+func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []string
+		rules  func(testing.TB, *corev1.Pod) string
+	}{
+		{"iptables", nil, func(t testing.TB, p *corev1.Pod) string { return podExec(t, p, "iptables-nft-save", "-t", "nat") }},
+		{"nftables", []string{"--set", "nativeNftables=true"}, nftRuleset},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := session(t)
+			ctx := context.Background()
+			ns := "inplace-" + tc.name
+			deployment(t, ns, "early", 1)
+			var broken *corev1.Pod
+			waitFor(t, "the early pod's validation fails with exit 126", 60*time.Second, func() bool {
+				pods, err := theNode.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=early"})
+				if err != nil {
+					return false
+				}
+				for i := range pods.Items {
+					for _, st := range pods.Items[i].Status.InitContainerStatuses {
+						for _, term := range []*corev1.ContainerStateTerminated{st.State.Terminated, st.LastTerminationState.Terminated} {
+							if term != nil && term.ExitCode == 126 {
+								broken = &pods.Items[i]
+								return true
+							}
+						}
 					}
 				}
+				return false
+			})
+			ensureSharedNetnsDir(t)
+			install(t, s, values(t, append(tc.values, "--set", "repair.repairPods=true")...))
+			fixed := readyPods(t, ns, "early", 1, 120*time.Second)[0]
+			if fixed.UID != broken.UID {
+				t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
 			}
-		}
-		return false
-	})
-	ensureSharedNetnsDir(t)
-	install(t, s, values(t, "--set", "nativeNftables=true", "--set", "repair.repairPods=true"))
-	fixed := readyPods(t, "inplace", "early", 1, 120*time.Second)[0]
-	if fixed.UID != broken.UID {
-		t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
-	}
-	if ruleset := nftRuleset(t, fixed); !strings.Contains(ruleset, "15001") {
-		t.Errorf("repaired pod %s has no nftables capture:\n%s", fixed.Name, ruleset)
+			if rules := tc.rules(t, fixed); !strings.Contains(rules, "15001") {
+				t.Errorf("repaired pod %s has no capture:\n%s", fixed.Name, rules)
+			}
+		})
 	}
 }
 

@@ -113,17 +113,18 @@ func values(t testing.TB, extra ...string) []string {
 func install(t testing.TB, s *meshnode.Session, vals []string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
-	took, agent, err := s.Install(ctx, vals)
-	if err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
-	t.Logf("helm install -> agent Ready: %s", took)
+	// Registered first: an install whose agent never gets ready is removed too.
 	t.Cleanup(func() {
 		// Whatever a failed test left: the next test starts from a node without the chart.
 		if out, err := meshnode.Run(ctx, theNode, theTools.Helm, "status", meshnode.Release, "-n", meshnode.Namespace); err == nil && strings.Contains(out, "STATUS") {
 			s.Uninstall(ctx)
 		}
 	})
+	took, agent, err := s.Install(ctx, vals)
+	if err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	t.Logf("helm install -> agent Ready: %s", took)
 	return agent
 }
 

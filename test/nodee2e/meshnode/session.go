@@ -85,6 +85,15 @@ func (s *Session) Install(ctx context.Context, values []string) (time.Duration, 
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	pod, err := WaitAgentReady(wctx, s.Node, Namespace)
+	if err != nil {
+		// Say why: the agent's own last words (a crash-looping agent exits with a
+		// message naming the bad setting).
+		logs, lerr := s.Kubectl(ctx, "logs", "-n", Namespace, "daemonset/istio-cni-node", "-c", "install-cni", "--previous", "--tail=20")
+		if lerr != nil {
+			logs, _ = s.Kubectl(ctx, "logs", "-n", Namespace, "daemonset/istio-cni-node", "-c", "install-cni", "--tail=20")
+		}
+		err = fmt.Errorf("%w; the agent's log ends:\n%s", err, logs)
+	}
 	return time.Since(began), pod, err
 }
 
