@@ -31,16 +31,27 @@ func untarImage(t *testing.T, spec Spec) string {
 	}
 	defer rc.Close()
 	root := t.TempDir()
-	tr := tar.NewReader(rc)
+	untar(t, rc, root)
+	return root
+}
+
+// untar unpacks a tar stream into dir: directories, regular files (with their
+// mode) and symlinks, the only entries our images and archives hold.
+func untar(t *testing.T, r io.Reader, dir string) {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst := filepath.Join(root, h.Name)
+		dst := filepath.Join(dir, h.Name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = os.MkdirAll(dst, 0o755)
@@ -58,7 +69,6 @@ func untarImage(t *testing.T, spec Spec) string {
 			t.Fatal(err)
 		}
 	}
-	return root
 }
 
 // The tools in the agent image run inside it, with nothing from the host: each

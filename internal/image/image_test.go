@@ -140,26 +140,12 @@ func TestArchiveIsAnOCILayoutOfTheImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	unpacked := filepath.Join(dir, "layout")
-	f, _ := os.Open(archive)
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(unpacked, h.Name)
-		if h.Typeflag == tar.TypeDir {
-			os.MkdirAll(p, 0o755)
-			continue
-		}
-		b, _ := io.ReadAll(tr)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, b, 0o644)
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer f.Close()
+	untar(t, f, unpacked)
 	lp, err := layout.FromPath(unpacked)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
@@ -74,27 +73,9 @@ func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := session(t)
-			ctx := context.Background()
 			ns := "inplace-" + tc.name
 			deployment(t, ns, "early", 1)
-			var broken *corev1.Pod
-			waitFor(t, "the early pod's validation fails with exit 126", 60*time.Second, func() bool {
-				pods, err := theNode.Client().CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=early"})
-				if err != nil {
-					return false
-				}
-				for i := range pods.Items {
-					for _, st := range pods.Items[i].Status.InitContainerStatuses {
-						for _, term := range []*corev1.ContainerStateTerminated{st.State.Terminated, st.LastTerminationState.Terminated} {
-							if term != nil && term.ExitCode == 126 {
-								broken = &pods.Items[i]
-								return true
-							}
-						}
-					}
-				}
-				return false
-			})
+			broken := waitValidationFailed(t, ns, "early")
 			ensureSharedNetnsDir(t)
 			install(t, s, values(t, append(tc.values, "--set", "repair.repairPods=true")...))
 			fixed := readyPods(t, ns, "early", 1, 120*time.Second)[0]

@@ -93,14 +93,13 @@ func podIsReady(p *corev1.Pod) bool {
 // validation init container (exit 126); once the chart is installed, the agent's
 // repair controller deletes it, its Deployment recreates it, and the new pod is
 // captured and passes validation.
-func TestAPodStartedBeforeTheAgentIsRepaired(t *testing.T) {
-	s := session(t)
-	ctx := context.Background()
-	deployment(t, "early", "early", 1)
-
+// waitValidationFailed waits for a pod of deployment name whose istio-validation
+// init container exited 126 (its traffic is not redirected) and returns it.
+func waitValidationFailed(t *testing.T, namespace, name string) *corev1.Pod {
+	t.Helper()
 	var broken *corev1.Pod
-	waitFor(t, "the early pod's validation fails with exit 126", 60*time.Second, func() bool {
-		pods, err := theNode.Client().CoreV1().Pods("early").List(ctx, metav1.ListOptions{LabelSelector: "app=early"})
+	waitFor(t, "the "+name+" pod's validation fails with exit 126", 60*time.Second, func() bool {
+		pods, err := theNode.Client().CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + name})
 		if err != nil {
 			return false
 		}
@@ -116,6 +115,15 @@ func TestAPodStartedBeforeTheAgentIsRepaired(t *testing.T) {
 		}
 		return false
 	})
+	return broken
+}
+
+func TestAPodStartedBeforeTheAgentIsRepaired(t *testing.T) {
+	s := session(t)
+	ctx := context.Background()
+	deployment(t, "early", "early", 1)
+
+	broken := waitValidationFailed(t, "early", "early")
 	t.Logf("pod %s started unredirected: its validation failed", broken.Name)
 
 	install(t, s, values(t))
