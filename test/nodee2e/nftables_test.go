@@ -64,12 +64,13 @@ func TestNativeNftablesModeCapturesWithNftTables(t *testing.T) {
 // next try as the same pod (same UID), with the capture in its namespace.
 func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		values []string
-		rules  func(testing.TB, *corev1.Pod) string
+		name    string
+		values  []string
+		backend string // as the agent logs it: the node's flavour (this machine's plugin picks nft)
+		rules   func(testing.TB, *corev1.Pod) string
 	}{
-		{"iptables", nil, func(t testing.TB, p *corev1.Pod) string { return podExec(t, p, "iptables-nft-save", "-t", "nat") }},
-		{"nftables", []string{"--set", "nativeNftables=true"}, nftRuleset},
+		{"iptables", nil, "iptables-nft", func(t testing.TB, p *corev1.Pod) string { return podExec(t, p, "iptables-nft-save", "-t", "nat") }},
+		{"nftables", []string{"--set", "nativeNftables=true"}, "nftables", nftRuleset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := session(t)
@@ -77,7 +78,16 @@ func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 			deployment(t, ns, "early", 1)
 			broken := waitValidationFailed(t, ns, "early")
 			ensureSharedNetnsDir(t)
-			install(t, s, values(t, append(tc.values, "--set", "repair.repairPods=true")...))
+			agent := install(t, s, values(t, append(tc.values, "--set", "repair.repairPods=true")...))
+			logs, err := s.Kubectl(context.Background(), "logs", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The flavour is judged from the node's own filesystem, seen through
+			// the node's /proc (not the container's, which has both flavours).
+			if want := "repair in place programs pods with the plugin's backend\" backend=" + tc.backend + " nodeRoot=/host/proc/"; !strings.Contains(logs, want) {
+				t.Errorf("agent log lacks %q:\n%s", want, logs)
+			}
 			fixed := readyPods(t, ns, "early", 1, 120*time.Second)[0]
 			if fixed.UID != broken.UID {
 				t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
