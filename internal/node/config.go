@@ -83,10 +83,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 const networkName = "istio-cni-node"
 
 // ptpConflist is the primary network: ptp (a veth per pod, a /32 route on the host,
-// no bridge, no iptables since ipMasq is off) with host-local addresses from podCIDR.
-func ptpConflist(l layout, podCIDR netip.Prefix) ([]byte, error) {
+// no bridge, no iptables since ipMasq is off) with host-local addresses from podCIDR
+// and, when v6 is valid, also from v6 (dual-stack pods, IPv4 first).
+func ptpConflist(l layout, podCIDR, v6 netip.Prefix) ([]byte, error) {
 	if !podCIDR.Addr().Is4() || podCIDR.Bits() > 30 {
 		return nil, fmt.Errorf("pod CIDR %s: want an IPv4 prefix of /30 or larger", podCIDR)
+	}
+	ranges := [][]map[string]string{{{"subnet": podCIDR.Masked().String()}}}
+	routes := []map[string]string{{"dst": "0.0.0.0/0"}}
+	if v6.IsValid() {
+		if !v6.Addr().Is6() || v6.Addr().Is4In6() || v6.Bits() > 120 {
+			return nil, fmt.Errorf("IPv6 pod CIDR %s: want an IPv6 prefix of /120 or larger", v6)
+		}
+		ranges = append(ranges, []map[string]string{{"subnet": v6.Masked().String()}})
+		routes = append(routes, map[string]string{"dst": "::/0"})
 	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -96,8 +106,8 @@ func ptpConflist(l layout, podCIDR netip.Prefix) ([]byte, error) {
 			"ipMasq": false,
 			"ipam": map[string]any{
 				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": podCIDR.Masked().String()}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"ranges":  ranges,
+				"routes":  routes,
 				"dataDir": l.ipamDir(),
 			},
 		}},

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 )
 
 var testLayout = layout{state: "/var/lib/n"}
 
 func TestPtpConflistIsAValidChainWithHostLocalInOurDirs(t *testing.T) {
-	data, err := ptpConflist(testLayout, netip.MustParsePrefix("10.244.7.0/24"))
+	data, err := ptpConflist(testLayout, netip.MustParsePrefix("10.244.7.0/24"), netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +49,43 @@ func TestPtpConflistIsAValidChainWithHostLocalInOurDirs(t *testing.T) {
 
 func TestPtpConflistRefusesRangesItCannotServe(t *testing.T) {
 	for _, p := range []string{"fd00::/64", "10.0.0.0/31", "10.0.0.1/32"} {
-		if _, err := ptpConflist(testLayout, netip.MustParsePrefix(p)); err == nil {
+		if _, err := ptpConflist(testLayout, netip.MustParsePrefix(p), netip.Prefix{}); err == nil {
 			t.Errorf("pod CIDR %s accepted", p)
 		}
+	}
+	for _, p := range []string{"10.1.0.0/16", "fd00::/127", "::ffff:10.0.0.0/104"} {
+		if _, err := ptpConflist(testLayout, netip.MustParsePrefix("10.244.7.0/24"), netip.MustParsePrefix(p)); err == nil {
+			t.Errorf("IPv6 pod CIDR %s accepted", p)
+		}
+	}
+}
+
+// Dual stack: a second range set and a default route per family, IPv4 first so the
+// pod's primary address (status.podIP) stays IPv4.
+func TestPtpConflistDualStack(t *testing.T) {
+	data, err := ptpConflist(testLayout, netip.MustParsePrefix("10.244.7.0/24"), netip.MustParsePrefix("fd00:10:244:7::/64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		t.Fatalf("libcni rejects the conflist: %v\n%s", err, data)
+	}
+	var ptp struct {
+		IPAM struct {
+			Ranges [][]map[string]string `json:"ranges"`
+			Routes []map[string]string   `json:"routes"`
+		} `json:"ipam"`
+	}
+	if err := json.Unmarshal(list.Plugins[0].Bytes, &ptp); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]map[string]string{{{"subnet": "10.244.7.0/24"}}, {{"subnet": "fd00:10:244:7::/64"}}}
+	if diff := cmp.Diff(want, ptp.IPAM.Ranges); diff != "" {
+		t.Errorf("ranges (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}}, ptp.IPAM.Routes); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
 	}
 }
 

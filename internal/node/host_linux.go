@@ -18,10 +18,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hostSysctls are the host settings kubelet (setupKernelTunables) and ptp
-// (ip_forward) change; Down puts back what Up found.
+// hostSysctls are the host settings kubelet (setupKernelTunables), ptp
+// (forwarding) and Up (for dual-stack pods, see Options.PodCIDRv6) change; Down puts
+// back what Up found.
 var hostSysctls = []string{
 	"net/ipv4/ip_forward",
+	"net/ipv6/conf/all/forwarding", // ptp, with dual-stack pods
+	"net/core/devconf_inherit_init_net",
+	"net/ipv6/conf/default/accept_dad",
 	"vm/overcommit_memory",
 	"vm/panic_on_oom",
 	"kernel/panic",

@@ -34,6 +34,13 @@ type Options struct {
 	// PodCIDR is host-local's range for pod addresses. Zero: 10.244.0.0/24. Two
 	// nodes up at once on one machine need different ranges.
 	PodCIDR netip.Prefix
+	// PodCIDRv6, when set, makes pods dual-stack: host-local also gives each pod an
+	// IPv6 address from it, after its IPv4 one (status.podIP stays IPv4, podIPs has
+	// both). Up then makes new network namespaces skip IPv6 duplicate address
+	// detection (net.core.devconf_inherit_init_net=1 with
+	// net.ipv6.conf.default.accept_dad=0), which would hold every pod's start for a
+	// second or two while ptp waits for its address to settle; Down puts both back.
+	PodCIDRv6 netip.Prefix
 	// NodeIP is kubelet's --node-ip and the apiserver's --advertise-address. Zero:
 	// the first IPv4 address of an up, non-loopback interface.
 	NodeIP netip.Addr
@@ -210,9 +217,19 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := installPlugins(pluginDir, n.l.cniBinDir()); err != nil {
 		return nil, err
 	}
-	conflist, err := ptpConflist(n.l, opts.PodCIDR)
+	conflist, err := ptpConflist(n.l, opts.PodCIDR, opts.PodCIDRv6)
 	if err != nil {
 		return nil, err
+	}
+	if opts.PodCIDRv6.IsValid() {
+		for _, s := range []struct{ name, value string }{
+			{"net/core/devconf_inherit_init_net", "1"},
+			{"net/ipv6/conf/default/accept_dad", "0"},
+		} {
+			if err := os.WriteFile("/proc/sys/"+s.name, []byte(s.value), 0o644); err != nil {
+				return nil, fmt.Errorf("node: dual-stack pods: sysctl %s=%s: %w", s.name, s.value, err)
+			}
+		}
 	}
 	if err := writeAtomic(filepath.Join(n.l.cniConfDir(), "10-ptp.conflist"), conflist, 0o644); err != nil {
 		return nil, err

@@ -22,7 +22,10 @@ import (
 // test/node) may be up on this machine at the same time.
 const stateDir = "/var/lib/istio-cni-nodee2e"
 
-var podCIDR = netip.MustParsePrefix("10.244.210.0/24")
+var (
+	podCIDR   = netip.MustParsePrefix("10.244.210.0/24")
+	podCIDRv6 = netip.MustParsePrefix("fd00:10:244:210::/64") // pods are dual-stack
+)
 
 var (
 	theNode   *node.Node
@@ -72,7 +75,7 @@ func setUp(m *testing.M) (code int, err error) {
 	if err := node.Cleanup(stateDir, podCIDR, os.Stderr); err != nil { // a node left by a killed run
 		return 0, err
 	}
-	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, NodeName: "nodee2e"}); err != nil {
+	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, PodCIDRv6: podCIDRv6, NodeName: "nodee2e"}); err != nil {
 		return 0, err
 	}
 	defer func() {

@@ -1,0 +1,78 @@
+package nodee2e
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
+)
+
+// The node's pods are dual-stack (IPv4 first). A pod whose istio-proxy says
+// ISTIO_DUAL_STACK=true is captured in both families: ip6tables holds the ISTIO
+// chains, and a request to the app's IPv6 address goes out through the client's
+// proxy and in through the app's, both reading the original IPv6 destination, and
+// the app sees it come from the proxy's IPv6 inbound passthrough address ::6. A
+// meshed pod without it is captured over IPv4 only, as in Istio.
+func TestDualStackPodsAreCapturedOverIPv6(t *testing.T) {
+	s := session(t)
+	ctx := context.Background()
+	install(t, s, values(t))
+
+	dual := func(name string) *corev1.Pod {
+		p := meshnode.MeshedPod("dualstack", name)
+		for i := range p.Spec.Containers {
+			if p.Spec.Containers[i].Name == "istio-proxy" {
+				p.Spec.Containers[i].Env = append(p.Spec.Containers[i].Env, corev1.EnvVar{Name: "ISTIO_DUAL_STACK", Value: "true"})
+			}
+		}
+		return p
+	}
+	pods := createPods(t, dual("client"), dual("app"), meshnode.MeshedPod("dualstack", "v4only"))
+	client, app, v4only := pods[0], pods[1], pods[2]
+
+	v6 := func(p *corev1.Pod) netip.Addr {
+		t.Helper()
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() {
+				return a
+			}
+		}
+		t.Fatalf("pod %s has no IPv6 address: %v (the node is dual-stack)", p.Name, p.Status.PodIPs)
+		return netip.Addr{}
+	}
+	if a, err := netip.ParseAddr(app.Status.PodIP); err != nil || !a.Is4() {
+		t.Errorf("app's primary address %q, want IPv4 (IPv4 first)", app.Status.PodIP)
+	}
+	appV6 := v6(app)
+	v6(client)
+
+	for _, p := range []*corev1.Pod{client, app} {
+		if rules := podExec(t, p, "ip6tables-nft-save", "-t", "nat"); !meshnode.Captured(rules) {
+			t.Errorf("pod %s: no IPv6 capture:\n%s", p.Name, rules)
+		}
+	}
+	if rules := podExec(t, v4only, "ip6tables-nft-save", "-t", "nat"); meshnode.HasIstioRules(rules) {
+		t.Errorf("pod %s without ISTIO_DUAL_STACK has IPv6 rules:\n%s", v4only.Name, rules)
+	}
+
+	dst := netip.AddrPortFrom(appV6, 8080).String()
+	answer, err := s.Kubectl(ctx, "exec", "-n", client.Namespace, client.Name, "-c", "app", "--", "proxy-standin", "get", "http://"+dst+"/")
+	if err != nil {
+		t.Fatalf("request %s -> %s: %v", client.Name, dst, err)
+	}
+	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, "[::6]") {
+		t.Errorf("answer %q: want the app's name, seen from [::6] (its proxy's IPv6 inbound passthrough)", answer)
+	}
+	clientLog, _ := s.ProxyLog(ctx, client)
+	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) {
+		t.Errorf("client proxy log has no outbound %s:\n%s", dst, clientLog)
+	}
+	appLog, _ := s.ProxyLog(ctx, app)
+	if !contains(meshnode.Forwarded(appLog, "inbound"), dst) {
+		t.Errorf("app proxy log has no inbound %s:\n%s", dst, appLog)
+	}
+}
