@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -120,7 +121,8 @@ func run(ctx context.Context) (failed int, err error) {
 		return 0, err
 	}
 	defer unlock()
-	n, err := node.Up(ctx, node.Options{Progress: prefixWriter{"  "}})
+	// Dual-stack pods: each gets an IPv6 address after its IPv4 one.
+	n, err := node.Up(ctx, node.Options{Progress: prefixWriter{"  "}, PodCIDRv6: netip.MustParsePrefix("fd00:10:244::/64")})
 	if err != nil {
 		return 0, err
 	}
@@ -164,8 +166,9 @@ func run(ctx context.Context) (failed int, err error) {
 
 	section("4. A sample app with the istio-proxy stand-in, as Istio's injector leaves it (annotation sidecar.istio.io/status, init container istio-validation, container istio-proxy, uid 1337)")
 	pods, err := meshnode.CreatePods(ctx, n,
-		meshnode.WithValidation(meshnode.MeshedPod("demo", "app")),
-		meshnode.WithValidation(meshnode.MeshedPod("demo", "client")),
+		// ISTIO_DUAL_STACK=true in istio-proxy: captured over IPv4 and IPv6.
+		meshnode.WithValidation(meshnode.DualStack(meshnode.MeshedPod("demo", "app"))),
+		meshnode.WithValidation(meshnode.DualStack(meshnode.MeshedPod("demo", "client"))),
 		// The same pod in a namespace the chart excludes (excludeNamespaces: [istio-system]).
 		meshnode.MeshedPod("istio-system", "outsider"))
 	if err != nil {
@@ -201,6 +204,18 @@ func run(ctx context.Context) (failed int, err error) {
 	c.check(contains(meshnode.Forwarded(clientLog, "outbound"), app.Status.PodIP+":8080"), "it left the client through the client's proxy (outbound "+app.Status.PodIP+":8080, read with SO_ORIGINAL_DST)")
 	appLog, _ := s.ProxyLog(ctx, app)
 	c.check(contains(meshnode.Forwarded(appLog, "inbound"), app.Status.PodIP+":8080"), "it arrived at the app through the app's proxy (inbound "+app.Status.PodIP+":8080)")
+
+	appV6 := netip.AddrPortFrom(meshnode.PodIPv6(app), 8080).String()
+	section("6b. The same over IPv6 (the pods are dual-stack, their istio-proxy has ISTIO_DUAL_STACK=true), to " + appV6)
+	rules, err = s.ShowRules6(ctx, app)
+	c.check(err == nil && meshnode.Captured(rules), "the app pod's netns has the same chains in ip6tables", err)
+	answer, err = s.RequestTo(ctx, client, appV6)
+	c.check(err == nil && strings.Contains(answer, "hello from app"), "the app answered on its IPv6 address", err)
+	c.check(strings.Contains(answer, "[::6]"), "the app saw the connection come from ::6: its proxy's IPv6 inbound passthrough")
+	clientLog, _ = s.ProxyLog(ctx, client)
+	c.check(contains(meshnode.Forwarded(clientLog, "outbound"), appV6), "it left the client through the client's proxy (outbound "+appV6+")")
+	appLog, _ = s.ProxyLog(ctx, app)
+	c.check(contains(meshnode.Forwarded(appLog, "inbound"), appV6), "it arrived at the app through the app's proxy (inbound "+appV6+")")
 
 	section("7. A pod in an excluded namespace (istio-system) is left alone")
 	rules, err = s.ShowRules(ctx, outsider)

@@ -22,27 +22,17 @@ func TestDualStackPodsAreCapturedOverIPv6(t *testing.T) {
 	ctx := context.Background()
 	install(t, s, values(t))
 
-	dual := func(name string) *corev1.Pod {
-		p := meshnode.MeshedPod("dualstack", name)
-		for i := range p.Spec.Containers {
-			if p.Spec.Containers[i].Name == "istio-proxy" {
-				p.Spec.Containers[i].Env = append(p.Spec.Containers[i].Env, corev1.EnvVar{Name: "ISTIO_DUAL_STACK", Value: "true"})
-			}
-		}
-		return p
-	}
-	pods := createPods(t, dual("client"), dual("app"), meshnode.MeshedPod("dualstack", "v4only"))
+	pods := createPods(t, meshnode.DualStack(meshnode.MeshedPod("dualstack", "client")),
+		meshnode.DualStack(meshnode.MeshedPod("dualstack", "app")), meshnode.MeshedPod("dualstack", "v4only"))
 	client, app, v4only := pods[0], pods[1], pods[2]
 
 	v6 := func(p *corev1.Pod) netip.Addr {
 		t.Helper()
-		for _, ip := range p.Status.PodIPs {
-			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() {
-				return a
-			}
+		a := meshnode.PodIPv6(p)
+		if !a.IsValid() {
+			t.Fatalf("pod %s has no IPv6 address: %v (the node is dual-stack)", p.Name, p.Status.PodIPs)
 		}
-		t.Fatalf("pod %s has no IPv6 address: %v (the node is dual-stack)", p.Name, p.Status.PodIPs)
-		return netip.Addr{}
+		return a
 	}
 	if a, err := netip.ParseAddr(app.Status.PodIP); err != nil || !a.Is4() {
 		t.Errorf("app's primary address %q, want IPv4 (IPv4 first)", app.Status.PodIP)
@@ -60,7 +50,7 @@ func TestDualStackPodsAreCapturedOverIPv6(t *testing.T) {
 	}
 
 	dst := netip.AddrPortFrom(appV6, 8080).String()
-	answer, err := s.Kubectl(ctx, "exec", "-n", client.Namespace, client.Name, "-c", "app", "--", "proxy-standin", "get", "http://"+dst+"/")
+	answer, err := s.RequestTo(ctx, client, dst)
 	if err != nil {
 		t.Fatalf("request %s -> %s: %v", client.Name, dst, err)
 	}

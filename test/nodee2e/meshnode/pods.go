@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -226,6 +227,27 @@ func Forwarded(log, direction string) []string {
 		}
 	}
 	return out
+}
+
+// DualStack sets ISTIO_DUAL_STACK=true in the pod's istio-proxy container, as
+// Istio's injector does in a dual-stack mesh: the plugin then captures IPv6 too.
+func DualStack(p *corev1.Pod) *corev1.Pod {
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == "istio-proxy" {
+			p.Spec.Containers[i].Env = append(p.Spec.Containers[i].Env, corev1.EnvVar{Name: "ISTIO_DUAL_STACK", Value: "true"})
+		}
+	}
+	return p
+}
+
+// PodIPv6 is the pod's IPv6 address from status.podIPs, or the zero Addr.
+func PodIPv6(p *corev1.Pod) netip.Addr {
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // HasIstioRules says whether any ISTIO_ chain or rule is present.

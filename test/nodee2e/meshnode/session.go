@@ -118,8 +118,12 @@ func (s *Session) Uninstall(ctx context.Context) error {
 // Request makes one HTTP GET from the app container of from to the app of to, by
 // pod IP (the node has no kube-proxy, so no Services), and returns the answer.
 func (s *Session) Request(ctx context.Context, from, to *corev1.Pod) (string, error) {
-	url := fmt.Sprintf("http://%s/", joinHostPort(to.Status.PodIP, "8080"))
-	return s.Kubectl(ctx, "exec", "-n", from.Namespace, from.Name, "-c", "app", "--", "proxy-standin", "get", url)
+	return s.RequestTo(ctx, from, joinHostPort(to.Status.PodIP, "8080"))
+}
+
+// RequestTo is Request to an address of the app ("[fd00::5]:8080" for its IPv6 one).
+func (s *Session) RequestTo(ctx context.Context, from *corev1.Pod, hostPort string) (string, error) {
+	return s.Kubectl(ctx, "exec", "-n", from.Namespace, from.Name, "-c", "app", "--", "proxy-standin", "get", "http://"+hostPort+"/")
 }
 
 func joinHostPort(ip, port string) string {
@@ -134,16 +138,25 @@ func (s *Session) ProxyLog(ctx context.Context, p *corev1.Pod) (string, error) {
 	return s.Kubectl(ctx, "logs", "-n", p.Namespace, p.Name, "-c", "istio-proxy")
 }
 
-// ShowRules prints and returns the nat table of the pod's network namespace as
-// iptables-save prints it, found the way a person on the node finds it.
+// ShowRules prints and returns the rules of the pod's network namespace as
+// iptables-save prints them, found the way a person on the node finds it.
 func (s *Session) ShowRules(ctx context.Context, p *corev1.Pod) (string, error) {
+	return s.showRules(ctx, p, "iptables-save")
+}
+
+// ShowRules6 is ShowRules for IPv6 (ip6tables-save).
+func (s *Session) ShowRules6(ctx context.Context, p *corev1.Pod) (string, error) {
+	return s.showRules(ctx, p, "ip6tables-save")
+}
+
+func (s *Session) showRules(ctx context.Context, p *corev1.Pod, save string) (string, error) {
 	pid, err := PID(ctx, s.Node, p, "app")
 	if err != nil {
 		return "", err
 	}
 	fmt.Fprintf(s.Out, "  $ ctr -a %s -n k8s.io tasks ls | grep %s   # the app container's pid: %d\n",
 		s.Node.ContainerdSocket(), shortID(p, "app"), pid)
-	return s.Sh(ctx, "nsenter", "-t", fmt.Sprint(pid), "-n", "iptables-save")
+	return s.Sh(ctx, "nsenter", "-t", fmt.Sprint(pid), "-n", save)
 }
 
 func shortID(p *corev1.Pod, container string) string {
