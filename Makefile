@@ -19,7 +19,7 @@ build:
 # prereqs builds the cached Kubernetes binaries and reference CNI plugins (first run
 # only: about 15 minutes on 2 cores; later runs take seconds).
 prereqs: deps
-	@hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager >/dev/null
+	@hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy >/dev/null
 	@hack/cni-plugins.sh >/dev/null
 	@hack/tools/install.sh >/dev/null
 

@@ -149,7 +149,6 @@ func run(ctx context.Context) (failed int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	fmt.Println("  (no kube-proxy on this node: env.KUBERNETES_SERVICE_HOST/PORT point the agent at the API server)")
 	took, agent, err := s.Install(ctx, values)
 	if err != nil {
 		return 0, err
@@ -161,6 +160,11 @@ func run(ctx context.Context) (failed int, err error) {
 	conflist := filepath.Join(n.CNIConfDir(), "10-ptp.conflist")
 	out, _ := s.Sh(ctx, "cat", conflist)
 	c.check(pluginTypes(out) == "ptp,istio-cni", "the primary network's chain is now ptp -> istio-cni", "(got ", pluginTypes(out), ")")
+	fmt.Println("  The agent reaches the API server as in a cluster, through the kubernetes Service (kube-proxy serves its ClusterIP on this node):")
+	s.Kubectl(ctx, "get", "service", "kubernetes", "-n", "default")
+	pluginKC := filepath.Join(n.StateDir(), "istio-cni-run", "istio-cni-kubeconfig")
+	kc, _ := s.Sh(ctx, "grep", "server:", pluginKC)
+	c.check(strings.Contains(kc, "server: https://10.96.0.1:443"), "the kubeconfig the agent wrote for the plugin names that Service's address", "(got ", strings.TrimSpace(kc), ")")
 	bins, _ := meshnode.BinDir(n)
 	c.check(contains(bins, "istio-cni"), "the agent copied istio-cni into the node's CNI bin dir", bins)
 

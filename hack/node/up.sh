@@ -27,7 +27,7 @@ if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
   echo "node: installing containerd and runc (apt-get)..." >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc >&2
 fi
-"$root/hack/kube-binaries.sh" etcd kube-apiserver kubelet kube-scheduler kube-controller-manager >/dev/null
+"$root/hack/kube-binaries.sh" etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy >/dev/null
 "$root/hack/cni-plugins.sh" >/dev/null
 build_kubectl
 

@@ -38,6 +38,10 @@ type Options struct {
 	// IPv4 address of an up, non-loopback interface (a loopback address breaks
 	// the "kubernetes" service endpoints).
 	AdvertiseAddress net.IP
+	// BindAddress is the apiserver's --bind-address, and the address its URL
+	// (Host, kubeconfigs) names. Empty: 127.0.0.1. A node with kube-proxy binds
+	// the advertised address, where the kubernetes Service's endpoint leads.
+	BindAddress net.IP
 	// StartTimeout bounds the wait for etcd and the apiserver to become ready.
 	// Zero: 90s, which leaves room for a busy two-core machine.
 	StartTimeout time.Duration
@@ -181,7 +185,11 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 	etcdClient := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	apiPort := ports[2]
-	cp.host = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	bind := "127.0.0.1"
+	if opts.BindAddress != nil {
+		bind = opts.BindAddress.String()
+	}
+	cp.host = "https://" + net.JoinHostPort(bind, strconv.Itoa(apiPort))
 
 	// etcd: plain HTTP on loopback is enough for a throwaway store, and no fsync
 	// makes it fast on a slow disk; the data dies with the temp dir anyway.
@@ -209,7 +217,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 
 	apiArgs := []string{
 		"--etcd-servers=" + etcdClient,
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + bind,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--advertise-address=" + advertise.String(),
 		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),

@@ -115,6 +115,29 @@ func ptpConflist(l layout, podCIDR, v6 netip.Prefix) ([]byte, error) {
 	return json.MarshalIndent(conf, "", "  ")
 }
 
+// kubeProxyYAML is the KubeProxyConfiguration: nftables mode (tables of its own,
+// nothing in the host's iptables), and every conntrack setting left as the host has
+// it (0), since kube-proxy would otherwise tune the host's conntrack table.
+func kubeProxyYAML(kubeconfig, nodeName string, podCIDR netip.Prefix, healthzPort, metricsPort int) string {
+	return `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: ` + kubeconfig + `
+hostnameOverride: ` + nodeName + `
+clusterCIDR: ` + podCIDR.Masked().String() + `
+healthzBindAddress: 127.0.0.1:` + strconv.Itoa(healthzPort) + `
+metricsBindAddress: 127.0.0.1:` + strconv.Itoa(metricsPort) + `
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`
+}
+
 // kubeletYAML is the KubeletConfiguration for this machine: cgroup v1 without
 // systemd, no QoS cgroups or allocatable enforcement, no swap check, no iptables
 // utility chains, our containerd, ports chosen by Up.

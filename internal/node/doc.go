@@ -1,7 +1,8 @@
 // Package node brings up, and takes down, a real single-node Kubernetes cluster on
 // this machine: the control plane of internal/controlplane (etcd, kube-apiserver),
-// kube-controller-manager, kube-scheduler, containerd (Debian's 1.6) with runc, and a
-// kubelet, with the reference CNI plugins (ptp + host-local) as the primary network.
+// kube-controller-manager, kube-scheduler, containerd (Debian's 1.6) with runc, a
+// kubelet and kube-proxy (nftables mode), with the reference CNI plugins (ptp +
+// host-local) as the primary network; pods may be dual-stack (Options.PodCIDRv6).
 //
 // Everything lives under one state directory (Options.StateDir): containerd's own
 // config, root, state, socket and runc root, the CNI bin and conf dirs, kubelet's
@@ -9,14 +10,16 @@
 // /etc/cni and /opt/cni are never read or written.
 //
 // Some things cannot be moved into the state directory, and Down undoes them: the
-// sysctls kubelet and ptp set on the host (restored to the values Up found), the
-// iptables chains kubelet creates even with makeIPTablesUtilChains off, libcni's
+// sysctls kubelet, ptp and dual-stack pods set on the host (restored to the values Up
+// found), kube-proxy's nftables tables (Up refuses to start where another kube-proxy
+// already has them), the iptables chains kubelet creates even with
+// makeIPTablesUtilChains off, libcni's
 // cache (/var/lib/cni), containerd's shim sockets (/run/containerd/s) and kubelet's
 // /var/log/containers, each removed only when Up found it absent.
 //
 // Down goes in the order that lets each component undo its own work: controllers
 // first (so nothing recreates pods), then pods are deleted while kubelet and
-// containerd still run (so the CNI DEL happens), then kubelet, then any sandbox left
+// containerd still run (so the CNI DEL happens), then kubelet and kube-proxy, then any sandbox left
 // is stopped and removed through CRI, then containerd and its shims, then the
 // apiserver before etcd, and last the mounts and files.
 //

@@ -47,6 +47,7 @@ func (n *Node) down() error {
 		n.step("%d pods deleted through kubelet (%s)", count, since(t))
 	}
 	add(n.kubelet.Stop(10 * time.Second))
+	add(n.kubeProxy.Stop(5 * time.Second)) // its tables go with the host's restore
 	if n.containerd != nil && n.containerd.Running() {
 		// Whatever kubelet did not finish: stopping a sandbox runs its CNI DEL and
 		// removes its network namespace.

@@ -49,6 +49,13 @@ var kubeletChains = []struct{ table, chain string }{
 	{"filter", "KUBE-KUBELET-CANARY"},
 }
 
+// kubeProxyTables are the nftables tables kube-proxy programs in nftables mode.
+var kubeProxyTables = []struct{ family, name string }{{"ip", "kube-proxy"}, {"ip6", "kube-proxy"}}
+
+func nftTableExists(family, name string) bool {
+	return exec.Command("nft", "list", "table", family, name).Run() == nil
+}
+
 // hostBefore is what Up saw of the host before it touched anything.
 // It is saved in the state dir so that Cleanup can undo a node whose process died.
 type hostBefore struct {
@@ -56,10 +63,16 @@ type hostBefore struct {
 	Existed map[string]bool   `json:"existed"`
 	Chains  map[string]bool   `json:"chains"`  // "iptables/mangle/KUBE-IPTABLES-HINT" -> present
 	Cgroups map[string]bool   `json:"cgroups"` // containerd's cgroup parents that existed
+	// NftTables: kube-proxy's tables that existed ("ip kube-proxy" -> present).
+	NftTables map[string]bool `json:"nftTables"`
 }
 
 func snapshotHost() *hostBefore {
-	h := &hostBefore{Sysctls: map[string]string{}, Existed: map[string]bool{}, Chains: map[string]bool{}, Cgroups: map[string]bool{}}
+	h := &hostBefore{Sysctls: map[string]string{}, Existed: map[string]bool{}, Chains: map[string]bool{}, Cgroups: map[string]bool{},
+		NftTables: map[string]bool{}}
+	for _, t := range kubeProxyTables {
+		h.NftTables[t.family+" "+t.name] = nftTableExists(t.family, t.name)
+	}
 	for _, d := range containerdCgroupParents() {
 		h.Cgroups[d] = true
 	}
@@ -111,6 +124,16 @@ func (h *hostBefore) restore() (undone []string, _ error) {
 			}
 			undone = append(undone, fmt.Sprintf("%s chain %s/%s", tool, c.table, c.chain))
 		}
+	}
+	for _, t := range kubeProxyTables {
+		if h.NftTables[t.family+" "+t.name] || !nftTableExists(t.family, t.name) {
+			continue
+		}
+		if out, err := exec.Command("nft", "delete", "table", t.family, t.name).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("nft delete table %s %s: %w: %s", t.family, t.name, err, bytes.TrimSpace(out)))
+			continue
+		}
+		undone = append(undone, fmt.Sprintf("nftables table %s %s", t.family, t.name))
 	}
 	for _, d := range containerdCgroupParents() {
 		if h.Cgroups[d] {

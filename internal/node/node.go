@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -85,8 +86,11 @@ type Node struct {
 	kubelet    *childproc.Process
 	scheduler  *childproc.Process
 	kcm        *childproc.Process
-	client     kubernetes.Interface
-	kubeconfig string
+	kubeProxy  *childproc.Process
+	// proxyHealthz is kube-proxy's healthz port on 127.0.0.1.
+	proxyHealthz int
+	client       kubernetes.Interface
+	kubeconfig   string
 
 	upDur    time.Duration
 	downOnce sync.Once
@@ -168,7 +172,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	// Builds come first and outside the timeout: a first run compiles for minutes.
 	kubeBin := opts.KubeBinDir
 	if kubeBin == "" {
-		if kubeBin, err = n.script(ctx, "hack/kube-binaries.sh", "etcd", "kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager"); err != nil {
+		if kubeBin, err = n.script(ctx, "hack/kube-binaries.sh", "etcd", "kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-proxy"); err != nil {
 			return nil, err
 		}
 	}
@@ -188,6 +192,12 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	n.host = snapshotHost()
+	for t, existed := range n.host.NftTables {
+		if existed {
+			// Down would leave it, but the two kube-proxies would fight over it.
+			return nil, fmt.Errorf("node: this host already has the nftables table %s: a kube-proxy runs here; a node cannot run its own", t)
+		}
+	}
 	n.launcher = childproc.NewLauncher()
 	if err := os.MkdirAll(n.l.state, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create %s: %w", n.l.state, err)
@@ -244,7 +254,10 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 		BinDir:           kubeBin,
 		TempDir:          n.l.state,
 		AdvertiseAddress: net.IP(opts.NodeIP.AsSlice()),
-		Logger:           discardLogger(),
+		// Where the kubernetes Service's endpoint leads: pods and the host reach
+		// the API server through its ClusterIP, as in a cluster.
+		BindAddress: net.IP(opts.NodeIP.AsSlice()),
+		Logger:      discardLogger(),
 		ExtraAPIServerArgs: []string{
 			"--kubelet-client-certificate=" + kubeletClient.certFile,
 			"--kubelet-client-key=" + kubeletClient.keyFile,
@@ -288,6 +301,9 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := n.startKubelet(ctx, kubeBin, kubeletCAFile); err != nil {
+		return nil, err
+	}
+	if err := n.startKubeProxy(kubeBin); err != nil {
 		return nil, err
 	}
 	if err := n.waitReady(ctx); err != nil {
@@ -387,11 +403,38 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 	return nil
 }
 
-// waitReady waits for the node to be Ready without NoSchedule taints, and for the
-// controller-manager to have published the CA config map pods' token volumes need.
+// startKubeProxy runs kube-proxy in nftables mode: Services' ClusterIPs work from
+// pods and from the host, as in a cluster (the kubernetes Service that
+// KUBERNETES_SERVICE_HOST names among them). Its rules live in its own nftables
+// tables, which Down removes (see kubeProxyTables).
+func (n *Node) startKubeProxy(kubeBin string) error {
+	kc, err := n.cp.ClientCertKubeconfig(filepath.Join(n.l.kubeconfigDir(), "kube-proxy.kubeconfig"), "system:kube-proxy", nil)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	n.proxyHealthz = ports[0]
+	cfg := n.l.path("kube-proxy.yaml")
+	if err := writeAtomic(cfg, []byte(kubeProxyYAML(kc, n.opts.NodeName, n.opts.PodCIDR, ports[0], ports[1])), 0o644); err != nil {
+		return err
+	}
+	n.kubeProxy, err = n.launcher.Start("kube-proxy", filepath.Join(kubeBin, "kube-proxy"),
+		[]string{"--config=" + cfg, "--v=1"}, nil, filepath.Join(n.l.logDir(), "kube-proxy.log"))
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+// waitReady waits for the node to be Ready without NoSchedule taints, for
+// kube-proxy to have programmed the Services, and for the controller-manager to
+// have published the CA config map pods' token volumes need.
 func (n *Node) waitReady(ctx context.Context) error {
 	ready := func() (bool, string) {
-		for _, p := range []*childproc.Process{n.kubelet, n.scheduler, n.kcm, n.containerd} {
+		for _, p := range []*childproc.Process{n.kubelet, n.scheduler, n.kcm, n.containerd, n.kubeProxy} {
 			if !p.Running() {
 				return false, p.ExitError().Error()
 			}
@@ -412,6 +455,9 @@ func (n *Node) waitReady(ctx context.Context) error {
 		}
 		if _, err := n.client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
 			return false, "config map default/kube-root-ca.crt: " + err.Error()
+		}
+		if ok, why := n.kubeProxyHealthy(ctx); !ok {
+			return false, why
 		}
 		return true, ""
 	}
@@ -540,4 +586,22 @@ func nonLoopbackIPv4() (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, errors.New("node: no up, non-loopback interface with an IPv4 address; set Options.NodeIP")
+}
+
+// kubeProxyHealthy is kube-proxy's own healthz: 200 once it has synced the rules.
+func (n *Node) kubeProxyHealthy(ctx context.Context) (bool, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.proxyHealthz), nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, "kube-proxy healthz: " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Sprintf("kube-proxy healthz: %s: %s", resp.Status, body)
+	}
+	return true, ""
 }

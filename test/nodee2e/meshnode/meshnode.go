@@ -173,18 +173,11 @@ func FreePort() (int, error) {
 }
 
 // ChartValues are the --set arguments that install the chart on n from the
-// imported image, pinned by digest.
-//
-// The node has no kube-proxy, so the kubernetes Service VIP (10.96.0.1:443) that
-// Kubernetes puts in every pod's KUBERNETES_SERVICE_HOST/PORT leads nowhere. The
-// agent runs in the host network and the plugin runs on the host, so both reach the
-// API server where the node's own components do: the chart's env value points the
-// agent (and the kubeconfig it writes for the plugin) there.
+// imported image, pinned by digest. Nothing points the agent at the API server:
+// as in a cluster, it uses the kubernetes Service (KUBERNETES_SERVICE_HOST, which
+// the node's kube-proxy serves), and so does the kubeconfig it writes for the
+// plugin.
 func ChartValues(n *node.Node, im *Images) ([]string, error) {
-	host, port, err := APIServer(n)
-	if err != nil {
-		return nil, err
-	}
 	metrics, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -205,8 +198,6 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 		"--set", "logLevel=info",
 		"--set", "monitoringPort=" + strconv.Itoa(metrics),
 		"--set", "probes.port=" + strconv.Itoa(probes),
-		"--set", "env.KUBERNETES_SERVICE_HOST=" + host,
-		"--set-string", "env.KUBERNETES_SERVICE_PORT=" + strconv.Itoa(port),
 	}, nil
 }
 
