@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -171,7 +172,7 @@ func run(ctx context.Context) (failed int, err error) {
 	section("4. A sample app with the istio-proxy stand-in, as Istio's injector leaves it (annotation sidecar.istio.io/status, init container istio-validation, container istio-proxy, uid 1337)")
 	pods, err := meshnode.CreatePods(ctx, n,
 		// ISTIO_DUAL_STACK=true in istio-proxy: captured over IPv4 and IPv6.
-		meshnode.WithValidation(meshnode.DualStack(meshnode.MeshedPod("demo", "app"))),
+		meshnode.WithValidation(meshnode.DualStack(withLabel(meshnode.MeshedPod("demo", "app"), "svc", "web"))),
 		meshnode.WithValidation(meshnode.DualStack(meshnode.MeshedPod("demo", "client"))),
 		// The same pod in a namespace the chart excludes (excludeNamespaces: [istio-system]).
 		meshnode.MeshedPod("istio-system", "outsider"))
@@ -220,6 +221,23 @@ func run(ctx context.Context) (failed int, err error) {
 	c.check(contains(meshnode.Forwarded(clientLog, "outbound"), appV6), "it left the client through the client's proxy (outbound "+appV6+")")
 	appLog, _ = s.ProxyLog(ctx, app)
 	c.check(contains(meshnode.Forwarded(appLog, "inbound"), appV6), "it arrived at the app through the app's proxy (inbound "+appV6+")")
+
+	section("6c. Through a Service: the client's proxy sees the Service's address, captured before kube-proxy translates it")
+	s.Kubectl(ctx, "expose", "pod", "app", "-n", "demo", "--name", "web", "--port", "80", "--target-port", "8080", "--selector", "svc=web")
+	svcIP, _ := meshnode.Run(ctx, n, tools.Kubectl, "get", "service", "web", "-n", "demo", "-o", "jsonpath={.spec.clusterIP}")
+	vip := net.JoinHostPort(strings.TrimSpace(svcIP), "80")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// kube-proxy programs the Service once its EndpointSlice is there.
+		if answer, err = meshnode.Run(ctx, n, tools.Kubectl, "exec", "-n", "demo", "client", "-c", "app", "--", "proxy-standin", "get", "http://"+vip+"/"); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	answer, err = s.RequestTo(ctx, client, vip)
+	c.check(err == nil && strings.Contains(answer, "hello from app"), "the app answered through the Service web ("+vip+")", err)
+	clientLog, _ = s.ProxyLog(ctx, client)
+	c.check(contains(meshnode.Forwarded(clientLog, "outbound"), vip), "the client's proxy read the Service's address as the original destination (outbound "+vip+")")
+	appLog, _ = s.ProxyLog(ctx, app)
+	c.check(strings.Count(strings.Join(meshnode.Forwarded(appLog, "inbound"), ","), app.Status.PodIP+":8080") >= 2, "and it reached the app through the app's proxy at the pod's address (inbound "+app.Status.PodIP+":8080)")
 
 	section("7. A pod in an excluded namespace (istio-system) is left alone")
 	rules, err = s.ShowRules(ctx, outsider)
@@ -297,4 +315,10 @@ func (w prefixWriter) Write(p []byte) (int, error) {
 		fmt.Println(w.prefix + line)
 	}
 	return len(p), nil
+}
+
+// withLabel adds a label to the pod (a Service's selector).
+func withLabel(p *corev1.Pod, key, value string) *corev1.Pod {
+	p.Labels[key] = value
+	return p
 }
