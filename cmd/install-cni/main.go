@@ -9,12 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/istio-cni/istio-cni/internal/agent"
+	"github.com/istio-cni/istio-cni/internal/cli"
 )
 
 func main() {
@@ -23,22 +21,8 @@ func main() {
 		fmt.Print(agent.Usage())
 		return
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "install-cni: %v\n", err)
-		os.Exit(1)
-	}
-	opts := &slog.HandlerOptions{Level: s.LogLevel}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if s.LogJSON {
-		h = slog.NewJSONHandler(os.Stderr, opts)
-	}
-	log := slog.New(h)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = agent.Run(ctx, s, os.Stdout, log)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "install-cni: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("install-cni", err, 1)
+	log := cli.Logger(s.LogLevel, s.LogJSON)
+	err = cli.RunUntilSignal(func(ctx context.Context) error { return agent.Run(ctx, s, os.Stdout, log) })
+	cli.Exit("install-cni", err, 1)
 }

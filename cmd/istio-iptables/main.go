@@ -9,9 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/istioiptables"
 )
 
@@ -21,22 +20,9 @@ func main() {
 		fmt.Print(istioiptables.Usage())
 		return
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "istio-iptables: %v\n", err)
-		os.Exit(1)
-	}
-	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if cfg.LogJSON {
-		h = slog.NewJSONHandler(os.Stderr, opts)
-	}
-	slog.SetDefault(slog.New(h))
+	cli.Exit("istio-iptables", err, 1)
+	slog.SetDefault(cli.Logger(cfg.LogLevel, cfg.LogJSON))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = istioiptables.Run(ctx, cfg)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "istio-iptables: %v\n", err)
-		os.Exit(istioiptables.ExitCode(err))
-	}
+	err = cli.RunUntilSignal(func(ctx context.Context) error { return istioiptables.Run(ctx, cfg) })
+	cli.Exit("istio-iptables", err, istioiptables.ExitCode(err))
 }

@@ -1,0 +1,43 @@
+// Package cli is the start-up the long-running commands (install-cni,
+// istio-iptables) share, so that they log, stop and fail the same way.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Logger is a command's own log on stderr: text, or JSON when asked, at level.
+// stdout is left to the command's output (istio-iptables' dry run prints rules).
+func Logger(level slog.Level, json bool) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if json {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	return slog.New(h)
+}
+
+// RunUntilSignal runs f with a context that ends on SIGINT or SIGTERM (the
+// kubelet's stop), so that f can clean up before the command exits. The signal
+// handling is undone once f returns: a second signal then kills at once.
+func RunUntilSignal(f func(ctx context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := f(ctx)
+	stop()
+	return err
+}
+
+// Exit reports err on stderr prefixed with the command's name and exits with code;
+// a nil err returns.
+func Exit(name string, err error, code int) {
+	if err == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	os.Exit(code)
+}
