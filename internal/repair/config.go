@@ -1,16 +1,15 @@
 package repair
 
 import (
-	"errors"
-	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/istio-cni/istio-cni/internal/envconf"
 )
 
 // Environment variables, Istio's names (install-cni's repair-* flags) unless marked
@@ -127,64 +126,27 @@ func DefaultConfig() Config {
 // DefaultConfig and validates them. Every error names the variable and the value.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
-	var errs []error
-	str := func(name string, dst *string) {
-		if v, ok := lookup(name); ok {
-			*dst = strings.TrimSpace(v)
-		}
-	}
-	boolean := func(name string, dst *bool) {
-		if v, ok := lookup(name); ok {
-			b, err := strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not true or false", name, v))
-				return
-			}
-			*dst = b
-		}
-	}
-	integer := func(name string, dst *int) {
-		if v, ok := lookup(name); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
-				return
-			}
-			*dst = n
-		}
-	}
-	duration := func(name string, dst *time.Duration) {
-		if v, ok := lookup(name); ok {
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration (like 200ms or 30s)", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	boolean(EnvEnabled, &c.Enabled)
-	boolean(EnvRepairPods, &c.RepairPods)
-	boolean(EnvDeletePods, &c.DeletePods)
-	boolean(EnvLabelPods, &c.LabelPods)
-	str(EnvLabelKey, &c.LabelKey)
-	str(EnvLabelValue, &c.LabelValue)
-	str(EnvNodeNameAgent, &c.NodeName)
-	if v, ok := lookup(EnvNodeName); ok && strings.TrimSpace(v) != "" {
-		c.NodeName = strings.TrimSpace(v)
-	}
-	str(EnvSidecarAnnotation, &c.SidecarAnnotation)
-	str(EnvInitContainerName, &c.InitContainerName)
+	r := envconf.NewReader(lookup)
+	r.Bool(EnvEnabled, &c.Enabled)
+	r.Bool(EnvRepairPods, &c.RepairPods)
+	r.Bool(EnvDeletePods, &c.DeletePods)
+	r.Bool(EnvLabelPods, &c.LabelPods)
+	r.String(EnvLabelKey, &c.LabelKey)
+	r.String(EnvLabelValue, &c.LabelValue)
+	r.String(EnvNodeNameAgent, &c.NodeName)
+	r.NonEmpty(EnvNodeName, &c.NodeName)
+	r.String(EnvSidecarAnnotation, &c.SidecarAnnotation)
+	r.String(EnvInitContainerName, &c.InitContainerName)
 	if v, ok := lookup(EnvInitTerminationMsg); ok {
 		c.InitTerminationMsg = v // compared trimmed; kept as given for messages
 	}
-	integer(EnvInitExitCode, &c.InitExitCode)
-	str(EnvLabelSelectors, &c.LabelSelector)
-	str(EnvFieldSelectors, &c.FieldSelector)
-	integer(EnvMaxRetries, &c.MaxRetries)
-	duration(EnvRetryBase, &c.RetryBase)
-	duration(EnvRetryMax, &c.RetryMax)
-	str(EnvProcDir, &c.ProcDir)
+	r.Int(EnvInitExitCode, &c.InitExitCode)
+	r.String(EnvLabelSelectors, &c.LabelSelector)
+	r.String(EnvFieldSelectors, &c.FieldSelector)
+	r.Int(EnvMaxRetries, &c.MaxRetries)
+	r.Duration(EnvRetryBase, &c.RetryBase, "200ms or 30s")
+	r.Duration(EnvRetryMax, &c.RetryMax, "200ms or 30s")
+	r.String(EnvProcDir, &c.ProcDir)
 	if v, ok := lookup(EnvNetnsDirs); ok {
 		c.NetnsDirs = nil
 		for _, d := range strings.Split(v, ",") {
@@ -193,8 +155,8 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
+	if err := r.Err(); err != nil {
+		return Config{}, err
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -208,77 +170,74 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
-	}
+	var p envconf.Problems
 	if !c.RepairPods && !c.DeletePods && !c.LabelPods {
-		bad(EnvEnabled, "true, but %s, %s and %s are all false: nothing would be done with a broken pod (set one, or %s=false)",
+		p.Add(EnvEnabled, "true, but %s, %s and %s are all false: nothing would be done with a broken pod (set one, or %s=false)",
 			EnvRepairPods, EnvDeletePods, EnvLabelPods, EnvEnabled)
 	}
 	if c.NodeName == "" {
-		bad(EnvNodeName, "empty (and %s is unset): the controller watches only its own node's pods and must know the node", EnvNodeNameAgent)
+		p.Add(EnvNodeName, "empty (and %s is unset): the controller watches only its own node's pods and must know the node", EnvNodeNameAgent)
 	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
-		bad(EnvNodeName, "%q is not a node name: %s", c.NodeName, strings.Join(msgs, "; "))
+		p.Add(EnvNodeName, "%q is not a node name: %s", c.NodeName, strings.Join(msgs, "; "))
 	}
 	if c.LabelPods || c.RepairPods {
 		// Repair removes the label again, so it must be a valid key as well.
 		if msgs := validation.IsQualifiedName(c.LabelKey); len(msgs) > 0 {
-			bad(EnvLabelKey, "%q is not a label key: %s", c.LabelKey, strings.Join(msgs, "; "))
+			p.Add(EnvLabelKey, "%q is not a label key: %s", c.LabelKey, strings.Join(msgs, "; "))
 		}
 		if msgs := validation.IsValidLabelValue(c.LabelValue); len(msgs) > 0 {
-			bad(EnvLabelValue, "%q is not a label value: %s", c.LabelValue, strings.Join(msgs, "; "))
+			p.Add(EnvLabelValue, "%q is not a label value: %s", c.LabelValue, strings.Join(msgs, "; "))
 		}
 	}
 	if c.SidecarAnnotation != "" {
 		if msgs := validation.IsQualifiedName(c.SidecarAnnotation); len(msgs) > 0 {
-			bad(EnvSidecarAnnotation, "%q is not an annotation key: %s", c.SidecarAnnotation, strings.Join(msgs, "; "))
+			p.Add(EnvSidecarAnnotation, "%q is not an annotation key: %s", c.SidecarAnnotation, strings.Join(msgs, "; "))
 		}
 	}
 	if c.InitContainerName != "" {
 		if msgs := validation.IsDNS1123Label(c.InitContainerName); len(msgs) > 0 {
-			bad(EnvInitContainerName, "%q is not a container name: %s", c.InitContainerName, strings.Join(msgs, "; "))
+			p.Add(EnvInitContainerName, "%q is not a container name: %s", c.InitContainerName, strings.Join(msgs, "; "))
 		}
 	}
 	if c.InitExitCode < 0 || c.InitExitCode > 255 {
-		bad(EnvInitExitCode, "%d is not an exit code (0-255; 0 means any non-zero code)", c.InitExitCode)
+		p.Add(EnvInitExitCode, "%d is not an exit code (0-255; 0 means any non-zero code)", c.InitExitCode)
 	}
 	if c.InitContainerName == "" && c.InitExitCode == 0 && strings.TrimSpace(c.InitTerminationMsg) == "" {
-		bad(EnvInitContainerName, "empty, with %s=0 and no %s: any failed init container of any injected pod would count as broken",
+		p.Add(EnvInitContainerName, "empty, with %s=0 and no %s: any failed init container of any injected pod would count as broken",
 			EnvInitExitCode, EnvInitTerminationMsg)
 	}
 	if _, err := labels.Parse(c.LabelSelector); err != nil {
-		bad(EnvLabelSelectors, "%q is not a label selector: %v", c.LabelSelector, err)
+		p.Add(EnvLabelSelectors, "%q is not a label selector: %v", c.LabelSelector, err)
 	}
 	if fs, err := fields.ParseSelector(c.FieldSelector); err != nil {
-		bad(EnvFieldSelectors, "%q is not a field selector: %v", c.FieldSelector, err)
+		p.Add(EnvFieldSelectors, "%q is not a field selector: %v", c.FieldSelector, err)
 	} else {
 		for _, r := range fs.Requirements() {
 			if r.Field == "spec.nodeName" {
-				bad(EnvFieldSelectors, "%q selects spec.nodeName, which the controller sets itself from %s", c.FieldSelector, EnvNodeName)
+				p.Add(EnvFieldSelectors, "%q selects spec.nodeName, which the controller sets itself from %s", c.FieldSelector, EnvNodeName)
 			}
 		}
 	}
 	if c.MaxRetries < 1 || c.MaxRetries > 100 {
-		bad(EnvMaxRetries, "%d is not between 1 and 100", c.MaxRetries)
+		p.Add(EnvMaxRetries, "%d is not between 1 and 100", c.MaxRetries)
 	}
 	if c.RetryBase <= 0 {
-		bad(EnvRetryBase, "%s must be positive", c.RetryBase)
+		p.Add(EnvRetryBase, "%s must be positive", c.RetryBase)
 	}
 	if c.RetryMax < c.RetryBase {
-		bad(EnvRetryMax, "%s is shorter than %s (%s)", c.RetryMax, EnvRetryBase, c.RetryBase)
+		p.Add(EnvRetryMax, "%s is shorter than %s (%s)", c.RetryMax, EnvRetryBase, c.RetryBase)
 	}
 	if c.RepairPods {
 		if !filepath.IsAbs(c.ProcDir) {
-			bad(EnvProcDir, "%q is not an absolute path", c.ProcDir)
+			p.Add(EnvProcDir, "%q is not an absolute path", c.ProcDir)
 		}
 		for _, d := range c.NetnsDirs {
 			if !filepath.IsAbs(d) {
-				bad(EnvNetnsDirs, "%q is not an absolute path", d)
+				p.Add(EnvNetnsDirs, "%q is not an absolute path", d)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // fieldSelector is the watch's field selector: always this node, plus the user's.

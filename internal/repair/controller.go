@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/envconf"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
@@ -95,11 +97,8 @@ type Controller struct {
 
 // New checks cfg and builds the controller; it starts nothing.
 func New(cfg Config, client Client, deps Deps) (*Controller, error) {
-	if !cfg.Enabled {
-		return nil, fmt.Errorf("repair controller: %s is false", EnvEnabled)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("repair controller: %w", err)
+	if err := envconf.CheckEnabled("repair controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
+		return nil, err
 	}
 	if client == nil {
 		return nil, errors.New("repair controller: no Kubernetes client")
@@ -114,10 +113,7 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 		recorder: deps.Recorder,
 		repaired: map[string]types.UID{},
 	}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	c.log = c.log.With("controller", "repair", "node", cfg.NodeName)
+	c.log = cmp.Or(c.log, slog.Default()).With("controller", "repair", "node", cfg.NodeName)
 	if c.metrics == nil {
 		c.metrics = &Metrics{}
 	}

@@ -1,15 +1,14 @@
 package taint
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/istio-cni/istio-cni/internal/envconf"
 )
 
 // Environment variables (ours: Istio has no agent-side equivalent; its istiod
@@ -89,51 +88,26 @@ func DefaultConfig() Config {
 // them; every error names the variable.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
-	var errs []error
-	str := func(name string, dst *string) {
-		if v, ok := lookup(name); ok && strings.TrimSpace(v) != "" {
-			*dst = strings.TrimSpace(v)
-		}
-	}
-	dur := func(name string, dst *time.Duration) {
-		if v, ok := lookup(name); ok {
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration (like 15s)", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	if v, ok := lookup(EnvEnabled); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not true or false", EnvEnabled, v))
-		}
-		c.Enabled = b
-	}
-	str(EnvKey, &c.Key)
+	r := envconf.NewReader(lookup)
+	r.Bool(EnvEnabled, &c.Enabled)
+	r.NonEmpty(EnvKey, &c.Key)
 	var effect string
-	str(EnvEffect, &effect)
+	r.NonEmpty(EnvEffect, &effect)
 	if effect != "" {
 		c.Effect = corev1.TaintEffect(effect)
 	}
-	str(EnvPodNamespace, &c.AgentNamespace)
-	str(EnvAgentNamespace, &c.AgentNamespace)
-	if v, ok := lookup(EnvAgentSelector); ok {
-		c.AgentSelector = strings.TrimSpace(v)
-	}
-	if v, ok := lookup(EnvNodeSelector); ok {
-		c.NodeSelector = strings.TrimSpace(v)
-	}
-	str(EnvLeaseName, &c.LeaseName)
-	dur(EnvLeaseDuration, &c.LeaseDuration)
-	dur(EnvRenewDeadline, &c.RenewDeadline)
-	dur(EnvRetryPeriod, &c.RetryPeriod)
-	str(EnvPodName, &c.Identity)
-	str(EnvIdentity, &c.Identity)
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
+	r.NonEmpty(EnvPodNamespace, &c.AgentNamespace)
+	r.NonEmpty(EnvAgentNamespace, &c.AgentNamespace)
+	r.String(EnvAgentSelector, &c.AgentSelector)
+	r.String(EnvNodeSelector, &c.NodeSelector)
+	r.NonEmpty(EnvLeaseName, &c.LeaseName)
+	r.Duration(EnvLeaseDuration, &c.LeaseDuration, "15s")
+	r.Duration(EnvRenewDeadline, &c.RenewDeadline, "15s")
+	r.Duration(EnvRetryPeriod, &c.RetryPeriod, "15s")
+	r.NonEmpty(EnvPodName, &c.Identity)
+	r.NonEmpty(EnvIdentity, &c.Identity)
+	if err := r.Err(); err != nil {
+		return Config{}, err
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -146,44 +120,41 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var errs []error
-	bad := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
-	}
+	var p envconf.Problems
 	if msgs := validation.IsQualifiedName(c.Key); len(msgs) > 0 {
-		bad(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
+		p.Add(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
 	}
 	switch c.Effect {
 	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 	default:
-		bad(EnvEffect, "%q is not a taint effect (NoSchedule, PreferNoSchedule, NoExecute)", c.Effect)
+		p.Add(EnvEffect, "%q is not a taint effect (NoSchedule, PreferNoSchedule, NoExecute)", c.Effect)
 	}
 	if msgs := validation.IsDNS1123Label(c.AgentNamespace); len(msgs) > 0 {
-		bad(EnvAgentNamespace, "%q is not a namespace: %s", c.AgentNamespace, strings.Join(msgs, "; "))
+		p.Add(EnvAgentNamespace, "%q is not a namespace: %s", c.AgentNamespace, strings.Join(msgs, "; "))
 	}
 	if sel, err := labels.Parse(c.AgentSelector); err != nil {
-		bad(EnvAgentSelector, "%q is not a label selector: %v", c.AgentSelector, err)
+		p.Add(EnvAgentSelector, "%q is not a label selector: %v", c.AgentSelector, err)
 	} else if sel.Empty() {
-		bad(EnvAgentSelector, "empty: every pod in %s would count as the agent", c.AgentNamespace)
+		p.Add(EnvAgentSelector, "empty: every pod in %s would count as the agent", c.AgentNamespace)
 	}
 	if _, err := labels.Parse(c.NodeSelector); err != nil {
-		bad(EnvNodeSelector, "%q is not a label selector: %v", c.NodeSelector, err)
+		p.Add(EnvNodeSelector, "%q is not a label selector: %v", c.NodeSelector, err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(c.LeaseName); len(msgs) > 0 {
-		bad(EnvLeaseName, "%q is not a lease name: %s", c.LeaseName, strings.Join(msgs, "; "))
+		p.Add(EnvLeaseName, "%q is not a lease name: %s", c.LeaseName, strings.Join(msgs, "; "))
 	}
 	if c.Identity == "" {
-		bad(EnvIdentity, "empty (and %s is unset): each replica needs its own name in the lease", EnvPodName)
+		p.Add(EnvIdentity, "empty (and %s is unset): each replica needs its own name in the lease", EnvPodName)
 	}
 	// client-go's own rules, reported with our names.
 	if c.RetryPeriod <= 0 {
-		bad(EnvRetryPeriod, "%s must be positive", c.RetryPeriod)
+		p.Add(EnvRetryPeriod, "%s must be positive", c.RetryPeriod)
 	}
 	if c.RenewDeadline <= time.Duration(1.2*float64(c.RetryPeriod)) {
-		bad(EnvRenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, EnvRetryPeriod, c.RetryPeriod)
+		p.Add(EnvRenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, EnvRetryPeriod, c.RetryPeriod)
 	}
 	if c.LeaseDuration <= c.RenewDeadline {
-		bad(EnvLeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, EnvRenewDeadline, c.RenewDeadline)
+		p.Add(EnvLeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, EnvRenewDeadline, c.RenewDeadline)
 	}
-	return errors.Join(errs...)
+	return p.Err()
 }

@@ -1,6 +1,7 @@
 package taint
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/istio-cni/istio-cni/internal/envconf"
 )
 
 // Metrics are the controller's counters, plain atomics for the agent to export.
@@ -78,20 +81,14 @@ type Controller struct {
 
 // New checks cfg; it starts nothing.
 func New(cfg Config, client Client, deps Deps) (*Controller, error) {
-	if !cfg.Enabled {
-		return nil, fmt.Errorf("taint controller: %s is false", EnvEnabled)
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("taint controller: %w", err)
+	if err := envconf.CheckEnabled("taint controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
+		return nil, err
 	}
 	if client == nil {
 		return nil, errors.New("taint controller: no Kubernetes client")
 	}
 	c := &Controller{cfg: cfg, client: client, log: deps.Logger, metrics: deps.Metrics}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	c.log = c.log.With("controller", "taint", "identity", cfg.Identity)
+	c.log = cmp.Or(c.log, slog.Default()).With("controller", "taint", "identity", cfg.Identity)
 	if c.metrics == nil {
 		c.metrics = &Metrics{}
 	}

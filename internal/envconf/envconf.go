@@ -1,0 +1,106 @@
+// Package envconf reads and checks the settings the agent's controllers take from
+// environment variables (package repair's REPAIR_*, package taint's TAINT_*), so that
+// every one of them parses a value the same way and every error names the variable
+// to change.
+package envconf
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Problems collects what is wrong with a set of settings, each naming its variable,
+// so that all are reported at once rather than one per restart of the agent.
+type Problems struct {
+	errs []error
+}
+
+// Add records a problem with the variable name: "NAME: <format, args>".
+func (p *Problems) Add(name, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+}
+
+// Err is every problem recorded, joined; nil when there is none.
+func (p *Problems) Err() error { return errors.Join(p.errs...) }
+
+// Reader sets fields from variables through lookup (os.LookupEnv in the agent); an
+// unset variable keeps the field's default, and a value that does not parse is a
+// Problem naming the variable and the value as given.
+type Reader struct {
+	Problems
+	lookup func(string) (string, bool)
+}
+
+// NewReader reads through lookup.
+func NewReader(lookup func(string) (string, bool)) *Reader {
+	return &Reader{lookup: lookup}
+}
+
+// String sets *dst to the trimmed value whenever the variable is set: an empty
+// value is a choice (for example "no selector").
+func (r *Reader) String(name string, dst *string) {
+	if v, ok := r.lookup(name); ok {
+		*dst = strings.TrimSpace(v)
+	}
+}
+
+// NonEmpty sets *dst to the trimmed value unless it is blank, which keeps the
+// default: for settings that cannot be empty.
+func (r *Reader) NonEmpty(name string, dst *string) {
+	if v, ok := r.lookup(name); ok && strings.TrimSpace(v) != "" {
+		*dst = strings.TrimSpace(v)
+	}
+}
+
+// Bool parses the value as strconv.ParseBool does (true, false, 1, 0, ...).
+func (r *Reader) Bool(name string, dst *bool) {
+	if v, ok := r.lookup(name); ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			r.Add(name, "%q is not true or false", v)
+			return
+		}
+		*dst = b
+	}
+}
+
+// Int parses a decimal integer.
+func (r *Reader) Int(name string, dst *int) {
+	if v, ok := r.lookup(name); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			r.Add(name, "%q is not an integer", v)
+			return
+		}
+		*dst = n
+	}
+}
+
+// Duration parses a Go duration; example (like "15s") is shown in the error, so it
+// should be a sensible value for this setting.
+func (r *Reader) Duration(name string, dst *time.Duration, example string) {
+	if v, ok := r.lookup(name); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			r.Add(name, "%q is not a duration (like %s)", v, example)
+			return
+		}
+		*dst = d
+	}
+}
+
+// CheckEnabled is what a controller's New checks first: that it is switched on
+// (enabledEnv names the switch) and that its settings are valid. Errors start with
+// component, like "repair controller".
+func CheckEnabled(component, enabledEnv string, enabled bool, validate func() error) error {
+	if !enabled {
+		return fmt.Errorf("%s: %s is false", component, enabledEnv)
+	}
+	if err := validate(); err != nil {
+		return fmt.Errorf("%s: %w", component, err)
+	}
+	return nil
+}
