@@ -2,9 +2,7 @@ package agent
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/cniconf"
 )
 
 // binary is one file of the image's binary directory, with its digest so that an
@@ -112,51 +112,27 @@ func (b binary) uninstall(dir, prefix string) error {
 	return nil
 }
 
-func copyAtomic(src, target string, mode os.FileMode) (err error) {
+// copyAtomic copies src over target through cniconf.ReplaceAtomic (temporary file
+// in target's directory, fsync, rename; target itself is never written, so a
+// runtime exec'ing it never gets ETXTBSY). The copy gets mode, not the mode of the
+// file it replaces as cniconf.WriteAtomic would keep: an installed binary must be
+// executable.
+func copyAtomic(src, target string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("install %s: %w", target, err)
 	}
 	defer in.Close()
-	dir := filepath.Dir(target)
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+filepath.Base(target)+tempInfix+hex.EncodeToString(rnd[:]))
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	err = cniconf.ReplaceAtomic(target, tempInfix, mode, func(w io.Writer) error {
+		if _, err := io.Copy(w, in); err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("install %s: %w", target, err)
 	}
-	defer func() {
-		if err != nil {
-			out.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = io.Copy(out, in); err != nil {
-		return fmt.Errorf("install %s: copy: %w", target, err)
-	}
-	if err = out.Chmod(mode); err != nil {
-		return fmt.Errorf("install %s: %w", target, err)
-	}
-	if err = out.Sync(); err != nil {
-		return fmt.Errorf("install %s: sync: %w", target, err)
-	}
-	if err = out.Close(); err != nil {
-		return fmt.Errorf("install %s: %w", target, err)
-	}
-	if err = os.Rename(tmp, target); err != nil {
-		return fmt.Errorf("install %s: %w", target, err)
-	}
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename durable; failure only weakens durability, not atomicity.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 }
 
 // removeStaleTemps deletes temporary files a crashed agent left in dir.

@@ -37,19 +37,37 @@ func ReadConfig(path string) ([]byte, error) {
 // the new one, whole: data goes to a temporary file in the same directory (named
 // with an extension the runtime ignores), is synced, then renamed over path. An
 // existing file keeps its permissions; a new one gets mode.
-func WriteAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
+func WriteAtomic(path string, data []byte, mode os.FileMode) error {
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	err := ReplaceAtomic(path, ".tmp-", mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReplaceAtomic is WriteAtomic's mechanism for a caller with its own content and
+// mode (the agent's binary copies): fill writes the content into a new temporary
+// file "."+base(path)+tempInfix+random in path's directory, which then gets mode
+// (whatever the umask), is synced and renamed over path. The file at path is never
+// opened for writing: a reader sees the old or the new file whole, and a program
+// running from the old one keeps its inode (no ETXTBSY). On error the temporary
+// file is removed; a crash may leave it, to be recognised by tempInfix.
+func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	if err != nil {
+		return err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -58,21 +76,21 @@ func WriteAtomic(path string, data []byte, mode os.FileMode) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
+	if err = fill(f); err != nil {
+		return err
 	}
 	// Chmod after creation: CreateTemp's 0600 and the umask would otherwise decide.
 	if err = f.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
+		return err
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
+		return err
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
+		return err
 	}
 	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
 	// The rename is durable only once the directory is synced; a crash before that may
 	// bring back the old file, which is still whole.
