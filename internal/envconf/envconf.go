@@ -57,38 +57,30 @@ func (r *Reader) NonEmpty(name string, dst *string) {
 
 // Bool parses the value as strconv.ParseBool does (true, false, 1, 0, ...).
 func (r *Reader) Bool(name string, dst *bool) {
-	if v, ok := r.lookup(name); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			r.Add(name, "%q is not true or false", v)
-			return
-		}
-		*dst = b
-	}
+	parse(r, name, dst, strconv.ParseBool, "true or false")
 }
 
 // Int parses a decimal integer.
 func (r *Reader) Int(name string, dst *int) {
-	if v, ok := r.lookup(name); ok {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil {
-			r.Add(name, "%q is not an integer", v)
-			return
-		}
-		*dst = n
-	}
+	parse(r, name, dst, strconv.Atoi, "an integer")
 }
 
 // Duration parses a Go duration; example (like "15s") is shown in the error, so it
 // should be a sensible value for this setting.
 func (r *Reader) Duration(name string, dst *time.Duration, example string) {
+	parse(r, name, dst, time.ParseDuration, "a duration (like "+example+")")
+}
+
+// parse sets *dst from the trimmed value when the variable is set; a value that
+// does not parse leaves *dst alone and is reported as "NAME: "VALUE" is not <want>".
+func parse[T any](r *Reader, name string, dst *T, from func(string) (T, error), want string) {
 	if v, ok := r.lookup(name); ok {
-		d, err := time.ParseDuration(strings.TrimSpace(v))
+		x, err := from(strings.TrimSpace(v))
 		if err != nil {
-			r.Add(name, "%q is not a duration (like %s)", v, example)
+			r.Add(name, "%q is not %s", v, want)
 			return
 		}
-		*dst = d
+		*dst = x
 	}
 }
 
