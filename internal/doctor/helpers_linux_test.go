@@ -3,7 +3,6 @@ package doctor
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
 const (
@@ -87,31 +86,10 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 		time.Sleep(10 * time.Millisecond)
 	}
 	err := netns.Do(bind, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
+		if err := sandbox.LoopbackAddr(ip); err != nil {
 			return err
 		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(ip.AsSlice())}); err != nil {
-			return err
-		}
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		for _, name := range []string{"eth0", "eth0-peer"} {
-			l, err := netlink.LinkByName(name)
-			if err == nil {
-				err = netlink.LinkSetUp(l)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Attrs().Index, Scope: netlink.SCOPE_LINK,
-			Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}})
+		return sandbox.LoopedDefaultRoute()
 	})
 	if err != nil {
 		t.Fatalf("pod namespace: %v", err)

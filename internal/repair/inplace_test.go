@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"net"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -85,25 +83,9 @@ func TestBrokenPodIsRepairedInPlaceWithThePluginsRules(t *testing.T) {
 	}
 	// Real traffic: the app's outbound connection now lands on the proxy's
 	// outbound port with its original destination.
-	err := netns.Do(pn.bind, func() error {
-		// A veth pair with both ends inside: an interface to route through
-		// (traffic to lo is never captured).
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		for _, name := range []string{"eth0", "eth0-peer"} {
-			l, err := netlink.LinkByName(name)
-			if err == nil {
-				err = netlink.LinkSetUp(l)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Attrs().Index, Scope: netlink.SCOPE_LINK,
-			Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}})
-	})
+	// A veth pair with both ends inside: an interface to route through (traffic to
+	// lo is never captured).
+	err := netns.Do(pn.bind, sandbox.LoopedDefaultRoute)
 	if err != nil {
 		t.Fatalf("default route in the pod namespace: %v", err)
 	}

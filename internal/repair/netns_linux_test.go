@@ -12,9 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
 // podNetns is a stand-in for a pod sandbox: a network namespace whose lo holds the
@@ -63,16 +62,7 @@ func newPodNetns(t testing.TB, dir, name string, ip netip.Addr, withProcess, kee
 	if pn.inode, err = netns.ID(path); err != nil {
 		t.Fatal(err)
 	}
-	err = netns.Do(path, func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
-		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(ip.AsSlice())})
-	})
+	err = netns.Do(path, func() error { return sandbox.LoopbackAddr(ip) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -322,3 +322,39 @@ func ExecutableCopy() (path, dir string, err error) {
 	path = filepath.Join(dir, filepath.Base(self))
 	return path, dir, os.WriteFile(path, data, 0o755)
 }
+
+// LoopbackAddr brings lo up in the current network namespace with ip on it: a
+// stand-alone pod namespace (no peer) that still owns its pod address. Call it
+// inside netns.Do.
+func LoopbackAddr(ip netip.Addr) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return err
+	}
+	return netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(ip.AsSlice())})
+}
+
+// LoopedDefaultRoute gives the current network namespace an IPv4 default route
+// through a veth pair with both ends inside it (eth0 and eth0-peer): an outbound
+// connection then leaves through an interface as in a real pod (netfilter never
+// captures traffic to lo), with no peer namespace to build. Call it inside netns.Do.
+func LoopedDefaultRoute() error {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return err
+	}
+	for _, name := range []string{"eth0", "eth0-peer"} {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			err = netlink.LinkSetUp(l)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return netlink.RouteAdd(&netlink.Route{LinkIndex: veth.Attrs().Index, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}})
+}
