@@ -17,7 +17,7 @@ func (c *ControlPlane) ClientCertKubeconfig(path, user string, groups []string) 
 	if user == "" {
 		return "", errors.New("client certificate: empty user name")
 	}
-	certPEM, keyPEM, err := c.keys.issue(&x509.Certificate{
+	certPEM, keyPEM, err := c.keys.ca.Issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: user, Organization: groups},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})

@@ -31,9 +31,8 @@ type pki struct {
 	saPublicKeyFile  string
 	saSigningKeyFile string
 
-	// issue signs a fresh key pair's certificate from tmpl with the CA; the CA key
-	// itself never leaves memory.
-	issue func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error)
+	// ca signs the control plane's certificates and any issued later.
+	ca *CA
 }
 
 // servingNames are the names and addresses clients may use to reach the apiserver:
@@ -54,55 +53,12 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pki dir: %w", err)
 	}
-	now := time.Now()
-	// Backdated so that a small clock difference between cert creation and the
-	// apiserver's check cannot make a fresh certificate "not yet valid".
-	notBefore := now.Add(-time.Hour)
-	notAfter := now.Add(7 * 24 * time.Hour)
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := NewCA("istio-cni-controlplane-ca")
 	if err != nil {
-		return nil, fmt.Errorf("generate ca key: %w", err)
+		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "istio-cni-controlplane-ca"},
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return nil, fmt.Errorf("create ca certificate: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("parse ca certificate: %w", err)
-	}
-
-	issue := func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, fmt.Errorf("generate key for %q: %w", tmpl.Subject.CommonName, err)
-		}
-		tmpl.SerialNumber = serial()
-		tmpl.NotBefore, tmpl.NotAfter = notBefore, notAfter
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("create certificate %q: %w", tmpl.Subject.CommonName, err)
-		}
-		keyPEM, err = privateKeyPEM(key)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pemBlock("CERTIFICATE", der), keyPEM, nil
-	}
-
 	dnsNames, ips := servingNames(advertise, serviceIP)
-	servingCert, servingKey, err := issue(&x509.Certificate{
+	servingCert, servingKey, err := ca.Issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    dnsNames,
@@ -111,7 +67,7 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	adminCert, adminKey, err := issue(&x509.Certificate{
+	adminCert, adminKey, err := ca.Issue(&x509.Certificate{
 		// system:masters bypasses authorization entirely, so admin requests work
 		// even before the RBAC bootstrap policy exists.
 		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
@@ -135,7 +91,7 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 	}
 
 	p := &pki{
-		caCert:           pemBlock("CERTIFICATE", caDER),
+		caCert:           ca.CertPEM,
 		adminCert:        adminCert,
 		adminKey:         adminKey,
 		caCertFile:       filepath.Join(dir, "ca.crt"),
@@ -143,7 +99,7 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 		servingKeyFile:   filepath.Join(dir, "apiserver.key"),
 		saPublicKeyFile:  filepath.Join(dir, "sa.pub"),
 		saSigningKeyFile: filepath.Join(dir, "sa.key"),
-		issue:            issue,
+		ca:               ca,
 	}
 	for path, data := range map[string][]byte{
 		p.caCertFile:       p.caCert,
@@ -157,6 +113,71 @@ func newPKI(dir string, advertise, serviceIP net.IP) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// CA is a throwaway certificate authority, for a control plane or for a node's
+// own use (the apiserver's kubelet client certificate). ECDSA P-256 keeps
+// generation in the milliseconds even on a busy machine. Its key never leaves
+// memory.
+type CA struct {
+	// CertPEM is the CA certificate, for those who must trust what it issues.
+	CertPEM []byte
+
+	cert                *x509.Certificate
+	key                 *ecdsa.PrivateKey
+	notBefore, notAfter time.Time
+}
+
+// NewCA makes a CA named commonName. It and what it issues are valid for a week
+// from an hour ago: backdated so that a small clock difference between creation
+// and the peer's check cannot make a fresh certificate "not yet valid".
+func NewCA(commonName string) (*CA, error) {
+	now := time.Now()
+	ca := &CA{notBefore: now.Add(-time.Hour), notAfter: now.Add(7 * 24 * time.Hour)}
+	var err error
+	if ca.key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return nil, fmt.Errorf("generate ca key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName},
+		NotBefore:             ca.notBefore,
+		NotAfter:              ca.notAfter,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, ca.key.Public(), ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("create ca certificate: %w", err)
+	}
+	if ca.cert, err = x509.ParseCertificate(der); err != nil {
+		return nil, fmt.Errorf("parse ca certificate: %w", err)
+	}
+	ca.CertPEM = pemBlock("CERTIFICATE", der)
+	return ca, nil
+}
+
+// Issue signs a certificate for a fresh key pair from tmpl, which names the
+// subject, extended key usages and any DNS names and addresses; serial, validity
+// and key usage (digital signature) are set here. Both are returned as PEM.
+func (ca *CA) Issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key for %q: %w", tmpl.Subject.CommonName, err)
+	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore, tmpl.NotAfter = ca.notBefore, ca.notAfter
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create certificate %q: %w", tmpl.Subject.CommonName, err)
+	}
+	keyPEM, err = privateKeyPEM(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemBlock("CERTIFICATE", der), keyPEM, nil
 }
 
 func privateKeyPEM(key crypto.Signer) ([]byte, error) {
