@@ -33,7 +33,12 @@ import (
 // capture's BenchmarkApplyFreshNamespace then measured p50 1.08ms (nftables via
 // netlink) against 8.2ms (nft -f) with the machine at load 11, so netlink is the
 // default (NewBackend) and nft -f remains as fallback and as NewExecBackend; both
-// are complete and checked against the kernel listing by the same tests.
+// are complete and checked against the kernel listing by the same tests. The fresh
+// path then listed and wrote over one socket made on the namespace's own thread
+// (no helper goroutine entering the namespace, one dial instead of two); make
+// bench on a quiet machine: ApplyFresh p50 1.49ms (netlink) vs 5.73ms (nft -f), and
+// capture's BenchmarkApplyFreshNamespace p50 1.77ms (p99 6.9ms), 2.96ms p50 with 20
+// namespaces applied at once.
 
 // benchNS makes a namespace for a benchmark and enters it for the whole run.
 func benchInNS(b *testing.B, fn func()) {
