@@ -23,8 +23,9 @@ func Logger(level slog.Level, json bool) *slog.Logger {
 }
 
 // RunUntilSignal runs f with a context that ends on SIGINT or SIGTERM (the
-// kubelet's stop), so that f can clean up before the command exits. The signal
-// handling is undone once f returns: a second signal then kills at once.
+// kubelet's stop), so that f can clean up before the command exits. Signals stay
+// caught while f runs (a second SIGTERM does not cut the clean-up short); once f
+// returns, the default handling is back.
 func RunUntilSignal(f func(ctx context.Context) error) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := f(ctx)
