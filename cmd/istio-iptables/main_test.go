@@ -14,13 +14,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 // The binary is built once, into a directory every user can read: the validation
 // runs it as the proxy uid.
@@ -238,19 +237,7 @@ func TestDryRunPrintsGoldenRules(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
 			}
-			golden := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(r.stdout), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden file (run with -update to create it): %v", err)
-			}
-			if diff := cmp.Diff(string(want), r.stdout); diff != "" {
-				t.Errorf("dry-run output differs from %s (-want +got):\n%s", golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", tc.name+".golden"), []byte(r.stdout))
 		})
 	}
 }

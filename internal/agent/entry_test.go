@@ -9,21 +9,17 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"flag"
 	"math/big"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 func mustParse(t *testing.T, env map[string]string) Settings {
 	t.Helper()
@@ -34,24 +30,9 @@ func mustParse(t *testing.T, env map[string]string) Settings {
 	return s
 }
 
-func golden(t *testing.T, name string, got []byte) {
+func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got)
 }
 
 // legacyTemplate is the shape of the CNI_NETWORK_CONFIG Istio's older charts and
@@ -94,7 +75,7 @@ func TestEntryFromSettingsAndTemplatesIsWhatThePluginAccepts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Entry: %v", err)
 			}
-			golden(t, "entry-"+tc.name+".json", append(got, '\n'))
+			checkGolden(t, "entry-"+tc.name+".json", append(got, '\n'))
 			cfg, err := plugin.ParseConfig(got)
 			if err != nil {
 				t.Fatalf("the plugin refuses the entry: %v", err)
@@ -246,7 +227,7 @@ func TestMetricsExpositionListsEveryMetricWithHelpAndType(t *testing.T) {
 	if err := m.write(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "metrics.txt", []byte(b.String()))
+	checkGolden(t, "metrics.txt", []byte(b.String()))
 }
 
 func TestClassifyPluginRecordReadsTheOutcomeOfAddAndDel(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,9 +13,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/out")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 func readFile(t testing.TB, path string) []byte {
 	t.Helper()
@@ -96,15 +95,7 @@ func TestInsertGoldenAndRemoveRestoresInput(t *testing.T) {
 			if outName != wantName {
 				t.Errorf("Insert wrote %s, want %s", outName, wantName)
 			}
-			golden := filepath.Join("testdata/out", outName)
-			if *update {
-				if err := os.WriteFile(golden, out, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if diff := cmp.Diff(string(readFile(t, golden)), string(out)); diff != "" {
-				t.Errorf("Insert output differs from %s (-want +got):\n%s", golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata/out", outName), out)
 
 			// Meaning: the runtime sees the input's plugins (minus any old istio-cni),
 			// unchanged, then ours.
@@ -438,15 +429,7 @@ func TestStandalone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := "testdata/out/standalone.conf"
-	if *update {
-		if err := os.WriteFile(golden, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if diff := cmp.Diff(string(readFile(t, golden)), string(out)); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	golden.Check(t, "testdata/out/standalone.conf", out)
 	c, err := libcni.NetworkPluginConfFromBytes(out)
 	if err != nil {
 		t.Fatal(err)

@@ -2,16 +2,13 @@ package doctor
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/istio-cni/istio-cni/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/explain/*.golden")
 
 // TestExplainGolden runs `explain` on every pod manifest the plugin's own tests use
 // (meshed, skipped for each reason, invalid) with both backends and both formats, and
@@ -33,21 +30,7 @@ func TestExplainGolden(t *testing.T) {
 				if (code != 0) != wantFail {
 					t.Errorf("exit code %d (stderr %q)", code, stderr.String())
 				}
-				golden := filepath.Join("testdata", "explain", name+"."+variant.suffix+".golden")
-				if *update {
-					os.MkdirAll(filepath.Dir(golden), 0o755)
-					if err := os.WriteFile(golden, stdout.Bytes(), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("%v (run with -update)", err)
-				}
-				if diff := cmp.Diff(string(want), stdout.String()); diff != "" {
-					t.Errorf("%s (-want +got):\n%s", golden, diff)
-				}
+				golden.Check(t, filepath.Join("testdata", "explain", name+"."+variant.suffix+".golden"), stdout.Bytes())
 			})
 		}
 	}

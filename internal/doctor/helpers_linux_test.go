@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,8 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
+
+	"github.com/istio-cni/istio-cni/internal/golden"
 )
 
 const (
@@ -222,20 +223,7 @@ func mask(s string, dirs map[string]string) string {
 
 func checkGolden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs (-want +got):\n%s", path, cmp.Diff(string(want), got))
-	}
+	golden.Check(t, path, []byte(got))
 }
 
 // toKubePod converts a pod manifest to the plugin's view of it.

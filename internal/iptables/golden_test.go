@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 // renderCases name the specs whose renderings are kept as golden files.
 var renderCases = []struct {
@@ -56,30 +54,15 @@ func TestGoldenRenderings(t *testing.T) {
 				}
 				restore.WriteString("# " + fp.Family.String() + "\n" + restoreText(l, nil))
 			}
-			golden(t, filepath.Join("testdata", tc.name+".iptables"), dry.String())
-			golden(t, filepath.Join("testdata", tc.name+".restore"), restore.String())
+			checkGolden(t, filepath.Join("testdata", tc.name+".iptables"), dry.String())
+			checkGolden(t, filepath.Join("testdata", tc.name+".restore"), restore.String())
 		})
 	}
 }
 
-func golden(t *testing.T, path, got string) {
+func checkGolden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got; -update rewrites):\n%s", path, diff)
-	}
+	golden.Check(t, path, []byte(got))
 }
 
 // TestLayoutOwnsOneRulePerHook proves the kernel layout touches each built-in chain

@@ -1,19 +1,15 @@
 package nftables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/istio-cni/istio-cni/internal/redirect"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/*.nft from the renderer")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 // TestRenderMatchesGolden pins the rendered script of every case to
 // testdata/<case>.nft. Run with -update after an intended change and review the diff.
@@ -25,23 +21,7 @@ func TestRenderMatchesGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := rs.text()
-			path := filepath.Join("testdata", c.name+".nft")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("render differs from %s (-want +got):\n%s", path, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", c.name+".nft"), []byte(got))
 		})
 	}
 }

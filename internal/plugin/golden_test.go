@@ -1,21 +1,17 @@
 package plugin
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/decisions/*.json")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 // goldenRules pins the rule each testdata pod must reach, so that -update cannot
 // quietly bless a changed verdict.
@@ -100,20 +96,7 @@ func TestGoldenDecisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			out = append(out, '\n')
-			golden := filepath.Join("testdata", "decisions", name+".json")
-			if *update {
-				if err := os.WriteFile(golden, out, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if !bytes.Equal(want, out) {
-				t.Errorf("%s differs (-want +got):\n%s", golden, cmp.Diff(string(want), string(out)))
-			}
+			golden.Check(t, filepath.Join("testdata", "decisions", name+".json"), out)
 		})
 	}
 	for name := range goldenRules {

@@ -1,9 +1,7 @@
 package redirect
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,9 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden plans in testdata/plans")
+	"github.com/istio-cni/istio-cni/internal/golden"
+)
 
 // Istio's sidecar injector excludes the agent's and Envoy's own inbound ports.
 const sidecarInboundExclude = "15090,15021,15020"
@@ -107,21 +105,10 @@ func TestGoldenPlans(t *testing.T) {
 			}
 			got = append(got, '\n')
 			path := filepath.Join("testdata", "plans", c.name+".json")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
+			golden.Check(t, path, got)
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("plan differs from %s (-want +got):\n%s", path, cmp.Diff(string(want), string(got)))
+				t.Fatal(err)
 			}
 			// The golden file must decode back to the same plan: it is data, not text.
 			var decoded Plan

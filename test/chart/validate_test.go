@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/istio-cni/istio-cni/internal/golden"
 )
 
 // seedArgs is the seed documents' install command after `helm template`, with helm v2's
@@ -63,23 +65,7 @@ func TestProfilesMatchGoldenRenders(t *testing.T) {
 	for _, p := range profiles {
 		t.Run(p, func(t *testing.T) {
 			m := mustRender(t, "-f", profileFile(p))
-			golden := filepath.Join("testdata", "golden", p+".yaml")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, m.raw, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(m.raw)); diff != "" {
-				t.Errorf("render of profile %s differs from %s (-golden +render); run go test -update if intended:\n%s", p, golden, diff)
-			}
+			golden.Check(t, filepath.Join("testdata", "golden", p+".yaml"), m.raw)
 		})
 	}
 }
