@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-.PHONY: all build deps prereqs test test-unit bench demo demo-netns image lint fuzz clean
+.PHONY: all build deps prereqs test test-node test-unit bench demo demo-netns image lint fuzz clean
 
 all: build
 
@@ -16,17 +16,24 @@ deps:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/ ./cmd/...
 
-# prereqs builds the cached Kubernetes binaries and reference CNI plugins (first run
+# prereqs builds the cached Kubernetes binaries (KUBE_VERSION, default
+# hack/kube/DEFAULT), containerd and runc, and the reference CNI plugins (first run
 # only: about 15 minutes on 2 cores; later runs take seconds).
 prereqs: deps
-	@hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy >/dev/null
+	@hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl >/dev/null
+	@hack/runtime-binaries.sh >/dev/null
 	@hack/cni-plugins.sh >/dev/null
 	@hack/tools/install.sh >/dev/null
 
-# test runs every test, including the real-kernel and real-control-plane ones (root).
-test: prereqs
-	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 30m ./...
+# test runs every test, including the real-kernel and real-control-plane ones (root),
+# and fails if the run left the host changed (hack/test.sh, hack/hostcheck).
+test:
+	@hack/test.sh
+
+# test-node runs the node end-to-end tests on one Kubernetes release and containerd:
+#   sudo make test-node KUBE_VERSION=v1.35.4 [CONTAINERD_VERSION=v2.4.2]
+test-node: prereqs
+	KUBE_VERSION=$(KUBE_VERSION) CONTAINERD_VERSION=$(CONTAINERD_VERSION) $(GO) test -count=1 -timeout 30m ./test/node/ ./test/nodee2e/
 
 # test-unit runs only the tests that need neither root nor a kernel.
 test-unit:

@@ -138,7 +138,7 @@ func run(ctx context.Context) (failed int, err error) {
 	if err := im.Import(ctx, n); err != nil {
 		return 0, err
 	}
-	s.Sh(ctx, "ctr", "-a", n.ContainerdSocket(), "-n", "k8s.io", "images", "ls", "-q", "name~="+meshnode.Hub)
+	s.Sh(ctx, n.Ctr(), "-a", n.ContainerdSocket(), "-n", "k8s.io", "images", "ls", "-q", "name~="+meshnode.Hub)
 
 	section("3. helm install: the DaemonSet's agent puts the plugin into the node's CNI config")
 	before, err := meshnode.ConfDir(n)

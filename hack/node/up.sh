@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes cluster on this machine (internal/node):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd + runc,
-# kubelet, with the reference CNI plugins (ptp + host-local) as the primary network.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd 2.x + runc,
+# kubelet, kube-proxy, with the reference CNI plugins (ptp + host-local) as the primary network.
 # Everything lives in one state dir; hack/node/down.sh takes it down and leaves the
 # host as it was. Needs root.
 #   hack/node/up.sh     start in the background; prints `export KUBECONFIG=...`
 # Environment: ISTIO_CNI_NODE_STATE (default /var/lib/istio-cni-node),
-#              ISTIO_CNI_NODE_POD_CIDR (default 10.244.0.0/24).
-# The first run builds the Kubernetes binaries (hack/kube-binaries.sh, minutes) and
-# kubectl (hack/node/kubectl, minutes); later runs are up in about 10 s.
+#              ISTIO_CNI_NODE_POD_CIDR (default 10.244.0.0/24),
+#              KUBE_VERSION (default hack/kube/DEFAULT), CONTAINERD_VERSION, RUNC_VERSION.
+# The first run builds the Kubernetes binaries with kubectl (hack/kube-binaries.sh)
+# and containerd and runc (hack/runtime-binaries.sh), minutes; later runs are up in
+# about 10 s.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/hack/node/common.sh"
@@ -23,11 +25,9 @@ if [[ -d $state ]]; then
   echo "node: $state is left from a node that died; cleaning it up first" >&2
   "$bin" -cleanup -state "$state" -pod-cidr "$pod_cidr"
 fi
-if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
-  echo "node: installing containerd and runc (apt-get)..." >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q containerd runc >&2
-fi
+"$root/hack/install-deps.sh"
 "$root/hack/kube-binaries.sh" etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy >/dev/null
+"$root/hack/runtime-binaries.sh" >/dev/null
 "$root/hack/cni-plugins.sh" >/dev/null
 build_kubectl
 
@@ -59,7 +59,7 @@ The node is up. Use it with kubectl (built into $kubectl_dir):
   kubectl get nodes -o wide
 Or from Go: clientcmd.BuildConfigFromFlags("", "$state/admin.kubeconfig").
 Images: pods can use only local images (imagePullPolicy: Never or IfNotPresent);
-import one with node.(*Node).ImportImage, or ctr:
+import one with node.(*Node).ImportImage, or ctr ($(hack/runtime-binaries.sh 2>/dev/null)/ctr):
   ctr -a $state/containerd/containerd.sock -n k8s.io images import IMAGE.tar
 CNI: bin $state/cni/bin, conf $state/cni/net.d (10-ptp.conflist); logs: $state/logs
 Take it down with: hack/node/down.sh

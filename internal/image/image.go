@@ -281,17 +281,17 @@ func writeEntry(tw *tar.Writer, name string, size int64, r io.Reader) error {
 	return err
 }
 
-// Import loads an archive WriteArchive wrote for ref into the containerd at socket,
+// Import loads an archive WriteArchive wrote for ref, with the ctr at ctrPath, into the containerd at socket,
 // in the CRI's namespace (k8s.io), under its tag and as <repository>@<digest>, so
 // pods can run it by tag or by digest with imagePullPolicy IfNotPresent or Never.
-func Import(ctx context.Context, socket, archive, ref string) error {
+func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
 	repo := ContainerdName(ref)
 	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo = repo[:i]
 	}
 	// ctr names digest images <base-name>@<digest>: without a base name they would
 	// be import-<date>@<digest>.
-	out, err := exec.CommandContext(ctx, "ctr", "-a", socket, "-n", "k8s.io", "images", "import",
+	out, err := exec.CommandContext(ctx, ctrPath, "-a", socket, "-n", "k8s.io", "images", "import",
 		"--base-name", repo, "--digests", "--platform", "linux/amd64", archive).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr images import %s: %w: %s", archive, err, strings.TrimSpace(string(out)))

@@ -27,15 +27,31 @@ func containerdCgroupParents() []string {
 // runcContainer is what runc's state.json says about a container.
 type runcContainer struct {
 	InitPid     int               `json:"init_process_pid"`
+	InitStart   uint64            `json:"init_process_start"`
 	CgroupPaths map[string]string `json:"cgroup_paths"`
 }
 
+// reapWait bounds how long killContainers waits for killed container processes to
+// be reaped: once their shim is gone they are reparented to PID 1, which may take
+// a moment.
+const reapWait = 10 * time.Second
+
 // killContainers kills every process of the containers runc knows under runcRoot
-// (their cgroups' members and init) and removes their cgroups. Normally containerd
-// has done both; this is for a containerd or shim that died first.
+// (their cgroups' members and init), removes their cgroups, and waits (up to
+// reapWait) until the processes are gone, zombies included. Normally containerd
+// has done all of it; this is for a containerd or shim that died first.
 func killContainers(runcRoot string) error {
 	states, _ := filepath.Glob(filepath.Join(runcRoot, "*", "*", "state.json"))
 	var errs []error
+	var killed []int
+	defer func() {
+		deadline := time.Now().Add(reapWait)
+		for _, pid := range killed {
+			for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
 	for _, path := range states {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -48,11 +64,15 @@ func killContainers(runcRoot string) error {
 		}
 		for _, cg := range c.CgroupPaths {
 			for _, pid := range cgroupProcs(cg) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed = append(killed, pid)
+				}
 			}
 		}
-		if c.InitPid > 0 {
-			_ = syscall.Kill(c.InitPid, syscall.SIGKILL)
+		// A pid is only the container's while its start time is the one runc saw:
+		// a dead container's pid may belong to someone else now.
+		if c.InitPid > 0 && startTime(c.InitPid) == c.InitStart && syscall.Kill(c.InitPid, syscall.SIGKILL) == nil {
+			killed = append(killed, c.InitPid)
 		}
 		for _, cg := range c.CgroupPaths {
 			if err := rmdirCgroup(cg); err != nil {
@@ -111,4 +131,24 @@ func removeCNICache(runcRoot string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// startTime is field 22 of /proc/PID/stat (clock ticks after boot); 0 when the
+// process is gone.
+func startTime(pid int) uint64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count from its closing paren.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }

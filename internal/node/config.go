@@ -34,16 +34,18 @@ func (l layout) imagesDir() string        { return l.path("images") }
 func (l layout) kubeconfigDir() string    { return l.path("kubeconfig") }
 func (l layout) hostSnapshot() string     { return l.path("host-before.json") }
 
-// containerdTOML is containerd's whole configuration: nothing is read from
-// /etc/containerd, and every path it writes is one of ours except what containerd
-// 1.6 hard-codes (/run/containerd/s for shim sockets, libcni's /var/lib/cni).
-func containerdTOML(l layout, sandboxImage string) string {
+// containerdTOML is containerd 2.x's whole configuration (version 3): nothing is
+// read from /etc/containerd, NRI is off (its socket would be /var/run/nri), CDI
+// specs are looked for under the state dir, and every path containerd writes is one
+// of ours except what it hard-codes (/run/containerd/s for shim sockets, libcni's
+// /var/lib/cni), which hostPaths covers.
+func containerdTOML(l layout, sandboxImage, runcPath string) string {
 	q := strconv.Quote
-	return `version = 2
+	return `version = 3
 root = ` + q(l.containerdRoot()) + `
 state = ` + q(l.containerdState()) + `
 # Snapshotters that cannot work here only log errors at every start.
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs"]
 
 [grpc]
   address = ` + q(l.containerdSocket()) + `
@@ -51,29 +53,39 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.internal.v1.opt"]
   path = ` + q(l.containerdOpt()) + `
 
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = ` + q(sandboxImage) + `
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = ` + q(sandboxImage) + `
+
+[plugins."io.containerd.cri.v1.runtime"]
   # Root here lacks CAP_SYS_RESOURCE: without this every sandbox fails with
   # "can't get final child's PID from pipe: EOF".
   restrict_oom_score_adj = true
   # Network namespaces under our state dir rather than the host's /var/run/netns.
   netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
+  cdi_spec_dirs = [` + q(l.path("cdi")) + `]
 
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = ` + q(l.cniBinDir()) + `
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [` + q(l.cniBinDir()) + `]
     conf_dir = ` + q(l.cniConfDir()) + `
     max_conf_num = 1
 
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
 
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = ` + q(runcPath) + `
         Root = ` + q(l.runcRoot()) + `
         SystemdCgroup = false
 `
@@ -156,7 +168,7 @@ port: ` + strconv.Itoa(port) + `
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: ` + strconv.Itoa(healthzPort) + `
-podLogsDirectory: ` + l.podLogs() + `
+podLogsDir: ` + l.podLogs() + `
 authentication:
   anonymous:
     enabled: false

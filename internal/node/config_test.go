@@ -8,6 +8,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
+	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -90,16 +92,20 @@ func TestPtpConflistDualStack(t *testing.T) {
 }
 
 func TestContainerdConfigKeepsEverythingInTheStateDir(t *testing.T) {
-	toml := containerdTOML(testLayout, "istio-cni.local/pause:v1")
+	toml := containerdTOML(testLayout, "istio-cni.local/pause:v1", "/var/lib/n/bin/runc")
 	for _, want := range []string{
+		`version = 3`,
 		`root = "/var/lib/n/containerd/root"`,
 		`state = "/var/lib/n/containerd/state"`,
 		`address = "/var/lib/n/containerd/containerd.sock"`,
 		`path = "/var/lib/n/containerd/opt"`,
 		`Root = "/var/lib/n/containerd/runc"`,
-		`bin_dir = "/var/lib/n/cni/bin"`,
+		`bin_dirs = ["/var/lib/n/cni/bin"]`,
 		`conf_dir = "/var/lib/n/cni/net.d"`,
-		`sandbox_image = "istio-cni.local/pause:v1"`,
+		`sandbox = "istio-cni.local/pause:v1"`,
+		`BinaryName = "/var/lib/n/bin/runc"`,
+		`cdi_spec_dirs = ["/var/lib/n/cdi"]`,
+		"[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true",
 		`restrict_oom_score_adj = true`,
 		`netns_mounts_under_state_dir = true`,
 		`SystemdCgroup = false`,
@@ -127,7 +133,7 @@ func TestKubeletConfigHasThisMachinesSettings(t *testing.T) {
 		"failCgroupV1":             false,
 		"makeIPTablesUtilChains":   false,
 		"containerRuntimeEndpoint": "unix:///var/lib/n/containerd/containerd.sock",
-		"podLogsDirectory":         "/var/lib/n/pod-logs",
+		"podLogsDir":               "/var/lib/n/pod-logs",
 		"port":                     float64(10250),
 		"readOnlyPort":             float64(0),
 	} {
@@ -137,5 +143,25 @@ func TestKubeletConfigHasThisMachinesSettings(t *testing.T) {
 	}
 	if v, ok := cfg["enforceNodeAllocatable"].([]any); !ok || len(v) != 0 {
 		t.Errorf("enforceNodeAllocatable = %v, want []", cfg["enforceNodeAllocatable"])
+	}
+}
+
+// The kubelet and kube-proxy ignore keys they do not know (a misspelt
+// podLogsDirectory once sent every pod's logs to the host's /var/log/pods): decode
+// both configs strictly into the components' own types.
+func TestKubeletAndKubeProxyConfigsHaveOnlyKnownKeys(t *testing.T) {
+	var kc kubeletv1beta1.KubeletConfiguration
+	if err := yaml.UnmarshalStrict([]byte(kubeletYAML(testLayout, netip.MustParseAddr("192.0.2.2"), 10250, 10248, "/ca.crt")), &kc); err != nil {
+		t.Errorf("kubelet config: %v", err)
+	}
+	if kc.PodLogsDir != testLayout.podLogs() {
+		t.Errorf("kubelet podLogsDir = %q, want %q", kc.PodLogsDir, testLayout.podLogs())
+	}
+	var pc kubeproxyv1alpha1.KubeProxyConfiguration
+	if err := yaml.UnmarshalStrict([]byte(kubeProxyYAML("/kc", "n", netip.MustParsePrefix("10.244.0.0/24"), 1, 2)), &pc); err != nil {
+		t.Errorf("kube-proxy config: %v", err)
+	}
+	if pc.Mode != "nftables" {
+		t.Errorf("kube-proxy mode = %q, want nftables", pc.Mode)
 	}
 }

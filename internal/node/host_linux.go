@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,10 +35,18 @@ var hostSysctls = []string{
 	"kernel/keys/root_maxbytes",
 }
 
-// hostPaths are the places outside the state dir that containerd 1.6, libcni and
-// kubelet write whatever their config says. Down removes each only if Up found it
-// absent: when it was there before, someone else owns it.
-var hostPaths = []string{"/var/lib/cni", "/run/containerd", "/var/log/containers"}
+// hostPaths are the places outside the state dir that containerd, libcni, kubelet
+// and the mount(8) it runs create whatever their config says: containerd's shim
+// sockets (/run/containerd/s), libcni's result cache, kubelet's container log
+// symlinks, its device-plugin socket dir (/var/lib/kubelet/device-plugins, a
+// compiled-in path), and libmount's /run/mount. Up records which existed; Down and
+// Cleanup remove each one Up found absent, and never one that existed: then
+// someone else owns it. test/node proves the list complete on a host without them.
+var hostPaths = []string{"/var/lib/cni", "/run/containerd", "/var/log/containers", "/var/lib/kubelet", "/run/mount"}
+
+// HostPaths lists the paths outside the state dir that a node may create (see
+// hostPaths); Down and Cleanup remove the ones that did not exist before Up.
+func HostPaths() []string { return slices.Clone(hostPaths) }
 
 // kubeletChains are created by kubelet even with makeIPTablesUtilChains off (the
 // hint chain tells other components which iptables backend is in use; the canary

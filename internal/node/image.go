@@ -128,7 +128,7 @@ func (n *Node) ImportImage(ctx context.Context, name string, files map[string]st
 	if _, err := n.nodetool(ctx, args...); err != nil {
 		return fmt.Errorf("node: build image %s: %w", name, err)
 	}
-	out, err := exec.CommandContext(ctx, "ctr", "-a", n.l.containerdSocket(), "-n", "k8s.io",
+	out, err := exec.CommandContext(ctx, n.Ctr(), "-a", n.l.containerdSocket(), "-n", "k8s.io",
 		"images", "import", "--platform", "linux/amd64", tarball).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("node: ctr images import %s: %w: %s", name, err, strings.TrimSpace(string(out)))

@@ -1,27 +1,46 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"syscall"
+	"time"
 )
 
-// MachineLockPath serializes whole nodes on one machine. Nodes have separate state
+// MachineLockName serializes whole nodes on one machine. Nodes have separate state
 // dirs, but kubelet and containerd share host-wide places (libcni's result cache in
 // /var/lib/cni, the k8s.io cgroups, host sysctls) whose clean-up and leftover checks
-// would see another node's files.
-const MachineLockPath = "/run/istio-cni-node.lock"
+// would see another node's files. The lock is a unix socket in the abstract
+// namespace (no file: nothing is left on the host, and it is released when its
+// holder exits, however it exits).
+const MachineLockName = "@istio-cni-node.lock"
+
+// MachineLockWait bounds how long LockMachine waits for another node to go down.
+const MachineLockWait = 45 * time.Minute
 
 // LockMachine blocks until no other node (test, demo) runs on this machine, and
-// returns the function that releases the lock.
+// returns the function that releases the lock. It says once on stderr that it is
+// waiting, and gives up after MachineLockWait.
 func LockMachine() (unlock func(), err error) {
-	f, err := os.OpenFile(MachineLockPath, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("node machine lock: %w", err)
+	deadline := time.Now().Add(MachineLockWait)
+	said := false
+	for {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: MachineLockName, Net: "unix"})
+		if err == nil {
+			return func() { l.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("node machine lock %s: %w", MachineLockName, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("node machine lock %s: another node has held it for %s", MachineLockName, MachineLockWait)
+		}
+		if !said {
+			fmt.Fprintf(os.Stderr, "node: waiting for another node on this machine to go down (lock %s)\n", MachineLockName)
+			said = true
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("node machine lock %s: %w", MachineLockPath, err)
-	}
-	return func() { f.Close() }, nil
 }

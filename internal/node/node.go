@@ -52,6 +52,11 @@ type Options struct {
 	// CNIPluginDir holds the reference plugins (ptp, host-local, loopback, ...).
 	// Empty: hack/cni-plugins.sh's cache.
 	CNIPluginDir string
+	// RuntimeBinDir holds containerd, containerd-shim-runc-v2, ctr and runc.
+	// Empty: hack/runtime-binaries.sh's cache (containerd 2.x and runc built from
+	// the Go module proxy on the first run; CONTAINERD_VERSION and RUNC_VERSION
+	// choose them).
+	RuntimeBinDir string
 	// Progress receives one line per step and the first-run builds' output. Nil:
 	// os.Stderr.
 	Progress io.Writer
@@ -78,6 +83,7 @@ type Node struct {
 	progress io.Writer
 	root     string // repository root
 	tools    string // directory of the built hack/node/tools
+	runtime  string // directory of containerd, its shim, ctr and runc
 	host     *hostBefore
 
 	launcher   *childproc.Launcher
@@ -91,6 +97,7 @@ type Node struct {
 	proxyHealthz int
 	client       kubernetes.Interface
 	kubeconfig   string
+	versions     Versions
 
 	upDur    time.Duration
 	downOnce sync.Once
@@ -120,6 +127,18 @@ func (n *Node) CNIConfDir() string { return n.l.cniConfDir() }
 
 // ContainerdSocket is the path of containerd's gRPC socket (the CRI endpoint).
 func (n *Node) ContainerdSocket() string { return n.l.containerdSocket() }
+
+// Ctr is the path of the ctr that matches the node's containerd.
+func (n *Node) Ctr() string { return filepath.Join(n.runtime, "ctr") }
+
+// Versions says what the node runs: kubelet's and containerd's own version
+// strings (filled in by Up).
+func (n *Node) Versions() Versions { return n.versions }
+
+// Versions are the node's component versions as each reports it.
+type Versions struct {
+	Kubelet, Containerd, Runc string
+}
 
 // UpDuration is how long Up took, first-run builds included.
 func (n *Node) UpDuration() time.Duration { return n.upDur }
@@ -157,9 +176,9 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("node: must run as root (containerd, kubelet, network namespaces)")
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables"} {
+	for _, tool := range []string{"iptables", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("node: %s not found in PATH: install it (apt-get install containerd runc iptables; hack/node/up.sh does it)", tool)
+			return nil, fmt.Errorf("node: %s not found in PATH: install it (hack/install-deps.sh does it)", tool)
 		}
 	}
 	if entries, err := os.ReadDir(n.l.state); err == nil && len(entries) > 0 {
@@ -182,6 +201,21 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 			return nil, err
 		}
 	}
+	n.runtime = opts.RuntimeBinDir
+	if n.runtime == "" {
+		if n.runtime, err = n.script(ctx, "hack/runtime-binaries.sh"); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc"} {
+		if _, err := os.Stat(filepath.Join(n.runtime, b)); err != nil {
+			return nil, fmt.Errorf("node: %s: %w (hack/runtime-binaries.sh builds it)", b, err)
+		}
+	}
+	if n.versions, err = componentVersions(ctx, kubeBin, n.runtime); err != nil {
+		return nil, err
+	}
+	n.step("kubelet %s, containerd %s, runc %s", n.versions.Kubelet, n.versions.Containerd, n.versions.Runc)
 	if !opts.NodeIP.IsValid() {
 		if opts.NodeIP, err = nonLoopbackIPv4(); err != nil {
 			return nil, err
@@ -315,21 +349,54 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	return n, nil
 }
 
+// componentVersions asks each binary for its version.
+func componentVersions(ctx context.Context, kubeBin, runtimeBin string) (Versions, error) {
+	var v Versions
+	for _, c := range []struct {
+		dst  *string
+		bin  string
+		args []string
+	}{
+		{&v.Kubelet, filepath.Join(kubeBin, "kubelet"), []string{"--version"}},
+		{&v.Containerd, filepath.Join(runtimeBin, "containerd"), []string{"--version"}},
+		{&v.Runc, filepath.Join(runtimeBin, "runc"), []string{"--version"}},
+	} {
+		out, err := exec.CommandContext(ctx, c.bin, c.args...).Output()
+		if err != nil {
+			return v, fmt.Errorf("node: %s %s: %w", c.bin, strings.Join(c.args, " "), err)
+		}
+		// "Kubernetes v1.37.2", "containerd github.com/... v2.4.2 rev", "runc version 1.5.2"
+		line := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+		for _, f := range line {
+			if len(f) > 1 && (f[0] == 'v' || (f[0] >= '0' && f[0] <= '9')) && strings.Count(f, ".") >= 2 {
+				*c.dst = "v" + strings.TrimPrefix(f, "v")
+				break
+			}
+		}
+		if *c.dst == "" {
+			return v, fmt.Errorf("node: %s %s printed no version: %q", c.bin, strings.Join(c.args, " "), out)
+		}
+	}
+	return v, nil
+}
+
 func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	if err := writeAtomic(n.l.containerdConfig(), []byte(containerdTOML(n.l, PauseImage)), 0o644); err != nil {
+	if err := writeAtomic(n.l.containerdConfig(), []byte(containerdTOML(n.l, PauseImage, filepath.Join(n.runtime, "runc"))), 0o644); err != nil {
 		return err
 	}
 	var err error
-	n.containerd, err = n.launcher.Start("containerd", "containerd",
-		[]string{"--config", n.l.containerdConfig(), "--log-level", "info"}, nil,
+	// containerd finds its shim through PATH: ours first.
+	n.containerd, err = n.launcher.Start("containerd", filepath.Join(n.runtime, "containerd"),
+		[]string{"--config", n.l.containerdConfig(), "--log-level", "info"},
+		[]string{"PATH=" + n.runtime + ":" + os.Getenv("PATH")},
 		filepath.Join(n.l.logDir(), "containerd.log"))
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	return poll(ctx, n.containerd, "containerd's socket", func() (bool, string) {
-		out, err := exec.CommandContext(ctx, "ctr", "-a", n.l.containerdSocket(), "version").CombinedOutput()
+		out, err := exec.CommandContext(ctx, n.Ctr(), "-a", n.l.containerdSocket(), "version").CombinedOutput()
 		return err == nil, string(out)
 	})
 }
@@ -394,7 +461,8 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 		"--hostname-override=" + n.opts.NodeName,
 		"--node-ip=" + n.opts.NodeIP.String(),
 		"--root-dir=" + n.l.kubeletRoot(),
-		"--pod-infra-container-image=" + PauseImage,
+		// Its default is /var/lib/kubelet/pki whatever --root-dir says.
+		"--cert-dir=" + n.l.path("kubelet", "pki"),
 		"--v=1",
 	}, nil, filepath.Join(n.l.logDir(), "kubelet.log"))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -471,7 +472,7 @@ func wantEnv(t *testing.T, env map[string]string, name, want string) {
 
 func tolerates(tolerations []corev1.Toleration, taint corev1.Taint) bool {
 	for _, tol := range tolerations {
-		if tol.ToleratesTaint(&taint) {
+		if tol.ToleratesTaint(klog.Background(), &taint, false) {
 			return true
 		}
 	}

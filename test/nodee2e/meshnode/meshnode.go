@@ -111,7 +111,7 @@ func (im *Images) Archives() []string {
 // Import loads both images into the node's containerd.
 func (im *Images) Import(ctx context.Context, n *node.Node) error {
 	for ref, a := range im.archives {
-		if err := image.Import(ctx, n.ContainerdSocket(), a, ref); err != nil {
+		if err := image.Import(ctx, n.Ctr(), n.ContainerdSocket(), a, ref); err != nil {
 			return err
 		}
 	}

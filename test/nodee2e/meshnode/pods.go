@@ -163,7 +163,7 @@ func PID(ctx context.Context, n *node.Node, p *corev1.Pod, container string) (in
 	if id == "" {
 		return 0, fmt.Errorf("pod %s/%s: no running container %s", p.Namespace, p.Name, container)
 	}
-	out, err := exec.CommandContext(ctx, "ctr", "-a", n.ContainerdSocket(), "-n", "k8s.io", "tasks", "ls").Output()
+	out, err := exec.CommandContext(ctx, n.Ctr(), "-a", n.ContainerdSocket(), "-n", "k8s.io", "tasks", "ls").Output()
 	if err != nil {
 		return 0, fmt.Errorf("ctr tasks ls: %w", err)
 	}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The test command (make test, .ci/run): installs and builds what the tests need
+# (first run only), records the host, runs every test, and fails if the run left the
+# host changed (hack/hostcheck: paths, sysctls, mounts, links, routes, netfilter,
+# processes), so a test that depends on or leaves state on a developer's machine is
+# caught on every run, not on the next fresh machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+[[ $(id -u) -eq 0 ]] || { echo "make test: needs root (network namespaces, netfilter, a real kubelet and containerd); run it with sudo" >&2; exit 1; }
+began=$(date +%s)
+step() { echo "== make test: $* ($(( $(date +%s) - began ))s)" >&2; }
+
+step "installing Debian packages when missing"
+hack/install-deps.sh
+step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate when not cached (first run: about 15 minutes)"
+hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl >/dev/null
+hack/runtime-binaries.sh >/dev/null
+hack/cni-plugins.sh >/dev/null
+hack/tools/install.sh >/dev/null
+
+cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}
+mkdir -p "$cache/hostcheck"
+hc=$cache/hostcheck/hostcheck
+go build -o "$hc" ./hack/hostcheck
+record=$cache/hostcheck/before-$$.json
+step "recording the host"
+"$hc" save "$record"
+
+rc=0
+step "go vet"
+go vet ./... || rc=1
+if ((rc == 0)); then
+  step "go test (about ${TEST_MINUTES:-5} minutes once built)"
+  go test -count=1 -timeout 30m ${TEST_FLAGS:-} ./... || rc=1
+fi
+step "comparing the host with the record"
+"$hc" compare "$record" || rc=1
+rm -f "$record"
+step "done, exit $rc"
+exit $rc
