@@ -30,12 +30,22 @@ var (
 	buildErr  error
 )
 
+// lockDir holds the xtables lock the binary uses under test (XTABLES_LOCKFILE),
+// instead of the default under the host's /run.
+var lockDir string
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	var err error
+	if lockDir, err = os.MkdirTemp("", "istio-iptables-lock-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	os.RemoveAll(lockDir)
 	os.Exit(code)
 }
 
@@ -73,7 +83,8 @@ func requireRoot(t *testing.T) {
 // baseEnv keeps the host's environment (an ENVOY_PORT, a DRY_RUN) out of the runs
 // and makes the proxy uid default deterministic (no such user: 1337).
 func baseEnv(extra ...string) []string {
-	return append([]string{"PATH=" + os.Getenv("PATH"), "ENVOY_USER=istio-iptables-test-no-such-user"}, extra...)
+	return append([]string{"PATH=" + os.Getenv("PATH"), "ENVOY_USER=istio-iptables-test-no-such-user",
+		"XTABLES_LOCKFILE=" + filepath.Join(lockDir, "xtables.lock")}, extra...)
 }
 
 type result struct {

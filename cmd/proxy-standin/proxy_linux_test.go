@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // the app from the passthrough address (127.0.0.6 or ::6).
 func TestProxyForwardsRedirectedConnectionsToTheirOriginalDestination(t *testing.T) {
 	ctx := context.Background()
-	tp, err := sandbox.New("/run/netns", fmt.Sprintf("standin%d-", os.Getpid()))
+	tp, err := sandbox.New(t.TempDir(), fmt.Sprintf("standin%d-", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,12 @@ pinned() {
 }
 helm_version=$(pinned helm helm.sh/helm/v3)
 kv_version=$(pinned kubectl-validate sigs.k8s.io/kubectl-validate)
-cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-helm-${helm_version}-kubectl-validate-${kv_version}
+# helm's default Kubernetes version (what `helm template` checks a chart's
+# kubeVersion against without --kube-version) is set at link time, as helm's own
+# Makefile does, from the client-go its go.mod requires.
+k8s_minor=$(pinned helm k8s.io/client-go | cut -d. -f2)
+# r2: the helm build with its default Kubernetes version set.
+cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-helm-${helm_version}-kubectl-validate-${kv_version}-r2
 mkdir -p "$cache"
 # One builder at a time: parallel test processes may all ask for the tools.
 exec 9>"$cache/.lock"
@@ -30,7 +35,7 @@ build() {
   echo "tools: building $bin $version into $cache (first run only)..." >&2
   local start; start=$(date +%s)
   local ldflags=""
-  [[ $bin == helm ]] && ldflags="-X helm.sh/helm/v3/internal/version.version=${version}"
+  [[ $bin == helm ]] && ldflags="-X helm.sh/helm/v3/internal/version.version=${version} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor}"
   (cd "$here/$dir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOBIN="$cache/.tmp" \
     go install -trimpath -ldflags "$ldflags" "$pkg")
   mv "$cache/.tmp/$(basename "$pkg")" "$cache/$bin"

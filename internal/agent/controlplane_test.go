@@ -76,7 +76,7 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 		ContainerID: "feedfacecafe0001", NetNS: newNetns(t), IfName: "eth0",
 		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}},
 	}
-	if _, err := libcni.NewCNIConfig([]string{n.binDir}, nil).AddNetwork(ctx, conf, rt); err != nil {
+	if _, err := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil).AddNetwork(ctx, conf, rt); err != nil {
 		t.Fatalf("ADD with the agent's kubeconfig: %v", err)
 	}
 	eventually(t, 10*time.Second, "the plugin's decision on the fetched pod reaches the agent", func() bool {
@@ -264,7 +264,7 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 		ContainerID: "feedfacecafe0002", NetNS: newNetns(t), IfName: "eth0",
 		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}, {"K8S_POD_UID", string(mine.UID)}},
 	}
-	if _, err := libcni.NewCNIConfig([]string{n.binDir}, nil).AddNetwork(ctx, conf, rt); err != nil {
+	if _, err := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil).AddNetwork(ctx, conf, rt); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
 	eventually(t, 10*time.Second, "the plugin reports the pod came from the agent's cache", func() bool {

@@ -441,7 +441,7 @@ func TestStandaloneModeWritesItsOwnConfigAndThePluginLogsReachTheAgent(t *testin
 	}
 
 	// The runtime runs the installed plugin with the installed config.
-	cni := libcni.NewCNIConfig([]string{n.binDir}, nil)
+	cni := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil)
 	rt := &libcni.RuntimeConf{
 		ContainerID: "0123456789abcdef", NetNS: newNetns(t), IfName: "eth0",
 		Args: [][2]string{{"K8S_POD_NAMESPACE", "kube-system"}, {"K8S_POD_NAME", "coredns-1"}},

@@ -90,13 +90,8 @@ func runBuildScript(ctx context.Context, root string, progress io.Writer) (strin
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	// Other test binaries (go test ./... runs packages in parallel) may run the
-	// script at the same moment; the script itself does not lock.
-	unlock, err := lockFile(filepath.Join(os.TempDir(), "istio-cni-kube-binaries.lock"))
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-
+	// script at the same moment: it serializes builders itself (flock on a file
+	// in its cache directory), leaving nothing outside the cache.
 	script := filepath.Join(root, "hack", "kube-binaries.sh")
 	var stdout bytes.Buffer
 	var stderrTail tailBuffer

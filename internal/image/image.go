@@ -281,22 +281,68 @@ func writeEntry(tw *tar.Writer, name string, size int64, r io.Reader) error {
 	return err
 }
 
-// Import loads an archive WriteArchive wrote for ref, with the ctr at ctrPath, into the containerd at socket,
-// in the CRI's namespace (k8s.io), under its tag and as <repository>@<digest>, so
-// pods can run it by tag or by digest with imagePullPolicy IfNotPresent or Never.
+// Import loads an archive WriteArchive wrote for ref, with the ctr at ctrPath,
+// into the containerd at socket, in the CRI's namespace (k8s.io), under its tag and
+// as <repository>@<manifest digest> (what a registry resolves a digest reference
+// to), so pods can run it by tag or by digest with imagePullPolicy IfNotPresent or
+// Never. containerd 2.x's `ctr images import --digests` names the archive's index
+// instead, which a pod's digest reference does not match: the digest name is made
+// with `ctr images tag`.
 func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
 	repo := ContainerdName(ref)
+	tag := repo
 	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo = repo[:i]
+	} else {
+		tag = repo + ":latest"
 	}
-	// ctr names digest images <base-name>@<digest>: without a base name they would
-	// be import-<date>@<digest>.
-	out, err := exec.CommandContext(ctx, ctrPath, "-a", socket, "-n", "k8s.io", "images", "import",
-		"--base-name", repo, "--digests", "--platform", "linux/amd64", archive).CombinedOutput()
+	digest, err := archiveManifestDigest(archive)
 	if err != nil {
-		return fmt.Errorf("ctr images import %s: %w: %s", archive, err, strings.TrimSpace(string(out)))
+		return err
 	}
-	return nil
+	ctr := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, ctrPath, append([]string{"-a", socket, "-n", "k8s.io", "images"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := ctr("import", "--base-name", repo, "--platform", "linux/amd64", archive); err != nil {
+		return err
+	}
+	return ctr("tag", "--force", tag, repo+"@"+digest)
+}
+
+// archiveManifestDigest reads the digest of the one manifest an OCI archive's
+// index.json lists.
+func archiveManifestDigest(archive string) (string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("image archive %s: no index.json: %w", archive, err)
+		}
+		if path.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Digest string `json:"digest"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil {
+			return "", fmt.Errorf("image archive %s: index.json: %w", archive, err)
+		}
+		if len(index.Manifests) != 1 || !strings.HasPrefix(index.Manifests[0].Digest, "sha256:") {
+			return "", fmt.Errorf("image archive %s: index.json lists %d manifests, want one", archive, len(index.Manifests))
+		}
+		return index.Manifests[0].Digest, nil
+	}
 }
 
 // GoBuild builds the main packages pkgs (import paths or ./relative to moduleDir)

@@ -67,15 +67,18 @@ func DetectMode(root string) Mode {
 type Config struct {
 	Mode Mode
 	// LockDir holds one xtables lock file per network namespace (legacy mode), so
-	// pods set up in parallel do not wait for each other. Default /run/istio-cni/xtables.
+	// pods set up in parallel do not wait for each other. When empty, iptables' own
+	// XTABLES_LOCKFILE, if set in the environment, is the one lock of every
+	// namespace (as iptables itself uses it); otherwise /run/istio-cni/xtables.
 	LockDir string
 }
 
 // Backend writes plans with iptables-restore: one restore per family per apply.
 type Backend struct {
-	mode    Mode
-	lockDir string
-	tools   map[redirect.Family]tools
+	mode     Mode
+	lockDir  string
+	lockPath string // XTABLES_LOCKFILE, when it replaces the per-namespace locks
+	tools    map[redirect.Family]tools
 }
 
 type tools struct{ save, restore string }
@@ -88,7 +91,11 @@ func NewBackend(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{mode: mode, lockDir: cfg.LockDir, tools: map[redirect.Family]tools{}}
 	if b.lockDir == "" {
-		b.lockDir = "/run/istio-cni/xtables"
+		if f := os.Getenv("XTABLES_LOCKFILE"); f != "" {
+			b.lockPath, b.lockDir = f, filepath.Dir(f)
+		} else {
+			b.lockDir = "/run/istio-cni/xtables"
+		}
 	}
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		prefix := "iptables"
@@ -138,6 +145,9 @@ func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...str
 // lockFile is this namespace's xtables lock: legacy iptables serializes on it, and a
 // lock per namespace keeps parallel pod set-ups from contending.
 func (b *Backend) lockFile() string {
+	if b.lockPath != "" {
+		return b.lockPath
+	}
 	id, err := netns.ID("/proc/thread-self/ns/net")
 	if err != nil {
 		return filepath.Join(b.lockDir, "xtables.lock")

@@ -44,3 +44,34 @@ func LockMachine() (unlock func(), err error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// ForwardingSysctls are the host settings ptp turns on when it runs in the host's
+// network namespace (IPv4 and IPv6 forwarding).
+var ForwardingSysctls = []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}
+
+// SaveSysctls reads the named settings (paths under /proc/sys) and returns the
+// function that writes back each one that changed since. Tests that run CNI
+// plugins in the host's network namespace use it with LockMachine, so that
+// neither the host nor a node test running beside them sees their changes.
+func SaveSysctls(names ...string) (restore func() error, err error) {
+	saved := map[string]string{}
+	for _, n := range names {
+		v, err := os.ReadFile("/proc/sys/" + n)
+		if err != nil {
+			return nil, fmt.Errorf("node: read sysctl %s: %w", n, err)
+		}
+		saved[n] = string(v)
+	}
+	return func() error {
+		var errs []error
+		for n, v := range saved {
+			if now, err := os.ReadFile("/proc/sys/" + n); err == nil && string(now) == v {
+				continue
+			}
+			if err := os.WriteFile("/proc/sys/"+n, []byte(v), 0o644); err != nil {
+				errs = append(errs, fmt.Errorf("node: restore sysctl %s: %w", n, err))
+			}
+		}
+		return errors.Join(errs...)
+	}, nil
+}

@@ -108,6 +108,20 @@ type Node struct {
 // Kubeconfig is the path of an admin (system:masters) kubeconfig for the cluster.
 func (n *Node) Kubeconfig() string { return n.kubeconfig }
 
+// ToolEnv is the environment for command-line tools run against the node
+// (kubectl, helm): the admin kubeconfig, and their caches and config under the
+// state dir rather than the user's home (~/.kube/cache, ~/.cache/helm), so Down
+// removes them too.
+func (n *Node) ToolEnv() []string {
+	return []string{
+		"KUBECONFIG=" + n.kubeconfig,
+		"KUBECACHEDIR=" + n.l.path("tools", "kube-cache"),
+		"HELM_CACHE_HOME=" + n.l.path("tools", "helm-cache"),
+		"HELM_CONFIG_HOME=" + n.l.path("tools", "helm-config"),
+		"HELM_DATA_HOME=" + n.l.path("tools", "helm-data"),
+	}
+}
+
 // Client is an admin clientset.
 func (n *Node) Client() kubernetes.Interface { return n.client }
 

@@ -87,8 +87,18 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 }
 
 // templateArgs is `helm template istio-cni <chart> --namespace kube-system` plus extra.
+// templateArgs renders for the newest supported release (hack/kube/DEFAULT): the
+// chart's kubeVersion refuses older ones.
 func templateArgs(extra ...string) []string {
-	return append([]string{"template", release, chartDir, "--namespace", namespace}, extra...)
+	return append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", defaultKubeVersion()}, extra...)
+}
+
+func defaultKubeVersion() string {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "hack", "kube", "DEFAULT"))
+	if err != nil {
+		panic(err) // the repository is incomplete
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // manifest is a rendered chart: the raw text, each document, and the decoded objects.
@@ -98,11 +108,12 @@ type manifest struct {
 }
 
 type document struct {
-	raw    []byte
-	kind   string
-	name   string
-	ns     string
-	object runtime.Object // nil for kinds outside client-go's scheme
+	raw        []byte
+	apiVersion string
+	kind       string
+	name       string
+	ns         string
+	object     runtime.Object // nil for kinds outside client-go's scheme
 }
 
 func (d document) String() string { return fmt.Sprintf("%s %s/%s", d.kind, d.ns, d.name) }
@@ -161,7 +172,7 @@ func parseManifest(out []byte) (*manifest, error) {
 		if head.Kind == "" { // only comments
 			continue
 		}
-		doc := document{raw: raw, kind: head.Kind, name: head.Metadata.Name, ns: head.Metadata.Namespace}
+		doc := document{raw: raw, apiVersion: head.APIVersion, kind: head.Kind, name: head.Metadata.Name, ns: head.Metadata.Namespace}
 		if head.APIVersion == "" || head.Metadata.Name == "" {
 			return nil, fmt.Errorf("%s lacks apiVersion or metadata.name", doc)
 		}

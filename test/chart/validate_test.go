@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -71,11 +72,15 @@ func TestProfilesMatchGoldenRenders(t *testing.T) {
 }
 
 // TestEveryObjectValidatesOffline: every object of every variant passes kubectl-validate
-// against Kubernetes 1.30's built-in schemas (the NetworkAttachmentDefinition against its
-// CRD in testdata/crds), decodes strictly into client-go's types (unknown fields fail),
-// and holds no combination the API server refuses beyond the schema.
+// against the OpenAPI schemas of every supported Kubernetes release
+// (hack/kube/SUPPORTED; each release's api/openapi-spec/v3, hack/tools/k8s-schemas.sh),
+// uses only API versions that release serves (the NetworkAttachmentDefinition is
+// checked against its CRD in testdata/crds), decodes strictly into client-go's types
+// (unknown fields fail), and holds no combination the API server refuses beyond the
+// schema.
 func TestEveryObjectValidatesOffline(t *testing.T) {
 	validate := tool(t, "kubectl-validate")
+	schemas := releaseSchemas(t)
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			m := mustRender(t, v.args...) // decodes every known kind strictly
@@ -97,18 +102,67 @@ func TestEveryObjectValidatesOffline(t *testing.T) {
 			if err := os.WriteFile(file, m.raw, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := kubectlValidate(validate, file, m); err != nil {
-				t.Error(err)
+			for _, rs := range schemas {
+				if err := kubectlValidate(validate, file, rs, m); err != nil {
+					t.Error(err)
+				}
+				for _, d := range m.docs {
+					if d.kind != "NetworkAttachmentDefinition" && !rs.serves(d.apiVersion) {
+						t.Errorf("%s: Kubernetes %s does not serve %s", d, rs.version, d.apiVersion)
+					}
+				}
 			}
 			checkSecurityContextRules(t, m)
 		})
 	}
 }
 
-// kubectlValidate runs kubectl-validate on file and reports each failing document by
-// kind and name.
-func kubectlValidate(bin, file string, m *manifest) error {
-	cmd := exec.Command(bin, file, "--version", "1.30", "--local-crds", "testdata/crds", "--output", "json")
+// releaseSchema is one Kubernetes release's OpenAPI schemas in kubectl-validate's
+// --local-schemas layout.
+type releaseSchema struct{ version, dir string }
+
+// serves says whether the release has the API version (its schema file exists).
+func (r releaseSchema) serves(apiVersion string) bool {
+	path := "api/v1.json"
+	if group, version, ok := strings.Cut(apiVersion, "/"); ok {
+		path = filepath.Join("apis", group, version+".json")
+	} else if apiVersion != "v1" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(r.dir, path))
+	return err == nil
+}
+
+func releaseSchemas(t *testing.T) []releaseSchema {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "hack", "kube", "SUPPORTED"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []releaseSchema
+	for _, v := range strings.Fields(string(data)) {
+		cmd := exec.Command(filepath.Join(repoRoot, "hack", "tools", "k8s-schemas.sh"), v)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		dir, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("hack/tools/k8s-schemas.sh %s: %v\n%s", v, err, stderr.String())
+		}
+		out = append(out, releaseSchema{version: v, dir: strings.TrimSpace(string(dir))})
+	}
+	if len(out) == 0 {
+		t.Fatal("hack/kube/SUPPORTED lists no release")
+	}
+	return out
+}
+
+// kubectlValidate runs kubectl-validate on file against one release's schemas and
+// reports each failing document by kind and name. kubectl-validate v0.0.4 embeds
+// schemas up to 1.30 only and would fetch newer ones from GitHub: it is given 1.30
+// as its version and the release's own schemas, which it reads before its embedded
+// ones (every group-version the chart uses is in them, which the caller checks).
+func kubectlValidate(bin, file string, rs releaseSchema, m *manifest) error {
+	cmd := exec.Command(bin, file, "--version", "1.30", "--local-schemas", rs.dir, "--local-crds", "testdata/crds", "--output", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -130,7 +184,7 @@ func kubectlValidate(bin, file string, m *manifest) error {
 		}
 	}
 	if len(failures) > 0 {
-		return fmt.Errorf("kubectl-validate (Kubernetes 1.30):\n  %s", strings.Join(failures, "\n  "))
+		return fmt.Errorf("kubectl-validate (Kubernetes %s):\n  %s", rs.version, strings.Join(failures, "\n  "))
 	}
 	if runErr != nil {
 		return fmt.Errorf("kubectl-validate failed although every document passed: %v\n%s", runErr, stderr.String())
@@ -234,5 +288,37 @@ func TestSeedCommandRendersWithHelmV3(t *testing.T) {
 	}
 	if diff := cmp.Diff([]any{}, conf["exclude_namespaces"]); diff != "" {
 		t.Errorf("exclude_namespaces (-want +got):\n%s", diff)
+	}
+}
+
+// TestChartRefusesKubernetesOlderThanTheOldestSupported: Chart.yaml's kubeVersion is
+// the oldest release of hack/kube/SUPPORTED, which helm enforces at install and
+// template time; the newest renders with the pinned helm's own default too.
+func TestChartRefusesKubernetesOlderThanTheOldestSupported(t *testing.T) {
+	schemas := releaseSchemas(t)
+	oldest := schemas[0].version
+	minor, err := strconv.Atoi(strings.Split(oldest, ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{
+		{oldest, true},
+		{fmt.Sprintf("v1.%d.99", minor-1), false},
+	} {
+		_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", tc.version)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("Kubernetes %s (the oldest supported) refused: %v", tc.version, err)
+		case !tc.ok && err == nil:
+			t.Errorf("Kubernetes %s rendered; want it refused by kubeVersion", tc.version)
+		case !tc.ok && !strings.Contains(err.Error(), "chart requires kubeVersion"):
+			t.Errorf("Kubernetes %s: %v; want helm's kubeVersion message", tc.version, err)
+		}
+	}
+	if _, err := helm(t, "template", release, chartDir, "--namespace", namespace); err != nil {
+		t.Errorf("helm template without --kube-version (the pinned helm's default): %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
+	localnode "github.com/istio-cni/istio-cni/internal/node"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
@@ -54,6 +55,22 @@ func run(m *testing.M) (int, error) {
 	if os.Geteuid() != 0 {
 		return 0, fmt.Errorf("the end-to-end tests need root (network namespaces, netfilter); run them as root, as CI does")
 	}
+	// ptp runs in the host's network namespace here and turns on forwarding:
+	// hold the machine's node lock so no node test sees it, and put it back.
+	unlock, err := localnode.LockMachine()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	restore, err := localnode.SaveSysctls(localnode.ForwardingSysctls...)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err := restore(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+		}
+	}()
 	dir, err := os.MkdirTemp("", "istio-cni-e2e")
 	if err != nil {
 		return 0, err

@@ -204,7 +204,7 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 // Run runs a command with KUBECONFIG set to the node's and returns its combined output.
 func Run(ctx context.Context, n *node.Node, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+n.Kubeconfig())
+	cmd.Env = append(os.Environ(), n.ToolEnv()...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(string(out)))

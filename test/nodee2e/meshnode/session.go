@@ -38,7 +38,7 @@ func (s *Session) Sh(ctx context.Context, name string, args ...string) (string, 
 	shown := filepath.Base(name)
 	fmt.Fprintf(s.Out, "  $ %s %s\n", shown, quoteArgs(args))
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.Node.Kubeconfig())
+	cmd.Env = append(os.Environ(), s.Node.ToolEnv()...)
 	cmd.Dir = s.Root
 	out, err := cmd.CombinedOutput()
 	s.print(string(out))
