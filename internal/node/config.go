@@ -111,7 +111,7 @@ func ptpConflist(l layout, podCIDR, v6 netip.Prefix) ([]byte, error) {
 		routes = append(routes, map[string]string{"dst": "::/0"})
 	}
 	conf := map[string]any{
-		"cniVersion": "1.0.0",
+		"cniVersion": "1.1.0", // STATUS and GC exist from 1.1.0: containerd 2.x runs STATUS
 		"name":       networkName,
 		"plugins": []any{map[string]any{
 			"type":   "ptp",

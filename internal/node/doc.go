@@ -1,21 +1,25 @@
 // Package node brings up, and takes down, a real single-node Kubernetes cluster on
 // this machine: the control plane of internal/controlplane (etcd, kube-apiserver),
-// kube-controller-manager, kube-scheduler, containerd (Debian's 1.6) with runc, a
-// kubelet and kube-proxy (nftables mode), with the reference CNI plugins (ptp +
-// host-local) as the primary network; pods may be dual-stack (Options.PodCIDRv6).
+// kube-controller-manager, kube-scheduler, containerd 2.x with runc, a kubelet and
+// kube-proxy (nftables mode), with the reference CNI plugins (ptp + host-local, a
+// CNI 1.1.0 config list, so containerd runs the plugins' STATUS) as the primary
+// network; pods may be dual-stack (Options.PodCIDRv6). Every component is built from
+// the Go module proxy (hack/kube-binaries.sh with KUBE_VERSION,
+// hack/runtime-binaries.sh with CONTAINERD_VERSION and RUNC_VERSION).
 //
 // Everything lives under one state directory (Options.StateDir): containerd's own
 // config, root, state, socket and runc root, the CNI bin and conf dirs, kubelet's
-// root dir and pod logs, the control plane's files. The host's /etc/containerd,
-// /etc/cni and /opt/cni are never read or written.
+// root dir, certificates and pod logs, the control plane's files, the caches of the
+// tools run against it (ToolEnv). The host's /etc/containerd, /etc/cni and /opt/cni
+// are never read or written.
 //
 // Some things cannot be moved into the state directory, and Down undoes them: the
 // sysctls kubelet, ptp and dual-stack pods set on the host (restored to the values Up
 // found), kube-proxy's nftables tables (Up refuses to start where another kube-proxy
 // already has them), the iptables chains kubelet creates even with
-// makeIPTablesUtilChains off, libcni's
-// cache (/var/lib/cni), containerd's shim sockets (/run/containerd/s) and kubelet's
-// /var/log/containers, each removed only when Up found it absent.
+// makeIPTablesUtilChains off, and the paths of HostPaths (libcni's cache, containerd's
+// shim sockets, kubelet's /var/log/containers and device-plugin dir, libmount's
+// /run/mount), each removed only when Up found it absent.
 //
 // Down goes in the order that lets each component undo its own work: controllers
 // first (so nothing recreates pods), then pods are deleted while kubelet and

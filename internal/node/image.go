@@ -135,3 +135,51 @@ func (n *Node) ImportImage(ctx context.Context, name string, files map[string]st
 	}
 	return os.Remove(tarball)
 }
+
+// RuntimeCondition is one condition of the container runtime's CRI Status.
+type RuntimeCondition struct {
+	Status          bool
+	Reason, Message string
+}
+
+// RuntimeStatus asks containerd for its CRI Status, the call kubelet makes to
+// decide whether the node's network is ready: NetworkReady is false when a CNI
+// plugin of the network's config list fails its STATUS. It returns the conditions
+// by type (RuntimeReady, NetworkReady).
+func (n *Node) RuntimeStatus(ctx context.Context) (map[string]RuntimeCondition, error) {
+	out, err := n.nodetool(ctx, "status", "-endpoint", "unix://"+n.l.containerdSocket(), "-timeout", "10s")
+	if err != nil {
+		return nil, err
+	}
+	conds := map[string]RuntimeCondition{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.SplitN(line, "\t", 4)
+		if len(f) == 4 {
+			conds[f[0]] = RuntimeCondition{Status: f[1] == "true", Reason: f[2], Message: f[3]}
+		}
+	}
+	return conds, nil
+}
+
+// Sandbox is a pod sandbox as the runtime lists it.
+type Sandbox struct {
+	ID, State, Namespace, Name string
+}
+
+// Sandboxes lists the runtime's pod sandboxes (CRI ListPodSandbox).
+func (n *Node) Sandboxes(ctx context.Context) ([]Sandbox, error) {
+	out, err := n.nodetool(ctx, "pods", "-endpoint", "unix://"+n.l.containerdSocket(), "-timeout", "10s")
+	if err != nil {
+		return nil, err
+	}
+	var list []Sandbox
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			continue
+		}
+		ns, name, _ := strings.Cut(f[2], "/")
+		list = append(list, Sandbox{ID: f[0], State: f[1], Namespace: ns, Name: name})
+	}
+	return list, nil
+}

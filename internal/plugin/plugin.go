@@ -342,8 +342,13 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	return nil
 }
 
-// Status reports whether the plugin can work on this node: its kubeconfig must be
-// present and readable.
+// Status reports whether the plugin can work on this node. A runtime that calls
+// STATUS (containerd 2.x, for a config list of CNI 1.1.0) reports its failure as
+// NetworkReady=false, which makes the kubelet mark the node NotReady; so it fails
+// only when every ADD outside the excluded namespaces would fail closed: the
+// plugin's config is invalid, or its kubeconfig is missing, unreadable or invalid.
+// It never calls the API server: a slow or unreachable API server fails (or
+// delays, within their bound) the ADDs that need it, not the node's readiness.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	cfg, log, err := p.setup(args, "STATUS")
 	defer log.Close()
@@ -358,6 +363,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		log.Warn("STATUS: not ready", "error", err)
 		return types.NewError(errPluginNotAvailable, fmt.Sprintf("istio-cni cannot look pods up: %v (is the istio-cni node agent running on this node?)", err), "")
 	}
+	log.Debug("STATUS: ready", "kubeconfig", cfg.Kubeconfig)
 	return nil
 }
 

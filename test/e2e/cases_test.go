@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -376,6 +377,45 @@ func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 	err := n.cni.GetStatusNetworkList(t.Context(), list)
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
+	}
+}
+
+// TestStatusNeverCallsTheAPIServer: the runtime turns a failed STATUS into a
+// NotReady node, so STATUS must not depend on the API server: with one that
+// accepts connections and never answers, STATUS still succeeds, at once.
+func TestStatusNeverCallsTheAPIServer(t *testing.T) {
+	n := newNode(t, shared)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	list := n.chain(n.istioEntry(map[string]any{"kubernetes": map[string]any{"k8s_api_root": "https://" + l.Addr().String()}}))
+	began := time.Now()
+	if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
+		t.Errorf("STATUS with a hanging API server: %v", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("STATUS took %s with a hanging API server", took)
+	}
+	select {
+	case <-accepted:
+		t.Error("STATUS connected to the API server")
+	default:
 	}
 }
 

@@ -5,11 +5,10 @@ go 1.26.0
 require (
 	github.com/google/go-containerregistry v0.22.1
 	google.golang.org/grpc v1.85.0
-	k8s.io/cri-api v0.33.13
+	k8s.io/cri-api v0.37.2
 )
 
 require (
-	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect

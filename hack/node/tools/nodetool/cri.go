@@ -72,3 +72,22 @@ func sweep(ctx context.Context, endpoint string) error {
 	fmt.Println(len(resp.Items))
 	return errors.Join(errs...)
 }
+
+// status prints the runtime's conditions as the CRI Status call reports them, one
+// per line: type, true/false, reason, message. NetworkReady is where the runtime
+// reports its CNI plugins' STATUS.
+func status(ctx context.Context, endpoint string) error {
+	rt, closeConn, err := dial(endpoint)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	resp, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		fmt.Printf("%s\t%t\t%s\t%s\n", c.Type, c.Status, c.Reason, strings.ReplaceAll(c.Message, "\n", " "))
+	}
+	return nil
+}

@@ -5,6 +5,7 @@
 //	nodetool image -name REF -out FILE [-file /in/image=/on/host]... [-- ENTRYPOINT...]
 //	nodetool pods  -endpoint unix:///path/containerd.sock
 //	nodetool sweep -endpoint unix:///path/containerd.sock
+//	nodetool status -endpoint unix:///path/containerd.sock
 package main
 
 import (
@@ -24,7 +25,7 @@ func main() {
 	switch os.Args[1] {
 	case "image":
 		err = imageCmd(os.Args[2:])
-	case "pods", "sweep":
+	case "pods", "sweep", "status":
 		err = criCmd(os.Args[1], os.Args[2:])
 	default:
 		usage()
@@ -36,7 +37,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: nodetool image|pods|sweep [flags]")
+	fmt.Fprintln(os.Stderr, "usage: nodetool image|pods|sweep|status [flags]")
 	os.Exit(2)
 }
 
@@ -77,8 +78,11 @@ func criCmd(cmd string, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if cmd == "pods" {
+	switch cmd {
+	case "pods":
 		return listPods(ctx, *endpoint)
+	case "status":
+		return status(ctx, *endpoint)
 	}
 	return sweep(ctx, *endpoint)
 }
