@@ -41,8 +41,9 @@ var (
 		"/root/.cache", "/root/go", "/root/.npm", "/root/.config/go",
 		"/usr/local/go",
 		"/run/systemd", "/run/user", "/run/log", "/run/utmp", "/var/log/wtmp", "/var/log/lastlog", "/var/log/btmp",
-		"/tmp/bash_jobs.0", // the session's shell, not the tests
 	}
+	// sessionShell is an interactive tool's scratch space, not the tests'.
+	sessionShell = regexp.MustCompile(`^/tmp/bash_(jobs|tool)[._]`)
 	// volatileSysctls change by themselves.
 	volatileSysctls = regexp.MustCompile(`^(fs/(dentry-state|file-nr|inode-nr|inode-state|quota/.*)|kernel/(random/.*|ns_last_pid|pty/nr|tainted|sched_.*)|net/netfilter/nf_conntrack_count|net/ipv[46]/route/.*|net/ipv[46]/neigh/.*|net/ipv[46]/conf/[^/]+/.*|vm/(stat_refresh|drop_caches|compact_memory|nr_.*)|user/.*)$`)
 	// confSysctls are the per-interface settings compared: the ones that apply
@@ -129,7 +130,7 @@ func take() (*record, error) {
 					return nil
 				}
 			}
-			if goBuildDir.MatchString(p) { // go run's and go test's own work dirs
+			if goBuildDir.MatchString(p) || sessionShell.MatchString(p) { // go's own work dirs, a session's shell
 				return filepath.SkipDir
 			}
 			r.Paths[p] = typeOf(d.Type())
@@ -320,6 +321,10 @@ func compare(before, after *record) (diffs, notes []string) {
 			diffs = append(diffs, fmt.Sprintf("%s appeared: %s", s.what, a))
 		}
 		for _, r := range removed {
+			if s.what == "process" { // something that ran before the run ended: not the run's doing
+				notes = append(notes, "process gone: "+r)
+				continue
+			}
 			diffs = append(diffs, fmt.Sprintf("%s gone: %s", s.what, r))
 		}
 	}

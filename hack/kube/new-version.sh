@@ -44,5 +44,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
+gofmt -w "$dir/tools.go"
 (cd "$dir" && go mod tidy -e)
 echo "$dir"

@@ -195,6 +195,9 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 		"--set", "cniConfDir=" + n.CNIConfDir(),
 		// Per node, not the host's /var/run/istio-cni: other nodes may share this machine.
 		"--set", "cniAgentRunDir=" + filepath.Join(n.StateDir(), "istio-cni-run"),
+		// Per node too: the kubelet would create the host's /var/run/netns for the
+		// hostPath (DirectoryOrCreate).
+		"--set", "cniNetnsDir=" + filepath.Join(n.StateDir(), "netns"),
 		"--set", "logLevel=info",
 		"--set", "monitoringPort=" + strconv.Itoa(metrics),
 		"--set", "probes.port=" + strconv.Itoa(probes),
