@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,9 +34,14 @@ func newNS(t *testing.T) string {
 func runIn(t *testing.T, ns string, name string, args ...string) string {
 	t.Helper()
 	var out []byte
+	// iptables-legacy takes the xtables lock for a rule change: a file of the test's,
+	// not the host's /run/xtables.lock.
+	lock := filepath.Join(t.TempDir(), "xtables.lock")
 	err := netns.Do(ns, func() error {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock)
 		var err error
-		out, err = exec.Command(name, args...).CombinedOutput()
+		out, err = cmd.CombinedOutput()
 		return err
 	})
 	if err != nil {
