@@ -8,10 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 // standaloneCNIVersion is the spec version of the standalone config: Istio's, which
@@ -73,6 +77,9 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		return configWaiting, err
 	}
 	out, outName, err := cniconf.Insert(data, name, a.entry)
+	if err == nil {
+		err = speaksVersionOf(out)
+	}
 	if err != nil {
 		a.cfg.inPlace = false
 		return configWaiting, fmt.Errorf("CNI config %s left untouched: %w", path, err)
@@ -265,5 +272,23 @@ func (a *agent) uninstallConfig() error {
 		return fmt.Errorf("take our entry out of %s: %w", a.cfg.current, err)
 	}
 	a.log.Info("took the istio-cni entry out of the CNI config", "file", restored)
+	return nil
+}
+
+// speaksVersionOf refuses a chain whose cniVersion the plugin does not speak: the
+// runtime would fail every pod's ADD with "incompatible CNI versions", so the agent
+// says it now, names the version, and stays not ready instead.
+func speaksVersionOf(list []byte) error {
+	l, err := libcni.ConfListFromBytes(list)
+	if err != nil {
+		return err
+	}
+	if l.CNIVersion == "" {
+		return nil // the runtime picks its default; nothing to refuse by name
+	}
+	supported := plugin.SupportedVersions.SupportedVersions()
+	if !slices.Contains(supported, l.CNIVersion) {
+		return fmt.Errorf("its cniVersion %s is one istio-cni does not speak (%s): upgrade the primary network's config", l.CNIVersion, strings.Join(supported, ", "))
+	}
 	return nil
 }

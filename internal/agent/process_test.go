@@ -279,6 +279,8 @@ func TestAgentLeavesBadConfigsUntouchedAndInstallsOnceOneIsValid(t *testing.T) {
 		{"empty", "10-calico.conflist", "", `10-calico.conflist`},
 		{"plugins not a list", "10-calico.conflist", `{"name": "x", "cniVersion": "0.3.1", "plugins": {"type": "calico"}}`, `10-calico.conflist: .*plugins`},
 		{"conf without a type", "10-flannel.conf", `{"name": "cbr0", "cniVersion": "0.3.1"}`, `10-flannel.conf: .*type`},
+		{"a spec version the plugin does not speak", "10-old.conflist", `{"name": "old", "cniVersion": "0.2.0", "plugins": [{"type": "bridge"}]}`,
+			`10-old.conflist left untouched: its cniVersion 0.2.0 is one istio-cni does not speak \(0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

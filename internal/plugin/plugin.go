@@ -53,8 +53,11 @@ const PodCacheSocketName = "pods.sock"
 // errPluginNotAvailable is CNI 1.1's STATUS error "plugin not available" (50).
 const errPluginNotAvailable = 50
 
-// SupportedVersions are the CNI spec versions the plugin speaks.
-var SupportedVersions = version.All
+// SupportedVersions are the CNI spec versions the plugin speaks, the ones
+// test/e2e runs a chain with: 0.3.0 and later, whose results name interfaces and
+// carry IPv6. A config of 0.1.0 or 0.2.0 is refused by name (the runtime reports
+// "incompatible CNI versions") rather than half understood.
+var SupportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 // cniError turns err into a CNI error with code, keeping a message a person can act
 // on. Errors that already are CNI errors keep their code.

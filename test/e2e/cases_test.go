@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"net"
 	"net/netip"
 	"os"
@@ -422,7 +423,7 @@ func TestStatusNeverCallsTheAPIServer(t *testing.T) {
 // TestOlderSpecVersions: runtimes still send 0.3.1 and 0.4.0 conflists; the chain
 // works and the result keeps the runtime's version.
 func TestOlderSpecVersions(t *testing.T) {
-	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0"} {
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0"} {
 		t.Run(v, func(t *testing.T) {
 			n := newNode(t, shared)
 			raw := mustJSON(t, map[string]any{"cniVersion": v, "name": "k8s-pod-network", "plugins": []any{n.ptpEntry(), n.istioEntry(nil)}})
@@ -453,6 +454,38 @@ func TestOlderSpecVersions(t *testing.T) {
 				t.Errorf("DEL: %v", err)
 			}
 		})
+	}
+}
+
+// TestVersionAdvertisesExactlyTheTestedSpecVersions: VERSION lists the versions the
+// chain is tested with (TestOlderSpecVersions and 1.1.0 everywhere else); a 0.2.0
+// config is refused with the CNI's incompatible-version error, before anything is
+// touched.
+func TestVersionAdvertisesExactlyTheTestedSpecVersions(t *testing.T) {
+	n := newNode(t, shared)
+	info, err := n.cni.GetVersionInfo(t.Context(), "istio-cni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}, info.SupportedVersions()); diff != "" {
+		t.Errorf("VERSION (-want +got):\n%s", diff)
+	}
+	raw := mustJSON(t, map[string]any{"cniVersion": "0.2.0", "name": "k8s-pod-network", "plugins": []any{n.istioEntry(nil)}})
+	list, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := createPod(t, shared, meshedPod("versions", "web-020", nil))
+	sb := n.newSandbox(pod)
+	err = netns.Do(n.ns, func() error {
+		_, err := n.cni.AddNetworkList(t.Context(), list, n.runtimeConf(sb))
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "incompatible CNI versions") || !strings.Contains(err.Error(), "0.2.0") {
+		t.Errorf("ADD with a 0.2.0 config = %v, want the incompatible-version error naming 0.2.0", err)
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("a refused 0.2.0 ADD left rules:\n%s", out)
 	}
 }
 
