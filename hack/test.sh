@@ -13,7 +13,7 @@ step() { echo "== make test: $* ($(( $(date +%s) - began ))s)" >&2; }
 
 step "installing Debian packages when missing"
 hack/install-deps.sh
-step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate when not cached (first run: about 15 minutes)"
+step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate when not cached (first run: about 20 minutes on 2 cores)"
 hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl >/dev/null
 hack/runtime-binaries.sh >/dev/null
 hack/cni-plugins.sh >/dev/null
@@ -33,7 +33,7 @@ rc=0
 step "go vet"
 go vet ./... || rc=1
 if ((rc == 0)); then
-  step "go test (about ${TEST_MINUTES:-5} minutes once built)"
+  step "go test (about 6 minutes once built)"
   go test -count=1 -timeout 30m ${TEST_FLAGS:-} ./... || rc=1
 fi
 step "comparing the host with the record"
