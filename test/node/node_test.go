@@ -130,10 +130,16 @@ func TestNodeUpRunsPodsOnPtpReachableFromHostAndDownLeavesHostAsItWas(t *testing
 	if left := node.Leftovers(state, testPodCIDR); len(left) > 0 {
 		t.Errorf("left on the host after down:\n%s", strings.Join(left, "\n"))
 	}
+	checkHostAsBefore(t, before)
+}
+
+// checkHostAsBefore reports every difference between hostView now and before.
+func checkHostAsBefore(t *testing.T, before map[string]string) {
+	t.Helper()
 	after := hostView(t)
 	for _, k := range sortedKeys(before) {
 		if before[k] != after[k] {
-			t.Errorf("host changed: %s was %q, is %q after down", k, before[k], after[k])
+			t.Errorf("host changed: %s was %q, is %q", k, before[k], after[k])
 		}
 	}
 	for _, k := range sortedKeys(after) {

@@ -258,17 +258,7 @@ func TestNodeCommandLeavesAHostWithoutItsPathsAsItWas(t *testing.T) {
 			for _, c := range o.changes() {
 				t.Errorf("host changed: %s", c)
 			}
-			after := hostView(t)
-			for _, k := range sortedKeys(before) {
-				if before[k] != after[k] {
-					t.Errorf("host changed: %s was %q, is %q", k, before[k], after[k])
-				}
-			}
-			for _, k := range sortedKeys(after) {
-				if _, ok := before[k]; !ok {
-					t.Errorf("host changed: %s appeared (%q)", k, after[k])
-				}
-			}
+			checkHostAsBefore(t, before)
 		})
 	}
 }
