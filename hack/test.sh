@@ -30,6 +30,7 @@ step "recording the host"
 "$hc" save "$record" "${keep[@]}"
 
 rc=0
+# TEST_FLAGS adds flags to go test (for example TEST_FLAGS="-run Chart -v").
 step "go vet"
 go vet ./... || rc=1
 if ((rc == 0)); then
