@@ -27,8 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/controlplane"
-	localnode "github.com/istio-cni/istio-cni/internal/node"
 	"github.com/istio-cni/istio-cni/internal/netns"
+	localnode "github.com/istio-cni/istio-cni/internal/node"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
