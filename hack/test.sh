@@ -37,6 +37,12 @@ if ((rc == 0)); then
   step "go test (about 6 minutes once built)"
   go test -count=1 -timeout 30m ${TEST_FLAGS:-} ./... || rc=1
 fi
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [[ -n $unformatted ]]; then
+  echo "gofmt would change: $unformatted" >&2
+  rc=1
+fi
 step "comparing the host with the record"
 "$hc" compare "$record" "${keep[@]}" || rc=1
 rm -f "$record"

@@ -119,7 +119,7 @@ func (o *hostOverlay) changes() []string {
 	var out []string
 	for _, root := range overlayRoots {
 		upper := o.upper(root)
-		filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || p == upper {
 				return err
 			}
@@ -150,6 +150,9 @@ func (o *hostOverlay) changes() []string {
 			}
 			return nil
 		})
+		if err != nil { // an unread upper layer must not pass as an unchanged host
+			out = append(out, fmt.Sprintf("cannot read the overlay of %s: %v", root, err))
+		}
 	}
 	return out
 }
