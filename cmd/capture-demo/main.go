@@ -19,6 +19,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 func main() {
@@ -98,8 +99,7 @@ func demo(ctx context.Context, backendName string) error {
 	}
 	fmt.Printf("Pod namespace istio-demo-pod (%s), peer namespace istio-demo-peer (%s), joined by veth.\n", sandbox.PodV4, sandbox.PeerV4)
 
-	spec, err := redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090",
-		OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"}.Spec()
+	spec, err := specs.Sidecar().Spec()
 	if err != nil {
 		return err
 	}

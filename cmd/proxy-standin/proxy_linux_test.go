@@ -19,6 +19,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 const childEnv = "PROXY_STANDIN_TEST_CHILD"
@@ -55,8 +56,7 @@ func TestProxyForwardsRedirectedConnectionsToTheirOriginalDestination(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090",
-		OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020", EnableIPv6: true}.Spec()
+	spec, err := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Spec()
 	if err != nil {
 		t.Fatal(err)
 	}

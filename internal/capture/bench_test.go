@@ -11,13 +11,13 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 // defaultSidecarPlan is what istio-cni programs for a typical injected pod.
 func defaultSidecarPlan(b *testing.B) *redirect.Plan {
 	b.Helper()
-	spec, err := redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090",
-		OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"}.Spec()
+	spec, err := specs.Sidecar().Spec()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 // TestFailedApplyLeavesNothing: when the rules cannot be applied (here an owner group
@@ -17,8 +18,7 @@ import (
 // removes what it had added: a namespace is never left half-captured.
 func TestFailedApplyLeavesNothing(t *testing.T) {
 	requireRoot(t)
-	spec, err := redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*",
-		OwnerGroupsInclude: "no-such-group-x", EnableIPv6: true}.Spec()
+	spec, err := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}

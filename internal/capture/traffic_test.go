@@ -12,6 +12,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 // The test binary doubles as the client that sends traffic under a chosen uid/gid:
@@ -60,12 +61,12 @@ var (
 // trafficCases drive every backend with real traffic and check where it lands.
 var trafficCases = []struct {
 	name  string
-	opts  redirect.Options
+	opts  specs.Settings
 	flows []flow
 }{
 	{
 		name: "default sidecar",
-		opts: redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090", OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"},
+		opts: specs.Sidecar(),
 		flows: []flow{
 			{"app outbound is captured with its original destination", "app", "tcp", ap(external4, 80), "outbound 10.88.0.1:80"},
 			{"proxy outbound is not captured", "proxy", "tcp", ap(external4, 80), "peer"},
@@ -80,8 +81,7 @@ var trafficCases = []struct {
 	},
 	{
 		name: "exclusions and DNS",
-		opts: redirect.Options{InboundPortsInclude: "8080", OutboundIPRangesInclude: "*", OutboundIPRangesExclude: "10.88.0.1/32",
-			RedirectDNS: true, DNSServers: []string{"10.99.0.10"}},
+		opts: specs.Settings{redirect.FieldInboundPorts: "8080", redirect.FieldOutboundCIDRs: "*", redirect.FieldOutboundCIDRsExclude: "10.88.0.1/32", redirect.FieldRedirectDNS: "true", redirect.FieldDNSServers: "10.99.0.10"},
 		flows: []flow{
 			{"excluded CIDR is not captured", "app", "tcp", ap(external4, 80), "peer"},
 			{"other destinations are captured", "app", "tcp", ap(netip.MustParseAddr("10.77.0.9"), 443), "outbound 10.77.0.9:443"},
@@ -94,7 +94,7 @@ var trafficCases = []struct {
 	},
 	{
 		name: "TPROXY inbound",
-		opts: redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*"},
+		opts: specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*"},
 		flows: []flow{
 			{"inbound is transparently proxied, destination preserved", "peer", "tcp", ap(podV4, 8080), "tproxy 10.88.0.2:8080"},
 			{"outbound still uses REDIRECT", "app", "tcp", ap(external4, 80), "outbound 10.88.0.1:80"},
@@ -102,7 +102,7 @@ var trafficCases = []struct {
 	},
 	{
 		name: "IPv6",
-		opts: redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", EnableIPv6: true},
+		opts: specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldIPv6: "true"},
 		flows: []flow{
 			{"IPv6 outbound is captured", "app", "tcp6", ap(peerV6, 80), "outbound [fd88::1]:80"},
 			{"IPv6 proxy outbound is not captured", "proxy", "tcp6", ap(peerV6, 80), "peer"},
@@ -155,7 +155,7 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 				serve := func(ns, name, proto, addr string, transparent bool) {
 					serveAs(t, ns, 0, name, proto, addr, transparent)
 				}
-				tproxy := tc.opts.InboundInterceptionMode == "TPROXY"
+				tproxy := tc.opts[redirect.FieldMode] == "TPROXY"
 				for _, proto := range []string{"tcp4", "tcp6"} {
 					any := "0.0.0.0"
 					if proto == "tcp6" {

@@ -45,42 +45,37 @@ func DecodePod(data []byte) (*kube.Pod, error) {
 	return kube.DecodePod(js)
 }
 
-// Explain runs the plugin's decision for pod under cfg and, for a pod it redirects,
-// builds the plan and renders it for the backend ("iptables" or "nftables"). podIPs
-// stand in for the sandbox's addresses (nil: the pod's status addresses).
+// Explain runs the plugin's pod-to-rules path (plugin.PlanFor) for pod under cfg and,
+// for a pod it redirects, renders the rules for the backend ("iptables" or
+// "nftables"). podIPs stand in for the sandbox's addresses (nil: the pod's status
+// addresses).
 func Explain(pod *kube.Pod, cfg *plugin.Config, backend string, podIPs []netip.Addr) Explanation {
-	ex := Explanation{Pod: pod.Key()}
-	args := plugin.PodArgs{Name: pod.Metadata.Name, Namespace: pod.Metadata.Namespace}
-	if d := plugin.DecideBeforeLookup(args, cfg); d.Verdict != plugin.Lookup {
-		ex.Decision = d
-		return ex
-	}
-	ex.Decision = plugin.DecideWithPod(cfg, pod)
-	if ex.Decision.Verdict != plugin.Redirect {
-		return ex
-	}
-	spec, err := plugin.SpecFromPod(pod, cfg, podIPs)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podIPs)
+	return explanation(pod, pp, err, backend)
+}
+
+// explanation puts the outcome of plugin.PlanFor into words and rules.
+func explanation(pod *kube.Pod, pp plugin.PodPlan, err error, backend string) Explanation {
+	ex := Explanation{Pod: pod.Key(), Decision: pp.Decision}
 	if err != nil {
 		ex.Error = err.Error()
 		return ex
 	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		ex.Error = err.Error()
+	if pp.Plan == nil {
 		return ex
 	}
-	ex.Capture = Describe(spec)
+	ex.Capture = Describe(*pp.Spec)
 	ex.Backend = backend
 	ex.Rules = map[string]string{}
 	if backend == "nftables" {
-		text, err := nftables.Render(plan)
+		text, err := nftables.Render(pp.Plan)
 		if err != nil {
 			ex.Error = err.Error()
 			return ex
 		}
 		ex.Rules["all"] = text
 	} else {
-		for _, fp := range plan.Families {
+		for _, fp := range pp.Plan.Families {
 			ex.Rules[fp.Family.String()] = iptables.RenderPlanText(&fp)
 		}
 	}

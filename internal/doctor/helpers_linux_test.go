@@ -22,7 +22,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/sandbox"
 
 	"github.com/istio-cni/istio-cni/internal/golden"
@@ -167,17 +166,17 @@ func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip ne
 	return &kp
 }
 
-// applyCapture programs the pod's capture as the plugin's ADD does: its own
-// decision, spec, plan and backend, through capture.Apply.
+// applyCapture programs the pod's capture as the plugin's ADD does: its plan
+// (plugin.PlanFor) and backend, through capture.Apply.
 func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {
 	t.Helper()
-	spec, err := plugin.SpecFromPod(pod, cfg, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		t.Fatal(err)
+	plan := pp.Plan
+	if plan == nil {
+		t.Fatalf("pod %s is not captured: %s", pod.Key(), pp.Decision.Reason)
 	}
 	b, err := plugin.NewBackend(cfg)
 	if err != nil {

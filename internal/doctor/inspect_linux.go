@@ -86,18 +86,10 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 		return nil, err
 	}
 
-	ex := Explain(pod, cfg, "iptables", nil)
+	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil)
+	ex := explanation(pod, pp, perr, "iptables")
 	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
-	var plan *redirect.Plan
-	if in.Decision.Verdict == plugin.Redirect && in.Error == "" {
-		spec, err := plugin.SpecFromPod(pod, cfg, nil)
-		if err == nil {
-			plan, err = redirect.Build(spec)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("pod %s: %w", pod.Key(), err) // Explain built the same plan
-		}
-	}
+	plan := pp.Plan
 	// A pod the plugin does not redirect must hold no rules of ours: compare with
 	// the empty plan.
 	want := plan

@@ -26,14 +26,11 @@ func TestNetlinkCheckWithoutNftFindsDeletedRulesAndStrayTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := toKubePod(t, injectedPod("web"))
-	spec, err := plugin.SpecFromPod(pod, nftCfg, nil)
-	if err != nil {
-		t.Fatal(err)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), nftCfg, pod, nil)
+	if err != nil || pp.Plan == nil {
+		t.Fatalf("plan for %s: %v (%s)", pod.Key(), err, pp.Decision.Reason)
 	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := pp.Plan
 	verify := func(nsPath string, b capture.Backend, plan *redirect.Plan) []string {
 		t.Helper()
 		d, err := capture.Verify(t.Context(), nsPath, b, plan)

@@ -216,11 +216,18 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		return exitProblem
 	}
 	defer t.ns.Close()
-	spec, err := plugin.SpecFromPod(t.pod, t.cfg, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return exitProblem
 	}
+	if pp.Spec == nil {
+		// Nothing would capture its traffic, so there is no capture to probe;
+		// `inspect` shows that the namespace holds none of our rules.
+		fmt.Fprintf(stderr, "probe: pod %s is not captured by the plugin (%s); use inspect to check it holds no rules\n", t.pod.Key(), pp.Decision.Reason)
+		return exitProblem
+	}
+	spec := *pp.Spec
 	if *appUID == 0 {
 		o.AppUID = defaultAppUID(t.pod)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 func requireRoot(t *testing.T) {
@@ -75,7 +76,7 @@ func stripComments(s string) string {
 	return strings.Join(out, "\n")
 }
 
-func specOf(t *testing.T, o redirect.Options) *redirect.Plan {
+func specOf(t *testing.T, o specs.Settings) *redirect.Plan {
 	t.Helper()
 	s, err := o.Spec()
 	if err != nil {
@@ -90,13 +91,11 @@ func specOf(t *testing.T, o redirect.Options) *redirect.Plan {
 
 var backendCases = []struct {
 	name string
-	opts redirect.Options
+	opts specs.Settings
 }{
-	{"default-sidecar", redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090", OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"}},
-	{"tproxy-dns-ipv6", redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "10.0.0.0/8,fd00::/8",
-		RedirectDNS: true, DNSServers: []string{"10.96.0.10", "fd00::10"}, ExcludeInterfaces: "eth9", EnableIPv6: true}},
-	{"virt-groups-drop", redirect.Options{RerouteVirtualInterfaces: "eth1,eth2", OutboundIPRangesInclude: "*", InboundPortsInclude: "80,443",
-		OwnerGroupsExclude: "888,root", DropInvalid: true, RedirectDNS: true, CaptureAllDNS: true, ProxyUID: "1337,1338", ProxyGID: "1337"}},
+	{"default-sidecar", specs.Sidecar()},
+	{"tproxy-dns-ipv6", specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "10.0.0.0/8,fd00::/8", redirect.FieldRedirectDNS: "true", redirect.FieldDNSServers: "10.96.0.10,fd00::10", redirect.FieldExcludeInterfaces: "eth9", redirect.FieldIPv6: "true"}},
+	{"virt-groups-drop", specs.Settings{redirect.FieldRerouteVirtualInterfaces: "eth1,eth2", redirect.FieldOutboundCIDRs: "*", redirect.FieldInboundPorts: "80,443", redirect.FieldOwnerGroupsExclude: "888,root", redirect.FieldDropInvalid: "true", redirect.FieldRedirectDNS: "true", redirect.FieldCaptureAllDNS: "true", redirect.FieldProxyUIDs: "1337,1338", redirect.FieldProxyGIDs: "1337"}},
 }
 
 func modes(t *testing.T) []Mode {

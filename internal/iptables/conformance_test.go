@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 // referenceDir is where Istio's expected capture rules live. They are Istio's data
@@ -37,7 +39,7 @@ type referenceCases struct {
 // ReferenceCase is one of Istio's capture test inputs.
 type referenceCase struct {
 	Name    string
-	Options redirect.Options
+	Options specs.Settings
 	Golden  string
 }
 
@@ -81,45 +83,44 @@ func loadReference(t *testing.T) []referenceCase {
 	return out
 }
 
-// optionsFromIstio maps Istio's test configuration fields onto our options.
-func optionsFromIstio(m map[string]any) (redirect.Options, error) {
-	str := func(k string) string { v, _ := m[k].(string); return v }
-	boolean := func(k string) bool { v, _ := m[k].(bool); return v }
-	list := func(k string) []string {
-		var out []string
-		if vs, ok := m[k].([]any); ok {
+// optionsFromIstio maps Istio's test configuration fields onto our capture settings.
+func optionsFromIstio(m map[string]any) (specs.Settings, error) {
+	out := specs.Settings{}
+	for key, field := range map[string]redirect.Field{
+		"ProxyPort": redirect.FieldProxyPort, "InboundCapturePort": redirect.FieldInboundCapturePort,
+		"InboundTunnelPort": redirect.FieldInboundTunnelPort, "ProxyUID": redirect.FieldProxyUIDs,
+		"ProxyGID": redirect.FieldProxyGIDs, "InboundInterceptionMode": redirect.FieldMode,
+		"InboundTProxyMark": redirect.FieldTProxyMark, "InboundTProxyRouteTable": redirect.FieldTProxyRouteTable,
+		"InboundPortsInclude": redirect.FieldInboundPorts, "InboundPortsExclude": redirect.FieldInboundPortsExclude,
+		"OutboundIPRangesInclude": redirect.FieldOutboundCIDRs, "OutboundIPRangesExclude": redirect.FieldOutboundCIDRsExclude,
+		"OutboundPortsInclude": redirect.FieldOutboundPorts, "OutboundPortsExclude": redirect.FieldOutboundPortsExclude,
+		"RerouteVirtualInterfaces": redirect.FieldRerouteVirtualInterfaces, "ExcludeInterfaces": redirect.FieldExcludeInterfaces,
+		"OwnerGroupsInclude": redirect.FieldOwnerGroupsInclude, "OwnerGroupsExclude": redirect.FieldOwnerGroupsExclude,
+		"HostIPv4LoopbackCidr": redirect.FieldHostIPv4Loopback, "RedirectDNS": redirect.FieldRedirectDNS,
+		"CaptureAllDNS": redirect.FieldCaptureAllDNS, "DropInvalid": redirect.FieldDropInvalid, "EnableIPv6": redirect.FieldIPv6,
+	} {
+		switch v := m[key].(type) {
+		case string:
+			out[field] = v
+		case bool:
+			out[field] = strconv.FormatBool(v)
+		case nil:
+		default:
+			return nil, fmt.Errorf("%s: %v is not a string or boolean", key, v)
+		}
+	}
+	var dns []string
+	for _, key := range []string{"DNSServersV4", "DNSServersV6"} {
+		if vs, ok := m[key].([]any); ok {
 			for _, v := range vs {
-				out = append(out, fmt.Sprint(v))
+				dns = append(dns, fmt.Sprint(v))
 			}
 		}
-		return out
 	}
-	return redirect.Options{
-		ProxyPort:                str("ProxyPort"),
-		InboundCapturePort:       str("InboundCapturePort"),
-		InboundTunnelPort:        str("InboundTunnelPort"),
-		ProxyUID:                 str("ProxyUID"),
-		ProxyGID:                 str("ProxyGID"),
-		InboundInterceptionMode:  str("InboundInterceptionMode"),
-		InboundTProxyMark:        str("InboundTProxyMark"),
-		InboundTProxyRouteTable:  str("InboundTProxyRouteTable"),
-		InboundPortsInclude:      str("InboundPortsInclude"),
-		InboundPortsExclude:      str("InboundPortsExclude"),
-		OutboundIPRangesInclude:  str("OutboundIPRangesInclude"),
-		OutboundIPRangesExclude:  str("OutboundIPRangesExclude"),
-		OutboundPortsInclude:     str("OutboundPortsInclude"),
-		OutboundPortsExclude:     str("OutboundPortsExclude"),
-		RerouteVirtualInterfaces: str("RerouteVirtualInterfaces"),
-		ExcludeInterfaces:        str("ExcludeInterfaces"),
-		OwnerGroupsInclude:       str("OwnerGroupsInclude"),
-		OwnerGroupsExclude:       str("OwnerGroupsExclude"),
-		HostIPv4LoopbackCidr:     str("HostIPv4LoopbackCidr"),
-		RedirectDNS:              boolean("RedirectDNS"),
-		CaptureAllDNS:            boolean("CaptureAllDNS"),
-		DNSServers:               append(list("DNSServersV4"), list("DNSServersV6")...),
-		DropInvalid:              boolean("DropInvalid"),
-		EnableIPv6:               boolean("EnableIPv6"),
-	}, nil
+	if len(dns) > 0 {
+		out[redirect.FieldDNSServers] = strings.Join(dns, ",")
+	}
+	return out, nil
 }
 
 // goldenRestores extracts the iptables-restore inputs from an Istio golden file: one

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 
 	"github.com/istio-cni/istio-cni/internal/golden"
 )
@@ -15,20 +16,19 @@ import (
 // renderCases name the specs whose renderings are kept as golden files.
 var renderCases = []struct {
 	name string
-	opts redirect.Options
+	opts specs.Settings
 }{
-	{"default-sidecar", redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "15020,15021,15090", OutboundIPRangesInclude: "*", OutboundPortsExclude: "15020"}},
-	{"inbound-ports", redirect.Options{InboundPortsInclude: "80,443", OutboundIPRangesInclude: "10.0.0.0/8,172.16.0.0/12"}},
-	{"exclusions", redirect.Options{InboundPortsInclude: "*", InboundPortsExclude: "22", OutboundIPRangesInclude: "*",
-		OutboundIPRangesExclude: "169.254.169.254/32,10.1.0.0/16", OutboundPortsExclude: "5432,6379", ExcludeInterfaces: "eth1"}},
-	{"virtual-interfaces", redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RerouteVirtualInterfaces: "k6t-eth0,tap0"}},
-	{"tproxy", redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*", ExcludeInterfaces: "eth9"}},
-	{"dns-servers", redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RedirectDNS: true, DNSServers: []string{"10.96.0.10", "fd00::a"}, EnableIPv6: true}},
-	{"dns-capture-all", redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RedirectDNS: true, CaptureAllDNS: true}},
-	{"owner-groups", redirect.Options{OutboundIPRangesInclude: "*", OwnerGroupsInclude: "1001,app"}},
-	{"owner-groups-exclude", redirect.Options{OutboundIPRangesInclude: "*", OwnerGroupsExclude: "1002"}},
-	{"drop-invalid-uids", redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", DropInvalid: true, ProxyUID: "1337,1000650000", ProxyGID: "1337"}},
-	{"ipv6-dual-stack", redirect.Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", OutboundIPRangesExclude: "10.0.0.1/32,fd00::1/128", EnableIPv6: true}},
+	{"default-sidecar", specs.Sidecar()},
+	{"inbound-ports", specs.Settings{redirect.FieldInboundPorts: "80,443", redirect.FieldOutboundCIDRs: "10.0.0.0/8,172.16.0.0/12"}},
+	{"exclusions", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldInboundPortsExclude: "22", redirect.FieldOutboundCIDRs: "*", redirect.FieldOutboundCIDRsExclude: "169.254.169.254/32,10.1.0.0/16", redirect.FieldOutboundPortsExclude: "5432,6379", redirect.FieldExcludeInterfaces: "eth1"}},
+	{"virtual-interfaces", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldRerouteVirtualInterfaces: "k6t-eth0,tap0"}},
+	{"tproxy", specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldExcludeInterfaces: "eth9"}},
+	{"dns-servers", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldRedirectDNS: "true", redirect.FieldDNSServers: "10.96.0.10,fd00::a", redirect.FieldIPv6: "true"}},
+	{"dns-capture-all", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldRedirectDNS: "true", redirect.FieldCaptureAllDNS: "true"}},
+	{"owner-groups", specs.Settings{redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "1001,app"}},
+	{"owner-groups-exclude", specs.Settings{redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsExclude: "1002"}},
+	{"drop-invalid-uids", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldDropInvalid: "true", redirect.FieldProxyUIDs: "1337,1000650000", redirect.FieldProxyGIDs: "1337"}},
+	{"ipv6-dual-stack", specs.Settings{redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOutboundCIDRsExclude: "10.0.0.1/32,fd00::1/128", redirect.FieldIPv6: "true"}},
 }
 
 // TestGoldenRenderings keeps, per case and family, the Istio-style text (what

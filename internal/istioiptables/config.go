@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -108,23 +106,14 @@ func (s setting) flagName() string {
 	return "--" + s.name
 }
 
-func port(field func(*Config) *uint16) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		if strings.TrimSpace(v) == "" {
-			return nil // Istio's default
-		}
-		p, err := redirect.ParsePort(v)
-		if err != nil {
-			return err
-		}
-		*field(c) = p
-		return nil
-	}
+// captureField sets one capture field from its Istio string form.
+func captureField(f redirect.Field) func(*Config, string) error {
+	return func(c *Config, v string) error { return c.Capture.Set(f, v) }
 }
 
 func toggle(field func(*Config) *bool) func(*Config, string) error {
 	return func(c *Config, v string) error {
-		b, err := parseBool(v)
+		b, err := redirect.ParseBool(v)
 		if err != nil {
 			return err
 		}
@@ -133,152 +122,58 @@ func toggle(field func(*Config) *bool) func(*Config, string) error {
 	}
 }
 
-func parseBool(v string) (bool, error) {
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		return false, fmt.Errorf("%q is not a boolean (true or false)", v)
-	}
-	return b, nil
-}
-
-func ids(field func(*Config) *[]uint32) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		l, err := redirect.ParseIDList(v)
-		if err != nil {
-			return err
-		}
-		*field(c) = l
-		return nil
-	}
-}
-
-func ports(field func(*Config) *[]uint16) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		l, err := redirect.ParsePortList(v)
-		if err != nil {
-			return err
-		}
-		*field(c) = l
-		return nil
-	}
-}
-
-func interfaces(field func(*Config) *[]string) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		l, err := redirect.ParseInterfaceList(v)
-		if err != nil {
-			return err
-		}
-		for _, name := range l {
-			if err := checkInterfaceChars(name); err != nil {
-				return err
-			}
-		}
-		*field(c) = l
-		return nil
-	}
-}
-
-// checkInterfaceChars narrows interface names to the characters real interfaces
-// use. The kernel would accept more (';', '$', '|', ...), but these values come from
-// pod annotations and nothing legitimate needs them.
-func checkInterfaceChars(name string) error {
-	for _, c := range name {
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '@' {
-			continue
-		}
-		return fmt.Errorf("%q is not an interface name (character %q not allowed)", name, c)
-	}
-	return nil
-}
-
 // settings are Istio's istio-iptables flags, with its environment variable names
 // (the flag name upper-cased, '-' -> '_', plus the aliases Istio also reads), and
 // this project's additions.
 var settings = []setting{
 	{name: "envoy-port", short: "p", envs: []string{"ENVOY_PORT"}, def: "15001",
 		usage: "port the outbound TCP traffic is redirected to",
-		set:   port(func(c *Config) *uint16 { return &c.Capture.ProxyPort })},
+		set:   captureField(redirect.FieldProxyPort)},
 	{name: "inbound-capture-port", short: "z", envs: []string{"INBOUND_CAPTURE_PORT"}, def: "15006",
 		usage: "port the inbound TCP traffic is redirected to",
-		set:   port(func(c *Config) *uint16 { return &c.Capture.InboundCapturePort })},
+		set:   captureField(redirect.FieldInboundCapturePort)},
 	{name: "inbound-tunnel-port", short: "e", envs: []string{"INBOUND_TUNNEL_PORT"}, def: "15008",
 		usage: "the proxy's HBONE tunnel port, never captured",
-		set:   port(func(c *Config) *uint16 { return &c.Capture.InboundTunnelPort })},
+		set:   captureField(redirect.FieldInboundTunnelPort)},
 	{name: "proxy-uid", short: "u", envs: []string{"PROXY_UID"},
 		usage: "comma-separated uids whose traffic is not captured (default: uid of $ENVOY_USER, else 1337)",
-		set:   ids(func(c *Config) *[]uint32 { return &c.Capture.ProxyUIDs })},
+		set:   captureField(redirect.FieldProxyUIDs)},
 	{name: "proxy-gid", short: "g", envs: []string{"PROXY_GID"},
 		usage: "comma-separated gids whose traffic is not captured (default: the proxy uids)",
-		set:   ids(func(c *Config) *[]uint32 { return &c.Capture.ProxyGIDs })},
+		set:   captureField(redirect.FieldProxyGIDs)},
 	{name: "istio-inbound-interception-mode", short: "m", envs: []string{"ISTIO_INBOUND_INTERCEPTION_MODE"}, def: "REDIRECT",
 		usage: `inbound capture mode, "REDIRECT" or "TPROXY"`,
-		set: func(c *Config, v string) (err error) {
-			c.Capture.Mode, err = redirect.ParseMode(v)
-			return err
-		}},
+		set:   captureField(redirect.FieldMode)},
 	{name: "istio-inbound-tproxy-mark", short: "t", envs: []string{"ISTIO_INBOUND_TPROXY_MARK"}, def: "1337",
 		usage: "packet mark of TPROXY-captured traffic",
-		set: func(c *Config, v string) error {
-			if strings.TrimSpace(v) == "" {
-				return nil
-			}
-			m, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			if err != nil || m == 0 {
-				return fmt.Errorf("%q is not a packet mark (1-4294967295)", v)
-			}
-			c.Capture.TProxyMark = uint32(m)
-			return nil
-		}},
+		set:   captureField(redirect.FieldTProxyMark)},
 	{name: "istio-inbound-tproxy-route-table", short: "r", envs: []string{"ISTIO_INBOUND_TPROXY_ROUTE_TABLE"}, def: "133",
 		usage: "routing table of TPROXY-captured traffic",
-		set: func(c *Config, v string) error {
-			if strings.TrimSpace(v) == "" {
-				return nil
-			}
-			t, err := strconv.ParseUint(strings.TrimSpace(v), 10, 31)
-			if err != nil || t == 0 || t >= 253 && t <= 255 {
-				return fmt.Errorf("%q is not a usable routing table (1-252 or above 255)", v)
-			}
-			c.Capture.TProxyRouteTable = int(t)
-			return nil
-		}},
+		set:   captureField(redirect.FieldTProxyRouteTable)},
 	{name: "istio-inbound-ports", short: "b", envs: []string{"ISTIO_INBOUND_PORTS"},
 		usage: `comma-separated inbound ports to capture, "*" for all; empty captures none`,
-		set: func(c *Config, v string) (err error) {
-			c.Capture.InboundPorts, err = redirect.ParsePortSet(v)
-			return err
-		}},
+		set:   captureField(redirect.FieldInboundPorts)},
 	{name: "istio-local-exclude-ports", short: "d", envs: []string{"ISTIO_LOCAL_EXCLUDE_PORTS"},
 		usage: `comma-separated inbound ports not captured (only with -b "*")`,
-		set:   ports(func(c *Config) *[]uint16 { return &c.Capture.InboundPortsExclude })},
+		set:   captureField(redirect.FieldInboundPortsExclude)},
 	{name: "istio-exclude-interfaces", short: "c", envs: []string{"ISTIO_EXCLUDE_INTERFACES"},
 		usage: "comma-separated interfaces whose traffic is never captured",
-		set:   interfaces(func(c *Config) *[]string { return &c.Capture.ExcludeInterfaces })},
+		set:   captureField(redirect.FieldExcludeInterfaces)},
 	{name: "istio-service-cidr", short: "i", envs: []string{"ISTIO_SERVICE_CIDR"},
 		usage: `comma-separated outbound CIDRs to capture, "*" for all; empty captures none`,
-		set: func(c *Config, v string) (err error) {
-			c.Capture.OutboundCIDRs, err = redirect.ParsePrefixSet(v)
-			return err
-		}},
+		set:   captureField(redirect.FieldOutboundCIDRs)},
 	{name: "istio-service-exclude-cidr", short: "x", envs: []string{"ISTIO_SERVICE_EXCLUDE_CIDR"},
 		usage: "comma-separated outbound CIDRs not captured",
-		set: func(c *Config, v string) (err error) {
-			if strings.TrimSpace(v) == "*" {
-				return errors.New(`"*" is not allowed: it would exclude everything`)
-			}
-			c.Capture.OutboundCIDRsExclude, err = redirect.ParsePrefixList(v)
-			return err
-		}},
+		set:   captureField(redirect.FieldOutboundCIDRsExclude)},
 	{name: "istio-outbound-ports", short: "q", envs: []string{"ISTIO_OUTBOUND_PORTS"},
 		usage: "comma-separated outbound ports always captured",
-		set:   ports(func(c *Config) *[]uint16 { return &c.Capture.OutboundPorts })},
+		set:   captureField(redirect.FieldOutboundPorts)},
 	{name: "istio-local-outbound-ports-exclude", short: "o", envs: []string{"ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"},
 		usage: "comma-separated outbound ports never captured",
-		set:   ports(func(c *Config) *[]uint16 { return &c.Capture.OutboundPortsExclude })},
+		set:   captureField(redirect.FieldOutboundPortsExclude)},
 	{name: "kube-virt-interfaces", short: "k", envs: []string{"KUBE_VIRT_INTERFACES"},
 		usage: "comma-separated virtual interfaces whose inbound traffic is treated as outbound",
-		set:   interfaces(func(c *Config) *[]string { return &c.Capture.RerouteVirtualInterfaces })},
+		set:   captureField(redirect.FieldRerouteVirtualInterfaces)},
 	{name: "dry-run", short: "n", envs: []string{"DRY_RUN"}, kind: boolValue,
 		usage: "print the rules instead of applying them",
 		set:   toggle(func(c *Config) *bool { return &c.DryRun })},
@@ -290,7 +185,12 @@ var settings = []setting{
 		set:   toggle(func(c *Config) *bool { return &c.RunValidation })},
 	{name: "iptables-probe-port", envs: []string{"IPTABLES_PROBE_PORT"}, def: "15002",
 		usage: "port the validation probe connects to",
-		set:   port(func(c *Config) *uint16 { return &c.ProbePort })},
+		set: func(c *Config, v string) (err error) {
+			if strings.TrimSpace(v) != "" {
+				c.ProbePort, err = redirect.ParsePort(v)
+			}
+			return err
+		}},
 	{name: "probe-timeout", envs: []string{"PROBE_TIMEOUT"}, def: "5s",
 		usage: "how long validation keeps trying",
 		set: func(c *Config, v string) error {
@@ -303,13 +203,13 @@ var settings = []setting{
 		}},
 	{name: "redirect-dns", envs: []string{"REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"}, kind: boolValue,
 		usage: "capture DNS to the agent on port 15053",
-		set:   toggle(func(c *Config) *bool { return &c.Capture.DNS.Enabled })},
+		set:   captureField(redirect.FieldRedirectDNS)},
 	{name: "capture-all-dns", envs: []string{"CAPTURE_ALL_DNS"}, kind: boolValue,
 		usage: "with --redirect-dns: capture all port 53 traffic, not only to the resolv.conf servers",
-		set:   toggle(func(c *Config) *bool { return &c.Capture.DNS.CaptureAll })},
+		set:   captureField(redirect.FieldCaptureAllDNS)},
 	{name: "drop-invalid", envs: []string{"DROP_INVALID", "INVALID_DROP"}, kind: boolValue,
 		usage: "drop packets conntrack considers invalid",
-		set:   toggle(func(c *Config) *bool { return &c.Capture.DropInvalid })},
+		set:   captureField(redirect.FieldDropInvalid)},
 	{name: "dual-stack", envs: []string{"DUAL_STACK", "ISTIO_DUAL_STACK"}, kind: boolValue,
 		usage: "capture IPv6 too when any pod address is IPv6",
 		set:   toggle(func(c *Config) *bool { return &c.DualStack })},
@@ -367,7 +267,7 @@ var settings = []setting{
 }
 
 func ignoreBool(_ *Config, v string) error {
-	_, err := parseBool(v)
+	_, err := redirect.ParseBool(v)
 	return err
 }
 
@@ -488,26 +388,19 @@ func parseEnvOnly(c *Config, lookupEnv func(string) (string, bool)) []error {
 		return strings.TrimSpace(v)
 	}
 	include, exclude := get(EnvOwnerGroupsInclude), get(EnvOwnerGroupsExclude)
-	var err error
-	switch {
-	case include != "" && include != "*" && exclude != "":
+	if include != "" && include != "*" && exclude != "" {
 		errs = append(errs, fmt.Errorf("environment variables %s=%q and %s=%q cannot both be set",
 			EnvOwnerGroupsInclude, include, EnvOwnerGroupsExclude, exclude))
-	case include != "" && include != "*":
-		if c.Capture.OwnerGroups, err = redirect.ParseGroupFilter(include, ""); err != nil {
-			errs = append(errs, fmt.Errorf("invalid environment variable %s: %w", EnvOwnerGroupsInclude, err))
-		}
-	default:
-		if c.Capture.OwnerGroups, err = redirect.ParseGroupFilter("", exclude); err != nil {
-			errs = append(errs, fmt.Errorf("invalid environment variable %s: %w", EnvOwnerGroupsExclude, err))
-		}
-	}
-	if v := get(EnvIPv4LoopbackCIDR); v != "" {
-		p, err := netip.ParsePrefix(v)
-		if err != nil || !p.Addr().Is4() || !p.Addr().IsLoopback() || p.Bits() < 8 {
-			errs = append(errs, fmt.Errorf("invalid environment variable %s: %q is not an IPv4 loopback CIDR within 127.0.0.0/8", EnvIPv4LoopbackCIDR, v))
-		} else {
-			c.Capture.HostIPv4Loopback = p
+	} else {
+		for _, e := range []struct {
+			name  string
+			field redirect.Field
+		}{{EnvOwnerGroupsInclude, redirect.FieldOwnerGroupsInclude}, {EnvOwnerGroupsExclude, redirect.FieldOwnerGroupsExclude}, {EnvIPv4LoopbackCIDR, redirect.FieldHostIPv4Loopback}} {
+			if v := get(e.name); v != "" {
+				if err := c.Capture.Set(e.field, v); err != nil {
+					errs = append(errs, fmt.Errorf("invalid environment variable %s: %w", e.name, err))
+				}
+			}
 		}
 	}
 	if v := get(EnvEnvoyUser); v != "" {

@@ -199,7 +199,6 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 				t.Fatalf("ParseConfig: %v", err)
 			}
 			want := DefaultConfig()
-			want.Capture.OwnerGroups = redirect.GroupFilter{Except: true}
 			tc.want(&want)
 			if diff := cmp.Diff(want, got, cmpNetip); diff != "" {
 				t.Errorf("config (-want +got):\n%s", diff)

@@ -114,23 +114,13 @@ func decision(v Verdict, r Rule, format string, args ...any) Decision {
 	return Decision{Verdict: v, Rule: r, Reason: v.String() + ": " + fmt.Sprintf(format, args...)}
 }
 
-// Decide runs Istio's selection in Istio's order. pod may be nil when the caller has
-// not looked it up; the result is then Lookup unless the arguments and config
-// already decide.
-func Decide(args PodArgs, cfg *Config, pod *kube.Pod) Decision {
-	if d := DecideBeforeLookup(args, cfg); d.Verdict != Lookup || pod == nil {
-		return d
-	}
-	return DecideWithPod(cfg, pod)
-}
-
-// DecideBeforeLookup applies the rules that need no API call: a sandbox that is not a
+// decideBeforeLookup applies the rules that need no API call: a sandbox that is not a
 // Kubernetes pod, an excluded namespace, and the node agent's own pods. Istio checks
 // the last one before the lookup only in ambient mode and otherwise only once the
 // lookup has failed (its replacement agent pod must not wait on an API it cannot
 // reach); checking it first always gives the same verdict, since agent pods carry no
 // sidecar, and saves the call.
-func DecideBeforeLookup(args PodArgs, cfg *Config) Decision {
+func decideBeforeLookup(args PodArgs, cfg *Config) Decision {
 	if args.Name == "" || args.Namespace == "" {
 		return Decision{Verdict: Skip, Rule: RuleNotKubernetes,
 			Reason: "skip: not a Kubernetes pod (no K8S_POD_NAME and K8S_POD_NAMESPACE in CNI_ARGS), passing through"}
@@ -152,10 +142,9 @@ func IsNodeAgentPod(args PodArgs, cfg *Config) bool {
 		strings.HasPrefix(args.Name, NodeAgentPodPrefix)
 }
 
-// DecideWithPod applies the rules that read the pod, in Istio's order. It assumes
-// DecideBeforeLookup returned Lookup.
-func DecideWithPod(cfg *Config, pod *kube.Pod) Decision {
-	_ = cfg // the pod rules take nothing from the node's config today
+// decideWithPod applies the rules that read the pod, in Istio's order. It assumes
+// decideBeforeLookup returned Lookup.
+func decideWithPod(pod *kube.Pod) Decision {
 	key := pod.Key()
 	if _, _, ok := pod.Container(ContainerIstioInit); ok {
 		return decision(Skip, RuleIstioInit, "pod %s has an istio-init container, which sets up the capture itself", key)

@@ -113,12 +113,16 @@ func TestDecideBeforeLookup(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(cfg)
 			}
-			if diff := cmp.Diff(tc.want, DecideBeforeLookup(tc.args, cfg)); diff != "" {
+			if diff := cmp.Diff(tc.want, decideBeforeLookup(tc.args, cfg)); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
-			// Decide without a pod stops at the same place.
-			if diff := cmp.Diff(tc.want, Decide(tc.args, cfg, nil)); diff != "" {
-				t.Errorf("Decide(nil pod) (-want +got):\n%s", diff)
+			// PlanFor without a pod stops at the same place.
+			pp, err := PlanFor(tc.args, cfg, nil, nil)
+			if err != nil || pp.Plan != nil {
+				t.Errorf("PlanFor(nil pod) = plan %v, error %v; want only a decision", pp.Plan, err)
+			}
+			if diff := cmp.Diff(tc.want, pp.Decision); diff != "" {
+				t.Errorf("PlanFor(nil pod) (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -196,7 +200,8 @@ func TestDecideWithPod(t *testing.T) {
 			RuleInjectDisabled, `skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(webArgs, testConfig(), tc.pod)
+			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, nil)
+			got := pp.Decision
 			wantVerdict := Skip
 			if tc.rule == RuleSidecar {
 				wantVerdict = Redirect
@@ -210,8 +215,8 @@ func TestDecideWithPod(t *testing.T) {
 
 func TestDecideNeverLooksAtThePodWhenArgsDecide(t *testing.T) {
 	// A pod that would redirect does not override an excluded namespace.
-	got := Decide(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod())
-	if got.Rule != RuleNamespaceExcluded {
+	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), nil)
+	if got := pp.Decision; got.Rule != RuleNamespaceExcluded || pp.Plan != nil {
 		t.Errorf("rule = %s, want %s", got.Rule, RuleNamespaceExcluded)
 	}
 }

@@ -1,6 +1,8 @@
-// Package plugin holds the istio-cni CNI plugin's pure logic: its configuration
-// (Istio's current and legacy formats, decoded, defaulted and validated), the pod
-// selection in Istio's order (Decide), and the capture spec built from a selected
-// pod (SpecFromPod). Nothing here touches the network, execs or calls the API
-// server; the command wires these to the runtime, the API client and a backend.
+// Package plugin is the istio-cni CNI plugin: its configuration (Istio's current
+// and legacy formats, decoded, defaulted and validated), the commands ADD, CHECK,
+// DEL, STATUS, GC and VERSION, and PlanFor, the one path from a pod to its rules
+// (the selection in Istio's order, the capture spec from the pod's annotations and
+// proxy container, and the plan built from it) that repair and the doctor call too.
+// The pure parts (config, selection, spec) touch neither the network nor the API
+// server; the commands wire them to the runtime, the API client and a backend.
 package plugin

@@ -76,20 +76,17 @@ func TestGoldenDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := PodArgs{Name: pod.Metadata.Name, Namespace: pod.Metadata.Namespace, UID: pod.Metadata.UID}
-			got := goldenDecision{Pod: pod.Key(), Decision: Decide(args, cfg, pod)}
+			pp, err := PlanFor(ArgsFor(pod), cfg, pod, nil)
+			got := goldenDecision{Pod: pod.Key(), Decision: pp.Decision}
 			if want, ok := goldenRules[name]; !ok {
 				t.Errorf("pod %s has no expected rule in goldenRules", name)
 			} else if got.Decision.Rule != want {
 				t.Errorf("rule = %s, want %s (%s)", got.Decision.Rule, want, got.Decision.Reason)
 			}
-			if got.Decision.Verdict == Redirect {
-				spec, err := SpecFromPod(pod, cfg, nil)
-				if err != nil {
-					got.Error = err.Error()
-				} else {
-					got.Spec = &goldenSpec{Mode: spec.Mode.String(), Spec: spec}
-				}
+			if err != nil {
+				got.Error = err.Error()
+			} else if pp.Spec != nil {
+				got.Spec = &goldenSpec{Mode: pp.Spec.Mode.String(), Spec: *pp.Spec}
 			}
 			out, err := json.MarshalIndent(got, "", "  ")
 			if err != nil {

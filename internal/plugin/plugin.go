@@ -183,8 +183,9 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
 	}
 	l.Logger = l.With("pod", podArgs.Key())
-	if d := DecideBeforeLookup(podArgs, cfg); d.Verdict != Lookup {
-		return d, nil, podArgs, nil
+	pp, _ := PlanFor(podArgs, cfg, nil, ips)
+	if pp.Decision.Verdict != Lookup {
+		return pp.Decision, nil, podArgs, nil
 	}
 	lookupStart := time.Now()
 	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
@@ -192,20 +193,12 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		return Decision{}, nil, podArgs, err
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
-	d := DecideWithPod(cfg, pod)
-	if d.Verdict != Redirect {
-		return d, nil, podArgs, nil
-	}
-	l.Debug("pod selected for redirection", "prevResultIPs", ips, "podIPs", pod.IPs())
-	spec, err := SpecFromPod(pod, cfg, ips)
+	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
+	pp, err = PlanFor(podArgs, cfg, pod, ips)
 	if err != nil {
-		return d, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
+		return pp.Decision, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
 	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		return d, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, fmt.Errorf("pod %s: %w", podArgs.Key(), err))
-	}
-	return d, plan, podArgs, nil
+	return pp.Decision, pp.Plan, podArgs, nil
 }
 
 // lookup gets the pod, retrying within the configured budget: right after creation a

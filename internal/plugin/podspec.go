@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,61 +40,54 @@ const (
 	defaultOutboundIPRanges     = "*"
 	defaultExcludeInboundPorts  = "15020"
 	defaultExcludeOutboundPorts = "15020"
-	// alwaysExcludedInboundPorts are added to any excludeInboundPorts: the agent's
-	// status, health and Prometheus ports.
-	alwaysExcludedInboundPorts = "15020,15021,15090"
 )
 
-// SpecFromPod builds the capture spec of a pod that Decide selected for redirection,
-// as Istio's plugin does: the traffic annotations with Istio's CNI defaults, the
-// istio-proxy container's environment and identity, and IPv6 from the pod's
-// addresses. podIPs are the sandbox's addresses (the previous plugin's result);
-// when empty, the pod's status addresses are used. The node's extra_bypass_uids are
-// added to the proxy's uids. Every error names the pod, the annotation and the value.
-func SpecFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec, error) {
+// alwaysExcludedInboundPorts are added to any excludeInboundPorts: the agent's status,
+// health and Prometheus ports.
+var alwaysExcludedInboundPorts = []uint16{15020, 15021, 15090}
+
+// annotationFields are the traffic annotations in the order they are read, each with
+// the capture field it sets and Istio's CNI default when it is absent ("" and absent
+// leave the field as redirect.DefaultSpec has it).
+var annotationFields = []struct {
+	key   string
+	field redirect.Field
+	def   string
+}{
+	{AnnotationInterceptionMode, redirect.FieldMode, ""},
+	{AnnotationIncludeOutboundIPRanges, redirect.FieldOutboundCIDRs, defaultOutboundIPRanges},
+	{AnnotationExcludeOutboundIPRanges, redirect.FieldOutboundCIDRsExclude, ""},
+	{AnnotationIncludeInboundPorts, redirect.FieldInboundPorts, defaultInboundPorts},
+	{AnnotationExcludeInboundPorts, redirect.FieldInboundPortsExclude, defaultExcludeInboundPorts},
+	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, ""},
+	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts},
+	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, ""},
+}
+
+// specFromPod builds the capture spec of a pod selected for redirection, as Istio's
+// plugin does: the traffic annotations with Istio's CNI defaults, the istio-proxy
+// container's environment and identity, and IPv6 from the sandbox's addresses (see
+// PlanFor). The node's extra_bypass_uids are added to the proxy's uids. Each
+// annotation is parsed once, straight into the spec; every error names the pod, the
+// annotation and the value.
+func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec, error) {
 	ann := pod.Metadata.Annotations
-	get := func(key, def string) string {
-		if v, ok := ann[key]; ok {
-			return v
-		}
-		return def
-	}
+	spec := redirect.DefaultSpec()
 	var errs []error
-	check := func(key string, err error) {
-		if err != nil {
+	set := func(key string, f redirect.Field, v string) {
+		if err := spec.Set(f, v); err != nil {
 			errs = append(errs, fmt.Errorf("annotation %s: %w", key, err))
 		}
 	}
-	// Each annotation is checked with the parser Options.Spec uses, so that an error
-	// names the annotation rather than the option it feeds.
-	mode := get(AnnotationInterceptionMode, "REDIRECT")
-	_, err := redirect.ParseMode(mode)
-	check(AnnotationInterceptionMode, err)
-	includeCIDRs := get(AnnotationIncludeOutboundIPRanges, defaultOutboundIPRanges)
-	_, err = redirect.ParsePrefixSet(includeCIDRs)
-	check(AnnotationIncludeOutboundIPRanges, err)
-	excludeCIDRs := get(AnnotationExcludeOutboundIPRanges, "")
-	if strings.TrimSpace(excludeCIDRs) == "*" {
-		check(AnnotationExcludeOutboundIPRanges, errors.New(`"*" is not allowed: it would exclude everything`))
-	} else {
-		_, err = redirect.ParsePrefixList(excludeCIDRs)
-		check(AnnotationExcludeOutboundIPRanges, err)
+	for _, a := range annotationFields {
+		v, ok := ann[a.key]
+		if !ok {
+			v = a.def
+		}
+		if v != "" {
+			set(a.key, a.field, v)
+		}
 	}
-	inboundPorts := get(AnnotationIncludeInboundPorts, defaultInboundPorts)
-	_, err = redirect.ParsePortSet(inboundPorts)
-	check(AnnotationIncludeInboundPorts, err)
-	excludeInbound := get(AnnotationExcludeInboundPorts, defaultExcludeInboundPorts)
-	_, err = redirect.ParsePortList(excludeInbound)
-	check(AnnotationExcludeInboundPorts, err)
-	outboundPorts := get(AnnotationIncludeOutboundPorts, "")
-	_, err = redirect.ParsePortList(outboundPorts)
-	check(AnnotationIncludeOutboundPorts, err)
-	excludeOutbound := get(AnnotationExcludeOutboundPorts, defaultExcludeOutboundPorts)
-	_, err = redirect.ParsePortList(excludeOutbound)
-	check(AnnotationExcludeOutboundPorts, err)
-	excludeIfaces := get(AnnotationExcludeInterfaces, "")
-	_, err = redirect.ParseInterfaceList(excludeIfaces)
-	check(AnnotationExcludeInterfaces, err)
 	// The current annotation wins when present, even empty; the deprecated one is
 	// read only in its absence.
 	virtKey := AnnotationRerouteVirtualInterfaces
@@ -102,46 +96,35 @@ func SpecFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 		virtKey = AnnotationKubevirtInterfaces
 		virtIfaces = ann[virtKey]
 	}
-	_, err = redirect.ParseInterfaceList(virtIfaces)
-	check(virtKey, err)
+	set(virtKey, redirect.FieldRerouteVirtualInterfaces, virtIfaces)
 	if err := errors.Join(errs...); err != nil {
 		return redirect.Spec{}, podError(pod, err)
+	}
+	for _, p := range alwaysExcludedInboundPorts {
+		if !slices.Contains(spec.InboundPortsExclude, p) {
+			spec.InboundPortsExclude = append(spec.InboundPortsExclude, p)
+		}
 	}
 
 	proxy, _, _ := pod.Container(ContainerIstioProxy)
 	uid, gid := ProxyIdentity(pod, proxy)
-	uids := []string{strconv.FormatUint(uint64(uid), 10)}
+	spec.ProxyUIDs = []uint32{uid}
 	for _, extra := range cfg.ExtraBypassUIDs {
-		if extra != uid {
-			uids = append(uids, strconv.FormatUint(uint64(extra), 10))
+		if !slices.Contains(spec.ProxyUIDs, extra) {
+			spec.ProxyUIDs = append(spec.ProxyUIDs, extra)
 		}
 	}
+	spec.ProxyGIDs = []uint32{gid}
+	// The plugin runs on the host and cannot read the pod's resolv.conf, so with DNS
+	// capture it captures every query, as Istio's plugin does.
 	dnsCapture := envBool(proxy, EnvDNSCapture)
-	dualStack := envBool(proxy, EnvDualStack)
+	spec.DNS.Enabled, spec.DNS.CaptureAll = dnsCapture, dnsCapture
+	spec.DropInvalid = envBool(proxy, EnvInvalidDrop)
 	if len(podIPs) == 0 {
 		podIPs = pod.IPs()
 	}
-	opts := redirect.Options{
-		InboundInterceptionMode:  mode,
-		ProxyUID:                 strings.Join(uids, ","),
-		ProxyGID:                 strconv.FormatUint(uint64(gid), 10),
-		InboundPortsInclude:      inboundPorts,
-		InboundPortsExclude:      appendPorts(excludeInbound, alwaysExcludedInboundPorts),
-		OutboundIPRangesInclude:  includeCIDRs,
-		OutboundIPRangesExclude:  excludeCIDRs,
-		OutboundPortsInclude:     outboundPorts,
-		OutboundPortsExclude:     excludeOutbound,
-		ExcludeInterfaces:        excludeIfaces,
-		RerouteVirtualInterfaces: virtIfaces,
-		// The plugin runs on the host and cannot read the pod's resolv.conf, so with
-		// DNS capture it captures every query, as Istio's plugin does.
-		RedirectDNS:   dnsCapture,
-		CaptureAllDNS: dnsCapture,
-		DropInvalid:   envBool(proxy, EnvInvalidDrop),
-		EnableIPv6:    captureIPv6(podIPs, dualStack),
-	}
-	spec, err := opts.Spec()
-	if err != nil {
+	_, spec.IPv6, _ = redirect.PodAddress(podIPs, envBool(proxy, EnvDualStack))
+	if err := spec.Validate(); err != nil {
 		return redirect.Spec{}, podError(pod, err)
 	}
 	return spec, nil
@@ -180,20 +163,4 @@ func envBool(c kube.Container, name string) bool {
 	}
 	b, err := strconv.ParseBool(v)
 	return err == nil && b
-}
-
-// appendPorts appends extra to a port list, dropping duplicates later.
-func appendPorts(list, extra string) string {
-	list = strings.TrimRight(strings.TrimSpace(list), ",")
-	if list == "" {
-		return extra
-	}
-	return list + "," + extra
-}
-
-// captureIPv6 decides IPv6 capture from the sandbox's addresses with the rule
-// istio-iptables applies inside the pod (see redirect.PodAddress).
-func captureIPv6(addrs []netip.Addr, dualStack bool) bool {
-	_, ipv6, _ := redirect.PodAddress(addrs, dualStack)
-	return ipv6
 }

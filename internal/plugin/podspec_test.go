@@ -144,7 +144,7 @@ func TestSpecFromPod(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(cfg)
 			}
-			got, err := SpecFromPod(tc.pod, cfg, tc.podIPs)
+			got, err := specFromPod(tc.pod, cfg, tc.podIPs)
 			if err != nil {
 				t.Fatalf("SpecFromPod: %v", err)
 			}
@@ -197,7 +197,7 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 				`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "x" is not a port (1-65535)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := SpecFromPod(tc.pod, testConfig(), nil)
+			_, err := specFromPod(tc.pod, testConfig(), nil)
 			if err == nil {
 				t.Fatalf("SpecFromPod succeeded, want %s", tc.want)
 			}

@@ -2,9 +2,12 @@ package redirect
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -17,37 +20,65 @@ import (
 // Istio's sidecar injector excludes the agent's and Envoy's own inbound ports.
 const sidecarInboundExclude = "15090,15021,15020"
 
+// settings are capture fields in Istio's string forms, for the tables of this
+// package's tests (test/harness/specs has the same for other packages, which this
+// package's tests cannot import).
+type settings map[Field]string
+
+// Spec applies the settings in field order onto DefaultSpec, through Set, and
+// validates. As in Istio, the proxy gids default to the proxy uids.
+func (s settings) Spec() (Spec, error) {
+	spec := DefaultSpec()
+	var errs []error
+	for _, f := range Fields() {
+		if v, ok := s[f]; ok {
+			if err := spec.Set(f, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			}
+		}
+	}
+	if _, uids := s[FieldProxyUIDs]; uids {
+		if _, gids := s[FieldProxyGIDs]; !gids && len(errs) == 0 {
+			spec.ProxyGIDs = slices.Clone(spec.ProxyUIDs)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Spec{}, err
+	}
+	return spec, spec.Validate()
+}
+
 // specCases are the named captures that the tracer tests and the golden plans share.
 // Options are Istio's strings, so every case also goes through the parsers.
 var specCases = []struct {
 	name string
-	opts Options
+	opts settings
 }{
-	{"empty", Options{}},
-	{"sidecar", Options{InboundPortsInclude: "*", InboundPortsExclude: sidecarInboundExclude, OutboundIPRangesInclude: "*"}},
-	{"sidecar-ipv6", Options{InboundPortsInclude: "*", InboundPortsExclude: sidecarInboundExclude, OutboundIPRangesInclude: "*", EnableIPv6: true}},
-	{"custom-ports", Options{ProxyPort: "15101", InboundCapturePort: "15106", InboundTunnelPort: "15108", InboundPortsInclude: "*", OutboundIPRangesInclude: "*"}},
-	{"inbound-ports", Options{InboundPortsInclude: "8080, 9090,"}},
-	{"outbound-cidr-include", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "10.96.0.1/12"}},
-	{"outbound-exclude", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", OutboundIPRangesExclude: "10.0.0.0/24,169.254.169.254", OutboundPortsExclude: "6379"}},
-	{"outbound-ports-include", Options{OutboundPortsInclude: "3306,5432"}},
-	{"exclude-interface", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", ExcludeInterfaces: "net1"}},
-	{"kubevirt", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RerouteVirtualInterfaces: "eth1"}},
-	{"kubevirt-cidr", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "10.0.0.0/8", RerouteVirtualInterfaces: "eth1"}},
-	{"dns", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RedirectDNS: true, DNSServers: []string{"10.96.0.10"}}},
-	{"dns-capture-all", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RedirectDNS: true, CaptureAllDNS: true}},
-	{"dns-ipv6", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RedirectDNS: true, DNSServers: []string{"10.96.0.10", "fd00:10:96::a"}, EnableIPv6: true}},
-	{"dns-no-servers", Options{OutboundIPRangesInclude: "*", RedirectDNS: true}},
-	{"owner-groups-include", Options{OutboundIPRangesInclude: "*", OwnerGroupsInclude: "java,202"}},
-	{"owner-groups-exclude", Options{OutboundIPRangesInclude: "*", OwnerGroupsExclude: "888,ftp"}},
-	{"multi-uid", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", ProxyUID: "3,4", ProxyGID: "1,2", RedirectDNS: true, DNSServers: []string{"10.96.0.10"}}},
-	{"loopback-include", Options{OutboundIPRangesInclude: "127.1.2.3/32"}},
-	{"host-loopback-cidr", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", HostIPv4LoopbackCidr: "127.0.0.1/8"}},
-	{"tproxy", Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", InboundPortsExclude: sidecarInboundExclude, OutboundIPRangesInclude: "*"}},
-	{"tproxy-ports", Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "8080"}},
-	{"tproxy-ipv6", Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*", EnableIPv6: true, ExcludeInterfaces: "net1"}},
-	{"tproxy-kubevirt", Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", OutboundIPRangesInclude: "*", RerouteVirtualInterfaces: "eth1"}},
-	{"drop-invalid", Options{InboundPortsInclude: "*", OutboundIPRangesInclude: "*", DropInvalid: true}},
+	{"empty", settings{}},
+	{"sidecar", settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
+	{"sidecar-ipv6", settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*", FieldIPv6: "true"}},
+	{"custom-ports", settings{FieldProxyPort: "15101", FieldInboundCapturePort: "15106", FieldInboundTunnelPort: "15108", FieldInboundPorts: "*", FieldOutboundCIDRs: "*"}},
+	{"inbound-ports", settings{FieldInboundPorts: "8080, 9090,"}},
+	{"outbound-cidr-include", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.96.0.1/12"}},
+	{"outbound-exclude", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldOutboundCIDRsExclude: "10.0.0.0/24,169.254.169.254", FieldOutboundPortsExclude: "6379"}},
+	{"outbound-ports-include", settings{FieldOutboundPorts: "3306,5432"}},
+	{"exclude-interface", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldExcludeInterfaces: "net1"}},
+	{"kubevirt", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"kubevirt-cidr", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.0.0.0/8", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"dns", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
+	{"dns-capture-all", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldCaptureAllDNS: "true"}},
+	{"dns-ipv6", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10,fd00:10:96::a", FieldIPv6: "true"}},
+	{"dns-no-servers", settings{FieldOutboundCIDRs: "*", FieldRedirectDNS: "true"}},
+	{"owner-groups-include", settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsInclude: "java,202"}},
+	{"owner-groups-exclude", settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsExclude: "888,ftp"}},
+	{"multi-uid", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldProxyUIDs: "3,4", FieldProxyGIDs: "1,2", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
+	{"loopback-include", settings{FieldOutboundCIDRs: "127.1.2.3/32"}},
+	{"host-loopback-cidr", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldHostIPv4Loopback: "127.0.0.1/8"}},
+	{"tproxy", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
+	{"tproxy-ports", settings{FieldMode: "TPROXY", FieldInboundPorts: "8080"}},
+	{"tproxy-ipv6", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldIPv6: "true", FieldExcludeInterfaces: "net1"}},
+	{"tproxy-kubevirt", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"drop-invalid", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldDropInvalid: "true"}},
 }
 
 var (

@@ -169,19 +169,20 @@ func FuzzParseInterfaceList(f *testing.F) {
 	})
 }
 
-func FuzzParseGroupFilter(f *testing.F) {
+func FuzzSetOwnerGroups(f *testing.F) {
 	for _, s := range [][2]string{{"", ""}, {"*", ""}, {"java,202", ""}, {"", "888,ftp"}, {"java", "ftp"}, {"a b", ""}, {"", "1java"},
 		{"host$", ""}, {"", "a$b"}, {"*", "*"}, {"4294967296", ""}, {strings.Repeat("g,", 65), ""}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, include, exclude string) {
-		gf, err := ParseGroupFilter(include, exclude)
+		got, err := settings{FieldOwnerGroupsInclude: include, FieldOwnerGroupsExclude: exclude}.Spec()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "owner groups") {
 				t.Errorf("error %q does not name the field", err)
 			}
 			return
 		}
+		gf := got.OwnerGroups
 		if len(gf.Groups) > MaxOwnerGroups {
 			t.Fatalf("accepted %d groups", len(gf.Groups))
 		}
@@ -209,7 +210,7 @@ func FuzzParseGroupFilter(f *testing.F) {
 	})
 }
 
-func FuzzOptionsSpec(f *testing.F) {
+func FuzzSettingsSpec(f *testing.F) {
 	type seed struct {
 		inPorts, inExclude, outCIDRs, outExclude, outPorts, outPortsExclude, ifaces, reroute, groupsIn, groupsEx, uid, gid, mode, loopback, dns string
 		flags                                                                                                                                   uint8
@@ -227,17 +228,21 @@ func FuzzOptionsSpec(f *testing.F) {
 		f.Add(s.inPorts, s.inExclude, s.outCIDRs, s.outExclude, s.outPorts, s.outPortsExclude, s.ifaces, s.reroute, s.groupsIn, s.groupsEx, s.uid, s.gid, s.mode, s.loopback, s.dns, s.flags)
 	}
 	f.Fuzz(func(t *testing.T, inPorts, inExclude, outCIDRs, outExclude, outPorts, outPortsExclude, ifaces, reroute, groupsIn, groupsEx, uid, gid, mode, loopback, dns string, flags uint8) {
-		o := Options{
-			InboundPortsInclude: inPorts, InboundPortsExclude: inExclude,
-			OutboundIPRangesInclude: outCIDRs, OutboundIPRangesExclude: outExclude,
-			OutboundPortsInclude: outPorts, OutboundPortsExclude: outPortsExclude,
-			ExcludeInterfaces: ifaces, RerouteVirtualInterfaces: reroute,
-			OwnerGroupsInclude: groupsIn, OwnerGroupsExclude: groupsEx,
-			ProxyUID: uid, ProxyGID: gid, InboundInterceptionMode: mode, HostIPv4LoopbackCidr: loopback,
-			RedirectDNS: flags&1 != 0, CaptureAllDNS: flags&2 != 0, DropInvalid: flags&4 != 0, EnableIPv6: flags&8 != 0,
+		bit := func(b uint8) string { return strconv.FormatBool(flags&b != 0) }
+		o := settings{
+			FieldInboundPorts: inPorts, FieldInboundPortsExclude: inExclude,
+			FieldOutboundCIDRs: outCIDRs, FieldOutboundCIDRsExclude: outExclude,
+			FieldOutboundPorts: outPorts, FieldOutboundPortsExclude: outPortsExclude,
+			FieldExcludeInterfaces: ifaces, FieldRerouteVirtualInterfaces: reroute,
+			FieldOwnerGroupsInclude: groupsIn, FieldOwnerGroupsExclude: groupsEx,
+			FieldProxyUIDs: uid, FieldProxyGIDs: gid, FieldMode: mode, FieldHostIPv4Loopback: loopback,
+			FieldRedirectDNS: bit(1), FieldCaptureAllDNS: bit(2), FieldDropInvalid: bit(4), FieldIPv6: bit(8),
 		}
-		if dns != "" {
-			o.DNSServers = strings.Split(dns, ",")
+		o[FieldDNSServers] = dns
+		for f, v := range o {
+			if v == "" {
+				delete(o, f) // unset, as an empty flag or annotation is
+			}
 		}
 		s, err := o.Spec()
 		if err != nil {

@@ -206,34 +206,18 @@ func ValidateGroup(g string) error {
 	return nil
 }
 
-// ParseGroupFilter parses Istio's ISTIO_OUTBOUND_OWNER_GROUPS (include, default "*")
-// and ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE. Setting both is an error.
-func ParseGroupFilter(include, exclude string) (GroupFilter, error) {
-	include, exclude = strings.TrimSpace(include), strings.TrimSpace(exclude)
-	if include == "" {
-		include = "*"
+// ParseGroupList parses a comma-separated list of groups, at most MaxOwnerGroups.
+func ParseGroupList(s string) ([]string, error) {
+	groups := splitList(s)
+	if len(groups) > MaxOwnerGroups {
+		return nil, fmt.Errorf("%d groups given, at most %d are supported", len(groups), MaxOwnerGroups)
 	}
-	parse := func(field, s string) ([]string, error) {
-		groups := splitList(s)
-		if len(groups) > MaxOwnerGroups {
-			return nil, fmt.Errorf("%s: %d groups given, at most %d are supported", field, len(groups), MaxOwnerGroups)
+	for _, g := range groups {
+		if err := ValidateGroup(g); err != nil {
+			return nil, err
 		}
-		for _, g := range groups {
-			if err := ValidateGroup(g); err != nil {
-				return nil, fmt.Errorf("%s: %w", field, err)
-			}
-		}
-		return groups, nil
 	}
-	if include != "*" {
-		if exclude != "" {
-			return GroupFilter{}, fmt.Errorf("owner groups: include %q and exclude %q cannot both be set", include, exclude)
-		}
-		groups, err := parse("owner groups include", include)
-		return GroupFilter{Groups: groups}, err
-	}
-	groups, err := parse("owner groups exclude", exclude)
-	return GroupFilter{Except: true, Groups: groups}, err
+	return groups, nil
 }
 
 // ParseMode parses an interception mode. Empty means REDIRECT, as in Istio.
@@ -260,9 +244,9 @@ func ParseAddrList(items []string) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// parseLoopback parses the IPv4 loopback CIDR. Unlike other CIDRs it is kept as given
-// (Istio writes "127.0.0.1/8" into its rules as is).
-func parseLoopback(s string) (netip.Prefix, error) {
+// ParseLoopbackCIDR parses the IPv4 loopback CIDR. Unlike other CIDRs it is kept as
+// given (Istio writes "127.0.0.1/8" into its rules as is).
+func ParseLoopbackCIDR(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(strings.TrimSpace(s))
 	if err != nil || !p.Addr().Is4() || !p.Addr().IsLoopback() || p.Bits() < 8 {
 		return netip.Prefix{}, fmt.Errorf("%q is not an IPv4 loopback CIDR within 127.0.0.0/8", s)

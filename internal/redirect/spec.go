@@ -40,8 +40,8 @@ type PrefixSet struct {
 	Prefixes []netip.Prefix
 }
 
-// GroupFilter selects outbound traffic by the sending process's group. The zero value
-// captures every group.
+// GroupFilter selects outbound traffic by the sending process's group. An empty filter
+// captures every group; DefaultSpec spells that {Except: true} (no group excepted).
 type GroupFilter struct {
 	// Except: when true, Groups are the groups NOT captured; when false and Groups is
 	// non-empty, only Groups are captured.
@@ -133,6 +133,7 @@ func DefaultSpec() Spec {
 		TProxyMark:         DefaultTProxyMark,
 		TProxyRouteTable:   DefaultTProxyRouteTable,
 		HostIPv4Loopback:   netip.MustParsePrefix("127.0.0.1/32"),
+		OwnerGroups:        GroupFilter{Except: true}, // every group
 	}
 }
 

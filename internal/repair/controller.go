@@ -60,9 +60,8 @@ type Deps struct {
 }
 
 // InPlace is the plugin's programming path, as the node's plugin is configured:
-// the same selection (plugin.Decide), spec (plugin.SpecFromPod), builder
-// (redirect.Build) and apply (capture.Apply) as a CNI ADD, so a repaired pod gets
-// exactly the rules the plugin would have given it.
+// the same pod-to-rules function (plugin.PlanFor) and apply (capture.Apply) as a
+// CNI ADD, so a repaired pod gets exactly the rules the plugin would have given it.
 type InPlace struct {
 	// Plugin is the node's plugin config (the one the agent installs).
 	Plugin *plugin.Config

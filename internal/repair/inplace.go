@@ -16,7 +16,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // repairInPlace programs the capture into the running pod's network namespace.
@@ -44,22 +43,16 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	if err != nil {
 		return false, "", err
 	}
-	cfg := c.inPlace.Plugin
-	args := plugin.PodArgs{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID)}
-	if d := plugin.Decide(args, cfg, kp); d.Verdict != plugin.Redirect {
-		c.metrics.count(ActionRepair, ResultSkip)
-		return false, "the plugin would not capture it (" + d.Reason + ")", nil
-	}
-	spec, err := plugin.SpecFromPod(kp, cfg, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(kp), c.inPlace.Plugin, kp, nil)
 	if err != nil {
 		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "its capture cannot be built: " + err.Error(), nil
 	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
+	if pp.Decision.Verdict != plugin.Redirect {
 		c.metrics.count(ActionRepair, ResultSkip)
-		return false, "its capture cannot be built: " + err.Error(), nil
+		return false, "the plugin would not capture it (" + pp.Decision.Reason + ")", nil
 	}
+	plan := pp.Plan
 
 	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()

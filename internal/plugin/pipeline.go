@@ -1,0 +1,58 @@
+package plugin
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// PodPlan is what the plugin does with one pod: the decision and, for a pod it
+// redirects, the validated capture spec and the rules built from it.
+type PodPlan struct {
+	Decision Decision
+	// Spec and Plan are set only when Decision.Verdict is Redirect and the capture
+	// could be built.
+	Spec *redirect.Spec
+	Plan *redirect.Plan
+}
+
+// PlanFor is the one path from a pod to its rules: selection, pod to spec, spec to
+// plan. ADD, CHECK, repair in place and the doctor's explain, inspect and probe all
+// call it, so none of them can disagree with another about a pod.
+//
+// pod may be nil when the caller has not looked it up: the plan then holds only a
+// decision that needs no lookup (Skip), or Lookup. addrs are the addresses the pod's
+// network namespace holds (the previous plugin's result, or read from the namespace);
+// when empty, the pod's status addresses are used. They decide IPv6 capture.
+//
+// An error means the pod needs redirection and its capture cannot be built (a bad
+// annotation, for example); it names the pod, the annotation and the value, and the
+// returned plan still carries the decision.
+func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, addrs []netip.Addr) (PodPlan, error) {
+	d := decideBeforeLookup(args, cfg)
+	if d.Verdict != Lookup || pod == nil {
+		return PodPlan{Decision: d}, nil
+	}
+	pp := PodPlan{Decision: decideWithPod(pod)}
+	if pp.Decision.Verdict != Redirect {
+		return pp, nil
+	}
+	spec, err := specFromPod(pod, cfg, addrs)
+	if err != nil {
+		return pp, err
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		return pp, fmt.Errorf("pod %s: %w", pod.Key(), err)
+	}
+	pp.Spec, pp.Plan = &spec, plan
+	return pp, nil
+}
+
+// ArgsFor are the CNI arguments a runtime passes for pod's sandbox, for the paths
+// that start from a pod rather than from a CNI call (repair, the doctor).
+func ArgsFor(pod *kube.Pod) PodArgs {
+	return PodArgs{Name: pod.Metadata.Name, Namespace: pod.Metadata.Namespace, UID: pod.Metadata.UID}
+}
