@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
@@ -112,7 +111,7 @@ var trafficCases = []struct {
 	},
 }
 
-// backends returns every backend under test, by name.
+// backends returns every backend under test (backendFactories), by name.
 func backends(t *testing.T) map[string]capture.Backend {
 	t.Helper()
 	out := map[string]capture.Backend{}
@@ -124,17 +123,6 @@ func backends(t *testing.T) map[string]capture.Backend {
 		out[name] = b
 	}
 	return out
-}
-
-var (
-	factoriesMu      sync.Mutex
-	backendFactories = map[string]func(t *testing.T) (capture.Backend, error){}
-)
-
-func registerBackend(name string, mk func(t *testing.T) (capture.Backend, error)) {
-	factoriesMu.Lock()
-	defer factoriesMu.Unlock()
-	backendFactories[name] = mk
 }
 
 // TestRealTrafficLandsWhereThePlanSays applies each case with each backend in a real

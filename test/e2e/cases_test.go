@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/google/go-cmp/cmp"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -489,12 +491,37 @@ func TestVersionAdvertisesExactlyTheTestedSpecVersions(t *testing.T) {
 	}
 }
 
-// TestGCSucceeds: CNI 1.1's GC runs through the chain.
-func TestGCSucceeds(t *testing.T) {
+// TestGCRemovesOnlyStaleLockFiles: CNI 1.1's GC runs through the chain and removes
+// the per-namespace xtables lock files older than an hour, and nothing else.
+func TestGCRemovesOnlyStaleLockFiles(t *testing.T) {
 	n := newNode(t, shared)
+	dir := filepath.Join(n.runDir, "xtables")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh, other := filepath.Join(dir, "xtables-stale.lock"), filepath.Join(dir, "xtables-fresh.lock"), filepath.Join(dir, "keep-me")
+	for _, f := range []string{stale, fresh, other} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, f := range []string{stale, other} {
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 	list := n.chain(n.istioEntry(nil))
 	if err := netns.Do(n.ns, func() error { return n.cni.GCNetworkList(t.Context(), list, &libcni.GCArgs{}) }); err != nil {
-		t.Errorf("GC: %v", err)
+		t.Fatalf("GC: %v", err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("GC left the stale lock file %s (stat: %v)", stale, err)
+	}
+	for _, f := range []string{fresh, other} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("GC removed %s, which it must keep: %v", f, err)
+		}
 	}
 }
 
