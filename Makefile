@@ -37,7 +37,7 @@ test-node: prereqs
 
 # test-unit runs only the tests that need neither root nor a kernel.
 test-unit:
-	$(GO) test -count=1 -run 'Conform|Parse|Plan|Trace|Options|Render|Golden|Invariant' ./internal/...
+	$(GO) test -count=1 -run 'Conform|Parse|Plan|Trace|Options|Render|Golden|Invariant' ./internal/... ./test/harness/trace/
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
 BENCHTIME ?= 50x

@@ -1,4 +1,4 @@
-package redirect
+package trace
 
 import (
 	"errors"
@@ -7,11 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-)
 
-// The tracer answers "where does this packet land?" for a plan, by walking the plan's
-// final chains the way netfilter does. Tests use it to check what a plan MEANS rather
-// than how it is spelled, and people use Verdict.String to debug a capture.
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
 
 // Direction says which netfilter hook a packet traverses.
 type Direction uint8
@@ -34,16 +32,16 @@ func (d Direction) String() string {
 }
 
 // CTNew is the conntrack state of a connection's first packet, and a Packet's default.
-const CTNew CTState = "NEW"
+const CTNew redirect.CTState = "NEW"
 
 // Packet is what the tracer sends through a plan.
 type Packet struct {
 	// Family selects the plan's family; zero means the family of Dst.
-	Family    Family
+	Family    redirect.Family
 	Direction Direction
 	Src, Dst  netip.Addr
 	// Proto is the layer 4 protocol; port matches need TCP or UDP.
-	Proto            Protocol
+	Proto            redirect.Protocol
 	SrcPort, DstPort uint16
 
 	// The sending socket's credentials, seen by owner matches (outbound only).
@@ -67,7 +65,7 @@ type Packet struct {
 
 	Mark, ConnMark uint32
 	// CTState is the conntrack state; empty means NEW.
-	CTState CTState
+	CTState redirect.CTState
 }
 
 func (p Packet) String() string {
@@ -146,11 +144,11 @@ type Verdict struct {
 
 // Step is one matched rule (Index > 0) or one note (Index 0) of a trace.
 type Step struct {
-	Table Table
+	Table redirect.Table
 	Chain string
 	// Index is the 1-based position of Rule in the chain's final rules.
 	Index int
-	Rule  Rule
+	Rule  redirect.Rule
 	Note  string
 }
 
@@ -177,35 +175,35 @@ func (v Verdict) String() string {
 
 // Netfilter's order of our tables on each hook: raw (-300), mangle (-150), nat (-100),
 // filter (0). The filter table has no PREROUTING chain.
-var hookTables = map[Direction][]Table{
-	Inbound:  {TableRaw, TableMangle, TableNAT},
-	Outbound: {TableRaw, TableMangle, TableNAT, TableFilter},
+var hookTables = map[Direction][]redirect.Table{
+	Inbound:  {redirect.TableRaw, redirect.TableMangle, redirect.TableNAT},
+	Outbound: {redirect.TableRaw, redirect.TableMangle, redirect.TableNAT, redirect.TableFilter},
 }
 
 // maxJumpDepth bounds nested jumps; iptables itself refuses loops.
 const maxJumpDepth = 64
 
-// Trace sends pkt through the plan's hook for its direction and reports where it lands.
+// Trace sends pkt through plan's hook for its direction and reports where it lands.
 // It models what the kernel does, not only the rules: the nat table sees only a
 // connection's first packet, a CT target does nothing once the packet has conntrack,
 // and owner matches see only the socket's fsuid and fsgid. It does not model the
 // re-routing that a changed mark or address causes after the hook.
 // It fails on a malformed packet and on a plan the kernel would not load.
-func (p *Plan) Trace(pkt Packet) (Verdict, error) {
+func Trace(plan *redirect.Plan, pkt Packet) (Verdict, error) {
 	pkt, err := pkt.normalize()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("trace %s: %w", pkt, err)
 	}
 	t := &tracer{pkt: pkt, mark: pkt.Mark, connMark: pkt.ConnMark, v: Verdict{Action: Passed}}
 	t.ctAttached = pkt.loopedBack()
-	hook := ChainOutput
+	hook := redirect.ChainOutput
 	if pkt.Direction == Inbound {
-		hook = ChainPrerouting
+		hook = redirect.ChainPrerouting
 	}
 	t.hook = hook
-	if fp := p.Family(pkt.Family); fp != nil {
+	if fp := plan.Family(pkt.Family); fp != nil {
 		if pkt.Direction == Inbound {
-			if tp := fp.Table(TableFilter); tp != nil && slices.ContainsFunc(tp.Rules, func(r Rule) bool { return r.Chain == ChainPrerouting }) {
+			if tp := fp.Table(redirect.TableFilter); tp != nil && slices.ContainsFunc(tp.Rules, func(r redirect.Rule) bool { return r.Chain == redirect.ChainPrerouting }) {
 				return Verdict{}, fmt.Errorf("trace %s: filter table has rules in PREROUTING, a chain it does not have", pkt)
 			}
 		}
@@ -214,7 +212,7 @@ func (p *Plan) Trace(pkt Packet) (Verdict, error) {
 			if tp == nil {
 				continue
 			}
-			if table == TableNAT {
+			if table == redirect.TableNAT {
 				if skip := t.natSkipped(); skip != "" {
 					t.note(table, hook, skip)
 					continue
@@ -244,18 +242,18 @@ func (p Packet) normalize() (Packet, error) {
 		return p, errors.New("source and destination addresses are required")
 	}
 	if p.Family == 0 {
-		p.Family = IPv4
+		p.Family = redirect.IPv4
 		if p.Dst.Is6() {
-			p.Family = IPv6
+			p.Family = redirect.IPv6
 		}
 	}
 	for _, a := range []netip.Addr{p.Src, p.Dst} {
 		switch {
 		case a.Zone() != "":
 			return p, fmt.Errorf("address %s has a zone", a)
-		case p.Family == IPv4 && !a.Is4(), p.Family == IPv6 && (!a.Is6() || a.Is4In6()):
+		case p.Family == redirect.IPv4 && !a.Is4(), p.Family == redirect.IPv6 && (!a.Is6() || a.Is4In6()):
 			return p, fmt.Errorf("address %s is not an %s address", a, p.Family)
-		case p.Family != IPv4 && p.Family != IPv6:
+		case p.Family != redirect.IPv4 && p.Family != redirect.IPv6:
 			return p, fmt.Errorf("unknown family %d", p.Family)
 		}
 	}
@@ -265,7 +263,7 @@ func (p Packet) normalize() (Packet, error) {
 	switch p.CTState {
 	case "":
 		p.CTState = CTNew
-	case CTNew, CTEstablished, CTRelated, CTInvalid:
+	case CTNew, redirect.CTEstablished, redirect.CTRelated, redirect.CTInvalid:
 	default:
 		return p, fmt.Errorf("unknown conntrack state %q", p.CTState)
 	}
@@ -287,14 +285,14 @@ type tracer struct {
 	hook           string
 	mark, connMark uint32
 	// table is the table being walked.
-	table Table
+	table redirect.Table
 	// ctAttached is set once the packet has conntrack: from a CT target, or, for a
 	// packet looped back through lo, from its pass through OUTPUT.
 	ctAttached bool
 	v          Verdict
 }
 
-func (t *tracer) note(table Table, chain, note string) {
+func (t *tracer) note(table redirect.Table, chain, note string) {
 	t.v.Trace = append(t.v.Trace, Step{Table: table, Chain: chain, Note: note})
 }
 
@@ -311,7 +309,7 @@ func (t *tracer) natSkipped() string {
 
 // runTable walks one table from the hook's built-in chain. stop reports that the
 // packet left netfilter (dropped).
-func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
+func (t *tracer) runTable(tp *redirect.TablePlan) (stop bool, err error) {
 	chains, err := tp.FinalChains()
 	if err != nil {
 		return false, err
@@ -346,8 +344,8 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 		t.v.Trace = append(t.v.Trace, Step{Table: tp.Table, Chain: chain, Index: next, Rule: r})
 		tg := r.Target
 		switch tg.Kind {
-		case TargetJump:
-			if IsBuiltin(tg.Chain) || !slices.Contains(tp.Chains, tg.Chain) {
+		case redirect.TargetJump:
+			if redirect.IsBuiltin(tg.Chain) || !slices.Contains(tp.Chains, tg.Chain) {
 				return false, fmt.Errorf("chain %s rule %d: jump to %s, which is not a chain of this table", chain, next, tg.Chain)
 			}
 			if len(stack) >= maxJumpDepth {
@@ -355,20 +353,20 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 			}
 			stack = append(stack, frame{chain, next})
 			chain, next = tg.Chain, 0
-		case TargetReturn:
+		case redirect.TargetReturn:
 			if len(stack) == 0 {
 				return false, nil // RETURN from a built-in chain applies its policy: ACCEPT
 			}
 			f := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			chain, next = f.chain, f.next
-		case TargetAccept:
+		case redirect.TargetAccept:
 			return false, nil
-		case TargetDrop:
+		case redirect.TargetDrop:
 			t.v.Action, t.v.Port = Dropped, 0
 			return true, nil
-		case TargetRedirect:
-			if tp.Table != TableNAT {
+		case redirect.TargetRedirect:
+			if tp.Table != redirect.TableNAT {
 				return false, fmt.Errorf("chain %s rule %d: REDIRECT outside the nat table", chain, next)
 			}
 			if t.v.Action == TProxied {
@@ -377,24 +375,24 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 			}
 			t.v.Action, t.v.Port = Redirected, tg.Port
 			return false, nil
-		case TargetTProxy:
-			if tp.Table != TableMangle || t.hook != ChainPrerouting {
+		case redirect.TargetTProxy:
+			if tp.Table != redirect.TableMangle || t.hook != redirect.ChainPrerouting {
 				return false, fmt.Errorf("chain %s rule %d: TPROXY outside mangle PREROUTING", chain, next)
 			}
-			if t.pkt.Proto != TCP && t.pkt.Proto != UDP {
+			if t.pkt.Proto != redirect.TCP && t.pkt.Proto != redirect.UDP {
 				return false, fmt.Errorf("chain %s rule %d: TPROXY of a %s packet", chain, next, t.pkt.Proto)
 			}
 			t.mark = tg.Mark // --tproxy-mark value/0xffffffff
 			t.v.Action, t.v.Port = TProxied, tg.Port
 			return false, nil
-		case TargetSetMark:
+		case redirect.TargetSetMark:
 			t.mark = tg.Mark // --set-mark is --set-xmark value/0xffffffff
-		case TargetSaveMark:
+		case redirect.TargetSaveMark:
 			t.connMark = t.mark
-		case TargetRestoreMark:
+		case redirect.TargetRestoreMark:
 			t.mark = t.connMark
-		case TargetCTZone:
-			if tp.Table != TableRaw {
+		case redirect.TargetCTZone:
+			if tp.Table != redirect.TableRaw {
 				return false, fmt.Errorf("chain %s rule %d: CT outside the raw table", chain, next)
 			}
 			// xt_CT does nothing to a packet that already has conntrack attached:
@@ -411,7 +409,7 @@ func (t *tracer) runTable(tp *TablePlan) (stop bool, err error) {
 }
 
 // matches reports whether every match holds, evaluated in order as the kernel does.
-func (t *tracer) matches(ms []Match) (bool, error) {
+func (t *tracer) matches(ms []redirect.Match) (bool, error) {
 	for _, m := range ms {
 		ok, err := t.match(m)
 		if err != nil || !ok {
@@ -421,44 +419,44 @@ func (t *tracer) matches(ms []Match) (bool, error) {
 	return true, nil
 }
 
-func (t *tracer) match(m Match) (bool, error) {
+func (t *tracer) match(m redirect.Match) (bool, error) {
 	p := t.pkt
 	var hit bool
 	switch m.Kind {
-	case MatchProtocol:
+	case redirect.MatchProtocol:
 		hit = p.Proto == m.Proto
-	case MatchInIface:
+	case redirect.MatchInIface:
 		// Locally generated packets have no input interface.
 		hit = ifaceMatches(m.Iface, p.InIface)
-	case MatchOutIface:
+	case redirect.MatchOutIface:
 		// Before routing, an arriving packet has no output interface.
 		hit = ifaceMatches(m.Iface, p.OutIface)
-	case MatchSource, MatchDest:
+	case redirect.MatchSource, redirect.MatchDest:
 		if !m.Prefix.IsValid() {
 			return false, errors.New("address match without an address")
 		}
-		if m.Prefix.Addr().Is4() != (p.Family == IPv4) {
+		if m.Prefix.Addr().Is4() != (p.Family == redirect.IPv4) {
 			return false, fmt.Errorf("%s address match %s in the %s family", familyOf(m.Prefix.Addr()), m.Prefix, p.Family)
 		}
 		a := p.Dst
-		if m.Kind == MatchSource {
+		if m.Kind == redirect.MatchSource {
 			a = p.Src
 		}
 		hit = m.Prefix.Contains(a)
-	case MatchDestPort, MatchSourcePort:
+	case redirect.MatchDestPort, redirect.MatchSourcePort:
 		if len(m.Ports) == 0 {
 			return false, errors.New("port match with no ports")
 		}
-		if p.Proto != TCP && p.Proto != UDP {
+		if p.Proto != redirect.TCP && p.Proto != redirect.UDP {
 			return false, fmt.Errorf("port match on a %s packet", p.Proto)
 		}
 		port := p.DstPort
-		if m.Kind == MatchSourcePort {
+		if m.Kind == redirect.MatchSourcePort {
 			port = p.SrcPort
 		}
 		hit = slices.Contains(m.Ports, port)
-	case MatchUIDOwner, MatchGIDOwner:
-		if t.hook != ChainOutput {
+	case redirect.MatchUIDOwner, redirect.MatchGIDOwner:
+		if t.hook != redirect.ChainOutput {
 			return false, fmt.Errorf("owner match in %s: xt_owner works only on locally generated packets", t.hook)
 		}
 		if p.NoSocket {
@@ -470,19 +468,19 @@ func (t *tracer) match(m Match) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-	case MatchMark:
+	case redirect.MatchMark:
 		hit = t.mark == m.Mark
-	case MatchConnMark:
+	case redirect.MatchConnMark:
 		hit = t.connMark == m.Mark
-	case MatchCTState:
+	case redirect.MatchCTState:
 		if len(m.CTStates) == 0 {
 			return false, errors.New("conntrack state match with no states")
 		}
 		state := p.CTState
-		if t.table == TableRaw && !p.loopedBack() {
+		if t.table == redirect.TableRaw && !p.loopedBack() {
 			// The raw table runs before conntrack: a packet there has no state yet,
 			// which the conntrack match reports as INVALID.
-			state = CTInvalid
+			state = redirect.CTInvalid
 		}
 		hit = slices.Contains(m.CTStates, state)
 	default:
@@ -491,11 +489,11 @@ func (t *tracer) match(m Match) (bool, error) {
 	return hit != m.Negate, nil
 }
 
-func familyOf(a netip.Addr) Family {
+func familyOf(a netip.Addr) redirect.Family {
 	if a.Is4() {
-		return IPv4
+		return redirect.IPv4
 	}
-	return IPv6
+	return redirect.IPv6
 }
 
 // ifaceMatches is iptables' interface comparison: exact, or a prefix with a '+' suffix.
@@ -512,9 +510,9 @@ func ifaceMatches(pattern, iface string) bool {
 
 // ownerMatches evaluates --uid-owner or --gid-owner (not negated) against the socket's
 // fsuid/fsgid. Ids may be ranges ("1000-2000"); group names compare with GroupName.
-func ownerMatches(m Match, p Packet) (bool, error) {
+func ownerMatches(m redirect.Match, p Packet) (bool, error) {
 	id := p.UID
-	if m.Kind == MatchGIDOwner {
+	if m.Kind == redirect.MatchGIDOwner {
 		id = p.GID
 	}
 	lo, hi, numeric, err := parseOwnerRange(m.Owner)
@@ -524,7 +522,7 @@ func ownerMatches(m Match, p Packet) (bool, error) {
 	if numeric {
 		return lo <= id && id <= hi, nil
 	}
-	if m.Kind == MatchUIDOwner {
+	if m.Kind == redirect.MatchUIDOwner {
 		return false, fmt.Errorf("uid owner %q: the tracer does not resolve user names", m.Owner)
 	}
 	return p.GroupName != "" && p.GroupName == m.Owner, nil
@@ -563,16 +561,16 @@ func parseOwnerRange(s string) (lo, hi uint32, numeric bool, err error) {
 			return 0, 0, false, fmt.Errorf("owner %q is not an id or id range", s)
 		}
 	}
-	if b == InvalidID {
+	if b == redirect.InvalidID {
 		return 0, 0, false, fmt.Errorf("owner %q includes (uid_t)-1, which iptables refuses", s)
 	}
 	return uint32(a), uint32(b), true, nil
 }
 
 // formatRule writes a rule in iptables' words, for traces.
-func formatRule(r Rule) string {
+func formatRule(r redirect.Rule) string {
 	var parts []string
-	not := func(m Match, s string) string {
+	not := func(m redirect.Match, s string) string {
 		if m.Negate {
 			return "! " + s
 		}
@@ -587,29 +585,29 @@ func formatRule(r Rule) string {
 	}
 	for _, m := range r.Matches {
 		switch m.Kind {
-		case MatchProtocol:
+		case redirect.MatchProtocol:
 			parts = append(parts, not(m, "-p "+string(m.Proto)))
-		case MatchInIface:
+		case redirect.MatchInIface:
 			parts = append(parts, not(m, "-i "+m.Iface))
-		case MatchOutIface:
+		case redirect.MatchOutIface:
 			parts = append(parts, not(m, "-o "+m.Iface))
-		case MatchSource:
+		case redirect.MatchSource:
 			parts = append(parts, not(m, "-s "+m.Prefix.String()))
-		case MatchDest:
+		case redirect.MatchDest:
 			parts = append(parts, not(m, "-d "+m.Prefix.String()))
-		case MatchDestPort:
+		case redirect.MatchDestPort:
 			parts = append(parts, not(m, "--dport "+ports(m.Ports)))
-		case MatchSourcePort:
+		case redirect.MatchSourcePort:
 			parts = append(parts, not(m, "--sport "+ports(m.Ports)))
-		case MatchUIDOwner:
+		case redirect.MatchUIDOwner:
 			parts = append(parts, not(m, "--uid-owner "+m.Owner))
-		case MatchGIDOwner:
+		case redirect.MatchGIDOwner:
 			parts = append(parts, not(m, "--gid-owner "+m.Owner))
-		case MatchMark:
+		case redirect.MatchMark:
 			parts = append(parts, not(m, fmt.Sprintf("--mark %d", m.Mark)))
-		case MatchConnMark:
+		case redirect.MatchConnMark:
 			parts = append(parts, not(m, fmt.Sprintf("--connmark %d", m.Mark)))
-		case MatchCTState:
+		case redirect.MatchCTState:
 			s := make([]string, len(m.CTStates))
 			for i, st := range m.CTStates {
 				s[i] = string(st)
@@ -621,28 +619,40 @@ func formatRule(r Rule) string {
 	}
 	tg := r.Target
 	switch tg.Kind {
-	case TargetJump:
+	case redirect.TargetJump:
 		parts = append(parts, "-j "+tg.Chain)
-	case TargetReturn:
+	case redirect.TargetReturn:
 		parts = append(parts, "-j RETURN")
-	case TargetAccept:
+	case redirect.TargetAccept:
 		parts = append(parts, "-j ACCEPT")
-	case TargetDrop:
+	case redirect.TargetDrop:
 		parts = append(parts, "-j DROP")
-	case TargetRedirect:
+	case redirect.TargetRedirect:
 		parts = append(parts, fmt.Sprintf("-j REDIRECT --to-ports %d", tg.Port))
-	case TargetTProxy:
+	case redirect.TargetTProxy:
 		parts = append(parts, fmt.Sprintf("-j TPROXY --tproxy-mark %d --on-port %d", tg.Mark, tg.Port))
-	case TargetSetMark:
+	case redirect.TargetSetMark:
 		parts = append(parts, fmt.Sprintf("-j MARK --set-mark %d", tg.Mark))
-	case TargetSaveMark:
+	case redirect.TargetSaveMark:
 		parts = append(parts, "-j CONNMARK --save-mark")
-	case TargetRestoreMark:
+	case redirect.TargetRestoreMark:
 		parts = append(parts, "-j CONNMARK --restore-mark")
-	case TargetCTZone:
+	case redirect.TargetCTZone:
 		parts = append(parts, fmt.Sprintf("-j CT --zone %d", tg.Zone))
 	default:
 		parts = append(parts, fmt.Sprintf("target(%d)", tg.Kind))
 	}
 	return strings.Join(parts, " ")
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
