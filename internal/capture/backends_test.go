@@ -17,6 +17,6 @@ var backendFactories = map[string]func(t *testing.T) (capture.Backend, error){
 	"iptables-legacy": func(t *testing.T) (capture.Backend, error) {
 		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeLegacy, LockDir: t.TempDir()})
 	},
-	"nftables-exec": func(*testing.T) (capture.Backend, error) { return nftables.NewExecBackend(), nil },
+	"nftables-exec":    func(*testing.T) (capture.Backend, error) { return nftables.NewExecBackend(), nil },
 	"nftables-netlink": func(*testing.T) (capture.Backend, error) { return nftables.NewBackend(), nil },
 }

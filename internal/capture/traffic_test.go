@@ -111,8 +111,7 @@ var trafficCases = []struct {
 	},
 	{
 		name: "TPROXY with exclusions, loopback and IPv6",
-		opts: redirect.Options{InboundInterceptionMode: "TPROXY", InboundPortsInclude: "*", InboundPortsExclude: "15021",
-			OutboundIPRangesInclude: "*", OutboundIPRangesExclude: "10.88.0.1/32", EnableIPv6: true},
+		opts: specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldInboundPortsExclude: "15021", redirect.FieldOutboundCIDRs: "*", redirect.FieldOutboundCIDRsExclude: "10.88.0.1/32", redirect.FieldIPv6: "true"},
 		flows: []flow{
 			{"inbound to an excluded port is not captured", "peer", "tcp", ap(podV4, 15021), "health"},
 			// Istio's mangle rules have no tunnel-port exception: in TPROXY mode "*" takes 15008.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/trace"
 )
 
@@ -178,7 +179,7 @@ func FuzzSetOwnerGroups(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, include, exclude string) {
-		got, err := settings{FieldOwnerGroupsInclude: include, FieldOwnerGroupsExclude: exclude}.Spec()
+		got, err := specs.Settings{FieldOwnerGroupsInclude: include, FieldOwnerGroupsExclude: exclude}.Spec()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "owner groups") {
 				t.Errorf("error %q does not name the field", err)
@@ -232,7 +233,7 @@ func FuzzSettingsSpec(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, inPorts, inExclude, outCIDRs, outExclude, outPorts, outPortsExclude, ifaces, reroute, groupsIn, groupsEx, uid, gid, mode, loopback, dns string, flags uint8) {
 		bit := func(b uint8) string { return strconv.FormatBool(flags&b != 0) }
-		o := settings{
+		o := specs.Settings{
 			FieldInboundPorts: inPorts, FieldInboundPortsExclude: inExclude,
 			FieldOutboundCIDRs: outCIDRs, FieldOutboundCIDRsExclude: outExclude,
 			FieldOutboundPorts: outPorts, FieldOutboundPortsExclude: outPortsExclude,

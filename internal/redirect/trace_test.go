@@ -245,7 +245,7 @@ func TestTraceMeaning(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := CasePlan(t, tt.spec)
+			p := casePlan(t, tt.spec)
 			got, err := trace.Trace(p, tt.pkt)
 			if err != nil {
 				t.Fatalf("Trace(%s): %v", tt.pkt, err)
@@ -259,7 +259,7 @@ func TestTraceMeaning(t *testing.T) {
 
 // TestTraceRecordsTheRulesHit checks the debugging output names the rules in order.
 func TestTraceRecordsTheRulesHit(t *testing.T) {
-	v, err := trace.Trace(CasePlan(t, "sidecar"), out(appUID, "10.0.0.5", 80))
+	v, err := trace.Trace(casePlan(t, "sidecar"), out(appUID, "10.0.0.5", 80))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,14 +283,14 @@ func TestTraceRecordsTheRulesHit(t *testing.T) {
 // TestTraceNotesWhatTheKernelDecidesWithoutRules checks the notes for skipped nat and
 // ignored CT targets.
 func TestTraceNotesWhatTheKernelDecidesWithoutRules(t *testing.T) {
-	v, err := trace.Trace(CasePlan(t, "dns"), out(proxyUID, "10.96.0.10", 53, withUDP))
+	v, err := trace.Trace(casePlan(t, "dns"), out(proxyUID, "10.96.0.10", 53, withUDP))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(v.String(), "CT --zone 2 ignored") {
 		t.Errorf("proxy DNS trace does not note the ignored zone 2 rule:\n%s", v)
 	}
-	v, err = trace.Trace(CasePlan(t, "sidecar"), in("10.1.1.1", 8080, withState(CTEstablished)))
+	v, err = trace.Trace(casePlan(t, "sidecar"), in("10.1.1.1", 8080, withState(CTEstablished)))
 	if err != nil {
 		t.Fatal(err)
 	}
