@@ -170,7 +170,7 @@ func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip ne
 // (plugin.PlanFor) and backend, through capture.Apply.
 func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {
 	t.Helper()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func TestDecideBeforeLookup(t *testing.T) {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
 			// PlanFor without a pod stops at the same place.
-			pp, err := PlanFor(tc.args, cfg, nil, nil)
+			pp, err := PlanFor(tc.args, cfg, nil, Sandbox{})
 			if err != nil || pp.Plan != nil {
 				t.Errorf("PlanFor(nil pod) = plan %v, error %v; want only a decision", pp.Plan, err)
 			}
@@ -200,7 +200,7 @@ func TestDecideWithPod(t *testing.T) {
 			RuleInjectDisabled, `skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, nil)
+			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, Sandbox{})
 			got := pp.Decision
 			wantVerdict := Skip
 			if tc.rule == RuleSidecar {
@@ -215,7 +215,7 @@ func TestDecideWithPod(t *testing.T) {
 
 func TestDecideNeverLooksAtThePodWhenArgsDecide(t *testing.T) {
 	// A pod that would redirect does not override an excluded namespace.
-	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), nil)
+	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), Sandbox{})
 	if got := pp.Decision; got.Rule != RuleNamespaceExcluded || pp.Plan != nil {
 		t.Errorf("rule = %s, want %s", got.Rule, RuleNamespaceExcluded)
 	}

@@ -76,7 +76,7 @@ func TestGoldenDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pp, err := PlanFor(ArgsFor(pod), cfg, pod, nil)
+			pp, err := PlanFor(ArgsFor(pod), cfg, pod, Sandbox{})
 			got := goldenDecision{Pod: pod.Key(), Decision: pp.Decision}
 			if want, ok := goldenRules[name]; !ok {
 				t.Errorf("pod %s has no expected rule in goldenRules", name)

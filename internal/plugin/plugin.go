@@ -102,22 +102,6 @@ func result(cfg *Config) (types.Result, error) {
 	return cfg.PrevResult, nil
 }
 
-// resultIPs are the sandbox's addresses from the previous plugin's result (none when
-// standalone: the pod's status addresses are used then).
-func resultIPs(r types.Result) []netip.Addr {
-	cur, err := types100.NewResultFromResult(r)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range cur.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
-}
-
 func (p *Plugin) print(r types.Result, cniVersion string) error {
 	if cniVersion == "" {
 		cniVersion = types100.ImplementedSpecVersion
@@ -145,7 +129,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
 	start := time.Now()
-	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, resultIPs(res))
+	ips, err := cfg.PrevResultIPs()
+	if err != nil {
+		return cniError(types.ErrDecodingFailure, err)
+	}
+	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
 	if err != nil {
 		log.Error("ADD failed", "error", err)
 		return err
@@ -183,7 +171,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
 	}
 	l.Logger = l.With("pod", podArgs.Key())
-	pp, _ := PlanFor(podArgs, cfg, nil, ips)
+	pp, _ := PlanFor(podArgs, cfg, nil, Sandbox{})
 	if pp.Decision.Verdict != Lookup {
 		return pp.Decision, nil, podArgs, nil
 	}
@@ -194,7 +182,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
-	pp, err = PlanFor(podArgs, cfg, pod, ips)
+	pp, err = PlanFor(podArgs, cfg, pod, Sandbox{Addrs: ips, Netns: args.Netns})
 	if err != nil {
 		return pp.Decision, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
 	}

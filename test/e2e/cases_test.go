@@ -273,6 +273,78 @@ func TestStandaloneConf(t *testing.T) {
 	}
 }
 
+// TestStandaloneCapturesIPv6FromTheNamespace: in standalone mode (Multus/OpenShift)
+// there is no previous result, and during the first ADD the pod's status has no
+// addresses yet; the IPv6 capture of a dual-stack or IPv6-only pod must come from the
+// addresses its namespace holds, and live IPv6 traffic must reach the proxy.
+func TestStandaloneCapturesIPv6FromTheNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ipv4 bool
+	}{{"dual-stack", true}, {"IPv6-only", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			ptp := n.ptpEntry()
+			ipam := ptp["ipam"].(map[string]any)
+			v6Range := []any{map[string]any{"subnet": fmt.Sprintf("fd00:%x::/64", 0x300+n.subnet)}}
+			if tc.ipv4 {
+				ipam["ranges"] = append(ipam["ranges"].([]any), v6Range)
+				ipam["routes"] = []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}}
+			} else {
+				ipam["ranges"] = []any{v6Range}
+				ipam["routes"] = []any{map[string]any{"dst": "::/0"}}
+			}
+			primary, err := libcni.ConfListFromBytes(mustJSON(t, map[string]any{"cniVersion": "1.0.0", "name": "primary", "plugins": []any{ptp}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			entry := n.istioEntry(nil)
+			entry["cniVersion"], entry["name"] = "1.0.0", "istio-cni"
+			conf, err := libcni.ConfFromBytes(mustJSON(t, entry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := createPod(t, shared, meshedPod("standalone-"+strings.ToLower(tc.name), "web", nil, func(p *corev1.Pod) {
+				p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: "true"}}
+			}))
+			if len(pod.Status.PodIPs) != 0 {
+				t.Fatalf("the pod has status addresses %v; the test needs a pod without (as in its first ADD)", pod.Status.PodIPs)
+			}
+			sb := n.newSandbox(pod)
+			res, err := n.add(primary, sb)
+			if err != nil {
+				t.Fatalf("primary ADD: %v", err)
+			}
+			var v6 netip.Addr
+			for _, ip := range res.IPs {
+				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+					v6 = a
+				}
+			}
+			if !v6.IsValid() {
+				t.Fatalf("no IPv6 address in %+v", res.IPs)
+			}
+			if err := netns.Do(n.ns, func() error {
+				_, err := n.cni.AddNetwork(t.Context(), conf, n.runtimeConf(sb))
+				return err
+			}); err != nil {
+				t.Fatalf("standalone ADD: %v", err)
+			}
+			if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
+				t.Fatalf("standalone ADD programmed no IPv6 capture:\n%s", out)
+			}
+			c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
+				t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
+			}
+		})
+	}
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
