@@ -60,8 +60,9 @@ type Config struct {
 	// IptablesMode picks the iptables flavour for the iptables backend; empty means
 	// detect as istio-iptables does.
 	IptablesMode IptablesMode
-	// AmbientEnabled is accepted for compatibility and ignored: this plugin does
-	// sidecar capture only.
+	// AmbientEnabled is Istio's ambient_enabled. This plugin has no ambient mode, so
+	// true is refused (Validate) rather than ignored: traffic that ambient would
+	// capture must not silently bypass every proxy.
 	AmbientEnabled bool
 	PodLookup      PodLookup
 	// ExtraBypassUIDs are node-wide, admin-owned uids whose traffic (DNS included)
@@ -393,6 +394,9 @@ func (c *Config) Validate() error {
 		if !path.IsAbs(p) {
 			bad(key, "%q is not an absolute path", p)
 		}
+	}
+	if c.AmbientEnabled {
+		bad("ambient_enabled", "true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)")
 	}
 	absPath(c.key("AgentRunDir", "cni_agent_run_dir"), c.AgentRunDir, false)
 	// Paths derived from a bad run dir would only repeat its error.

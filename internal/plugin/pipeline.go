@@ -36,6 +36,10 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, sb Sandbox) (PodPlan, err
 		return PodPlan{Decision: d}, nil
 	}
 	pp := PodPlan{Decision: decideWithPod(pod)}
+	if pp.Decision.Rule == RuleAmbient {
+		// It needs capture that this plugin cannot give: fail closed.
+		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or remove the label)", pp.Decision.Reason)
+	}
 	if pp.Decision.Verdict != Redirect {
 		return pp, nil
 	}
