@@ -133,12 +133,23 @@ const (
 	IptablesNft    IptablesMode = "nft"
 )
 
-// PodLookup bounds the retries of the pod lookup. Istio tries 30 times, 1 s apart:
-// a pod may not be visible to the API server's cache yet when the runtime calls us.
+// PodLookup bounds the pod lookup. Istio tries 30 times, 1 s apart: a pod may not be
+// visible to the API server's cache yet when the runtime calls us.
 type PodLookup struct {
 	Retries  int
 	Interval time.Duration
 }
+
+// Bound is the most the whole lookup may take, requests and waits included:
+// Retries x Interval, 30 s by default. Each request gets at most PodRequestTimeout
+// of it.
+func (l PodLookup) Bound() time.Duration {
+	return time.Duration(l.Retries) * l.Interval
+}
+
+// MaxPodLookupBound bounds the lookup's bound, well under the runtime's own CNI
+// timeout (the kubelet gives a sandbox 4 minutes, and the plugin's command 2).
+const MaxPodLookupBound = time.Minute
 
 // Defaults, Istio's where Istio has one.
 const (
@@ -439,6 +450,8 @@ func (c *Config) Validate() error {
 	}
 	if c.PodLookup.Interval <= 0 {
 		bad("pod_lookup.interval", "%s: must be positive", c.PodLookup.Interval)
+	} else if b := c.PodLookup.Bound(); b > MaxPodLookupBound {
+		bad("pod_lookup", "retries %d x interval %s = %s, more than the limit of %s", c.PodLookup.Retries, c.PodLookup.Interval, b, MaxPodLookupBound)
 	}
 	if len(c.ExtraBypassUIDs) > MaxExtraBypassUIDs {
 		bad("extra_bypass_uids", "%d uids given, at most %d are supported", len(c.ExtraBypassUIDs), MaxExtraBypassUIDs)
