@@ -173,3 +173,24 @@ func BenchmarkApplyFresh(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVerify is CHECK, and the doctor: read our tables back and compare.
+func BenchmarkVerify(b *testing.B) {
+	plan := caseNamed(b, "default-sidecar").plan(b)
+	ctx := context.Background()
+	be := &Backend{nft: "nft", groups: testGroups, applyVia: applyNetlink}
+	benchInNS(b, func() {
+		if _, err := be.Apply(ctx, plan); err != nil {
+			b.Fatal(err)
+		}
+		var d []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if diffs, err := be.Verify(ctx, plan); err != nil || len(diffs) != 0 {
+				b.Fatalf("Verify: %q, %v", diffs, err)
+			}
+			d = append(d, time.Since(start))
+		}
+		reportPercentiles(b, d)
+	})
+}

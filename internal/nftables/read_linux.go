@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	gnft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -13,13 +14,14 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
-// Reading our tables back over netlink. Tables, chains and sets come through
-// github.com/google/nftables, the library that writes them. Rules do not: its rule
-// dump drops every expression it has no type for (tproxy among them) without a
-// trace, which would make a rule with such an expression look like one without it.
-// So rules are dumped here and each expression is kept with its name; the ones the
-// library can decode faithfully are decoded by it, ct and tproxy here (the library
-// misreads both as the kernel dumps them).
+// Reading our tables back over netlink. Tables, chains and set elements come
+// through github.com/google/nftables, the library that writes them. Rules do not:
+// its rule dump drops every expression it has no type for (tproxy among them)
+// without a trace, which would make a rule with such an expression look like one
+// without it. So rules are dumped here and each expression is kept with its name;
+// the ones the library can decode faithfully are decoded by it, ct and tproxy here
+// (the library misreads both as the kernel dumps them). Rules and sets are dumped
+// for every table at once, one round trip each however many tables we have.
 
 // readAttempts bounds how often a read is repeated because the ruleset changed
 // while it was read.
@@ -99,24 +101,43 @@ var hookNames = map[gnft.ChainHook]string{
 	unix.NF_INET_POST_ROUTING: "postrouting",
 }
 
+// tableKey names a table as netlink messages do.
+type tableKey struct {
+	family gnft.TableFamily
+	name   string
+}
+
+// readTables reads our tables in five dumps (tables, chains, rules, sets, and
+// the generation around them) whatever their number, plus the elements of each set
+// a rule looks up.
 func readTables(c *gnft.Conn, nl *netlink.Conn) ([]liveTable, error) {
 	tables, err := ourTables(c)
-	if err != nil {
+	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
-	if len(tables) == 0 {
-		return nil, nil
+	ours := map[tableKey]bool{}
+	for _, t := range tables {
+		ours[tableKey{t.Family, t.Name}] = true
 	}
 	chains, err := c.ListChains()
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
 	}
+	rules, err := dumpRules(nl, ours)
+	if err != nil {
+		return nil, fmt.Errorf("list rules: %w", err)
+	}
+	sets, err := dumpSets(nl, ours)
+	if err != nil {
+		return nil, fmt.Errorf("list sets: %w", err)
+	}
 	var out []liveTable
 	for _, t := range tables {
+		key := tableKey{t.Family, t.Name}
 		fam, _ := familyOf(t.Family)
 		lt := liveTable{id: tableID{family: familyName(fam), name: t.Name}, family: fam, dormant: tableFlags(t)&unix.NFT_TABLE_F_DORMANT != 0}
 		for _, ch := range chains {
-			if ch.Table == nil || ch.Table.Family != t.Family || ch.Table.Name != t.Name {
+			if ch.Table == nil || (tableKey{ch.Table.Family, ch.Table.Name}) != key {
 				continue
 			}
 			lc := liveChain{name: ch.Name}
@@ -136,26 +157,23 @@ func readTables(c *gnft.Conn, nl *netlink.Conn) ([]liveTable, error) {
 			}
 			lt.chains = append(lt.chains, lc)
 		}
-		rules, err := dumpRules(nl, t)
-		if err != nil {
-			return nil, fmt.Errorf("list rules of table %s: %w", lt.id, err)
-		}
-		sets, err := readSets(c, t, rules)
-		if err != nil {
+		tableSets := sets[key]
+		if err := readElements(c, t, rules[key], tableSets); err != nil {
 			return nil, fmt.Errorf("list sets of table %s: %w", lt.id, err)
 		}
-		for name, s := range sets {
+		for name, s := range tableSets {
 			if !s.anonymous {
 				lt.sets = append(lt.sets, name)
 			}
 		}
-		for _, r := range rules {
+		slices.Sort(lt.sets)
+		for _, r := range rules[key] {
 			lc := lt.chain(r.chain)
 			if lc == nil {
 				return nil, fmt.Errorf("table %s: rule %d of chain %s, which was not listed", lt.id, r.handle, r.chain)
 			}
 			lr := liveRule{handle: r.handle}
-			lr.rule, lr.ok, lr.text = decodeRule(fam, r.exprs, sets)
+			lr.rule, lr.ok, lr.text = decodeRule(fam, r.exprs, tableSets)
 			lc.rules = append(lc.rules, lr)
 		}
 		out = append(out, lt)
@@ -163,36 +181,31 @@ func readTables(c *gnft.Conn, nl *netlink.Conn) ([]liveTable, error) {
 	return out, nil
 }
 
-// readSets reads the sets of a table, and the elements of those the rules look
-// up: the anonymous sets of multi-valued matches.
-func readSets(c *gnft.Conn, t *gnft.Table, rules []dumpedRule) (map[string]liveSet, error) {
-	used := map[string]bool{}
+// readElements reads the keys of the sets a table's rules look up: the anonymous
+// sets of multi-valued matches.
+func readElements(c *gnft.Conn, t *gnft.Table, rules []dumpedRule, sets map[string]liveSet) error {
 	for _, r := range rules {
 		for _, e := range r.exprs {
-			if l, ok := e.(*expr.Lookup); ok {
-				used[l.SetName] = true
+			l, ok := e.(*expr.Lookup)
+			if !ok {
+				continue
 			}
-		}
-	}
-	sets, err := c.GetSets(t)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]liveSet{}
-	for _, s := range sets {
-		ls := liveSet{anonymous: s.Anonymous, constant: s.Constant, interval: s.Interval, isMap: s.IsMap}
-		if used[s.Name] {
-			elems, err := c.GetSetElements(s)
+			s, found := sets[l.SetName]
+			if !found || s.keys != nil {
+				continue
+			}
+			elems, err := c.GetSetElements(&gnft.Set{Table: t, Name: l.SetName})
 			if err != nil {
-				return nil, fmt.Errorf("set %s: %w", s.Name, err)
+				return fmt.Errorf("set %s: %w", l.SetName, err)
 			}
+			s.keys = [][]byte{}
 			for _, e := range elems {
-				ls.keys = append(ls.keys, e.Key)
+				s.keys = append(s.keys, e.Key)
 			}
+			sets[l.SetName] = s
 		}
-		out[s.Name] = ls
 	}
-	return out, nil
+	return nil
 }
 
 // dumpedRule is one rule of a rule dump, its expressions undecoded as rules yet.
@@ -237,47 +250,57 @@ func generation(nl *netlink.Conn) (uint32, error) {
 	return 0, errors.New("read the ruleset generation: no generation in the reply")
 }
 
-// dumpRules reads every rule of a table, chain by chain in order, in one dump.
-func dumpRules(nl *netlink.Conn, t *gnft.Table) ([]dumpedRule, error) {
-	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(t.Name + "\x00")}})
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := nl.Execute(netlink.Message{
-		Header: netlink.Header{Type: nftMsgType(unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
-		Data:   append(nfgenmsg(byte(t.Family)), attrs...),
+// dump runs one nf_tables dump of every family's objects of a kind.
+func dump(nl *netlink.Conn, msgType int) ([]netlink.Message, error) {
+	return nl.Execute(netlink.Message{
+		Header: netlink.Header{Type: nftMsgType(msgType), Flags: netlink.Request | netlink.Dump},
+		Data:   nfgenmsg(unix.AF_UNSPEC),
 	})
+}
+
+// dumpRules reads the rules of our tables, chain by chain in order, in one dump.
+func dumpRules(nl *netlink.Conn, ours map[tableKey]bool) (map[tableKey][]dumpedRule, error) {
+	msgs, err := dump(nl, unix.NFT_MSG_GETRULE)
 	if err != nil {
 		return nil, err
 	}
-	var rules []dumpedRule
+	out := map[tableKey][]dumpedRule{}
 	for _, m := range msgs {
 		if m.Header.Type != nftMsgType(unix.NFT_MSG_NEWRULE) || len(m.Data) < 4 {
 			continue
 		}
-		r, err := parseRule(byte(t.Family), m.Data[4:])
+		key, r, err := parseRule(m.Data[0], m.Data[4:], ours)
 		if err != nil {
 			return nil, err
 		}
-		rules = append(rules, r)
+		if ours[key] {
+			out[key] = append(out[key], r)
+		}
 	}
-	return rules, nil
+	return out, nil
 }
 
-func parseRule(fam byte, data []byte) (dumpedRule, error) {
+// parseRule reads one rule message; the expressions only of a rule of ours.
+func parseRule(fam byte, data []byte, ours map[tableKey]bool) (tableKey, dumpedRule, error) {
+	key := tableKey{family: gnft.TableFamily(fam)}
 	var r dumpedRule
 	ad, err := netlink.NewAttributeDecoder(data)
 	if err != nil {
-		return r, err
+		return key, r, err
 	}
 	ad.ByteOrder = binary.BigEndian
 	for ad.Next() {
 		switch ad.Type() {
+		case unix.NFTA_RULE_TABLE:
+			key.name = ad.String()
 		case unix.NFTA_RULE_CHAIN:
 			r.chain = ad.String()
 		case unix.NFTA_RULE_HANDLE:
 			r.handle = ad.Uint64()
 		case unix.NFTA_RULE_EXPRESSIONS:
+			if !ours[key] {
+				continue
+			}
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
 				for list.Next() {
 					if list.Type() != unix.NFTA_LIST_ELEM {
@@ -297,9 +320,57 @@ func parseRule(fam byte, data []byte) (dumpedRule, error) {
 		}
 	}
 	if err := ad.Err(); err != nil {
-		return r, fmt.Errorf("rule %d of chain %s: %w", r.handle, r.chain, err)
+		return key, r, fmt.Errorf("rule %d of chain %s: %w", r.handle, r.chain, err)
 	}
-	return r, nil
+	return key, r, nil
+}
+
+// dumpSets reads the sets of our tables (not their elements) in one dump.
+func dumpSets(nl *netlink.Conn, ours map[tableKey]bool) (map[tableKey]map[string]liveSet, error) {
+	msgs, err := dump(nl, unix.NFT_MSG_GETSET)
+	if err != nil {
+		return nil, err
+	}
+	out := map[tableKey]map[string]liveSet{}
+	for _, m := range msgs {
+		if m.Header.Type != nftMsgType(unix.NFT_MSG_NEWSET) || len(m.Data) < 4 {
+			continue
+		}
+		key := tableKey{family: gnft.TableFamily(m.Data[0])}
+		var name string
+		var flags uint32
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return nil, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.NFTA_SET_TABLE:
+				key.name = ad.String()
+			case unix.NFTA_SET_NAME:
+				name = ad.String()
+			case unix.NFTA_SET_FLAGS:
+				flags = ad.Uint32()
+			}
+		}
+		if err := ad.Err(); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+		if !ours[key] {
+			continue
+		}
+		if out[key] == nil {
+			out[key] = map[string]liveSet{}
+		}
+		out[key][name] = liveSet{
+			anonymous: flags&unix.NFT_SET_ANONYMOUS != 0,
+			constant:  flags&unix.NFT_SET_CONSTANT != 0,
+			interval:  flags&unix.NFT_SET_INTERVAL != 0,
+			isMap:     flags&(unix.NFT_SET_MAP|unix.NFT_SET_OBJECT) != 0,
+		}
+	}
+	return out, nil
 }
 
 // parseExpr reads one expression (NFTA_EXPR_NAME and NFTA_EXPR_DATA).
