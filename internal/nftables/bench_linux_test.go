@@ -22,8 +22,12 @@ import (
 //	Apply, tables replaced (changed)        18-20ms 40-45ms    16ms    24-100ms
 //	transaction only, tables replaced       16ms    20-24ms    14-16ms 20-40ms
 //	Apply, nothing to do (one nft list)     3.2ms   7-12ms     (same: reads with nft)
-//	  since reading over netlink            1.2-1.6ms 2.3-5.7ms (same: reads over netlink)
-//	Verify (CHECK), netlink read            1.5-2.1ms 2.7-6.4ms
+//
+// and, since reading over netlink (below; -benchtime 50x, load 5-7):
+//
+//	                                        p50        p99
+//	Apply, nothing to do (netlink read)     1.2-1.6ms  2.3-5.7ms  (either writer)
+//	Verify (CHECK)                          1.5-2.1ms  2.7-6.4ms
 //
 // Replacing tables is dominated by the kernel, not by how the batch is sent:
 // deleting a table with base chains waits for an RCU grace period (~10ms here), the
@@ -57,8 +61,8 @@ import (
 // The fresh netlink path does the same work as before (one table dump, one
 // batch); timed side by side in one process the two took the same 1.5-2.3ms, so
 // its difference here is the machine's noise. A read of a namespace holding our
-// tables is six round trips (generation, tables, chains, rules, sets,
-// generation), 100-450µs each at that load, the rule dump the slowest.
+// tables is seven round trips (tables; then generation, tables, chains, rules,
+// sets, generation), 100-450µs each at that load, the rule dump the slowest.
 
 // benchNS makes a namespace for a benchmark and enters it for the whole run.
 func benchInNS(b *testing.B, fn func()) {
@@ -100,7 +104,14 @@ func BenchmarkApplyTransaction(b *testing.B) {
 		run  func() error
 	}{
 		{"exec", func() error { _, err := be.run(ctx, script, "-f", "-"); return err }},
-		{"netlink", func() error { return applyNetlinkRuleset(rs, present) }},
+		{"netlink", func() error {
+			c, err := dialHere()
+			if err != nil {
+				return err
+			}
+			defer c.CloseLasting()
+			return flushRuleset(c, rs, present)
+		}},
 	}
 	for _, m := range methods {
 		b.Run(m.name, func(b *testing.B) {

@@ -12,22 +12,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
-// applyNetlinkRuleset programs the ruleset through netlink (no nft binary) as one
-// batch, which the kernel commits atomically: every present or planned table of
-// ours is deleted and the planned ones recreated, as the nft script does.
-//
-// The expressions mirror the bytecode nft 1.0.6 generates for the rendered text
-// (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
-// the same canonical text, and decodeRule reads rules written either way.
-func applyNetlinkRuleset(rs *ruleset, present []tableID) error {
-	c, err := dialHere()
-	if err != nil {
-		return err
-	}
-	defer c.CloseLasting()
-	return flushRuleset(c, rs, present)
-}
-
 // dialHere opens a netlink socket in the network namespace of the calling thread
 // (the caller holds it there, see netns.Do). The socket is created synchronously
 // on this thread, so no helper goroutine has to enter the namespace, and its
@@ -40,6 +24,13 @@ func dialHere() (*gnft.Conn, error) {
 	return c, nil
 }
 
+// flushRuleset programs the ruleset through netlink (no nft binary) as one batch,
+// which the kernel commits atomically: every present or planned table of ours is
+// deleted and the planned ones recreated, as the nft script does.
+//
+// The expressions mirror the bytecode nft 1.0.6 generates for the rendered text
+// (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
+// the same canonical text, and decodeRule reads rules written either way.
 func flushRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 	if err := queueRuleset(c, rs, present); err != nil {
 		return err
