@@ -84,9 +84,6 @@ func (d *decoder) at(k int) any {
 	return nil
 }
 
-// remaining is the number of expressions not decoded yet.
-func (d *decoder) remaining() int { return len(d.ex) - d.i }
-
 // cmpAt returns the comparison at offset k if it reads register reg and compares
 // n bytes, with the negation its operator means.
 func (d *decoder) cmpAt(k int, reg uint32, n int) (data []byte, negate, ok bool) {

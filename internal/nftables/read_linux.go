@@ -107,9 +107,8 @@ type tableKey struct {
 	name   string
 }
 
-// readTables reads our tables in five dumps (tables, chains, rules, sets, and
-// the generation around them) whatever their number, plus the elements of each set
-// a rule looks up.
+// readTables reads our tables in four dumps (tables, chains, rules, sets) however
+// many there are, plus the elements of each set a rule looks up.
 func readTables(c *gnft.Conn, nl *netlink.Conn) ([]liveTable, error) {
 	tables, err := ourTables(c)
 	if err != nil || len(tables) == 0 {
@@ -298,6 +297,8 @@ func parseRule(fam byte, data []byte, ours map[tableKey]bool) (tableKey, dumpedR
 		case unix.NFTA_RULE_HANDLE:
 			r.handle = ad.Uint64()
 		case unix.NFTA_RULE_EXPRESSIONS:
+			// The kernel puts the table first. Were it not so, a rule of ours would
+			// read as one without expressions: a difference, never a false match.
 			if !ours[key] {
 				continue
 			}
