@@ -424,6 +424,15 @@ func TestKernelVerifyReportsHandEdits(t *testing.T) {
 			want: []string{"table ip istio-proxy-nat chain output is missing"},
 		},
 		{
+			name: "base chain hooked elsewhere", spec: "default-sidecar",
+			edit: func(testing.TB, string) [][]string {
+				return [][]string{{"flush", "chain", "ip", nat, "output"}, {"delete", "chain", "ip", nat, "output"},
+					{"add", "chain", "ip", nat, "output", "{ type nat hook output priority 10; policy accept; }"},
+					{"add", "rule", "ip", nat, "output", "jump", "ISTIO_OUTPUT"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain output: hook is "type nat hook output priority 10; policy accept;", want "type nat hook output priority -100; policy accept;"`},
+		},
+		{
 			name: "stray rule inserted", spec: "default-sidecar",
 			edit: func(testing.TB, string) [][]string {
 				return [][]string{{"insert", "rule", "ip", nat, "ISTIO_OUTPUT", "udp", "dport", "53", "drop"}}
