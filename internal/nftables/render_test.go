@@ -26,36 +26,6 @@ func TestRenderMatchesGolden(t *testing.T) {
 	}
 }
 
-// TestRenderedTextParsesBack proves the listing parser reads every rendered chain
-// and rule, which Verify relies on.
-func TestRenderedTextParsesBack(t *testing.T) {
-	for _, c := range specCases {
-		t.Run(c.name, func(t *testing.T) {
-			rs, err := translate(c.plan(t), testGroups)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tables, err := parseListing(rs.text())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(tables) != len(rs.tables) {
-				t.Fatalf("parsed %d tables, rendered %d", len(tables), len(rs.tables))
-			}
-			for i, tb := range tables {
-				for j, ch := range tb.chains {
-					if len(ch.rules) != len(rs.tables[i].chains[j].rules) {
-						t.Errorf("%s chain %s: parsed %d rules, rendered %d", tb.id, ch.name, len(ch.rules), len(rs.tables[i].chains[j].rules))
-					}
-				}
-			}
-			if d := diffTables(tables, tables); len(d) != 0 {
-				t.Errorf("a ruleset differs from itself: %v", d)
-			}
-		})
-	}
-}
-
 // TestRenderResolvesGroupNames proves named groups become gids through the system
 // group database, numeric groups pass through, and an unknown name fails naming it.
 func TestRenderResolvesGroupNames(t *testing.T) {
