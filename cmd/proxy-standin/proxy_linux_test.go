@@ -56,14 +56,7 @@ func TestProxyForwardsRedirectedConnectionsToTheirOriginalDestination(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Plan(t)
 	if _, err := capture.Apply(ctx, tp.Pod, b, plan); err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,13 @@ import (
 
 // backendFactories are the backends every capture test runs with: iptables in both
 // flavours and nftables through nft and over netlink.
-var backendFactories = map[string]func(t *testing.T) (capture.Backend, error){
-	"iptables-nft": func(t *testing.T) (capture.Backend, error) {
-		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: t.TempDir()})
+var backendFactories = map[string]func(tb testing.TB) (capture.Backend, error){
+	"iptables-nft": func(tb testing.TB) (capture.Backend, error) {
+		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: tb.TempDir()})
 	},
-	"iptables-legacy": func(t *testing.T) (capture.Backend, error) {
-		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeLegacy, LockDir: t.TempDir()})
+	"iptables-legacy": func(tb testing.TB) (capture.Backend, error) {
+		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeLegacy, LockDir: tb.TempDir()})
 	},
-	"nftables-exec":    func(*testing.T) (capture.Backend, error) { return nftables.NewExecBackend(), nil },
-	"nftables-netlink": func(*testing.T) (capture.Backend, error) { return nftables.NewBackend(), nil },
+	"nftables-exec":    func(testing.TB) (capture.Backend, error) { return nftables.NewExecBackend(), nil },
+	"nftables-netlink": func(testing.TB) (capture.Backend, error) { return nftables.NewBackend(), nil },
 }

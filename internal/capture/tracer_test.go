@@ -67,10 +67,7 @@ func TestTracerAgreesWithTheKernel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				plan, err := redirect.Build(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
+				plan := tc.opts.Plan(t)
 				tp, err := sandbox.New(t.TempDir(), "")
 				if err != nil {
 					t.Fatal(err)

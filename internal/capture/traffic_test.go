@@ -187,14 +187,7 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 				serveAs(t, tp.Pod, proxyUID, "dns", "udp4", "127.0.0.1:15053", false)
 				serve(tp.Peer, "peerdns", "udp4", "0.0.0.0:53", false)
 
-				spec, err := tc.opts.Spec()
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan, err := redirect.Build(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
+				plan := tc.opts.Plan(t)
 				if _, err := capture.Apply(ctx, tp.Pod, b, plan); err != nil {
 					t.Fatal(err)
 				}

@@ -37,14 +37,7 @@ var renderCases = []struct {
 func TestGoldenRenderings(t *testing.T) {
 	for _, tc := range renderCases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := tc.opts.Spec()
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan, err := redirect.Build(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			plan := tc.opts.Plan(t)
 			var dry, restore strings.Builder
 			for _, fp := range plan.Families {
 				dry.WriteString("# " + fp.Family.String() + "\n" + RenderPlanText(&fp))
