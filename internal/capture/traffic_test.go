@@ -11,7 +11,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 // The test binary doubles as the client that sends traffic under a chosen uid/gid:
