@@ -59,8 +59,8 @@ image:
 	$(GO) run ./hack/demo -images $(BIN)/images
 
 # demo-netns applies the capture to a throwaway network namespace and shows live traffic.
-demo-netns: deps build
-	$(BIN)/capture-demo
+demo-netns: deps
+	$(GO) run ./hack/capture-demo
 
 # fuzz runs every fuzzer in the repository for FUZZTIME each.
 FUZZTIME ?= 20s

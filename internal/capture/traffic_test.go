@@ -10,7 +10,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 

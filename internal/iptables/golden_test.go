@@ -10,7 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // renderCases name the specs whose renderings are kept as golden files.

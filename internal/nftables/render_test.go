@@ -8,7 +8,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // TestRenderMatchesGolden pins the rendered script of every case to

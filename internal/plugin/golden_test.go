@@ -10,7 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // goldenRules pins the rule each testdata pod must reach, so that -update cannot

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 
 	. "github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"

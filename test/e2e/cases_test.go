@@ -20,10 +20,10 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 var backends = []struct {

@@ -69,7 +69,7 @@ func Build(spec Spec) (v1.Image, error) {
 	}
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "istio-cni internal/image"}})
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "istio-cni hack/image"}})
 	if err != nil {
 		return nil, fmt.Errorf("image %s: append layer: %w", spec.Ref, err)
 	}

@@ -3,7 +3,7 @@ package controlplane
 import (
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/childproc"
+	"github.com/istio-cni/istio-cni/test/harness/childproc"
 )
 
 // StartForTest starts a control plane for t and stops it when t ends. Missing

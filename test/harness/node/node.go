@@ -1,7 +1,7 @@
 package node
 
 import (
-	"github.com/istio-cni/istio-cni/internal/childproc"
+	"github.com/istio-cni/istio-cni/test/harness/childproc"
 
 	"bytes"
 	"context"
@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 // Options configure Up. The zero value is a working configuration.

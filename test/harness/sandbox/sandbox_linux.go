@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/probe"
 )
 
 // Addresses of the topology.
@@ -186,10 +187,7 @@ func Serve(ns string, uid int, name, proto, addr string, transparent bool) (io.C
 			go func() {
 				defer c.Close()
 				c.SetDeadline(time.Now().Add(3 * time.Second))
-				orig, err := OriginalDst(c.(*net.TCPConn))
-				if err != nil {
-					orig = "?" + err.Error()
-				}
+				orig := dialled(c.(*net.TCPConn))
 				bufio.NewReader(c).ReadString('\n')
 				c.Write([]byte(name + " " + orig + "\n"))
 			}()
@@ -198,39 +196,14 @@ func Serve(ns string, uid int, name, proto, addr string, transparent bool) (io.C
 	return ln, nil
 }
 
-// ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST from linux/netfilter_ipv6/ip6_tables.h.
-const ip6tSoOriginalDst = 80
-
-// OriginalDst reads the destination a connection had before NAT (SO_ORIGINAL_DST);
-// a connection that was not NATed reports its local address.
-func OriginalDst(c *net.TCPConn) (string, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return "", err
+// dialled is where the client of c connected to: its original destination after
+// REDIRECT, else (a direct or TPROXY connection, which conntrack may not track) the
+// address it was accepted on.
+func dialled(c *net.TCPConn) string {
+	if dst, err := probe.OriginalDst(c); err == nil {
+		return dst.String()
 	}
-	local := c.LocalAddr().(*net.TCPAddr)
-	var out string
-	cerr := raw.Control(func(fd uintptr) {
-		if local.IP.To4() != nil {
-			mreq, err := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
-			if err != nil {
-				out = local.String()
-				return
-			}
-			m := mreq.Multiaddr
-			out = fmt.Sprintf("%d.%d.%d.%d:%d", m[4], m[5], m[6], m[7], int(m[2])<<8|int(m[3]))
-			return
-		}
-		mtu, err := unix.GetsockoptIPv6MTUInfo(int(fd), unix.SOL_IPV6, ip6tSoOriginalDst)
-		if err != nil {
-			out = local.String()
-			return
-		}
-		a := netip.AddrFrom16(mtu.Addr.Addr)
-		port := int(mtu.Addr.Port&0xff)<<8 | int(mtu.Addr.Port>>8)
-		out = netip.AddrPortFrom(a, uint16(port)).String()
-	})
-	return out, cerr
+	return c.LocalAddr().(*net.TCPAddr).AddrPort().String()
 }
 
 // Dial sends "hello" over proto ("tcp" or "udp") to dst and returns the one-line

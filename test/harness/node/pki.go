@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 // kubeletClientPKI is how the apiserver proves itself to kubelet (logs, exec,

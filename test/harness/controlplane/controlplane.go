@@ -1,7 +1,7 @@
 package controlplane
 
 import (
-	"github.com/istio-cni/istio-cni/internal/childproc"
+	"github.com/istio-cni/istio-cni/test/harness/childproc"
 
 	"context"
 	"crypto/tls"

@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 func main() {

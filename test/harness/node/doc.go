@@ -1,5 +1,5 @@
 // Package node brings up, and takes down, a real single-node Kubernetes cluster on
-// this machine: the control plane of internal/controlplane (etcd, kube-apiserver),
+// this machine: the control plane of test/harness/controlplane (etcd, kube-apiserver),
 // kube-controller-manager, kube-scheduler, containerd 2.x with runc, a kubelet and
 // kube-proxy (nftables mode), with the reference CNI plugins (ptp + host-local, a
 // CNI 1.1.0 config list, so containerd runs the plugins' STATUS) as the primary

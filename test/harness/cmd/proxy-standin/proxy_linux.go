@@ -12,10 +12,11 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/istio-cni/istio-cni/internal/probe"
 )
 
 type proxyConfig struct {
@@ -117,49 +118,18 @@ func forward(out *log.Logger, direction string, c *net.TCPConn) {
 	wg.Wait()
 }
 
-// ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST from linux/netfilter_ipv6/ip6_tables.h.
-const ip6tSoOriginalDst = 80
-
 // originalDst reads where c was going before the capture redirected it. A
 // connection that was not NATed has none: that is an error, since forwarding it to
 // its local address would loop back here.
 func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
-	raw, err := c.SyscallConn()
+	dst, err := probe.OriginalDst(c)
+	if errors.Is(err, unix.ENOENT) {
+		return netip.AddrPort{}, fmt.Errorf("no original destination (the connection was not redirected)")
+	}
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	var dst netip.AddrPort
-	var serr error
-	cerr := raw.Control(func(fd uintptr) {
-		if local.Addr().Unmap().Is4() {
-			mreq, err := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
-			if err != nil {
-				serr = err
-				return
-			}
-			m := mreq.Multiaddr // a struct sockaddr_in
-			dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte{m[4], m[5], m[6], m[7]}), uint16(m[2])<<8|uint16(m[3]))
-			return
-		}
-		mtu, err := unix.GetsockoptIPv6MTUInfo(int(fd), unix.SOL_IPV6, ip6tSoOriginalDst)
-		if err != nil {
-			serr = err
-			return
-		}
-		port := mtu.Addr.Port>>8 | mtu.Addr.Port<<8 // network byte order
-		dst = netip.AddrPortFrom(netip.AddrFrom16(mtu.Addr.Addr), port)
-	})
-	if cerr != nil {
-		return netip.AddrPort{}, cerr
-	}
-	if serr != nil {
-		if errors.Is(serr, syscall.ENOENT) {
-			return netip.AddrPort{}, fmt.Errorf("no original destination (the connection was not redirected)")
-		}
-		return netip.AddrPort{}, fmt.Errorf("SO_ORIGINAL_DST: %w", serr)
-	}
-	if dst == local {
+	if local := c.LocalAddr().(*net.TCPAddr).AddrPort(); dst == local {
 		return netip.AddrPort{}, fmt.Errorf("original destination is this listener (%s)", dst)
 	}
 	return dst, nil

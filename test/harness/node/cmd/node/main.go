@@ -1,4 +1,4 @@
-// Command node runs a single-node cluster (internal/node) until SIGINT or SIGTERM,
+// Command node runs a single-node cluster (test/harness/node) until SIGINT or SIGTERM,
 // then takes it down; see hack/node/up.sh and down.sh. With -cleanup it removes what
 // a node whose process died left behind.
 package main
@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
 func main() {

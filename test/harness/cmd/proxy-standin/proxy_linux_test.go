@@ -18,7 +18,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "cmd/proxy-standin: the proxy test needs root (network namespaces, netfilter)")
+		fmt.Fprintln(os.Stderr, "proxy-standin: the proxy test needs root (network namespaces, netfilter)")
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
