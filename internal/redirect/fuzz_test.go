@@ -166,8 +166,8 @@ func FuzzParseInterfaceList(f *testing.F) {
 		var pkts []trace.Packet
 		for _, name := range names {
 			pkts = append(pkts,
-				trace.Packet{Direction: trace.Inbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, InIface: name},
-				trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: name})
+				trace.Packet{Direction: trace.Inbound, Src: trace.Pod4, Dst: trace.Pod4, Proto: TCP, SrcPort: 1, DstPort: 80, InIface: name},
+				trace.Packet{Direction: trace.Outbound, Src: trace.Pod4, Dst: trace.Pod4, Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: name})
 		}
 		checkTraces(t, plan, pkts...)
 	})
@@ -208,7 +208,7 @@ func FuzzSetOwnerGroups(f *testing.F) {
 		plan := checkBuilds(t, spec)
 		var pkts []trace.Packet
 		for _, g := range gf.Groups {
-			pkts = append(pkts, trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: "eth0", GroupName: g})
+			pkts = append(pkts, trace.Packet{Direction: trace.Outbound, Src: trace.Pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: "eth0", GroupName: g})
 		}
 		checkTraces(t, plan, pkts...)
 	})
@@ -261,9 +261,9 @@ func FuzzSettingsSpec(f *testing.F) {
 		plan := checkBuilds(t, s)
 		var pkts []trace.Packet
 		for _, v6 := range []bool{false, true} {
-			own, remote := pod4, netip.MustParseAddr("10.0.0.5")
+			own, remote := trace.Pod4, netip.MustParseAddr("10.0.0.5")
 			if v6 {
-				own, remote = pod6, netip.MustParseAddr("fd00::5")
+				own, remote = trace.Pod6, netip.MustParseAddr("fd00::5")
 			}
 			for _, uid := range append([]uint32{1000}, s.ProxyUIDs...) {
 				for _, proto := range []Protocol{TCP, UDP} {
@@ -279,7 +279,7 @@ func FuzzSettingsSpec(f *testing.F) {
 		checkTraces(t, plan, pkts...)
 		// Proxy traffic to a remote address never loops back to the proxy.
 		for _, id := range s.ProxyUIDs {
-			v, err := trace.Trace(plan, trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 40000, DstPort: 80, OutIface: "eth0", UID: id, GID: 1000})
+			v, err := trace.Trace(plan, trace.Packet{Direction: trace.Outbound, Src: trace.Pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 40000, DstPort: 80, OutIface: "eth0", UID: id, GID: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -141,9 +141,9 @@ func randomPacket(r *rand.Rand, s Spec) trace.Packet {
 		switch r.IntN(6) {
 		case 0:
 			if v6 {
-				return pod6
+				return trace.Pod6
 			}
-			return pod4
+			return trace.Pod4
 		case 1:
 			if v6 {
 				return netip.MustParseAddr("::1")
@@ -293,9 +293,9 @@ func TestRandomSpecsTunnelPortIsNotCaptured(t *testing.T) {
 			if v6 && !s.IPv6 {
 				continue
 			}
-			dst := pod4
+			dst := trace.Pod4
 			if v6 {
-				dst = pod6
+				dst = trace.Pod6
 			}
 			pkt := trace.Packet{Direction: trace.Inbound, Src: randomAddr(r, v6), Dst: dst, Proto: TCP,
 				SrcPort: 50000, DstPort: s.InboundTunnelPort, InIface: "ext0"}
