@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
@@ -124,12 +125,12 @@ func inFreshNetns(cmd *exec.Cmd) {
 func newPodNetns(t *testing.T, addrs ...string) string {
 	t.Helper()
 	requireRoot(t)
-	path, err := netns.New(t.TempDir(), "pod")
+	path, err := testns.New(t.TempDir(), "pod")
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := netns.Delete(path); err != nil {
+		if err := testns.Delete(path); err != nil {
 			t.Errorf("delete namespace: %v", err)
 		}
 	})

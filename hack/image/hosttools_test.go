@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // untarImage unpacks img's single layer into a new directory, as a runtime does.
@@ -94,11 +95,11 @@ func TestAgentImageToolsRunInsideTheImage(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := netns.New(t.TempDir(), "tools")
+	ns, err := testns.New(t.TempDir(), "tools")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer netns.Delete(ns)
+	defer testns.Delete(ns)
 
 	run := func(stdin string, args ...string) string {
 		t.Helper()

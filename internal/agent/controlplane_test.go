@@ -22,6 +22,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *testing.T) {
@@ -201,11 +202,11 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	// A pod sandbox on the node: a network namespace holding the broken pod's
 	// address, bind-mounted where the runtime would put it.
 	netnsDir := t.TempDir()
-	sandbox, err := netns.New(netnsDir, "cni-0f1e2d3c")
+	sandbox, err := testns.New(netnsDir, "cni-0f1e2d3c")
 	if err != nil {
 		t.Fatalf("create a pod network namespace (needs root): %v", err)
 	}
-	t.Cleanup(func() { netns.Delete(sandbox) })
+	t.Cleanup(func() { testns.Delete(sandbox) })
 	const fixableIP, lostIP = "198.51.100.21", "198.51.100.22"
 	if err := netns.Do(sandbox, func() error {
 		lo, err := netlink.LinkByName("lo")

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // defaultSidecarPlan is what istio-cni programs for a typical injected pod.
@@ -47,7 +47,7 @@ func BenchmarkApplyFreshNamespace(b *testing.B) {
 			var lat []time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				ns, err := netns.New(dir, fmt.Sprint("ns", i))
+				ns, err := testns.New(dir, fmt.Sprint("ns", i))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -58,7 +58,7 @@ func BenchmarkApplyFreshNamespace(b *testing.B) {
 				}
 				lat = append(lat, time.Since(start))
 				b.StopTimer()
-				netns.Delete(ns)
+				testns.Delete(ns)
 				b.StartTimer()
 			}
 			report(b, lat)
@@ -84,7 +84,7 @@ func BenchmarkApplyParallel20(b *testing.B) {
 				b.StopTimer()
 				var nss []string
 				for j := 0; j < 20; j++ {
-					ns, err := netns.New(dir, fmt.Sprintf("ns%d-%d", i, j))
+					ns, err := testns.New(dir, fmt.Sprintf("ns%d-%d", i, j))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -108,7 +108,7 @@ func BenchmarkApplyParallel20(b *testing.B) {
 				wg.Wait()
 				b.StopTimer()
 				for _, ns := range nss {
-					netns.Delete(ns)
+					testns.Delete(ns)
 				}
 				b.StartTimer()
 			}

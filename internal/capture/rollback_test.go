@@ -10,6 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // TestFailedApplyLeavesNothing: when the rules cannot be applied (here an owner group
@@ -21,11 +22,11 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Plan(t)
 	for name, b := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			ns, err := netns.New(t.TempDir(), "ns")
+			ns, err := testns.New(t.TempDir(), "ns")
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer netns.Delete(ns)
+			defer testns.Delete(ns)
 			if _, err := capture.Apply(context.Background(), ns, b, plan); err == nil {
 				t.Fatal("Apply succeeded with an unknown owner group")
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
@@ -61,7 +62,7 @@ type podSandbox struct {
 
 func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 	t.Helper()
-	// unshare(1) in a child: netns.New would leave a thread of the test binary in it.
+	// unshare(1) in a child: a process holds the pod's namespace, as in a real pod.
 	bind := filepath.Join(t.TempDir(), "netns")
 	if err := os.WriteFile(bind, nil, 0o444); err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 	}
 	// Only the process holds it from now on, as with a runtime that bind-mounts
 	// its namespaces somewhere the finder does not look.
-	if err := netns.Delete(bind); err != nil {
+	if err := testns.Delete(bind); err != nil {
 		t.Fatal(err)
 	}
 	ps.path = "/proc/" + strconv.Itoa(ps.proc.Process.Pid) + "/ns/net"

@@ -12,6 +12,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 func requireRoot(t *testing.T) {
@@ -23,11 +24,11 @@ func requireRoot(t *testing.T) {
 
 func newNS(t *testing.T) string {
 	t.Helper()
-	path, err := netns.New(t.TempDir(), "ns")
+	path, err := testns.New(t.TempDir(), "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { netns.Delete(path) })
+	t.Cleanup(func() { testns.Delete(path) })
 	return path
 }
 

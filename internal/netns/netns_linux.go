@@ -11,8 +11,9 @@ import (
 // Do runs fn with the calling code's network namespace set to the one at path (for
 // example /var/run/netns/NAME or /proc/PID/ns/net). fn runs on a fresh goroutine
 // locked to its OS thread; child processes started by fn inherit the namespace.
-// If the thread cannot be switched back, it is left locked so the Go runtime
-// discards it when the goroutine exits.
+// The thread is switched back even when fn moved it elsewhere (unshare). If it
+// cannot be switched back, it is left locked so the Go runtime discards it when the
+// goroutine exits.
 func Do(path string, fn func() error) error {
 	target, err := os.Open(path)
 	if err != nil {

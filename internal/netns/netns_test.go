@@ -1,29 +1,32 @@
-package netns
+package netns_test
 
 import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // TestDoEntersAndLeavesNamespace proves fn runs in the target namespace and the caller's
 // namespace is untouched afterwards.
 func TestDoEntersAndLeavesNamespace(t *testing.T) {
 	requireRoot(t)
-	path, err := New(t.TempDir(), "ns")
+	path, err := testns.New(t.TempDir(), "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer Delete(path)
-	want, err := ID(path)
+	defer testns.Delete(path)
+	want, err := netns.ID(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, _ := ID("/proc/self/ns/net")
+	before, _ := netns.ID("/proc/self/ns/net")
 	var inside uint64
-	if err := Do(path, func() error {
+	if err := netns.Do(path, func() error {
 		var err error
-		inside, err = ID("/proc/thread-self/ns/net")
+		inside, err = netns.ID("/proc/thread-self/ns/net")
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -31,7 +34,7 @@ func TestDoEntersAndLeavesNamespace(t *testing.T) {
 	if inside != want {
 		t.Errorf("fn ran in namespace %d, want %d", inside, want)
 	}
-	if after, _ := ID("/proc/self/ns/net"); after != before {
+	if after, _ := netns.ID("/proc/self/ns/net"); after != before {
 		t.Errorf("caller's namespace changed from %d to %d", before, after)
 	}
 }
@@ -42,10 +45,10 @@ func TestDoRejectsNonNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := Do(f.Name(), func() error { t.Error("fn ran"); return nil }); err == nil {
+	if err := netns.Do(f.Name(), func() error { t.Error("fn ran"); return nil }); err == nil {
 		t.Error("Do accepted a regular file as a namespace")
 	}
-	if err := Do("/nonexistent/ns", func() error { t.Error("fn ran"); return nil }); err == nil {
+	if err := netns.Do("/nonexistent/ns", func() error { t.Error("fn ran"); return nil }); err == nil {
 		t.Error("Do accepted a missing path")
 	}
 }
@@ -59,28 +62,29 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// TestNewLeavesNoThreadBehind: creating namespaces must not move any of the process's
-// threads into them (the main thread in particular: /proc/self follows it).
+// TestNewLeavesNoThreadBehind: creating namespaces (testns.New unshares inside Do) must
+// not move any of the process's threads into them (the main thread in particular:
+// /proc/self follows it).
 func TestNewLeavesNoThreadBehind(t *testing.T) {
 	requireRoot(t)
-	before, err := ID("/proc/self/ns/net")
+	before, err := netns.ID("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	for i := 0; i < 50; i++ {
-		p, err := New(dir, fmt.Sprint("ns", i))
+		p, err := testns.New(dir, fmt.Sprint("ns", i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer Delete(p)
+		defer testns.Delete(p)
 	}
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {
-		id, err := ID("/proc/self/task/" + task.Name() + "/ns/net")
+		id, err := netns.ID("/proc/self/task/" + task.Name() + "/ns/net")
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
@@ -88,7 +92,7 @@ func TestNewLeavesNoThreadBehind(t *testing.T) {
 			t.Errorf("thread %s is in namespace %d, want %d", task.Name(), id, before)
 		}
 	}
-	if after, _ := ID("/proc/self/ns/net"); after != before {
+	if after, _ := netns.ID("/proc/self/ns/net"); after != before {
 		t.Errorf("/proc/self/ns/net moved from %d to %d", before, after)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 var _ capture.Backend = (*Backend)(nil)
@@ -32,12 +33,12 @@ func requireRoot(t testing.TB) {
 func testNS(t testing.TB) string {
 	t.Helper()
 	requireRoot(t)
-	path, err := netns.New(t.TempDir(), "ns")
+	path, err := testns.New(t.TempDir(), "ns")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := netns.Delete(path); err != nil {
+		if err := testns.Delete(path); err != nil {
 			t.Errorf("delete namespace: %v", err)
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // Ports of the test namespace's rules: a connection to redirectedPort is sent to
@@ -40,11 +41,11 @@ func testNamespace(t *testing.T, f Family) string {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (network namespaces, iptables); run it as root, as CI does")
 	}
-	path, err := netns.New(t.TempDir(), "probe")
+	path, err := testns.New(t.TempDir(), "probe")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { netns.Delete(path) })
+	t.Cleanup(func() { testns.Delete(path) })
 	tool := "iptables"
 	if f == IPv6 {
 		tool = "ip6tables"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // podNetns is a stand-in for a pod sandbox: a network namespace whose lo holds the
@@ -43,7 +44,7 @@ func newPodNetns(t testing.TB, dir, name string, ip netip.Addr, withProcess, kee
 			pn.proc.Wait()
 		}
 		if pn.bind != "" {
-			netns.Delete(pn.bind)
+			testns.Delete(pn.bind)
 		}
 	})
 	if withProcess {
@@ -67,7 +68,7 @@ func newPodNetns(t testing.TB, dir, name string, ip netip.Addr, withProcess, kee
 		t.Fatal(err)
 	}
 	if !keepBind {
-		if err := netns.Delete(path); err != nil {
+		if err := testns.Delete(path); err != nil {
 			t.Fatal(err)
 		}
 		pn.bind = ""

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // execAdd runs the istio-cni binary once, as a runtime does (exec, stdin config,
@@ -101,7 +101,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 						benchSeq++
 						name := fmt.Sprintf("%s-%d", tc.name, benchSeq)
 						pod := createPodB(b, meshedPod(tc.namespace, name, nil))
-						path, err := netns.New(run.dir, "b-"+name)
+						path, err := testns.New(run.dir, "b-"+name)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -134,7 +134,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 					wg.Wait()
 					b.StopTimer()
 					for _, sb := range sbs {
-						netns.Delete(sb.netns)
+						testns.Delete(sb.netns)
 					}
 					b.StartTimer()
 				}

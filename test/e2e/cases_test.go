@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 var backends = []struct {
@@ -397,7 +398,7 @@ func TestDelAfterNetnsRemovedSucceeds(t *testing.T) {
 	if _, err := n.add(list, sb); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	if err := netns.Delete(sb.netns); err != nil {
+	if err := testns.Delete(sb.netns); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.del(list, sb); err != nil {

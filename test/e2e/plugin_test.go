@@ -30,6 +30,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	localnode "github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 var (
@@ -290,11 +291,11 @@ func (n *node) runtimeConf(p *sandboxPod) *libcni.RuntimeConf {
 func (n *node) newSandbox(pod *corev1.Pod) *sandboxPod {
 	n.t.Helper()
 	id := fmt.Sprintf("%x", time.Now().UnixNano())
-	path, err := netns.New(n.dir, "pod-"+id)
+	path, err := testns.New(n.dir, "pod-"+id)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	n.t.Cleanup(func() { netns.Delete(path) })
+	n.t.Cleanup(func() { testns.Delete(path) })
 	return &sandboxPod{ns: pod.Namespace, name: pod.Name, uid: string(pod.UID), netns: path, containerID: "c" + id}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/probe"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // Addresses of the topology.
@@ -40,10 +41,10 @@ type Topology struct {
 func New(dir, prefix string) (*Topology, error) {
 	tp := &Topology{}
 	var err error
-	if tp.Pod, err = netns.New(dir, prefix+"pod"); err != nil {
+	if tp.Pod, err = testns.New(dir, prefix+"pod"); err != nil {
 		return nil, err
 	}
-	if tp.Peer, err = netns.New(dir, prefix+"peer"); err != nil {
+	if tp.Peer, err = testns.New(dir, prefix+"peer"); err != nil {
 		tp.Close()
 		return nil, err
 	}
@@ -92,7 +93,7 @@ func (tp *Topology) Close() error {
 		if p == "" {
 			continue
 		}
-		if err := netns.Delete(p); err != nil && first == nil {
+		if err := testns.Delete(p); err != nil && first == nil {
 			first = err
 		}
 	}
