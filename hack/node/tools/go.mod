@@ -3,15 +3,11 @@ module github.com/istio-cni/istio-cni/hack/node/tools
 go 1.26.0
 
 require (
-	github.com/google/go-containerregistry v0.22.1
 	google.golang.org/grpc v1.85.0
 	k8s.io/cri-api v0.37.2
 )
 
 require (
-	github.com/klauspost/compress v1.19.2 // indirect
-	github.com/opencontainers/go-digest v1.0.0 // indirect
-	github.com/opencontainers/image-spec v1.1.1 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -28,6 +28,6 @@
 // apiserver before etcd, and last the mounts and files.
 //
 // Images are made locally: the sandbox (pause) image is a tiny static Go program
-// packed by hack/node/tools (go-containerregistry) and imported with ctr; ImportImage
-// does the same for any set of files.
+// (hack/node/tools) packed by hack/image and imported with ctr; ImportImage does the
+// same for any set of files.
 package node

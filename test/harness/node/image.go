@@ -10,9 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/istio-cni/istio-cni/hack/image"
 )
 
 // toolsCache is where built helper tools are kept, keyed by their sources.
@@ -113,27 +114,22 @@ func (n *Node) ImportImage(ctx context.Context, name string, files map[string]st
 	if len(files) == 0 {
 		return fmt.Errorf("node: image %s: no files", name)
 	}
-	tarball := filepath.Join(n.l.imagesDir(), strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
-	args := []string{"image", "-name", name, "-out", tarball}
-	dsts := make([]string, 0, len(files))
-	for dst := range files {
-		dsts = append(dsts, dst)
+	spec := image.Spec{Ref: name, Entrypoint: entrypoint}
+	for dst, src := range files {
+		spec.Files = append(spec.Files, image.File{Path: dst, Source: src})
 	}
-	sort.Strings(dsts)
-	for _, dst := range dsts {
-		args = append(args, "-file", dst+"="+files[dst])
-	}
-	args = append(args, "--")
-	args = append(args, entrypoint...)
-	if _, err := n.nodetool(ctx, args...); err != nil {
+	img, err := image.Build(spec)
+	if err != nil {
 		return fmt.Errorf("node: build image %s: %w", name, err)
 	}
-	out, err := exec.CommandContext(ctx, n.Ctr(), "-a", n.l.containerdSocket(), "-n", "k8s.io",
-		"images", "import", "--platform", "linux/amd64", tarball).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("node: ctr images import %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	archive := filepath.Join(n.l.imagesDir(), strings.NewReplacer("/", "_", ":", "_").Replace(name)+".tar")
+	if err := image.WriteArchive(archive, name, img); err != nil {
+		return fmt.Errorf("node: build image %s: %w", name, err)
 	}
-	return os.Remove(tarball)
+	if err := image.Import(ctx, n.Ctr(), n.l.containerdSocket(), archive, name); err != nil {
+		return fmt.Errorf("node: import image %s: %w", name, err)
+	}
+	return os.Remove(archive)
 }
 
 // RuntimeCondition is one condition of the container runtime's CRI Status.

@@ -28,18 +28,22 @@ func dial(endpoint string) (runtimeapi.RuntimeServiceClient, func(), error) {
 	return runtimeapi.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
 }
 
+// sandboxes lists every pod sandbox of the runtime.
+func sandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]*runtimeapi.PodSandbox, error) {
+	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	return resp.Items, nil
+}
+
 // listPods prints one line per pod sandbox: id, state, namespace/name.
-func listPods(ctx context.Context, endpoint string) error {
-	rt, closeConn, err := dial(endpoint)
+func listPods(ctx context.Context, rt runtimeapi.RuntimeServiceClient) error {
+	items, err := sandboxes(ctx, rt)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return fmt.Errorf("list pod sandboxes: %w", err)
-	}
-	for _, s := range resp.Items {
+	for _, s := range items {
 		fmt.Printf("%s\t%s\t%s/%s\n", s.Id, s.State, s.Metadata.GetNamespace(), s.Metadata.GetName())
 	}
 	return nil
@@ -48,18 +52,13 @@ func listPods(ctx context.Context, endpoint string) error {
 // sweep stops and removes every pod sandbox. Stopping runs the CNI DEL and removes
 // the network namespace, so it is the last chance to undo what pods did to the host
 // once kubelet is gone. It prints the number of sandboxes removed.
-func sweep(ctx context.Context, endpoint string) error {
-	rt, closeConn, err := dial(endpoint)
+func sweep(ctx context.Context, rt runtimeapi.RuntimeServiceClient) error {
+	items, err := sandboxes(ctx, rt)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return fmt.Errorf("list pod sandboxes: %w", err)
-	}
 	var errs []error
-	for _, s := range resp.Items {
+	for _, s := range items {
 		pod := s.Metadata.GetNamespace() + "/" + s.Metadata.GetName()
 		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("stop sandbox %s of %s: %w", s.Id, pod, err))
@@ -69,19 +68,14 @@ func sweep(ctx context.Context, endpoint string) error {
 			errs = append(errs, fmt.Errorf("remove sandbox %s of %s: %w", s.Id, pod, err))
 		}
 	}
-	fmt.Println(len(resp.Items))
+	fmt.Println(len(items))
 	return errors.Join(errs...)
 }
 
 // status prints the runtime's conditions as the CRI Status call reports them, one
 // per line: type, true/false, reason, message. NetworkReady is where the runtime
 // reports its CNI plugins' STATUS.
-func status(ctx context.Context, endpoint string) error {
-	rt, closeConn, err := dial(endpoint)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
+func status(ctx context.Context, rt runtimeapi.RuntimeServiceClient) error {
 	resp, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
