@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
@@ -31,7 +30,7 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 				t.Fatal("Apply succeeded with an unknown owner group")
 			}
 			for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}, {"ip", "rule"}, {"ip", "-6", "addr", "show", "dev", "lo"}} {
-				out := run(t, ns, cmd...)
+				out := testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
 				for _, leftover := range []string{"ISTIO_", "istio-proxy", "lookup 133", "::6/128"} {
 					if strings.Contains(out, leftover) {
 						t.Errorf("after a failed apply, %v shows %q:\n%s", cmd, leftover, out)
@@ -40,18 +39,4 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-func run(t *testing.T, ns string, args ...string) string {
-	t.Helper()
-	var out []byte
-	err := netns.Do(ns, func() error {
-		var err error
-		out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("%v: %v: %s", args, err, out)
-	}
-	return string(out)
 }

@@ -188,21 +188,6 @@ func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string
 	}
 }
 
-// runIn runs a command in the namespace.
-func runInNS(t testing.TB, nsPath string, args ...string) string {
-	t.Helper()
-	var out []byte
-	err := netns.Do(nsPath, func() error {
-		var err error
-		out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("%v in %s: %v: %s", args, nsPath, err, out)
-	}
-	return string(out)
-}
-
 var (
 	procNetns = regexp.MustCompile(`/proc/\d+/ns/net`)
 	inodeText = regexp.MustCompile(`inode \d+`)

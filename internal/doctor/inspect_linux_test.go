@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // nodeEnv is a node as the doctor sees it: a CNI config directory with istio-cni
@@ -86,8 +88,8 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	brokenNS := newPodSandbox(t, netip.MustParseAddr("10.251.7.2"))
 	applyCapture(t, e.cfg, broken, brokenNS.path)
 	// By hand, as someone debugging might: the inbound jump and one exclusion go.
-	runInNS(t, brokenNS.path, "iptables-nft", "-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND")
-	runInNS(t, brokenNS.path, "iptables-nft", "-t", "nat", "-D", "ISTIO_OUTPUT", "-o", "lo", "-s", "127.0.0.6/32", "-j", "RETURN")
+	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"))
+	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "ISTIO_OUTPUT", "-o", "lo", "-s", "127.0.0.6/32", "-j", "RETURN"))
 
 	createPod(t, cp, injectedPod("plain", withoutSidecar), netip.MustParseAddr("10.251.7.3"))
 	newPodSandbox(t, netip.MustParseAddr("10.251.7.3"))

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // The agent image has no nft: the netlink check must accept what the plugin's
@@ -62,7 +64,7 @@ func TestNetlinkCheckWithoutNftFindsDeletedRulesAndStrayTables(t *testing.T) {
 	if d := verify(meshed.path, netlinkBackend{}, &redirect.Plan{}); len(d) == 0 {
 		t.Error("tables of ours where none belong: no differences")
 	}
-	runInNS(t, meshed.path, "nft", "flush", "chain", "ip", "istio-proxy-nat", "ISTIO_REDIRECT")
+	testns.Run(t, meshed.path, exec.Command("nft", "flush", "chain", "ip", "istio-proxy-nat", "ISTIO_REDIRECT"))
 	want := []string{`table ip istio-proxy-nat chain ISTIO_REDIRECT: missing rule 1 "meta l4proto tcp redirect to :15001"`}
 	if diff := cmp.Diff(want, verify(meshed.path, netlinkBackend{}, plan)); diff != "" {
 		t.Errorf("after flushing ISTIO_REDIRECT (-want +got):\n%s", diff)

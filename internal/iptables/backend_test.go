@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
@@ -32,24 +31,14 @@ func newNS(t *testing.T) string {
 	return path
 }
 
-// saveIn runs iptables-save (or another command) in the namespace.
+// runIn runs iptables-save (or another command) in the namespace.
 func runIn(t *testing.T, ns string, name string, args ...string) string {
 	t.Helper()
-	var out []byte
+	cmd := exec.Command(name, args...)
 	// iptables-legacy takes the xtables lock for a rule change: a file of the test's,
 	// not the host's /run/xtables.lock.
-	lock := filepath.Join(t.TempDir(), "xtables.lock")
-	err := netns.Do(ns, func() error {
-		cmd := exec.Command(name, args...)
-		cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock)
-		var err error
-		out, err = cmd.CombinedOutput()
-		return err
-	})
-	if err != nil {
-		t.Fatalf("%s %v: %v: %s", name, args, err, out)
-	}
-	return string(out)
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+filepath.Join(t.TempDir(), "xtables.lock"))
+	return testns.Run(t, ns, cmd)
 }
 
 // stripComments drops iptables-save's timestamped comment lines and tables that hold

@@ -3,7 +3,10 @@ package testns
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"testing"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -59,4 +62,20 @@ func Delete(path string) error {
 		return err
 	}
 	return nil
+}
+
+// Run runs cmd in the namespace at ns and returns what it printed (stdout and stderr
+// together); a failure ends the test.
+func Run(t testing.TB, ns string, cmd *exec.Cmd) string {
+	t.Helper()
+	var out []byte
+	err := netns.Do(ns, func() error {
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s in %s: %v: %s", strings.Join(cmd.Args, " "), ns, err, out)
+	}
+	return string(out)
 }
