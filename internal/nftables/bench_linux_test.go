@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -73,6 +74,28 @@ func benchInNS(b *testing.B, fn func()) {
 	}
 }
 
+// timeEach runs op once per iteration, each run timed on its own, and reports p50
+// and p99 in microseconds. untimed, when not nil, runs before each op, outside the
+// timing.
+func timeEach(b *testing.B, untimed, op func() error) {
+	var d []time.Duration
+	for b.Loop() {
+		if untimed != nil {
+			b.StopTimer()
+			if err := untimed(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		start := time.Now()
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+		d = append(d, time.Since(start))
+	}
+	reportPercentiles(b, d)
+}
+
 // reportPercentiles adds p50 and p99 in microseconds to the benchmark's output.
 func reportPercentiles(b *testing.B, d []time.Duration) {
 	if len(d) == 0 {
@@ -115,19 +138,7 @@ func BenchmarkApplyTransaction(b *testing.B) {
 	}
 	for _, m := range methods {
 		b.Run(m.name, func(b *testing.B) {
-			benchInNS(b, func() {
-				var d []time.Duration
-				b.ResetTimer()
-				for b.Loop() {
-					start := time.Now()
-					if err := m.run(); err != nil {
-						b.Fatal(err)
-					}
-					d = append(d, time.Since(start))
-				}
-				b.StopTimer()
-				reportPercentiles(b, d)
-			})
+			benchInNS(b, func() { timeEach(b, nil, m.run) })
 		})
 	}
 }
@@ -140,18 +151,12 @@ func BenchmarkApplyChanged(b *testing.B) {
 	for _, tb := range testBackends() {
 		b.Run(tb.name, func(b *testing.B) {
 			benchInNS(b, func() {
-				var d []time.Duration
 				i := 0
-				for b.Loop() {
-					start := time.Now()
+				timeEach(b, nil, func() error {
 					changed, err := tb.b.Apply(ctx, plans[i%2])
-					if err != nil || !changed {
-						b.Fatalf("Apply: changed=%v, %v", changed, err)
-					}
-					d = append(d, time.Since(start))
 					i++
-				}
-				reportPercentiles(b, d)
+					return applied(changed, err, true)
+				})
 			})
 		})
 	}
@@ -166,15 +171,10 @@ func BenchmarkApplyUnchanged(b *testing.B) {
 		if _, err := be.Apply(ctx, plan); err != nil {
 			b.Fatal(err)
 		}
-		var d []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if changed, err := be.Apply(ctx, plan); err != nil || changed {
-				b.Fatalf("Apply: changed=%v, %v", changed, err)
-			}
-			d = append(d, time.Since(start))
-		}
-		reportPercentiles(b, d)
+		timeEach(b, nil, func() error {
+			changed, err := be.Apply(ctx, plan)
+			return applied(changed, err, false)
+		})
 	})
 }
 
@@ -186,20 +186,10 @@ func BenchmarkApplyFresh(b *testing.B) {
 	for _, tb := range testBackends() {
 		b.Run(tb.name, func(b *testing.B) {
 			benchInNS(b, func() {
-				var d []time.Duration
-				for b.Loop() {
-					b.StopTimer()
-					if err := tb.b.Cleanup(ctx); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-					start := time.Now()
-					if changed, err := tb.b.Apply(ctx, plan); err != nil || !changed {
-						b.Fatalf("Apply: changed=%v, %v", changed, err)
-					}
-					d = append(d, time.Since(start))
-				}
-				reportPercentiles(b, d)
+				timeEach(b, func() error { return tb.b.Cleanup(ctx) }, func() error {
+					changed, err := tb.b.Apply(ctx, plan)
+					return applied(changed, err, true)
+				})
 			})
 		})
 	}
@@ -214,14 +204,20 @@ func BenchmarkVerify(b *testing.B) {
 		if _, err := be.Apply(ctx, plan); err != nil {
 			b.Fatal(err)
 		}
-		var d []time.Duration
-		for b.Loop() {
-			start := time.Now()
+		timeEach(b, nil, func() error {
 			if diffs, err := be.Verify(ctx, plan); err != nil || len(diffs) != 0 {
-				b.Fatalf("Verify: %q, %v", diffs, err)
+				return fmt.Errorf("Verify: %q, %v", diffs, err)
 			}
-			d = append(d, time.Since(start))
-		}
-		reportPercentiles(b, d)
+			return nil
+		})
 	})
+}
+
+// applied is Apply's outcome as an error: it failed, or it changed the rules when
+// the benchmark wants it not to (or the other way round).
+func applied(changed bool, err error, wantChanged bool) error {
+	if err != nil || changed != wantChanged {
+		return fmt.Errorf("Apply: changed=%v, %v", changed, err)
+	}
+	return nil
 }

@@ -34,22 +34,28 @@ func encodeAll(t *testing.T, rs *ruleset) []encodedRule {
 					sets[name] = liveSet{anonymous: true, constant: true, keys: elems}
 					return &gnft.Set{Name: name, Anonymous: true, Constant: true}, nil
 				}
-				ex, err := ruleExprs(tb.family, &r, addSet)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var exprs []any
-				for _, e := range ex {
-					exprs = append(exprs, e)
-				}
 				out = append(out, encodedRule{
 					where:  fmt.Sprintf("%s chain %s rule %d %q", tb.id(), c.name, i+1, r.text(tb.family)),
-					family: tb.family, rule: r, exprs: exprs, sets: sets,
+					family: tb.family, rule: r, exprs: encodeRule(t, tb.family, &r, addSet), sets: sets,
 				})
 			}
 		}
 	}
 	return out
+}
+
+// encodeRule is ruleExprs' encoding of r, as the []any decodeRule reads.
+func encodeRule(t *testing.T, f redirect.Family, r *rule, addSet setAdder) []any {
+	t.Helper()
+	ex, err := ruleExprs(f, r, addSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exprs := make([]any, len(ex))
+	for i, e := range ex {
+		exprs[i] = e
+	}
+	return exprs
 }
 
 func allRulesets(t *testing.T) map[string]*ruleset {
@@ -217,14 +223,7 @@ func TestDecodeSkipsCountersAndNamesTheRest(t *testing.T) {
 		matches: []match{{kind: redirect.MatchDestPort, proto: redirect.TCP, ports: []uint16{9}}},
 		target:  redirect.Target{Kind: redirect.TargetAccept},
 	}
-	ex, err := ruleExprs(redirect.IPv4, &r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var exprs []any
-	for _, e := range ex {
-		exprs = append(exprs, e)
-	}
+	exprs := encodeRule(t, redirect.IPv4, &r, nil)
 	withCounter := slices.Insert(slices.Clone(exprs), len(exprs)-1, any(&expr.Counter{Packets: 7, Bytes: 900}))
 	if got, ok, text := decodeRule(redirect.IPv4, withCounter, nil); !ok || !got.equal(&r) || text != "tcp dport 9 accept" {
 		t.Errorf("with a counter: decoded %q (ok=%v), want the rule without it", text, ok)
