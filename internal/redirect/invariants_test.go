@@ -194,10 +194,12 @@ func randomPacket(r *rand.Rand, s Spec) trace.Packet {
 	return p
 }
 
-// TestRandomSpecsBuildValidPlans: every valid spec builds, and its plan holds the
-// invariants.
-func TestRandomSpecsBuildValidPlans(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
+// eachRandomPlan draws randomSpecs specs from a generator seeded with seed, checks
+// each is valid and builds, and calls fn with the spec, its plan and the generator
+// (to draw packets from).
+func eachRandomPlan(t *testing.T, seed uint64, fn func(i int, r *rand.Rand, s Spec, p *Plan)) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed+1))
 	for i := range randomSpecs {
 		s := randomSpec(r)
 		if err := s.Validate(); err != nil {
@@ -207,48 +209,44 @@ func TestRandomSpecsBuildValidPlans(t *testing.T) {
 		if err != nil {
 			t.Fatalf("spec %d: Build: %v\n%+v", i, err, s)
 		}
+		fn(i, r, s, p)
+	}
+}
+
+// TestRandomSpecsBuildValidPlans: every valid spec builds, and its plan holds the
+// invariants.
+func TestRandomSpecsBuildValidPlans(t *testing.T) {
+	eachRandomPlan(t, 1, func(i int, _ *rand.Rand, s Spec, p *Plan) {
 		if err := p.Check(); err != nil {
 			t.Fatalf("spec %d: Check: %v\n%+v", i, err, s)
 		}
-	}
+	})
 }
 
 // TestRandomSpecsTraceWithoutError: the tracer understands every plan the builder
 // makes, for any packet.
 func TestRandomSpecsTraceWithoutError(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	for i := range randomSpecs {
-		s := randomSpec(r)
-		p, err := Build(s)
-		if err != nil {
-			t.Fatalf("spec %d: Build: %v", i, err)
-		}
+	eachRandomPlan(t, 3, func(i int, r *rand.Rand, s Spec, p *Plan) {
 		for range 20 {
 			pkt := randomPacket(r, s)
 			if _, err := trace.Trace(p, pkt); err != nil {
 				t.Fatalf("spec %d: %v\n%+v", i, err, s)
 			}
 		}
-	}
+	})
 }
 
 // TestRandomSpecsProxyTrafficNeverLoops: whatever the spec, a packet the proxy sends
 // (by uid or by gid) to a non-loopback address never comes back to the proxy's own
 // outbound listener.
 func TestRandomSpecsProxyTrafficNeverLoops(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
 	checked := 0
 	defer func() {
 		if checked < randomSpecs*10 {
 			t.Errorf("only %d proxy packets checked", checked)
 		}
 	}()
-	for i := range randomSpecs {
-		s := randomSpec(r)
-		p, err := Build(s)
-		if err != nil {
-			t.Fatalf("spec %d: Build: %v", i, err)
-		}
+	eachRandomPlan(t, 5, func(i int, r *rand.Rand, s Spec, p *Plan) {
 		for range 20 {
 			pkt := randomPacket(r, s)
 			pkt.Direction, pkt.InIface = trace.Outbound, ""
@@ -274,7 +272,7 @@ func TestRandomSpecsProxyTrafficNeverLoops(t *testing.T) {
 				t.Fatalf("spec %d: proxy packet %s loops back to the proxy port %d\n%s\nspec %+v", i, pkt, s.ProxyPort, v, s)
 			}
 		}
-	}
+	})
 }
 
 // TestRandomSpecsTunnelPortIsNotCaptured: inbound traffic to the tunnel port is never
@@ -282,13 +280,7 @@ func TestRandomSpecsProxyTrafficNeverLoops(t *testing.T) {
 // exception, so the port is captured exactly when the inbound ports select it; this
 // pins that behaviour.
 func TestRandomSpecsTunnelPortIsNotCaptured(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	for i := range randomSpecs {
-		s := randomSpec(r)
-		p, err := Build(s)
-		if err != nil {
-			t.Fatalf("spec %d: Build: %v", i, err)
-		}
+	eachRandomPlan(t, 7, func(i int, r *rand.Rand, s Spec, p *Plan) {
 		for _, v6 := range []bool{false, true} {
 			if v6 && !s.IPv6 {
 				continue
@@ -314,23 +306,20 @@ func TestRandomSpecsTunnelPortIsNotCaptured(t *testing.T) {
 					i, s.Mode, s.InboundPorts, s.InboundPortsExclude, pkt, v.Action, want, v)
 			}
 		}
-	}
+	})
 }
 
 // TestRandomSpecsAreDeterministic: building the same spec twice gives the same plan.
 func TestRandomSpecsAreDeterministic(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 10))
-	for i := range randomSpecs {
-		s := randomSpec(r)
-		a, errA := Build(s)
-		b, errB := Build(s)
-		if errA != nil || errB != nil {
-			t.Fatalf("spec %d: %v %v", i, errA, errB)
+	eachRandomPlan(t, 9, func(i int, _ *rand.Rand, s Spec, a *Plan) {
+		b, err := Build(s)
+		if err != nil {
+			t.Fatalf("spec %d: %v", i, err)
 		}
 		ja, _ := json.Marshal(a)
 		jb, _ := json.Marshal(b)
 		if !bytes.Equal(ja, jb) {
 			t.Fatalf("spec %d: two builds differ:\n%s\n%s", i, ja, jb)
 		}
-	}
+	})
 }
