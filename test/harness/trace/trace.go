@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
@@ -152,11 +153,12 @@ type Step struct {
 	Note  string
 }
 
+// String names the step's place and prints its rule as the iptables backend writes it.
 func (s Step) String() string {
 	if s.Index == 0 {
 		return fmt.Sprintf("%s %s: %s", s.Table, s.Chain, s.Note)
 	}
-	return fmt.Sprintf("%s %s #%d: %s", s.Table, s.Chain, s.Index, formatRule(s.Rule))
+	return fmt.Sprintf("%s %s #%d: %s", s.Table, s.Chain, s.Index, strings.Join(iptables.RuleArgs(s.Rule), " "))
 }
 
 func (v Verdict) String() string {
@@ -565,84 +567,6 @@ func parseOwnerRange(s string) (lo, hi uint32, numeric bool, err error) {
 		return 0, 0, false, fmt.Errorf("owner %q includes (uid_t)-1, which iptables refuses", s)
 	}
 	return uint32(a), uint32(b), true, nil
-}
-
-// formatRule writes a rule in iptables' words, for traces.
-func formatRule(r redirect.Rule) string {
-	var parts []string
-	not := func(m redirect.Match, s string) string {
-		if m.Negate {
-			return "! " + s
-		}
-		return s
-	}
-	ports := func(ps []uint16) string {
-		s := make([]string, len(ps))
-		for i, p := range ps {
-			s[i] = strconv.Itoa(int(p))
-		}
-		return strings.Join(s, ",")
-	}
-	for _, m := range r.Matches {
-		switch m.Kind {
-		case redirect.MatchProtocol:
-			parts = append(parts, not(m, "-p "+string(m.Proto)))
-		case redirect.MatchInIface:
-			parts = append(parts, not(m, "-i "+m.Iface))
-		case redirect.MatchOutIface:
-			parts = append(parts, not(m, "-o "+m.Iface))
-		case redirect.MatchSource:
-			parts = append(parts, not(m, "-s "+m.Prefix.String()))
-		case redirect.MatchDest:
-			parts = append(parts, not(m, "-d "+m.Prefix.String()))
-		case redirect.MatchDestPort:
-			parts = append(parts, not(m, "--dport "+ports(m.Ports)))
-		case redirect.MatchSourcePort:
-			parts = append(parts, not(m, "--sport "+ports(m.Ports)))
-		case redirect.MatchUIDOwner:
-			parts = append(parts, not(m, "--uid-owner "+m.Owner))
-		case redirect.MatchGIDOwner:
-			parts = append(parts, not(m, "--gid-owner "+m.Owner))
-		case redirect.MatchMark:
-			parts = append(parts, not(m, fmt.Sprintf("--mark %d", m.Mark)))
-		case redirect.MatchConnMark:
-			parts = append(parts, not(m, fmt.Sprintf("--connmark %d", m.Mark)))
-		case redirect.MatchCTState:
-			s := make([]string, len(m.CTStates))
-			for i, st := range m.CTStates {
-				s[i] = string(st)
-			}
-			parts = append(parts, not(m, "--ctstate "+strings.Join(s, ",")))
-		default:
-			parts = append(parts, fmt.Sprintf("match(%d)", m.Kind))
-		}
-	}
-	tg := r.Target
-	switch tg.Kind {
-	case redirect.TargetJump:
-		parts = append(parts, "-j "+tg.Chain)
-	case redirect.TargetReturn:
-		parts = append(parts, "-j RETURN")
-	case redirect.TargetAccept:
-		parts = append(parts, "-j ACCEPT")
-	case redirect.TargetDrop:
-		parts = append(parts, "-j DROP")
-	case redirect.TargetRedirect:
-		parts = append(parts, fmt.Sprintf("-j REDIRECT --to-ports %d", tg.Port))
-	case redirect.TargetTProxy:
-		parts = append(parts, fmt.Sprintf("-j TPROXY --tproxy-mark %d --on-port %d", tg.Mark, tg.Port))
-	case redirect.TargetSetMark:
-		parts = append(parts, fmt.Sprintf("-j MARK --set-mark %d", tg.Mark))
-	case redirect.TargetSaveMark:
-		parts = append(parts, "-j CONNMARK --save-mark")
-	case redirect.TargetRestoreMark:
-		parts = append(parts, "-j CONNMARK --restore-mark")
-	case redirect.TargetCTZone:
-		parts = append(parts, fmt.Sprintf("-j CT --zone %d", tg.Zone))
-	default:
-		parts = append(parts, fmt.Sprintf("target(%d)", tg.Kind))
-	}
-	return strings.Join(parts, " ")
 }
 
 func isDigits(s string) bool {
