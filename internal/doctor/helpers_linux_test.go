@@ -167,6 +167,22 @@ func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip ne
 	return &kp
 }
 
+// runPod creates the pod with ip (createPod) and gives it a sandbox on the node
+// that holds ip (newPodSandbox).
+func runPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip netip.Addr) (*kube.Pod, *podSandbox) {
+	t.Helper()
+	return createPod(t, cp, p, ip), newPodSandbox(t, ip)
+}
+
+// runCapturedPod is runPod, and then the plugin's own path captures the pod
+// (applyCapture).
+func runCapturedPod(t testing.TB, cp *controlplane.ControlPlane, cfg *plugin.Config, p *corev1.Pod, ip netip.Addr) (*kube.Pod, *podSandbox) {
+	t.Helper()
+	kp, ns := runPod(t, cp, p, ip)
+	applyCapture(t, cfg, kp, ns.path)
+	return kp, ns
+}
+
 // applyCapture programs the pod's capture as the plugin's ADD does: its plan
 // (plugin.PlanFor) and backend, through capture.Apply.
 func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {

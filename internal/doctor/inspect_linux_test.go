@@ -80,23 +80,16 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	cp := startControlPlane(t)
 	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
 
-	web := createPod(t, cp, injectedPod("web"), netip.MustParseAddr("10.251.7.1"))
-	webNS := newPodSandbox(t, netip.MustParseAddr("10.251.7.1"))
-	applyCapture(t, e.cfg, web, webNS.path)
-
-	broken := createPod(t, cp, injectedPod("broken"), netip.MustParseAddr("10.251.7.2"))
-	brokenNS := newPodSandbox(t, netip.MustParseAddr("10.251.7.2"))
-	applyCapture(t, e.cfg, broken, brokenNS.path)
+	runCapturedPod(t, cp, e.cfg, injectedPod("web"), netip.MustParseAddr("10.251.7.1"))
+	broken, brokenNS := runCapturedPod(t, cp, e.cfg, injectedPod("broken"), netip.MustParseAddr("10.251.7.2"))
 	// By hand, as someone debugging might: the inbound jump and one exclusion go.
 	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"))
 	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "ISTIO_OUTPUT", "-o", "lo", "-s", "127.0.0.6/32", "-j", "RETURN"))
 
-	createPod(t, cp, injectedPod("plain", withoutSidecar), netip.MustParseAddr("10.251.7.3"))
-	newPodSandbox(t, netip.MustParseAddr("10.251.7.3"))
+	runPod(t, cp, injectedPod("plain", withoutSidecar), netip.MustParseAddr("10.251.7.3"))
 
 	// Skipped by the plugin (no sidecar), yet captured: someone ran istio-iptables.
-	createPod(t, cp, injectedPod("stray", withoutSidecar), netip.MustParseAddr("10.251.7.4"))
-	strayNS := newPodSandbox(t, netip.MustParseAddr("10.251.7.4"))
+	_, strayNS := runPod(t, cp, injectedPod("stray", withoutSidecar), netip.MustParseAddr("10.251.7.4"))
 	applyCapture(t, e.cfg, toKubePod(t, injectedPod("stray")), strayNS.path)
 
 	createPod(t, cp, injectedPod("elsewhere", onNode("node-b")), netip.MustParseAddr("10.251.7.5"))

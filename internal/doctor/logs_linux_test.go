@@ -32,8 +32,7 @@ func TestLogsShowTheRealPluginsDecisions(t *testing.T) {
 	conf := `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":"` + runDir +
 		`","iptables_mode":"nft","exclude_namespaces":["kube-system"],"log_socket":"","pod_lookup":{"retries":1}}`
 	ip := netip.MustParseAddr("10.251.10.1")
-	createPod(t, cp, injectedPod("web"), ip)
-	ns := newPodSandbox(t, ip)
+	_, ns := runPod(t, cp, injectedPod("web"), ip)
 
 	p := &plugin.Plugin{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Timeout: time.Minute}
 	cmd := func(f func(*skel.CmdArgs) error, id, pod string) error {

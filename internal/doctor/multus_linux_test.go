@@ -69,9 +69,7 @@ func TestInspectChecksTheOpenShiftMultusLayout(t *testing.T) {
 		if a := pods[name]; a != "" {
 			opts = append(opts, withAnnotation(MultusNetworksAnnotation, a))
 		}
-		kp := createPod(t, cp, injectedPod(name, opts...), ip)
-		ns := newPodSandbox(t, ip)
-		applyCapture(t, e.cfg, kp, ns.path)
+		runCapturedPod(t, cp, e.cfg, injectedPod(name, opts...), ip)
 	}
 
 	check := func(t *testing.T, name string, args []string, code int, golden string, want ...string) {

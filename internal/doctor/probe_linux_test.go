@@ -19,16 +19,9 @@ func TestProbeReportsWhereTrafficLands(t *testing.T) {
 	cp := startControlPlane(t)
 	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
 
-	captured := createPod(t, cp, injectedPod("captured"), netip.MustParseAddr("10.251.8.1"))
-	capturedNS := newPodSandbox(t, netip.MustParseAddr("10.251.8.1"))
-	applyCapture(t, e.cfg, captured, capturedNS.path)
-
-	createPod(t, cp, injectedPod("uncaptured"), netip.MustParseAddr("10.251.8.2"))
-	newPodSandbox(t, netip.MustParseAddr("10.251.8.2"))
-
-	withProxy := createPod(t, cp, injectedPod("with-proxy"), netip.MustParseAddr("10.251.8.3"))
-	withProxyNS := newPodSandbox(t, netip.MustParseAddr("10.251.8.3"))
-	applyCapture(t, e.cfg, withProxy, withProxyNS.path)
+	runCapturedPod(t, cp, e.cfg, injectedPod("captured"), netip.MustParseAddr("10.251.8.1"))
+	runPod(t, cp, injectedPod("uncaptured"), netip.MustParseAddr("10.251.8.2"))
+	_, withProxyNS := runCapturedPod(t, cp, e.cfg, injectedPod("with-proxy"), netip.MustParseAddr("10.251.8.3"))
 	proxy, err := sandbox.Serve(withProxyNS.path, 1337, "proxy-outbound", "tcp4", "0.0.0.0:15001", false)
 	if err != nil {
 		t.Fatal(err)

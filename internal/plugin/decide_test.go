@@ -74,10 +74,17 @@ func nativeSidecar(p *kube.Pod) {
 	p.Spec.InitContainers = append(p.Spec.InitContainers, proxy)
 }
 
-func testConfig() *Config {
+// testConfig is the defaults with the system namespaces excluded, changed by each
+// non-nil mod.
+func testConfig(mods ...func(*Config)) *Config {
 	c := defaults()
 	c.ExcludeNamespaces = []string{"kube-system", "istio-system"}
 	c.PodNamespace = "istio-cni"
+	for _, mod := range mods {
+		if mod != nil {
+			mod(&c)
+		}
+	}
 	return &c
 }
 
@@ -109,10 +116,7 @@ func TestDecideBeforeLookup(t *testing.T) {
 			Decision{Lookup, RuleNeedPod, "lookup: pod default/web-1 needs a lookup"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			if tc.cfg != nil {
-				tc.cfg(cfg)
-			}
+			cfg := testConfig(tc.cfg)
 			if diff := cmp.Diff(tc.want, decideBeforeLookup(tc.args, cfg)); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}

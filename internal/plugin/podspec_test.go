@@ -143,10 +143,7 @@ func TestSpecFromPod(t *testing.T) {
 		}), podIPs: addrs("10.0.0.5")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			if tc.cfg != nil {
-				tc.cfg(cfg)
-			}
+			cfg := testConfig(tc.cfg)
 			got, err := specFromPod(tc.pod, cfg, tc.podIPs)
 			if err != nil {
 				t.Fatalf("SpecFromPod: %v", err)
