@@ -141,76 +141,58 @@ func mutations(e any) []any {
 		c[len(c)-1] ^= 0x01
 		return c
 	}
-	var out []any
 	switch x := e.(type) {
 	case *expr.Meta:
-		m := *x
-		m.Key = expr.MetaKeyPRIORITY
-		out = append(out, &m)
-		m = *x
-		m.Register++
-		out = append(out, &m)
+		return changed(x,
+			func(m *expr.Meta) { m.Key = expr.MetaKeyPRIORITY },
+			func(m *expr.Meta) { m.Register++ })
 	case *expr.Cmp:
-		c := *x
-		c.Data = flip(x.Data)
-		out = append(out, &c)
-		c = *x
-		c.Op = expr.CmpOpGt
-		out = append(out, &c)
-		c = *x
-		c.Register++
-		out = append(out, &c)
+		return changed(x,
+			func(c *expr.Cmp) { c.Data = flip(x.Data) },
+			func(c *expr.Cmp) { c.Op = expr.CmpOpGt },
+			func(c *expr.Cmp) { c.Register++ })
 	case *expr.Payload:
-		p := *x
-		p.Offset++
-		out = append(out, &p)
-		p = *x
-		p.Base++
-		out = append(out, &p)
+		return changed(x,
+			func(p *expr.Payload) { p.Offset++ },
+			func(p *expr.Payload) { p.Base++ })
 	case *expr.Bitwise:
-		b := *x
-		b.Mask = slices.Clone(x.Mask)
-		b.Mask[0] ^= 0x80
-		out = append(out, &b)
-		b = *x
-		b.Xor = flip(x.Xor)
-		out = append(out, &b)
+		return changed(x,
+			func(b *expr.Bitwise) { b.Mask = slices.Clone(x.Mask); b.Mask[0] ^= 0x80 },
+			func(b *expr.Bitwise) { b.Xor = flip(x.Xor) })
 	case *expr.Lookup:
-		l := *x
-		l.Invert = !l.Invert
-		out = append(out, &l)
-		l = *x
-		l.SetName = "other"
-		out = append(out, &l)
+		return changed(x,
+			func(l *expr.Lookup) { l.Invert = !l.Invert },
+			func(l *expr.Lookup) { l.SetName = "other" })
 	case *expr.Immediate:
-		i := *x
-		i.Data = flip(x.Data)
-		out = append(out, &i)
+		return changed(x, func(i *expr.Immediate) { i.Data = flip(x.Data) })
 	case *expr.Verdict:
-		v := *x
-		v.Chain += "X"
-		if v.Kind != expr.VerdictJump {
-			v.Kind = expr.VerdictContinue
-		}
-		out = append(out, &v)
+		return changed(x, func(v *expr.Verdict) {
+			v.Chain += "X"
+			if v.Kind != expr.VerdictJump {
+				v.Kind = expr.VerdictContinue
+			}
+		})
 	case *expr.Ct:
-		c := *x
-		c.Key = expr.CtKeyDIRECTION
-		out = append(out, &c)
-		c = *x
-		c.Direction = 1
-		out = append(out, &c)
+		return changed(x,
+			func(c *expr.Ct) { c.Key = expr.CtKeyDIRECTION },
+			func(c *expr.Ct) { c.Direction = 1 })
 	case *expr.Redir:
-		r := *x
-		r.Flags |= 0x4 // random
-		out = append(out, &r)
+		return changed(x, func(r *expr.Redir) { r.Flags |= 0x4 }) // random
 	case *expr.TProxy:
-		p := *x
-		p.RegAddr = 2
-		out = append(out, &p)
-		p = *x
-		p.Family ^= unix.NFPROTO_IPV4 ^ unix.NFPROTO_IPV6 // the other IP family
-		out = append(out, &p)
+		return changed(x,
+			func(p *expr.TProxy) { p.RegAddr = 2 },
+			func(p *expr.TProxy) { p.Family ^= unix.NFPROTO_IPV4 ^ unix.NFPROTO_IPV6 }) // the other IP family
+	}
+	return nil
+}
+
+// changed returns one copy of *x for each change, with that change made.
+func changed[T any](x *T, changes ...func(*T)) []any {
+	out := make([]any, len(changes))
+	for i, change := range changes {
+		c := *x
+		change(&c)
+		out[i] = &c
 	}
 	return out
 }
