@@ -1,9 +1,7 @@
 package nodee2e
 
 import (
-	"context"
 	"net/netip"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +17,6 @@ import (
 // meshed pod without it is captured over IPv4 only, as in Istio.
 func TestDualStackPodsAreCapturedOverIPv6(t *testing.T) {
 	s := session(t)
-	ctx := context.Background()
 	install(t, s, values(t))
 
 	pods := createPods(t, meshnode.DualStack(meshnode.MeshedPod("dualstack", "client")),
@@ -49,20 +46,5 @@ func TestDualStackPodsAreCapturedOverIPv6(t *testing.T) {
 		t.Errorf("pod %s without ISTIO_DUAL_STACK has IPv6 rules:\n%s", v4only.Name, rules)
 	}
 
-	dst := netip.AddrPortFrom(appV6, 8080).String()
-	answer, err := s.RequestTo(ctx, client, dst)
-	if err != nil {
-		t.Fatalf("request %s -> %s: %v", client.Name, dst, err)
-	}
-	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, "[::6]") {
-		t.Errorf("answer %q: want the app's name, seen from [::6] (its proxy's IPv6 inbound passthrough)", answer)
-	}
-	clientLog, _ := s.ProxyLog(ctx, client)
-	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) {
-		t.Errorf("client proxy log has no outbound %s:\n%s", dst, clientLog)
-	}
-	appLog, _ := s.ProxyLog(ctx, app)
-	if !contains(meshnode.Forwarded(appLog, "inbound"), dst) {
-		t.Errorf("app proxy log has no inbound %s:\n%s", dst, appLog)
-	}
+	checkRequestThroughProxies(t, s, client, app, netip.AddrPortFrom(appV6, 8080).String(), "[::6]")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -160,7 +161,8 @@ func waitPodsGone(t testing.TB, pods []*corev1.Pod) {
 	}
 }
 
-func conflistTypes(t testing.TB) []string {
+// conflistPlugins are the plugins of the node's chained conflist, 10-ptp.conflist.
+func conflistPlugins(t testing.TB) []map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
 	if err != nil {
@@ -172,8 +174,13 @@ func conflistTypes(t testing.TB) []string {
 	if err := json.Unmarshal(data, &c); err != nil {
 		t.Fatalf("10-ptp.conflist: %v", err)
 	}
+	return c.Plugins
+}
+
+func conflistTypes(t testing.TB) []string {
+	t.Helper()
 	var types []string
-	for _, p := range c.Plugins {
+	for _, p := range conflistPlugins(t) {
 		types = append(types, fmt.Sprint(p["type"]))
 	}
 	return types
@@ -181,15 +188,7 @@ func conflistTypes(t testing.TB) []string {
 
 func istioEntry(t testing.TB) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(theNode.CNIConfDir(), "10-ptp.conflist"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c struct {
-		Plugins []map[string]any `json:"plugins"`
-	}
-	json.Unmarshal(data, &c)
-	for _, p := range c.Plugins {
+	for _, p := range conflistPlugins(t) {
 		if p["type"] == "istio-cni" {
 			return p
 		}
@@ -223,14 +222,22 @@ func checkCapturedTraffic(t *testing.T, s *meshnode.Session, client, app *corev1
 			t.Errorf("pod %s/%s: no capture in its netns:\n%s", p.Namespace, p.Name, rules)
 		}
 	}
-	answer, err := s.Request(ctx, client, app)
+	checkRequestThroughProxies(t, s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
+}
+
+// checkRequestThroughProxies sends a request from client to the app at dst and
+// proves it went out through the client's proxy and in through the app's, which
+// passed it on from passthrough (its inbound passthrough address).
+func checkRequestThroughProxies(t *testing.T, s *meshnode.Session, client, app *corev1.Pod, dst, passthrough string) {
+	t.Helper()
+	ctx := context.Background()
+	answer, err := s.RequestTo(ctx, client, dst)
 	if err != nil {
-		t.Fatalf("request %s -> %s: %v", client.Name, app.Name, err)
+		t.Fatalf("request %s -> %s: %v", client.Name, dst, err)
 	}
-	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, "127.0.0.6") {
-		t.Errorf("answer %q: want the app's name, seen from 127.0.0.6 (its proxy's inbound passthrough)", answer)
+	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, passthrough) {
+		t.Errorf("answer %q: want the app's name, seen from %s (its proxy's inbound passthrough)", answer, passthrough)
 	}
-	dst := app.Status.PodIP + ":8080"
 	clientLog, _ := s.ProxyLog(ctx, client)
 	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) {
 		t.Errorf("client proxy log has no outbound %s:\n%s", dst, clientLog)
