@@ -3,6 +3,7 @@ package redirect
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,6 +35,23 @@ func splitLimited(s string) ([]string, error) {
 	return items, nil
 }
 
+// parseList parses each item of a comma-separated list of at most MaxListItems.
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	items, err := splitLimited(s)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, item := range items {
+		v, err := parse(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // ParsePort parses one TCP/UDP port, 1-65535.
 func ParsePort(s string) (uint16, error) {
 	s = strings.TrimSpace(s)
@@ -58,23 +76,16 @@ func isDigits(s string) bool {
 
 // ParsePortList parses "80,443"; duplicates are dropped, order is kept.
 func ParsePortList(s string) ([]uint16, error) {
-	var out []uint16
-	seen := map[uint16]bool{}
-	items, err := splitLimited(s)
+	ports, err := parseList(s, ParsePort)
 	if err != nil {
 		return nil, err
 	}
-	for _, item := range items {
-		p, err := ParsePort(item)
-		if err != nil {
-			return nil, err
-		}
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	seen := map[uint16]bool{}
+	return slices.DeleteFunc(ports, func(p uint16) bool {
+		dup := seen[p]
+		seen[p] = true
+		return dup
+	}), nil
 }
 
 // ParsePortSet parses "*" or a port list.
@@ -109,21 +120,7 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 // ParsePrefixList parses "10.0.0.0/8,fd00::/8".
-func ParsePrefixList(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	items, err := splitLimited(s)
-	if err != nil {
-		return nil, err
-	}
-	for _, item := range items {
-		p, err := ParsePrefix(item)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
+func ParsePrefixList(s string) ([]netip.Prefix, error) { return parseList(s, ParsePrefix) }
 
 // ParsePrefixSet parses "*" or a CIDR list.
 func ParsePrefixSet(s string) (PrefixSet, error) {
@@ -155,21 +152,7 @@ func ParseID(s string) (uint32, error) {
 const InvalidID = 1<<32 - 1
 
 // ParseIDList parses "1337,1338".
-func ParseIDList(s string) ([]uint32, error) {
-	var out []uint32
-	items, err := splitLimited(s)
-	if err != nil {
-		return nil, err
-	}
-	for _, item := range items {
-		id, err := ParseID(item)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, nil
-}
+func ParseIDList(s string) ([]uint32, error) { return parseList(s, ParseID) }
 
 // ValidateInterfaceName accepts a network interface name the kernel accepts (1-15
 // bytes, not "." or "..") and that is safe in any rule syntax: letters, digits and
@@ -192,18 +175,7 @@ func ValidateInterfaceName(name string) error {
 
 // ParseInterfaceList parses "eth1,net1".
 func ParseInterfaceList(s string) ([]string, error) {
-	var out []string
-	items, err := splitLimited(s)
-	if err != nil {
-		return nil, err
-	}
-	for _, item := range items {
-		if err := ValidateInterfaceName(item); err != nil {
-			return nil, err
-		}
-		out = append(out, item)
-	}
-	return out, nil
+	return parseList(s, func(name string) (string, error) { return name, ValidateInterfaceName(name) })
 }
 
 // ValidateGroup accepts a numeric gid or a POSIX group name. The group goes into rules
@@ -257,17 +229,15 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("%s is not an interception mode (REDIRECT or TPROXY)", Quote(s))
 }
 
-// ParseAddrList parses plain IP addresses (DNS servers).
-func ParseAddrList(items []string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for _, item := range items {
-		a, err := netip.ParseAddr(strings.TrimSpace(item))
+// ParseAddrList parses "10.96.0.10,fd00::10": plain IP addresses (DNS servers).
+func ParseAddrList(s string) ([]netip.Addr, error) {
+	return parseList(s, func(item string) (netip.Addr, error) {
+		a, err := netip.ParseAddr(item)
 		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("%s is not an IP address", Quote(item))
+			return netip.Addr{}, fmt.Errorf("%s is not an IP address", Quote(item))
 		}
-		out = append(out, a.Unmap())
-	}
-	return out, nil
+		return a.Unmap(), nil
+	})
 }
 
 // ParseLoopbackCIDR parses the IPv4 loopback CIDR. Unlike other CIDRs it is kept as

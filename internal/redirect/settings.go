@@ -95,122 +95,77 @@ func (s *Spec) Set(f Field, v string) error {
 	if len(v) > MaxValueBytes {
 		return fmt.Errorf("%s is %d bytes, longer than the limit of %d", Quote(v), len(v), MaxValueBytes)
 	}
-	var err error
 	switch f {
-	case FieldProxyPort, FieldInboundCapturePort, FieldInboundTunnelPort:
-		if strings.TrimSpace(v) == "" {
-			return nil
-		}
-		p, err := ParsePort(v)
-		if err != nil {
-			return err
-		}
-		*map[Field]*uint16{FieldProxyPort: &s.ProxyPort, FieldInboundCapturePort: &s.InboundCapturePort,
-			FieldInboundTunnelPort: &s.InboundTunnelPort}[f] = p
-	case FieldProxyUIDs, FieldProxyGIDs:
-		ids, err := ParseIDList(v)
-		if err != nil {
-			return err
-		}
-		if f == FieldProxyUIDs {
-			s.ProxyUIDs = ids
-		} else {
-			s.ProxyGIDs = ids
-		}
+	case FieldProxyPort:
+		return parseUnlessBlank(&s.ProxyPort, v, ParsePort)
+	case FieldInboundCapturePort:
+		return parseUnlessBlank(&s.InboundCapturePort, v, ParsePort)
+	case FieldInboundTunnelPort:
+		return parseUnlessBlank(&s.InboundTunnelPort, v, ParsePort)
+	case FieldProxyUIDs:
+		return parseInto(&s.ProxyUIDs, v, ParseIDList)
+	case FieldProxyGIDs:
+		return parseInto(&s.ProxyGIDs, v, ParseIDList)
 	case FieldMode:
-		m, err := ParseMode(v)
-		if err != nil {
-			return err
-		}
-		s.Mode = m
+		return parseInto(&s.Mode, v, ParseMode)
 	case FieldTProxyMark:
-		if strings.TrimSpace(v) == "" {
-			return nil
-		}
-		m, err := ParseMark(v)
-		if err != nil {
-			return err
-		}
-		s.TProxyMark = m
+		return parseUnlessBlank(&s.TProxyMark, v, ParseMark)
 	case FieldTProxyRouteTable:
-		if strings.TrimSpace(v) == "" {
-			return nil
-		}
-		t, err := ParseRouteTable(v)
-		if err != nil {
-			return err
-		}
-		s.TProxyRouteTable = t
+		return parseUnlessBlank(&s.TProxyRouteTable, v, ParseRouteTable)
 	case FieldInboundPorts:
-		set, err := ParsePortSet(v)
-		if err != nil {
-			return err
-		}
-		s.InboundPorts = set
+		return parseInto(&s.InboundPorts, v, ParsePortSet)
+	case FieldInboundPortsExclude:
+		return parseInto(&s.InboundPortsExclude, v, ParsePortList)
 	case FieldOutboundCIDRs:
-		set, err := ParsePrefixSet(v)
-		if err != nil {
-			return err
-		}
-		s.OutboundCIDRs = set
+		return parseInto(&s.OutboundCIDRs, v, ParsePrefixSet)
 	case FieldOutboundCIDRsExclude:
 		if strings.TrimSpace(v) == "*" {
 			return errors.New(`"*" is not allowed: it would exclude everything`)
 		}
-		l, err := ParsePrefixList(v)
-		if err != nil {
-			return err
-		}
-		s.OutboundCIDRsExclude = l
-	case FieldInboundPortsExclude, FieldOutboundPorts, FieldOutboundPortsExclude:
-		l, err := ParsePortList(v)
-		if err != nil {
-			return err
-		}
-		*map[Field]*[]uint16{FieldInboundPortsExclude: &s.InboundPortsExclude, FieldOutboundPorts: &s.OutboundPorts,
-			FieldOutboundPortsExclude: &s.OutboundPortsExclude}[f] = l
-	case FieldExcludeInterfaces, FieldRerouteVirtualInterfaces:
-		l, err := ParseInterfaceList(v)
-		if err != nil {
-			return err
-		}
-		if f == FieldExcludeInterfaces {
-			s.ExcludeInterfaces = l
-		} else {
-			s.RerouteVirtualInterfaces = l
-		}
+		return parseInto(&s.OutboundCIDRsExclude, v, ParsePrefixList)
+	case FieldOutboundPorts:
+		return parseInto(&s.OutboundPorts, v, ParsePortList)
+	case FieldOutboundPortsExclude:
+		return parseInto(&s.OutboundPortsExclude, v, ParsePortList)
+	case FieldExcludeInterfaces:
+		return parseInto(&s.ExcludeInterfaces, v, ParseInterfaceList)
+	case FieldRerouteVirtualInterfaces:
+		return parseInto(&s.RerouteVirtualInterfaces, v, ParseInterfaceList)
 	case FieldOwnerGroupsInclude, FieldOwnerGroupsExclude:
 		return s.setOwnerGroups(f, v)
 	case FieldHostIPv4Loopback:
-		if strings.TrimSpace(v) == "" {
-			return nil
-		}
-		p, err := ParseLoopbackCIDR(v)
-		if err != nil {
-			return err
-		}
-		s.HostIPv4Loopback = p
+		return parseUnlessBlank(&s.HostIPv4Loopback, v, ParseLoopbackCIDR)
 	case FieldDNSServers:
-		items, err := splitLimited(v)
-		if err != nil {
-			return err
-		}
-		l, err := ParseAddrList(items)
-		if err != nil {
-			return err
-		}
-		s.DNS.Servers = l
-	case FieldRedirectDNS, FieldCaptureAllDNS, FieldDropInvalid, FieldIPv6:
-		b, err := ParseBool(v)
-		if err != nil {
-			return err
-		}
-		*map[Field]*bool{FieldRedirectDNS: &s.DNS.Enabled, FieldCaptureAllDNS: &s.DNS.CaptureAll,
-			FieldDropInvalid: &s.DropInvalid, FieldIPv6: &s.IPv6}[f] = b
-	default:
-		err = fmt.Errorf("unknown capture setting %d", f)
+		return parseInto(&s.DNS.Servers, v, ParseAddrList)
+	case FieldRedirectDNS:
+		return parseInto(&s.DNS.Enabled, v, ParseBool)
+	case FieldCaptureAllDNS:
+		return parseInto(&s.DNS.CaptureAll, v, ParseBool)
+	case FieldDropInvalid:
+		return parseInto(&s.DropInvalid, v, ParseBool)
+	case FieldIPv6:
+		return parseInto(&s.IPv6, v, ParseBool)
 	}
-	return err
+	return fmt.Errorf("unknown capture setting %d", f)
+}
+
+// parseInto parses v with parse into *dst, which a failure leaves unchanged.
+func parseInto[T any](dst *T, v string, parse func(string) (T, error)) error {
+	x, err := parse(v)
+	if err != nil {
+		return err
+	}
+	*dst = x
+	return nil
+}
+
+// parseUnlessBlank is parseInto for a single-valued field: a blank v keeps *dst,
+// Istio's default.
+func parseUnlessBlank[T any](dst *T, v string, parse func(string) (T, error)) error {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	return parseInto(dst, v, parse)
 }
 
 // setOwnerGroups applies Istio's two owner group variables: an include list ("*",
