@@ -235,15 +235,15 @@ func generation(nl *netlink.Conn) (uint32, error) {
 		if m.Header.Type != nftMsgType(unix.NFT_MSG_NEWGEN) || len(m.Data) < 4 {
 			continue
 		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return 0, err
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
+		var gen uint32
+		found := false
+		err := decodeAttrs(m.Data[4:], func(ad *netlink.AttributeDecoder) {
 			if ad.Type() == unix.NFTA_GEN_ID {
-				return ad.Uint32(), ad.Err()
+				gen, found = ad.Uint32(), true
 			}
+		})
+		if err != nil || found {
+			return gen, err
 		}
 	}
 	return 0, errors.New("read the ruleset generation: no generation in the reply")
@@ -283,12 +283,7 @@ func dumpRules(nl *netlink.Conn, ours map[tableKey]bool) (map[tableKey][]dumpedR
 func parseRule(fam byte, data []byte, ours map[tableKey]bool) (tableKey, dumpedRule, error) {
 	key := tableKey{family: gnft.TableFamily(fam)}
 	var r dumpedRule
-	ad, err := netlink.NewAttributeDecoder(data)
-	if err != nil {
-		return key, r, err
-	}
-	ad.ByteOrder = binary.BigEndian
-	for ad.Next() {
+	err := decodeAttrs(data, func(ad *netlink.AttributeDecoder) {
 		switch ad.Type() {
 		case unix.NFTA_RULE_TABLE:
 			key.name = ad.String()
@@ -300,7 +295,7 @@ func parseRule(fam byte, data []byte, ours map[tableKey]bool) (tableKey, dumpedR
 			// The kernel puts the table first. Were it not so, a rule of ours would
 			// read as one without expressions: a difference, never a false match.
 			if !ours[key] {
-				continue
+				return
 			}
 			ad.Nested(func(list *netlink.AttributeDecoder) error {
 				for list.Next() {
@@ -319,8 +314,8 @@ func parseRule(fam byte, data []byte, ours map[tableKey]bool) (tableKey, dumpedR
 				return nil
 			})
 		}
-	}
-	if err := ad.Err(); err != nil {
+	})
+	if err != nil {
 		return key, r, fmt.Errorf("rule %d of chain %s: %w", r.handle, r.chain, err)
 	}
 	return key, r, nil
@@ -340,12 +335,7 @@ func dumpSets(nl *netlink.Conn, ours map[tableKey]bool) (map[tableKey]map[string
 		key := tableKey{family: gnft.TableFamily(m.Data[0])}
 		var name string
 		var flags uint32
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-		if err != nil {
-			return nil, err
-		}
-		ad.ByteOrder = binary.BigEndian
-		for ad.Next() {
+		err := decodeAttrs(m.Data[4:], func(ad *netlink.AttributeDecoder) {
 			switch ad.Type() {
 			case unix.NFTA_SET_TABLE:
 				key.name = ad.String()
@@ -354,8 +344,8 @@ func dumpSets(nl *netlink.Conn, ours map[tableKey]bool) (map[tableKey]map[string
 			case unix.NFTA_SET_FLAGS:
 				flags = ad.Uint32()
 			}
-		}
-		if err := ad.Err(); err != nil {
+		})
+		if err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 		if !ours[key] {
@@ -431,13 +421,8 @@ func parseExpr(fam byte, ad *netlink.AttributeDecoder) (any, error) {
 // parseCt reads a ct expression, telling a load (destination register) from a
 // set (source register).
 func parseCt(data []byte) (any, error) {
-	ad, err := netlink.NewAttributeDecoder(data)
-	if err != nil {
-		return nil, err
-	}
-	ad.ByteOrder = binary.BigEndian
 	e := &expr.Ct{}
-	for ad.Next() {
+	err := decodeAttrs(data, func(ad *netlink.AttributeDecoder) {
 		switch ad.Type() {
 		case unix.NFTA_CT_KEY:
 			e.Key = expr.CtKey(ad.Uint32())
@@ -448,19 +433,14 @@ func parseCt(data []byte) (any, error) {
 		case unix.NFTA_CT_DIRECTION:
 			e.Direction = uint32(ad.Uint8())
 		}
-	}
-	return e, ad.Err()
+	})
+	return e, err
 }
 
 // parseTProxy reads a tproxy expression (the kernel dumps its family as 32 bits).
 func parseTProxy(data []byte) (any, error) {
-	ad, err := netlink.NewAttributeDecoder(data)
-	if err != nil {
-		return nil, err
-	}
-	ad.ByteOrder = binary.BigEndian
 	e := &expr.TProxy{}
-	for ad.Next() {
+	err := decodeAttrs(data, func(ad *netlink.AttributeDecoder) {
 		switch ad.Type() {
 		case expr.NFTA_TPROXY_FAMILY:
 			e.Family = byte(ad.Uint32())
@@ -469,6 +449,20 @@ func parseTProxy(data []byte) (any, error) {
 		case expr.NFTA_TPROXY_REG_PORT:
 			e.RegPort = ad.Uint32()
 		}
+	})
+	return e, err
+}
+
+// decodeAttrs calls each for every netlink attribute in data, which nf_tables
+// writes big-endian.
+func decodeAttrs(data []byte, each func(ad *netlink.AttributeDecoder)) error {
+	ad, err := netlink.NewAttributeDecoder(data)
+	if err != nil {
+		return err
 	}
-	return e, ad.Err()
+	ad.ByteOrder = binary.BigEndian
+	for ad.Next() {
+		each(ad)
+	}
+	return ad.Err()
 }

@@ -90,14 +90,17 @@ func ParsePortList(s string) ([]uint16, error) {
 
 // ParsePortSet parses "*" or a port list.
 func ParsePortSet(s string) (PortSet, error) {
+	all, ports, err := parseAllOr(s, ParsePortList)
+	return PortSet{All: all, Ports: ports}, err
+}
+
+// parseAllOr parses "*" (all) or else a list.
+func parseAllOr[T any](s string, parseList func(string) ([]T, error)) (all bool, list []T, err error) {
 	if strings.TrimSpace(s) == "*" {
-		return PortSet{All: true}, nil
+		return true, nil, nil
 	}
-	ports, err := ParsePortList(s)
-	if err != nil {
-		return PortSet{}, err
-	}
-	return PortSet{Ports: ports}, nil
+	list, err = parseList(s)
+	return false, list, err
 }
 
 // ParsePrefix parses a CIDR or a bare address (taken as a host route) and returns it
@@ -124,14 +127,8 @@ func ParsePrefixList(s string) ([]netip.Prefix, error) { return parseList(s, Par
 
 // ParsePrefixSet parses "*" or a CIDR list.
 func ParsePrefixSet(s string) (PrefixSet, error) {
-	if strings.TrimSpace(s) == "*" {
-		return PrefixSet{All: true}, nil
-	}
-	ps, err := ParsePrefixList(s)
-	if err != nil {
-		return PrefixSet{}, err
-	}
-	return PrefixSet{Prefixes: ps}, nil
+	all, prefixes, err := parseAllOr(s, ParsePrefixList)
+	return PrefixSet{All: all, Prefixes: prefixes}, err
 }
 
 // ParseID parses a numeric uid or gid. 4294967295 is (uid_t)-1, which no process
