@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
+	"net/netip"
 
 	"context"
 	"crypto/tls"
@@ -122,9 +123,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	}
 	advertise := opts.AdvertiseAddress
 	if advertise == nil {
-		if advertise, err = nonLoopbackIPv4(); err != nil {
-			return nil, err
+		a, err := NonLoopbackIPv4()
+		if err != nil {
+			return nil, fmt.Errorf("%w for --advertise-address; set Options.AdvertiseAddress", err)
 		}
+		advertise = a.AsSlice()
 	}
 	timeout := opts.StartTimeout
 	if timeout == 0 {
@@ -178,7 +181,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 	cp.caData = keys.caCert
 	cp.keys = keys
 
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -354,10 +357,10 @@ func (c *ControlPlane) Stop() error {
 	return c.stopErr
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago. All
-// listeners are held until every port is chosen so the kernel cannot hand out the
-// same one twice.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct ports that were free on every address a moment ago.
+// All listeners are held until every port is chosen so the kernel cannot hand out
+// the same one twice. The node harness uses it too.
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
 	defer func() {
@@ -366,7 +369,7 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", ":0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
@@ -376,11 +379,12 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// nonLoopbackIPv4 is the first IPv4 address of an up, non-loopback interface.
-func nonLoopbackIPv4() (net.IP, error) {
+// NonLoopbackIPv4 is the first IPv4 address of an up, non-loopback interface: the
+// address this host's components advertise (the apiserver, a node's kubelet).
+func NonLoopbackIPv4() (netip.Addr, error) {
 	ifaces, err := net.Interfaces()
 	if err != nil {
-		return nil, fmt.Errorf("list interfaces: %w", err)
+		return netip.Addr{}, fmt.Errorf("list interfaces: %w", err)
 	}
 	for _, iface := range ifaces {
 		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
@@ -396,9 +400,9 @@ func nonLoopbackIPv4() (net.IP, error) {
 				continue
 			}
 			if ip4 := ipn.IP.To4(); ip4 != nil && ip4.IsGlobalUnicast() {
-				return ip4, nil
+				return netip.AddrFrom4([4]byte(ip4)), nil
 			}
 		}
 	}
-	return nil, errors.New("no up, non-loopback interface with an IPv4 address for --advertise-address; set Options.AdvertiseAddress")
+	return netip.Addr{}, errors.New("no up, non-loopback interface with an IPv4 address")
 }

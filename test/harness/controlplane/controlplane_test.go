@@ -170,7 +170,7 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 		if err != nil {
 			t.Fatalf("endpoint slice default/kubernetes: %v", err)
 		}
-		want, err := nonLoopbackIPv4()
+		want, err := NonLoopbackIPv4()
 		if err != nil {
 			t.Fatal(err)
 		}

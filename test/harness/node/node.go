@@ -231,8 +231,8 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.step("kubelet %s, containerd %s, runc %s", n.versions.Kubelet, n.versions.Containerd, n.versions.Runc)
 	if !opts.NodeIP.IsValid() {
-		if opts.NodeIP, err = nonLoopbackIPv4(); err != nil {
-			return nil, err
+		if opts.NodeIP, err = controlplane.NonLoopbackIPv4(); err != nil {
+			return nil, fmt.Errorf("node: %w; set Options.NodeIP", err)
 		}
 		n.opts.NodeIP = opts.NodeIP
 	}
@@ -462,9 +462,9 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
-		return err
+		return fmt.Errorf("node: %w", err)
 	}
 	if err := writeAtomic(n.l.kubeletConfig(), []byte(kubeletYAML(n.l, n.opts.NodeIP, ports[0], ports[1], caFile)), 0o644); err != nil {
 		return err
@@ -494,9 +494,9 @@ func (n *Node) startKubeProxy(kubeBin string) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	ports, err := freePorts(2)
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
-		return err
+		return fmt.Errorf("node: %w", err)
 	}
 	n.proxyHealthz = ports[0]
 	cfg := n.l.path("kube-proxy.yaml")
@@ -629,45 +629,6 @@ func writeAtomic(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("node: write %s: %w", path, err)
 	}
 	return nil
-}
-
-func freePorts(k int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range k {
-		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			return nil, fmt.Errorf("node: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-func nonLoopbackIPv4() (netip.Addr, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("node: list interfaces: %w", err)
-	}
-	for _, iface := range ifaces {
-		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := iface.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
-				ip, _ := netip.AddrFromSlice(ipn.IP.To4())
-				return ip, nil
-			}
-		}
-	}
-	return netip.Addr{}, errors.New("node: no up, non-loopback interface with an IPv4 address; set Options.NodeIP")
 }
 
 // kubeProxyHealthy is kube-proxy's own healthz: 200 once it has synced the rules.
