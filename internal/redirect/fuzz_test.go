@@ -40,18 +40,27 @@ func checkTraces(t *testing.T, p *Plan, pkts ...trace.Packet) {
 	}
 }
 
-func FuzzParsePortSet(f *testing.F) {
-	for _, s := range []string{"", "*", " * ", "80", "6000,7000,", "80, 443", "0", "65535", "65536", "*,80", "+80", "080", "80-90", ",,", "1,1,1", "\x00", "٣"} {
+// fuzzParser fuzzes parse from seeds: a refusal must quote the value, and check
+// gets what parse accepted.
+func fuzzParser[T any](f *testing.F, seeds []string, parse func(string) (T, error), check func(t *testing.T, s string, v T)) {
+	for _, s := range seeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		set, err := ParsePortSet(s)
+		v, err := parse(s)
 		if err != nil {
 			if !strings.Contains(err.Error(), `"`) {
 				t.Errorf("error %q does not quote the value", err)
 			}
 			return
 		}
+		check(t, s, v)
+	})
+}
+
+func FuzzParsePortSet(f *testing.F) {
+	seeds := []string{"", "*", " * ", "80", "6000,7000,", "80, 443", "0", "65535", "65536", "*,80", "+80", "080", "80-90", ",,", "1,1,1", "\x00", "٣"}
+	fuzzParser(f, seeds, ParsePortSet, func(t *testing.T, s string, set PortSet) {
 		if set.All && len(set.Ports) > 0 {
 			t.Fatalf("%q: '*' with ports %v", s, set.Ports)
 		}
@@ -87,18 +96,9 @@ func FuzzParsePortSet(f *testing.F) {
 }
 
 func FuzzParsePrefixSet(f *testing.F) {
-	for _, s := range []string{"", "*", "10.0.0.0/8", "10.0.0.1/8", "1.2.3.4", "fd00::1/64", "::ffff:1.2.3.4", "::ffff:1.2.3.4/120",
-		"127.1.2.3/32", "fe80::1%eth0", "10.0.0.0/33", "0.0.0.0/0", "::/0", "10.0.0.0/8,fd00::/8,", "*,10.0.0.0/8", "1.2.3.4/ 8"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		set, err := ParsePrefixSet(s)
-		if err != nil {
-			if !strings.Contains(err.Error(), `"`) {
-				t.Errorf("error %q does not quote the value", err)
-			}
-			return
-		}
+	seeds := []string{"", "*", "10.0.0.0/8", "10.0.0.1/8", "1.2.3.4", "fd00::1/64", "::ffff:1.2.3.4", "::ffff:1.2.3.4/120",
+		"127.1.2.3/32", "fe80::1%eth0", "10.0.0.0/33", "0.0.0.0/0", "::/0", "10.0.0.0/8,fd00::/8,", "*,10.0.0.0/8", "1.2.3.4/ 8"}
+	fuzzParser(f, seeds, ParsePrefixSet, func(t *testing.T, s string, set PrefixSet) {
 		if set.All && len(set.Prefixes) > 0 {
 			t.Fatalf("%q: '*' with prefixes", s)
 		}
@@ -134,18 +134,9 @@ func FuzzParsePrefixSet(f *testing.F) {
 }
 
 func FuzzParseInterfaceList(f *testing.F) {
-	for _, s := range []string{"", "eth0", "eth0,net1,", " eth1 , eth2 ", "eth0+", "a b", "abcdefghijklmnop", "abcdefghijklmno", ".", "..",
-		"eth0;reboot", "$(id)", "-j", "eth0.100", "br-x_1", "veth@if3", "é", "a\x00"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		names, err := ParseInterfaceList(s)
-		if err != nil {
-			if !strings.Contains(err.Error(), `"`) {
-				t.Errorf("error %q does not quote the value", err)
-			}
-			return
-		}
+	seeds := []string{"", "eth0", "eth0,net1,", " eth1 , eth2 ", "eth0+", "a b", "abcdefghijklmnop", "abcdefghijklmno", ".", "..",
+		"eth0;reboot", "$(id)", "-j", "eth0.100", "br-x_1", "veth@if3", "é", "a\x00"}
+	fuzzParser(f, seeds, ParseInterfaceList, func(t *testing.T, s string, names []string) {
 		for _, name := range names {
 			if len(name) == 0 || len(name) > 15 || strings.ContainsAny(name, unsafeNameChars) || name[0] == '-' {
 				t.Fatalf("%q: accepted interface name %q", s, name)
