@@ -143,23 +143,25 @@ func systemGroups(name string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, err := strconv.ParseUint(g.Gid, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("group %q has non-numeric gid %q", name, g.Gid)
-	}
-	return uint32(id), nil
+	return numericID("group", name, "gid", g.Gid)
 }
 
+// systemUsers is systemGroups for --uid-owner: the host's user database.
 func systemUsers(name string) (uint32, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return 0, err
 	}
-	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	return numericID("user", name, "uid", u.Uid)
+}
+
+// numericID parses the id the database gave for a user or group name.
+func numericID(kind, name, idKind, id string) (uint32, error) {
+	n, err := strconv.ParseUint(id, 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("user %q has non-numeric uid %q", name, u.Uid)
+		return 0, fmt.Errorf("%s %q has non-numeric %s %q", kind, name, idKind, id)
 	}
-	return uint32(id), nil
+	return uint32(n), nil
 }
 
 // Render returns the nft script that creates the plan's tables, in the exact text
