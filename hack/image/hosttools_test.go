@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -40,6 +39,33 @@ func untarImage(t *testing.T, spec Spec) string {
 // mode) and symlinks, the only entries our images and archives hold.
 func untar(t *testing.T, r io.Reader, dir string) {
 	t.Helper()
+	eachTarEntry(t, r, func(h *tar.Header, body io.Reader) {
+		dst := filepath.Join(dir, h.Name)
+		err := os.MkdirAll(filepath.Dir(dst), 0o755)
+		if err == nil {
+			switch h.Typeflag {
+			case tar.TypeDir:
+				err = os.MkdirAll(dst, 0o755)
+			case tar.TypeSymlink:
+				err = os.Symlink(h.Linkname, dst)
+			case tar.TypeReg:
+				var data bytes.Buffer
+				if _, err = io.Copy(&data, body); err == nil {
+					err = os.WriteFile(dst, data.Bytes(), os.FileMode(h.Mode))
+				}
+			default:
+				t.Fatalf("%s: unexpected entry type %c", h.Name, h.Typeflag)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// eachTarEntry calls fn with each entry of a tar stream and the entry's content.
+func eachTarEntry(t *testing.T, r io.Reader, fn func(h *tar.Header, body io.Reader)) {
+	t.Helper()
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -49,26 +75,7 @@ func untar(t *testing.T, r io.Reader, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst := filepath.Join(dir, h.Name)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(dst, 0o755)
-		case tar.TypeSymlink:
-			err = os.Symlink(h.Linkname, dst)
-		case tar.TypeReg:
-			var data bytes.Buffer
-			if _, err = io.Copy(&data, tr); err == nil {
-				err = os.WriteFile(dst, data.Bytes(), os.FileMode(h.Mode))
-			}
-		default:
-			t.Fatalf("%s: unexpected entry type %c", h.Name, h.Typeflag)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		fn(h, tr)
 	}
 }
 
@@ -103,22 +110,13 @@ func TestAgentImageToolsRunInsideTheImage(t *testing.T) {
 
 	run := func(stdin string, args ...string) string {
 		t.Helper()
-		var out string
-		err := netns.Do(ns, func() error {
-			// exec resolves a bare name in this process's PATH, outside the image.
-			cmd := exec.Command("/usr/sbin/"+args[0], args[1:]...)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-			cmd.Dir = "/"
-			cmd.Env = []string{"PATH=" + AgentPath, "XTABLES_LOCKFILE=/tmp/xtables.lock"}
-			cmd.Stdin = strings.NewReader(stdin)
-			b, err := cmd.CombinedOutput()
-			out = string(b)
-			return err
-		})
-		if err != nil {
-			t.Fatalf("%s in the image: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
+		// exec resolves a bare name in this process's PATH, outside the image.
+		cmd := exec.Command("/usr/sbin/"+args[0], args[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=" + AgentPath, "XTABLES_LOCKFILE=/tmp/xtables.lock"}
+		cmd.Stdin = strings.NewReader(stdin)
+		return testns.Run(t, ns, cmd)
 	}
 	rules := "*nat\n:OUT-TEST - [0:0]\n-A OUTPUT -p tcp -j OUT-TEST\n-A OUT-TEST -m owner --uid-owner 1337 -j RETURN\n-A OUT-TEST -p tcp -j REDIRECT --to-ports 15001\nCOMMIT\n"
 	for _, flavour := range []string{"nft", "legacy"} {

@@ -98,20 +98,12 @@ func TestLayerIsSortedRootOwnedAndDatedAtTheEpoch(t *testing.T) {
 		Type       byte
 	}
 	var got []entry
-	tr := tar.NewReader(bytes.NewReader(layer))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachTarEntry(t, bytes.NewReader(layer), func(h *tar.Header, _ io.Reader) {
 		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(epoch) {
 			t.Errorf("%s: uid %d gid %d mtime %s", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		got = append(got, entry{h.Name, h.Linkname, h.Mode, h.Typeflag})
-	}
+	})
 	want := []entry{
 		{"etc/", "", 0o755, tar.TypeDir},
 		{"etc/a", "", 0o644, tar.TypeReg},
