@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
@@ -284,11 +284,7 @@ const pauseImage = node.PauseImage
 
 func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := controlplane.ClientFromKubeconfig(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

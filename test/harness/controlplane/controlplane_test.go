@@ -262,13 +262,9 @@ func TestApiserverThatCannotStartReportsItsLogAndLeavesNothing(t *testing.T) {
 
 func clientFromKubeconfig(t *testing.T, path string) kubernetes.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	c, err := ClientFromKubeconfig(path)
 	if err != nil {
-		t.Fatalf("load kubeconfig %s: %v", path, err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatalf("client from %s: %v", path, err)
+		t.Fatal(err)
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -44,4 +45,18 @@ func writeKubeconfig(path, host string, caPEM []byte, user string, auth authInfo
 		return "", fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// ClientFromKubeconfig is a client of the API server a kubeconfig file names, with
+// the file's credentials.
+func ClientFromKubeconfig(path string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client from %s: %w", path, err)
+	}
+	return c, nil
 }
