@@ -416,44 +416,41 @@ func (n *Node) startContainerd(ctx context.Context) error {
 }
 
 func (n *Node) startControllers(ctx context.Context, kubeBin, caFile string) error {
-	schedKC, err := n.cp.ClientCertKubeconfig(filepath.Join(n.l.kubeconfigDir(), "scheduler.kubeconfig"), "system:kube-scheduler", nil)
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
+	var err error
+	if n.scheduler, err = n.startController(kubeBin, "kube-scheduler", "scheduler.kubeconfig", "system:kube-scheduler"); err != nil {
+		return err
 	}
-	kcmKC, err := n.cp.ClientCertKubeconfig(filepath.Join(n.l.kubeconfigDir(), "controller-manager.kubeconfig"), "system:kube-controller-manager", nil)
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	n.scheduler, err = n.launcher.Start("kube-scheduler", filepath.Join(kubeBin, "kube-scheduler"), []string{
-		"--kubeconfig=" + schedKC,
-		"--leader-elect=false",
-		// No serving port: nothing scrapes it, and a fixed one would collide with
-		// another node or test on the same machine.
-		"--secure-port=0",
-	}, nil, filepath.Join(n.l.logDir(), "kube-scheduler.log"))
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	n.kcm, err = n.launcher.Start("kube-controller-manager", filepath.Join(kubeBin, "kube-controller-manager"), []string{
-		"--kubeconfig=" + kcmKC,
-		"--leader-elect=false",
-		"--secure-port=0",
+	n.kcm, err = n.startController(kubeBin, "kube-controller-manager", "controller-manager.kubeconfig", "system:kube-controller-manager",
 		// Each controller with its own ServiceAccount and the RBAC the apiserver
 		// bootstraps for it, tokens from the TokenRequest API.
 		"--use-service-account-credentials=true",
-		"--root-ca-file=" + caFile,
-		"--service-cluster-ip-range=" + controlplane.ServiceClusterIPRange,
+		"--root-ca-file="+caFile,
+		"--service-cluster-ip-range="+controlplane.ServiceClusterIPRange,
 		"--allocate-node-cidrs=false",
 		// The not-ready taint goes as soon as the node is Ready, not up to 5s later.
 		"--node-monitor-period=1s",
 		// Pods get tokens from the TokenRequest API; Secret-based tokens are not
 		// needed, and their controller would need the signing key.
 		"--controllers=*,-serviceaccount-token",
-	}, nil, filepath.Join(n.l.logDir(), "kube-controller-manager.log"))
+	)
+	return err
+}
+
+// startController starts a control plane controller as user, with a client
+// certificate in the kubeconfig file kubeconfig, no leader election and no serving
+// port (nothing scrapes it, and a fixed one would collide with another node or test
+// on the same machine), and the flags in extra.
+func (n *Node) startController(kubeBin, name, kubeconfig, user string, extra ...string) (*childproc.Process, error) {
+	kc, err := n.cp.ClientCertKubeconfig(filepath.Join(n.l.kubeconfigDir(), kubeconfig), user, nil)
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return nil, fmt.Errorf("node: %w", err)
 	}
-	return nil
+	args := append([]string{"--kubeconfig=" + kc, "--leader-elect=false", "--secure-port=0"}, extra...)
+	p, err := n.launcher.Start(name, filepath.Join(kubeBin, name), args, nil, filepath.Join(n.l.logDir(), name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return p, nil
 }
 
 func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
