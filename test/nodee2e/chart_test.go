@@ -20,10 +20,7 @@ import (
 func TestHelmInstallMeshTrafficUpgradeAndUninstallOnARealNode(t *testing.T) {
 	s := session(t)
 	ctx := context.Background()
-	confBefore, err := meshnode.ConfDir(theNode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	confBefore := confDir(t)
 	binsBefore, err := meshnode.BinDir(theNode)
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +92,7 @@ func TestHelmInstallMeshTrafficUpgradeAndUninstallOnARealNode(t *testing.T) {
 		if err := s.Uninstall(ctx); err != nil {
 			t.Fatal(err)
 		}
-		after, err := meshnode.ConfDir(theNode)
-		if err != nil {
-			t.Fatal(err)
-		}
+		after := confDir(t)
 		if err := meshnode.SameDir(confBefore, after); err != nil {
 			t.Errorf("conf dir after uninstall: %v", err)
 		}
@@ -114,15 +108,9 @@ func TestHelmInstallMeshTrafficUpgradeAndUninstallOnARealNode(t *testing.T) {
 func TestStandaloneModeWritesItsOwnConfAndLeavesThePrimaryAlone(t *testing.T) {
 	s := session(t)
 	ctx := context.Background()
-	before, err := meshnode.ConfDir(theNode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := confDir(t)
 	install(t, s, values(t, "--set", "chained=false", "--set", "cniConfFileName=istio-cni.conf"))
-	after, err := meshnode.ConfDir(theNode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := confDir(t)
 	if after["10-ptp.conflist"] != before["10-ptp.conflist"] {
 		t.Errorf("the primary's conflist changed in standalone mode:\n%s", after["10-ptp.conflist"])
 	}
@@ -140,6 +128,16 @@ func TestStandaloneModeWritesItsOwnConfAndLeavesThePrimaryAlone(t *testing.T) {
 	if err := meshnode.SameDir(before, final); err != nil {
 		t.Errorf("conf dir after uninstall: %v", err)
 	}
+}
+
+// confDir is meshnode.ConfDir of the test's node.
+func confDir(t *testing.T) map[string]string {
+	t.Helper()
+	c, err := meshnode.ConfDir(theNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func toStrings(v any) []string {
