@@ -777,3 +777,31 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 		})
 	}
 }
+
+// TestAmbientPodIsRefusedNotStartedUncaptured: a pod that asks for Istio's ambient
+// mode (which this plugin does not have) fails its ADD with a message that says so,
+// and its namespace holds none of our rules; a sidecar pod with the same label is
+// captured as a sidecar pod.
+func TestAmbientPodIsRefusedNotStartedUncaptured(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	ambient := func(p *corev1.Pod) { p.Labels = map[string]string{"istio.io/dataplane-mode": "ambient"} }
+	pod := createPod(t, shared, meshedPod("ambient", "web", nil, ambient, func(p *corev1.Pod) {
+		p.Annotations, p.Spec.Containers = nil, p.Spec.Containers[:1]
+	}))
+	sb := n.newSandbox(pod)
+	_, err := n.add(list, sb)
+	if err == nil || !strings.Contains(err.Error(), "no ambient mode") || !strings.Contains(err.Error(), "ambient/web") {
+		t.Fatalf("ADD of an ambient pod = %v, want a refusal naming the pod and ambient mode", err)
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("a refused ADD left rules:\n%s", out)
+	}
+	sidecar := createPod(t, shared, meshedPod("ambient", "sidecar", nil, ambient))
+	sb2 := n.newSandbox(sidecar)
+	if _, err := n.add(list, sb2); err != nil {
+		t.Fatalf("ADD of a sidecar pod labelled ambient: %v", err)
+	}
+	serveTraffic(t, n, sb2)
+	expectCaptured(t, n, sb2)
+}
