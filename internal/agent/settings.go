@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -346,7 +347,7 @@ func setExcludeNamespaces(s *Settings, v string) error {
 		ns = strings.TrimSpace(ns)
 		switch {
 		case ns == "":
-		case !isDNSLabel(ns):
+		case !kube.IsDNSLabel(ns):
 			bad = append(bad, ns)
 		case !slices.Contains(s.ExcludeNamespaces, ns):
 			s.ExcludeNamespaces = append(s.ExcludeNamespaces, ns)
@@ -370,7 +371,7 @@ func setPluginLogLevel(s *Settings, v string) error {
 
 func setPodNamespace(s *Settings, v string) error {
 	v = strings.TrimSpace(v)
-	if v != "" && !isDNSLabel(v) {
+	if v != "" && !kube.IsDNSLabel(v) {
 		return fmt.Errorf("%q is not a namespace name", v)
 	}
 	s.PodNamespace = v
@@ -472,27 +473,13 @@ func setAgentLogLevel(s *Settings, v string) error {
 	return nil
 }
 
-// isDNSLabel reports whether v is an RFC 1123 label, the form of a namespace name.
-func isDNSLabel(v string) bool {
-	if v == "" || len(v) > 63 {
-		return false
-	}
-	for i, c := range v {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(v)-1) {
-			return false
-		}
-	}
-	return true
-}
-
 // isDNSName reports whether v is a host name: dot-separated labels, case-insensitive.
 func isDNSName(v string) bool {
 	if v == "" || len(v) > 253 {
 		return false
 	}
 	for _, label := range strings.Split(strings.ToLower(v), ".") {
-		if !isDNSLabel(label) {
+		if !kube.IsDNSLabel(label) {
 			return false
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // Config is the plugin's configuration from the CNI network config on stdin, merged
@@ -415,11 +417,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, ns := range c.ExcludeNamespaces {
-		if !isDNSLabel(ns) {
+		if !kube.IsDNSLabel(ns) {
 			bad(c.key("ExcludeNamespaces", "exclude_namespaces"), "%q is not a namespace name", ns)
 		}
 	}
-	if c.PodNamespace != "" && !isDNSLabel(c.PodNamespace) {
+	if c.PodNamespace != "" && !kube.IsDNSLabel(c.PodNamespace) {
 		bad("pod_namespace", "%q is not a namespace name", c.PodNamespace)
 	}
 	if c.Backend != BackendIptables && c.Backend != BackendNftables {
@@ -443,20 +445,6 @@ func (c *Config) Validate() error {
 		bad("extra_bypass_uids", "uid 0 (root) may not bypass redirection")
 	}
 	return errors.Join(errs...)
-}
-
-// isDNSLabel reports whether s is an RFC 1123 label, the form of a namespace name.
-func isDNSLabel(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i, c := range s {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 // PrevResultIPs returns the addresses in the previous plugin's result, in order; nil
