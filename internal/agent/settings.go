@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
@@ -60,7 +61,7 @@ type Settings struct {
 	NetworkConfigFile string
 
 	ExcludeNamespaces []string
-	PluginLogLevel    plugin.LogLevel
+	PluginLogLevel    cli.Level
 	PodNamespace      string
 	NativeNftables    bool
 	IptablesMode      plugin.IptablesMode
@@ -359,14 +360,9 @@ func setExcludeNamespaces(s *Settings, v string) error {
 	return nil
 }
 
-func setPluginLogLevel(s *Settings, v string) error {
-	l := plugin.LogLevel(strings.ToLower(strings.TrimSpace(v)))
-	switch l {
-	case plugin.LogPanic, plugin.LogFatal, plugin.LogError, plugin.LogWarn, plugin.LogInfo, plugin.LogDebug, plugin.LogNone:
-		s.PluginLogLevel = l
-		return nil
-	}
-	return fmt.Errorf("%q is not a log level (debug, info, warn, error, fatal, panic, none)", v)
+func setPluginLogLevel(s *Settings, v string) (err error) {
+	s.PluginLogLevel, err = cli.ParseLevel(v)
+	return err
 }
 
 func setPodNamespace(s *Settings, v string) error {
@@ -443,33 +439,12 @@ func setRevertWarnWindow(s *Settings, v string) error {
 	return nil
 }
 
-// setAgentLogLevel accepts a level, or Istio's "scope:level,scope:level" form of
-// --log_output_level, of which the "default" scope (or the only one) counts.
 func setAgentLogLevel(s *Settings, v string) error {
-	level := strings.TrimSpace(v)
-	if strings.Contains(level, ":") {
-		level = ""
-		for _, part := range strings.Split(v, ",") {
-			scope, l, ok := strings.Cut(strings.TrimSpace(part), ":")
-			if ok && (scope == "default" || level == "") {
-				level = l
-			}
-		}
+	l, err := cli.ParseOutputLevel(v)
+	if err != nil {
+		return err
 	}
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "debug":
-		s.LogLevel = slog.LevelDebug
-	case "info":
-		s.LogLevel = slog.LevelInfo
-	case "warn", "warning":
-		s.LogLevel = slog.LevelWarn
-	case "error", "fatal":
-		s.LogLevel = slog.LevelError
-	case "none":
-		s.LogLevel = slog.LevelError + 100
-	default:
-		return fmt.Errorf("%q is not a log level (debug, info, warn, error, none)", v)
-	}
+	s.LogLevel = l.Slog()
 	return nil
 }
 

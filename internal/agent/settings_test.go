@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -46,7 +47,7 @@ func defaults() Settings {
 		BinSourceDir:      DefaultBinSourceDir,
 		UpdateBinaries:    true,
 		Chained:           true,
-		PluginLogLevel:    plugin.LogInfo,
+		PluginLogLevel:    cli.LevelInfo,
 		KubeconfigMode:    0o600,
 		ServiceAccountDir: DefaultServiceAccountDir,
 		KubeHost:          "10.96.0.1",
@@ -117,7 +118,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.SecondaryBinDir, s.BinSourceDir, s.BinariesPrefix = "/m/bin2", "/image/bin", "v2-3-"
 				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
 				s.ConfName, s.Chained, s.NetworkConfig = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`
-				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, plugin.LogDebug, "istio-cni"
+				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, cli.LevelDebug, "istio-cni"
 				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, plugin.IptablesLegacy, 0o640
 				s.ServiceAccountDir, s.KubeCAFile, s.SkipTLSVerify = "/sa", "/ca/ca.pem", true
 				s.KubeHost, s.KubePort, s.KubeProtocol, s.NodeName = "fd00::1", 6443, "http", "n"
@@ -138,12 +139,12 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 		{
 			name: "PLUGIN_LOG_LEVEL wins over the older LOG_LEVEL, which still works alone",
 			env:  map[string]string{"LOG_LEVEL": "warn", "PLUGIN_LOG_LEVEL": "error"},
-			want: func(s *Settings) { s.PluginLogLevel = plugin.LogError },
+			want: func(s *Settings) { s.PluginLogLevel = cli.LevelError },
 		},
 		{
 			name: "LOG_LEVEL alone sets the plugin's level",
 			env:  map[string]string{"LOG_LEVEL": "warn"},
-			want: func(s *Settings) { s.PluginLogLevel = plugin.LogWarn },
+			want: func(s *Settings) { s.PluginLogLevel = cli.LevelWarn },
 		},
 		{
 			name: "an empty variable counts as unset",

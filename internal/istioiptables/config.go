@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
@@ -252,9 +253,13 @@ var settings = []setting{
 		}},
 	{name: "log_output_level", def: "default:info",
 		usage: `log level, Istio style: "info" or "default:debug"`,
-		set: func(c *Config, v string) (err error) {
-			c.LogLevel, err = parseLogLevel(v)
-			return err
+		set: func(c *Config, v string) error {
+			l, err := cli.ParseOutputLevel(v)
+			if err != nil {
+				return err
+			}
+			c.LogLevel = l.Slog()
+			return nil
 		}},
 	{name: "log_as_json", kind: boolValue,
 		usage: "log in JSON",
@@ -269,33 +274,6 @@ var settings = []setting{
 func ignoreBool(_ *Config, v string) error {
 	_, err := redirect.ParseBool(v)
 	return err
-}
-
-// parseLogLevel accepts Istio's --log_output_level: a bare level or comma-separated
-// scope:level pairs, of which the "default" scope counts.
-func parseLogLevel(v string) (slog.Level, error) {
-	level := ""
-	for _, item := range strings.Split(v, ",") {
-		scope, l, found := strings.Cut(strings.TrimSpace(item), ":")
-		if !found {
-			level = scope
-		} else if scope == "default" {
-			level = l
-		}
-	}
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info", "":
-		return slog.LevelInfo, nil
-	case "warn", "warning":
-		return slog.LevelWarn, nil
-	case "error", "fatal":
-		return slog.LevelError, nil
-	case "none":
-		return slog.LevelError + 100, nil
-	}
-	return 0, fmt.Errorf("%q is not a log level (debug, info, warn, error, none)", v)
 }
 
 func newFlagSet() *pflag.FlagSet {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"net/url"
 	"path"
@@ -17,6 +16,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
@@ -41,7 +41,8 @@ type Config struct {
 	// RuntimeConfig is passed by the runtime for declared capabilities; kept as is.
 	RuntimeConfig json.RawMessage
 
-	LogLevel LogLevel
+	// LogLevel is the plugin's log level, one of Istio's names.
+	LogLevel cli.Level
 	// AgentRunDir is the node agent's run directory on the host (cni_agent_run_dir).
 	AgentRunDir string
 	// Kubeconfig is the path of the kubeconfig the plugin uses for pod lookups.
@@ -81,42 +82,6 @@ type Config struct {
 	keys map[string]string
 }
 
-// LogLevel is a plugin log level.
-type LogLevel string
-
-// Log levels, Istio's names.
-const (
-	LogPanic LogLevel = "panic"
-	LogFatal LogLevel = "fatal"
-	LogError LogLevel = "error"
-	LogWarn  LogLevel = "warn"
-	LogInfo  LogLevel = "info"
-	LogDebug LogLevel = "debug"
-	LogNone  LogLevel = "none"
-)
-
-var logLevels = []LogLevel{LogPanic, LogFatal, LogError, LogWarn, LogInfo, LogDebug, LogNone}
-
-// Slog maps the level to slog's scale; panic and fatal only let the gravest messages
-// through, none lets nothing through.
-func (l LogLevel) Slog() slog.Level {
-	switch l {
-	case LogDebug:
-		return slog.LevelDebug
-	case LogWarn:
-		return slog.LevelWarn
-	case LogError:
-		return slog.LevelError
-	case LogFatal:
-		return slog.LevelError + 4
-	case LogPanic:
-		return slog.LevelError + 8
-	case LogNone:
-		return slog.LevelError + 100
-	}
-	return slog.LevelInfo
-}
-
 // Backend is the rule backend.
 type Backend string
 
@@ -147,7 +112,7 @@ const (
 	KubeconfigName          = "istio-cni-kubeconfig"
 	LogSocketName           = "log.sock"
 	LogFileName             = "istio-cni.log"
-	DefaultLogLevel         = LogInfo
+	DefaultLogLevel         = cli.LevelInfo
 	DefaultPodLookupRetries = 30
 	DefaultPodLookupDelay   = time.Second
 	// MaxExtraBypassUIDs bounds extra_bypass_uids: each uid is a rule per hook.
@@ -292,9 +257,9 @@ func (r rawConfig) withDefaults() Config {
 	}
 	switch {
 	case r.PluginLogLevel != nil:
-		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.PluginLogLevel))), "plugin_log_level"
+		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.PluginLogLevel), "plugin_log_level"
 	case r.LogLevel != nil:
-		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.LogLevel))), "log_level"
+		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.LogLevel), "log_level"
 	}
 	if r.CNIAgentRunDir != nil {
 		c.AgentRunDir, c.keys["AgentRunDir"] = *r.CNIAgentRunDir, "cni_agent_run_dir"
@@ -357,6 +322,15 @@ func (r rawConfig) withDefaults() Config {
 	return c
 }
 
+// logLevel is the level named by v, or v itself (trimmed, lower-case) for Validate
+// to report when it names none.
+func logLevel(v string) cli.Level {
+	if l, err := cli.ParseLevel(v); err == nil {
+		return l
+	}
+	return cli.Level(strings.ToLower(strings.TrimSpace(v)))
+}
+
 func dedupUIDs(ids []uint32) []uint32 {
 	var out []uint32
 	for _, id := range ids {
@@ -381,12 +355,8 @@ func (c *Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("plugin config: %q: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if !slices.Contains(logLevels, c.LogLevel) {
-		names := make([]string, len(logLevels))
-		for i, l := range logLevels {
-			names[i] = string(l)
-		}
-		bad(c.key("LogLevel", "plugin_log_level"), "%q is not a log level (%s)", c.LogLevel, strings.Join(names, ", "))
+	if _, err := cli.ParseLevel(string(c.LogLevel)); err != nil {
+		bad(c.key("LogLevel", "plugin_log_level"), "%q is not a log level (panic, fatal, error, warn, info, debug, none)", c.LogLevel)
 	}
 	absPath := func(key, p string, optional bool) {
 		if p == "" && optional {
