@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/istio-cni/istio-cni/internal/envconf"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Environment variables, Istio's names (install-cni's repair-* flags) unless marked
@@ -126,7 +126,7 @@ func DefaultConfig() Config {
 // DefaultConfig and validates them. Every error names the variable and the value.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
-	r := envconf.NewReader(lookup)
+	r := settings.NewReader(lookup)
 	r.Bool(EnvEnabled, &c.Enabled)
 	r.Bool(EnvRepairPods, &c.RepairPods)
 	r.Bool(EnvDeletePods, &c.DeletePods)
@@ -170,7 +170,7 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var p envconf.Problems
+	var p settings.Problems
 	if !c.RepairPods && !c.DeletePods && !c.LabelPods {
 		p.Add(EnvEnabled, "true, but %s, %s and %s are all false: nothing would be done with a broken pod (set one, or %s=false)",
 			EnvRepairPods, EnvDeletePods, EnvLabelPods, EnvEnabled)

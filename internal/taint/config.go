@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/istio-cni/istio-cni/internal/envconf"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Environment variables (ours: Istio has no agent-side equivalent; its istiod
@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 // them; every error names the variable.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
-	r := envconf.NewReader(lookup)
+	r := settings.NewReader(lookup)
 	r.Bool(EnvEnabled, &c.Enabled)
 	r.NonEmpty(EnvKey, &c.Key)
 	var effect string
@@ -120,7 +120,7 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var p envconf.Problems
+	var p settings.Problems
 	if msgs := validation.IsQualifiedName(c.Key); len(msgs) > 0 {
 		p.Add(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
 	}
