@@ -265,8 +265,8 @@ func TestParseHelpIsNotAnErrorAndListsEveryVariable(t *testing.T) {
 		t.Fatalf("Parse(--help) = %v, want ErrHelp", err)
 	}
 	u := Usage()
-	for _, s := range settings {
-		for _, e := range s.envs {
+	for _, s := range table.Settings {
+		for _, e := range s.Envs {
 			if !strings.Contains(u, e) {
 				t.Errorf("usage does not mention %s", e)
 			}
@@ -280,11 +280,11 @@ func TestReadmeDocumentsEverySetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range settings {
-		if !strings.Contains(string(readme), "`--"+s.name+"`") {
-			t.Errorf("README.md does not document --%s", s.name)
+	for _, s := range table.Settings {
+		if !strings.Contains(string(readme), "`--"+s.Name+"`") {
+			t.Errorf("README.md does not document --%s", s.Name)
 		}
-		for _, e := range s.envs {
+		for _, e := range s.Envs {
 			if !strings.Contains(string(readme), "`"+e+"`") {
 				t.Errorf("README.md does not document %s", e)
 			}
