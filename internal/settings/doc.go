@@ -9,6 +9,6 @@
 // variable and quotes the value. install-cni and istio-iptables read their flags
 // this way.
 //
-// Reader is the environment-only form for settings that have no flags, the agent's
-// controllers' (package repair's REPAIR_*, package taint's TAINT_*).
+// Reader and FromEnv are the environment-only form for settings that have no flags,
+// the agent's controllers' (package repair's REPAIR_*, package taint's TAINT_*).
 package settings

@@ -92,3 +92,20 @@ func CheckEnabled(component, enabledEnv string, enabled bool, validate func() er
 	}
 	return nil
 }
+
+// FromEnv reads a config from environment variables: read sets fields of a copy of
+// def through a Reader on lookup, then the config validates itself. The Reader's
+// problems (values that do not parse) come first, and alone.
+func FromEnv[C interface{ Validate() error }](lookup func(string) (string, bool), def C, read func(r *Reader, c *C)) (C, error) {
+	c := def
+	r := NewReader(lookup)
+	read(r, &c)
+	var zero C
+	if err := r.Err(); err != nil {
+		return zero, err
+	}
+	if err := c.Validate(); err != nil {
+		return zero, err
+	}
+	return c, nil
+}
