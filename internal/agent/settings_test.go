@@ -248,15 +248,21 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args, envOf(withEnv(tc.env)))
-			if err == nil {
-				t.Fatal("Parse succeeded, want an error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %s", err, w)
-				}
-			}
+			wantErrorMentioning(t, err, tc.want)
 		})
+	}
+}
+
+// wantErrorMentioning checks that err is an error whose text holds each of want.
+func wantErrorMentioning(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %s", err, w)
+		}
 	}
 }
 
