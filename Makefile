@@ -37,7 +37,7 @@ test-node: prereqs
 
 # test-unit runs only the tests that need neither root nor a kernel.
 test-unit:
-	$(GO) test -count=1 -run 'Conform|Parse|Plan|Trace|Options|Render|Golden|Invariant' ./internal/...
+	$(GO) test -count=1 -run 'Conform|Parse|Plan|Trace|Options|Render|Golden|Invariant' ./internal/... ./test/harness/trace/
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
 BENCHTIME ?= 50x
@@ -59,8 +59,8 @@ image:
 	$(GO) run ./hack/demo -images $(BIN)/images
 
 # demo-netns applies the capture to a throwaway network namespace and shows live traffic.
-demo-netns: deps build
-	$(BIN)/capture-demo
+demo-netns: deps
+	$(GO) run ./hack/capture-demo
 
 # fuzz runs every fuzzer in the repository for FUZZTIME each.
 FUZZTIME ?= 20s

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway etcd + kube-apiserver for poking at by hand, started by the same code
-# the tests use (internal/controlplane). No controllers, scheduler or kubelet: create
-# namespaces' "default" ServiceAccount yourself and set spec.nodeName on pods.
+# the tests use (test/harness/controlplane). No controllers, scheduler or kubelet:
+# create namespaces' "default" ServiceAccount yourself and set spec.nodeName on pods.
 #   hack/controlplane.sh up     start in the background; prints `export KUBECONFIG=...`
 #   hack/controlplane.sh down   stop it; removes everything it made
 #   hack/controlplane.sh run    run in the foreground until Ctrl-C
@@ -14,7 +14,7 @@ kubeconfig=$state/admin.kubeconfig
 
 build() {
   mkdir -p "$state"
-  (cd "$root" && go build -o "$bin" ./internal/controlplane/cmd/controlplane)
+  (cd "$root" && go build -o "$bin" ./test/harness/controlplane/cmd/controlplane)
 }
 running() { [[ -f $state/pid ]] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 

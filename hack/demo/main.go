@@ -23,7 +23,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -105,7 +105,7 @@ func run(ctx context.Context) (failed int, err error) {
 	}
 	defer os.RemoveAll(work)
 
-	section("1. The container images, built without a Docker engine (internal/image)")
+	section("1. The container images, built without a Docker engine (hack/image)")
 	t := time.Now()
 	im, err := meshnode.BuildImages(ctx, root, work)
 	if err != nil {

@@ -14,7 +14,7 @@ if running; then
   while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
   tail -n +"$((log_lines + 1))" "$run/node.log" >&2
 elif [[ -d $state ]]; then
-  [[ -x $bin ]] || (cd "$root" && mkdir -p "$run" && go build -o "$bin" ./internal/node/cmd/node)
+  [[ -x $bin ]] || (cd "$root" && mkdir -p "$run" && go build -o "$bin" ./test/harness/node/cmd/node)
   "$bin" -cleanup -state "$state" -pod-cidr "$pod_cidr"
 fi
 rm -rf "$run"

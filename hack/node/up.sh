@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings up a real single-node Kubernetes cluster on this machine (internal/node):
+# Brings up a real single-node Kubernetes cluster on this machine (test/harness/node):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd 2.x + runc,
 # kubelet, kube-proxy, with the reference CNI plugins (ptp + host-local) as the primary network.
 # Everything lives in one state dir; hack/node/down.sh takes it down and leaves the
@@ -32,7 +32,7 @@ fi
 build_kubectl
 
 mkdir -p "$run"
-(cd "$root" && go build -o "$bin" ./internal/node/cmd/node)
+(cd "$root" && go build -o "$bin" ./test/harness/node/cmd/node)
 # Not in a subshell: $! must be the command itself, the process down.sh signals. Run
 # from the repository root so it finds hack/.
 cd "$root"

@@ -8,22 +8,15 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nftables"
 )
 
-func init() {
-	for _, mode := range []iptables.Mode{iptables.ModeNFT, iptables.ModeLegacy} {
-		registerBackend("iptables-"+string(mode), func(t *testing.T) (capture.Backend, error) {
-			return iptables.NewBackend(iptables.Config{Mode: mode, LockDir: t.TempDir()})
-		})
-	}
-}
-
-func init() {
-	registerBackend("nftables-exec", func(t *testing.T) (capture.Backend, error) {
-		return nftables.NewExecBackend(), nil
-	})
-}
-
-func init() {
-	registerBackend("nftables-netlink", func(t *testing.T) (capture.Backend, error) {
-		return nftables.NewBackend(), nil
-	})
+// backendFactories are the backends every capture test runs with: iptables in both
+// flavours and nftables through nft and over netlink.
+var backendFactories = map[string]func(tb testing.TB) (capture.Backend, error){
+	"iptables-nft": func(tb testing.TB) (capture.Backend, error) {
+		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: tb.TempDir()})
+	},
+	"iptables-legacy": func(tb testing.TB) (capture.Backend, error) {
+		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeLegacy, LockDir: tb.TempDir()})
+	},
+	"nftables-exec":    func(testing.TB) (capture.Backend, error) { return nftables.NewExecBackend(), nil },
+	"nftables-netlink": func(testing.TB) (capture.Backend, error) { return nftables.NewBackend(), nil },
 }

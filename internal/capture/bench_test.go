@@ -17,14 +17,7 @@ import (
 // defaultSidecarPlan is what istio-cni programs for a typical injected pod.
 func defaultSidecarPlan(b *testing.B) *redirect.Plan {
 	b.Helper()
-	spec, err := specs.Sidecar().Spec()
-	if err != nil {
-		b.Fatal(err)
-	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
+	plan := specs.Sidecar().Plan(b)
 	return plan
 }
 
@@ -46,7 +39,7 @@ func BenchmarkApplyFreshNamespace(b *testing.B) {
 	plan := defaultSidecarPlan(b)
 	for name, mk := range backendFactories {
 		b.Run(name, func(b *testing.B) {
-			be, err := mk(&testing.T{})
+			be, err := mk(b)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -80,7 +73,7 @@ func BenchmarkApplyParallel20(b *testing.B) {
 	plan := defaultSidecarPlan(b)
 	for name, mk := range backendFactories {
 		b.Run(name, func(b *testing.B) {
-			be, err := mk(&testing.T{})
+			be, err := mk(b)
 			if err != nil {
 				b.Fatal(err)
 			}

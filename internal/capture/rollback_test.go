@@ -18,14 +18,7 @@ import (
 // removes what it had added: a namespace is never left half-captured.
 func TestFailedApplyLeavesNothing(t *testing.T) {
 	requireRoot(t)
-	spec, err := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := redirect.Build(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Plan(t)
 	for name, b := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			ns, err := netns.New(t.TempDir(), "ns")

@@ -6,12 +6,11 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
@@ -110,9 +109,28 @@ var trafficCases = []struct {
 			{"IPv4 outbound is captured too", "app", "tcp", ap(external4, 80), "outbound 10.88.0.1:80"},
 		},
 	},
+	{
+		name: "TPROXY with exclusions, loopback and IPv6",
+		opts: specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldInboundPortsExclude: "15021", redirect.FieldOutboundCIDRs: "*", redirect.FieldOutboundCIDRsExclude: "10.88.0.1/32", redirect.FieldIPv6: "true"},
+		flows: []flow{
+			{"inbound to an excluded port is not captured", "peer", "tcp", ap(podV4, 15021), "health"},
+			// Istio's mangle rules have no tunnel-port exception: in TPROXY mode "*" takes 15008.
+			{"inbound to the tunnel port is proxied too", "peer", "tcp", ap(podV4, 15008), "tproxy 10.88.0.2:15008"},
+			{"IPv6 inbound is transparently proxied", "peer", "tcp6", ap(podV6, 8080), "tproxy [fd88::2]:8080"},
+			{"proxy calling its own pod IP goes through inbound capture", "proxy", "tcp", ap(podV4, 8080), "tproxy 10.88.0.2:8080"},
+			{"IPv6 proxy calling its own pod IP goes through inbound capture", "proxy", "tcp6", ap(podV6, 8080), "tproxy [fd88::2]:8080"},
+			{"app calling its own pod IP is not captured", "app", "tcp", ap(podV4, 8080), "app 10.88.0.2:8080"},
+			{"app to localhost is not captured", "app", "tcp", ap(netip.MustParseAddr("127.0.0.1"), 8080), "app 127.0.0.1:8080"},
+			{"IPv6 app to localhost is not captured", "app", "tcp6", ap(netip.IPv6Loopback(), 8080), "app [::1]:8080"},
+			{"app to a local port nobody listens on is refused", "app", "tcp", ap(netip.MustParseAddr("127.0.0.1"), 9091), "error:"},
+			{"excluded CIDR is not captured", "app", "tcp", ap(external4, 80), "peer"},
+			{"other destinations are captured", "app", "tcp", ap(netip.MustParseAddr("10.77.0.9"), 443), "outbound 10.77.0.9:443"},
+			{"IPv6 outbound is captured", "app", "tcp6", ap(peerV6, 80), "outbound [fd88::1]:80"},
+		},
+	},
 }
 
-// backends returns every backend under test, by name.
+// backends returns every backend under test (backendFactories), by name.
 func backends(t *testing.T) map[string]capture.Backend {
 	t.Helper()
 	out := map[string]capture.Backend{}
@@ -124,17 +142,6 @@ func backends(t *testing.T) map[string]capture.Backend {
 		out[name] = b
 	}
 	return out
-}
-
-var (
-	factoriesMu      sync.Mutex
-	backendFactories = map[string]func(t *testing.T) (capture.Backend, error){}
-)
-
-func registerBackend(name string, mk func(t *testing.T) (capture.Backend, error)) {
-	factoriesMu.Lock()
-	defer factoriesMu.Unlock()
-	backendFactories[name] = mk
 }
 
 // TestRealTrafficLandsWhereThePlanSays applies each case with each backend in a real
@@ -180,14 +187,7 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 				serveAs(t, tp.Pod, proxyUID, "dns", "udp4", "127.0.0.1:15053", false)
 				serve(tp.Peer, "peerdns", "udp4", "0.0.0.0:53", false)
 
-				spec, err := tc.opts.Spec()
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan, err := redirect.Build(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
+				plan := tc.opts.Plan(t)
 				if _, err := capture.Apply(ctx, tp.Pod, b, plan); err != nil {
 					t.Fatal(err)
 				}

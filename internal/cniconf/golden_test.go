@@ -14,7 +14,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 func readFile(t testing.TB, path string) []byte {

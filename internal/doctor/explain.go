@@ -50,7 +50,7 @@ func DecodePod(data []byte) (*kube.Pod, error) {
 // "nftables"). podIPs stand in for the sandbox's addresses (nil: the pod's status
 // addresses).
 func Explain(pod *kube.Pod, cfg *plugin.Config, backend string, podIPs []netip.Addr) Explanation {
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podIPs)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{Addrs: podIPs})
 	return explanation(pod, pp, err, backend)
 }
 

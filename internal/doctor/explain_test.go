@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // TestExplainGolden runs `explain` on every pod manifest the plugin's own tests use

@@ -18,13 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
-	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 const (
@@ -170,7 +170,7 @@ func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod, ip ne
 // (plugin.PlanFor) and backend, through capture.Apply.
 func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {
 	t.Helper()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 		return nil, err
 	}
 
-	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil)
+	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{Netns: nsPath})
 	ex := explanation(pod, pp, perr, "iptables")
 	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
 	plan := pp.Plan

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 // nodeEnv is a node as the doctor sees it: a CNI config directory with istio-cni

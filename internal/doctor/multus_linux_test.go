@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 // The chart's openshift profile: a standalone istio-cni.conf in Multus' directory.

@@ -216,7 +216,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		return exitProblem
 	}
 	defer t.ns.Close()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, nil)
+	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, plugin.Sandbox{Netns: t.ns.Path})
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return exitProblem

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/probe"
 	"github.com/istio-cni/istio-cni/internal/redirect"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
 )
 
 // ProbeOptions say what to send.
@@ -77,18 +74,11 @@ type ProbeResult struct {
 	Redirected bool `json:"redirected"`
 }
 
+// probeFamily is one family's probe: its catcher and the outbound target.
 type probeFamily struct {
-	name             string
-	network          string
-	wildcard, source netip.Addr
-	passthrough      netip.Addr
-	outbound         netip.AddrPort
-}
-
-type acceptedConn struct {
-	port    uint16
-	peer    netip.AddrPort
-	origDst string
+	probe.Family
+	outbound netip.AddrPort
+	catcher  *probe.Catcher
 }
 
 // Probe sends the validation's probe (as the proxy: 127.0.0.1 -> 127.0.0.6:15002,
@@ -98,10 +88,19 @@ type acceptedConn struct {
 // them, the connection's fate is read from conntrack instead.
 func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o ProbeOptions) (*ProbeResult, error) {
 	res := &ProbeResult{Pod: pod, Netns: where, Redirected: true}
-	families := []probeFamily{{"ipv4", "tcp4", netip.IPv4Unspecified(), netip.MustParseAddr("127.0.0.1"), redirect.InboundPassthroughV4.Addr(), o.OutboundV4}}
-	if spec.IPv6 {
-		families = append(families, probeFamily{"ipv6", "tcp6", netip.IPv6Unspecified(), netip.IPv6Loopback(), redirect.InboundPassthroughV6.Addr(), o.OutboundV6})
+	var families []probeFamily
+	for _, f := range probe.Families(spec.IPv6) {
+		outbound := o.OutboundV4
+		if f == probe.IPv6 {
+			outbound = o.OutboundV6
+		}
+		families = append(families, probeFamily{f, outbound, probe.NewCatcher(nsPath, f)})
 	}
+	defer func() {
+		for _, f := range families {
+			f.catcher.Close()
+		}
+	}()
 	proxyUID, proxyGID := uint32(redirect.DefaultProxyUID), uint32(redirect.DefaultProxyUID)
 	if len(spec.ProxyUIDs) > 0 {
 		proxyUID = spec.ProxyUIDs[0]
@@ -109,13 +108,6 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 	if len(spec.ProxyGIDs) > 0 {
 		proxyGID = spec.ProxyGIDs[0]
 	}
-	accepted := make(chan acceptedConn, 64)
-	var closers []net.Listener
-	defer func() {
-		for _, l := range closers {
-			l.Close()
-		}
-	}()
 	for _, f := range families {
 		for _, l := range []struct {
 			port uint16
@@ -125,12 +117,10 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 			{spec.InboundCapturePort, "inbound capture port"},
 			{o.ProbePort, "probe port (reached only when not redirected)"},
 		} {
-			ln, err := listenIn(ctx, nsPath, f.network, netip.AddrPortFrom(f.wildcard, l.port))
-			st := Listener{Port: l.port, Family: f.name, Role: l.role, Ours: err == nil}
+			err := f.catcher.Listen(ctx, l.port)
+			st := Listener{Port: l.port, Family: f.Name, Role: l.role, Ours: err == nil}
 			switch {
 			case err == nil:
-				closers = append(closers, ln)
-				go acceptLoop(ln.(*net.TCPListener), l.port, accepted)
 			case errors.Is(err, unix.EADDRINUSE):
 				st.Note = "held by another process (the proxy): connections are not read back, conntrack tells where they went"
 			default:
@@ -141,17 +131,17 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 	}
 	for _, f := range families {
 		flows := []Flow{
-			{Name: "inbound (the validation probe, as the proxy)", Family: f.name, UID: proxyUID, GID: proxyGID,
-				Target: netip.AddrPortFrom(f.passthrough, o.ProbePort).String(), Want: spec.InboundCapturePort},
-			{Name: "outbound (as an application)", Family: f.name, UID: o.AppUID, GID: o.AppUID,
+			{Name: "inbound (the validation probe, as the proxy)", Family: f.Name, UID: proxyUID, GID: proxyGID,
+				Target: netip.AddrPortFrom(f.Passthrough, o.ProbePort).String(), Want: spec.InboundCapturePort},
+			{Name: "outbound (as an application)", Family: f.Name, UID: o.AppUID, GID: o.AppUID,
 				Target: f.outbound.String(), Want: spec.ProxyPort},
 		}
 		for _, fl := range flows {
 			src := netip.Addr{}
 			if fl.UID == proxyUID {
-				src = f.source // the validation binds the loopback source, as Istio's does
+				src = f.Loopback // the validation binds the loopback source, as Istio's does
 			}
-			fl = probeFlow(ctx, nsPath, f, fl, src, o, res.Listeners, accepted)
+			fl = probeFlow(ctx, f, fl, src, o, res.Listeners)
 			res.Redirected = res.Redirected && fl.Redirected
 			res.Flows = append(res.Flows, fl)
 		}
@@ -159,86 +149,28 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 	return res, nil
 }
 
-func listenIn(ctx context.Context, nsPath, network string, addr netip.AddrPort) (net.Listener, error) {
-	var ln net.Listener
-	err := netns.Do(nsPath, func() error {
-		var err error
-		ln, err = (&net.ListenConfig{}).Listen(ctx, network, addr.String())
-		return err
-	})
-	return ln, err
-}
-
-func acceptLoop(ln *net.TCPListener, port uint16, out chan<- acceptedConn) {
-	for {
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			return
-		}
-		a := acceptedConn{port: port, peer: c.RemoteAddr().(*net.TCPAddr).AddrPort()}
-		a.origDst, err = sandbox.OriginalDst(c)
-		if err != nil {
-			a.origDst = "unknown: " + err.Error()
-		}
-		c.Close()
-		select {
-		case out <- a:
-		default:
-		}
-	}
-}
-
 // probeFlow makes one connection as fl.UID and says where it landed.
-func probeFlow(ctx context.Context, nsPath string, f probeFamily, fl Flow, src netip.Addr, o ProbeOptions, listeners []Listener, accepted <-chan acceptedConn) Flow {
+func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o ProbeOptions, listeners []Listener) Flow {
 	target := netip.MustParseAddrPort(fl.Target)
-	var local netip.AddrPort
-	var dialErr error
-	var track *netlink.ConntrackFlow
-	err := netns.Do(nsPath, func() error {
-		// netfilter's owner match reads the socket's file credentials: the thread's
-		// fsuid and fsgid at socket creation (netns.Do runs fn on its own thread).
-		unix.Setfsgid(int(fl.GID))
-		unix.Setfsuid(int(fl.UID))
-		defer unix.Setfsgid(0)
-		defer unix.Setfsuid(0)
-		// setfsuid(2) reports no error: without CAP_SETUID/CAP_SETGID (an agent pod
-		// without troubleshooting.enabled) the thread silently stays root, and the
-		// probe would test root's traffic, not the uid's. -1 reads the current value.
-		if uid, _ := unix.SetfsuidRetUid(-1); uid != int(fl.UID) {
-			return fmt.Errorf("cannot connect as uid %d (the fsuid stays %d): this process lacks CAP_SETUID "+
-				"(in the agent pod: install with troubleshooting.enabled=true)", fl.UID, uid)
-		}
-		if gid, _ := unix.SetfsgidRetGid(-1); gid != int(fl.GID) {
-			return fmt.Errorf("cannot connect as gid %d (the fsgid stays %d): this process lacks CAP_SETGID "+
-				"(in the agent pod: install with troubleshooting.enabled=true)", fl.GID, gid)
-		}
-		d := net.Dialer{Timeout: o.Timeout}
-		if src.IsValid() {
-			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
-		}
-		conn, err := d.DialContext(ctx, f.network, target.String())
-		if err != nil {
-			dialErr = err
-			return nil
-		}
-		local = conn.LocalAddr().(*net.TCPAddr).AddrPort()
-		conn.Close()
-		track = conntrackFor(f, local, target)
-		return nil
-	})
+	out, err := f.catcher.Send(ctx, probe.Conn{Target: target, Source: src, As: &probe.Identity{UID: fl.UID, GID: fl.GID},
+		Timeout: o.Timeout, Conntrack: true})
 	if err != nil {
 		fl.Result = "cannot probe: " + err.Error()
+		var cred *probe.CredentialsError
+		if errors.As(err, &cred) {
+			fl.Result += " (in the agent pod: install with troubleshooting.enabled=true)"
+		}
 		return fl
 	}
 	held := func(port uint16) bool {
 		for _, l := range listeners {
-			if l.Port == port && l.Family == f.name {
+			if l.Port == port && l.Family == f.Name {
 				return !l.Ours
 			}
 		}
 		return false
 	}
-	if dialErr != nil {
+	if dialErr := out.DialErr; dialErr != nil {
 		switch {
 		case errors.Is(dialErr, unix.ENETUNREACH), errors.Is(dialErr, unix.EHOSTUNREACH):
 			fl.Result = fmt.Sprintf("cannot tell: the pod has no route to %s (pass --outbound-target with an address it routes)", target)
@@ -254,72 +186,43 @@ func probeFlow(ctx context.Context, nsPath string, f probeFamily, fl Flow, src n
 		}
 		return fl
 	}
-	wait := time.NewTimer(o.Timeout)
-	defer wait.Stop()
-	for {
-		select {
-		case a := <-accepted:
-			if a.peer.Addr().Unmap() != local.Addr().Unmap() || a.peer.Port() != local.Port() {
-				continue // an earlier flow's straggler, or someone else's
-			}
-			fl.LandedOn, fl.OriginalDst = a.port, a.origDst
-			switch {
-			case a.port == o.ProbePort && a.port != fl.Want:
-				fl.Result = fmt.Sprintf("NOT redirected: reached %s directly", target)
-			case a.port != fl.Want:
-				fl.Result = fmt.Sprintf("NOT redirected as required: landed on port %d, not %d (original destination %s)", a.port, fl.Want, a.origDst)
-			case a.origDst != target.String():
-				fl.Result = fmt.Sprintf("redirected to %d, but the original destination reads %s, not %s", a.port, a.origDst, target)
-			default:
-				fl.Redirected = true
-				fl.Result = fmt.Sprintf("redirected to %d (original destination preserved)", a.port)
-			}
-			return fl
-		case <-wait.C:
-			// Someone else accepted it: the proxy, when it holds the wanted port.
-			switch {
-			case track != nil && track.Reverse.SrcPort == fl.Want:
-				fl.Redirected, fl.LandedOn = true, fl.Want
-				fl.Result = fmt.Sprintf("redirected to %d (conntrack; the proxy's listener accepted it)", fl.Want)
-			case track != nil && track.Reverse.SrcPort == target.Port():
-				fl.Result = fmt.Sprintf("NOT redirected: %s answered directly (conntrack)", target)
-			case track != nil:
-				fl.LandedOn = track.Reverse.SrcPort
-				fl.Result = fmt.Sprintf("NOT redirected as required: landed on port %d, not %d (conntrack)", track.Reverse.SrcPort, fl.Want)
-			case held(fl.Want):
-				fl.Redirected, fl.LandedOn = true, fl.Want
-				fl.Result = fmt.Sprintf("connected, and accepted by the process holding port %d (conntrack could not confirm)", fl.Want)
-			default:
-				fl.Result = fmt.Sprintf("connected to %s, but none of the listeners saw it", target)
-			}
-			return fl
-		case <-ctx.Done():
-			fl.Result = "cannot probe: " + ctx.Err().Error()
-			return fl
+	if a := out.Landed; a != nil {
+		// Without a conntrack entry the connection went where it was sent: here.
+		origDst := a.Local.String()
+		if a.Err == nil {
+			origDst = a.OriginalDst.String()
 		}
-	}
-}
-
-// conntrackFor finds the connection's conntrack entry in the current namespace;
-// its reply tuple names the port that really answered. nil when conntrack cannot
-// be read (no nf_conntrack_netlink).
-func conntrackFor(f probeFamily, local, target netip.AddrPort) *netlink.ConntrackFlow {
-	fam := netlink.FAMILY_V4
-	if f.name == "ipv6" {
-		fam = netlink.FAMILY_V6
-	}
-	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.InetFamily(fam))
-	if err != nil {
-		return nil
-	}
-	for _, c := range flows {
-		dst, _ := netip.AddrFromSlice(c.Forward.DstIP)
-		if c.Forward.Protocol == unix.IPPROTO_TCP && c.Forward.SrcPort == local.Port() &&
-			c.Forward.DstPort == target.Port() && dst.Unmap() == target.Addr() {
-			return c
+		fl.LandedOn, fl.OriginalDst = a.Port, origDst
+		switch {
+		case a.Port == o.ProbePort && a.Port != fl.Want:
+			fl.Result = fmt.Sprintf("NOT redirected: reached %s directly", target)
+		case a.Port != fl.Want:
+			fl.Result = fmt.Sprintf("NOT redirected as required: landed on port %d, not %d (original destination %s)", a.Port, fl.Want, origDst)
+		case origDst != target.String():
+			fl.Result = fmt.Sprintf("redirected to %d, but the original destination reads %s, not %s", a.Port, origDst, target)
+		default:
+			fl.Redirected = true
+			fl.Result = fmt.Sprintf("redirected to %d (original destination preserved)", a.Port)
 		}
+		return fl
 	}
-	return nil
+	// Someone else accepted it: the proxy, when it holds the wanted port.
+	switch answered := out.AnsweredBy; {
+	case answered == fl.Want:
+		fl.Redirected, fl.LandedOn = true, fl.Want
+		fl.Result = fmt.Sprintf("redirected to %d (conntrack; the proxy's listener accepted it)", fl.Want)
+	case answered == target.Port():
+		fl.Result = fmt.Sprintf("NOT redirected: %s answered directly (conntrack)", target)
+	case answered != 0:
+		fl.LandedOn = answered
+		fl.Result = fmt.Sprintf("NOT redirected as required: landed on port %d, not %d (conntrack)", answered, fl.Want)
+	case held(fl.Want):
+		fl.Redirected, fl.LandedOn = true, fl.Want
+		fl.Result = fmt.Sprintf("connected, and accepted by the process holding port %d (conntrack could not confirm)", fl.Want)
+	default:
+		fl.Result = fmt.Sprintf("connected to %s, but none of the listeners saw it", target)
+	}
+	return fl
 }
 
 // Text renders a probe for people.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 // TestProbeReportsWhereTrafficLands sends real connections in real pod namespaces:

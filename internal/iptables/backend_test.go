@@ -76,19 +76,6 @@ func stripComments(s string) string {
 	return strings.Join(out, "\n")
 }
 
-func specOf(t *testing.T, o specs.Settings) *redirect.Plan {
-	t.Helper()
-	s, err := o.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := redirect.Build(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 var backendCases = []struct {
 	name string
 	opts specs.Settings
@@ -130,7 +117,7 @@ func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 				runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
 				before4 := stripComments(runIn(t, ns, ipt+"-save"))
 				before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
-				plan := specOf(t, tc.opts)
+				plan := tc.opts.Plan(t)
 
 				changed, err := capture.Apply(ctx, ns, b, plan)
 				if err != nil || !changed {

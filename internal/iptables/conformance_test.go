@@ -207,14 +207,7 @@ func TestConformsToIstioReference(t *testing.T) {
 	identical, total := 0, 0
 	for _, tc := range loadReference(t) {
 		t.Run(tc.Name, func(t *testing.T) {
-			spec, err := tc.Options.Spec()
-			if err != nil {
-				t.Fatalf("options: %v", err)
-			}
-			plan, err := redirect.Build(spec)
-			if err != nil {
-				t.Fatalf("build: %v", err)
-			}
+			plan := tc.Options.Plan(t)
 			want := goldenRestores(tc.Golden)
 			if len(want) != len(plan.Families) {
 				t.Fatalf("Istio restores %d families, plan has %d", len(want), len(plan.Families))

@@ -10,7 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // renderCases name the specs whose renderings are kept as golden files.
@@ -37,14 +37,7 @@ var renderCases = []struct {
 func TestGoldenRenderings(t *testing.T) {
 	for _, tc := range renderCases {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := tc.opts.Spec()
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan, err := redirect.Build(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
+			plan := tc.opts.Plan(t)
 			var dry, restore strings.Builder
 			for _, fp := range plan.Families {
 				dry.WriteString("# " + fp.Family.String() + "\n" + RenderPlanText(&fp))

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/istio-cni/istio-cni/internal/probe"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
@@ -40,41 +39,16 @@ import (
 // also listen on the probe port itself: a connection arriving there was certainly
 // not redirected, which gives a precise failure instead of "connection refused".
 
-// probeFamily is one IP family's probe.
-type probeFamily struct {
-	network  string     // tcp4 or tcp6
-	wildcard netip.Addr // listen address
-	source   netip.Addr // the probe's bound source address
-	target   netip.Addr // the probe's destination
-}
-
-var (
-	probeV4 = probeFamily{"tcp4", netip.IPv4Unspecified(), netip.MustParseAddr("127.0.0.1"), redirect.InboundPassthroughV4.Addr()}
-	probeV6 = probeFamily{"tcp6", netip.IPv6Unspecified(), netip.IPv6Loopback(), redirect.InboundPassthroughV6.Addr()}
-)
-
 const probeRetryInterval = 250 * time.Millisecond
 
-// accepted is what one of our listeners saw.
-type accepted struct {
-	listener string
-	captured bool // accepted on a capture port, not on the probe port
-	peer     netip.AddrPort
-	origDst  netip.AddrPort
-	err      error
-}
-
 func validate(ctx context.Context, log *slog.Logger, cfg Config, spec redirect.Spec) error {
-	families := []probeFamily{probeV4}
-	if spec.IPv6 {
-		families = append(families, probeV6)
-	}
+	families := probe.Families(spec.IPv6)
 	log.Info("validating that traffic is redirected to the proxy", "timeout", cfg.ProbeTimeout, "probePort", cfg.ProbePort)
 	deadline := time.Now().Add(cfg.ProbeTimeout)
 	var failures []string
 	err := inNamespace(cfg.NetworkNamespace, func() error {
 		for _, f := range families {
-			failure, err := probe(ctx, log, f, spec, cfg.ProbePort, deadline)
+			failure, err := probeFamily(ctx, log, f, spec, cfg.ProbePort, deadline)
 			if err != nil {
 				return err
 			}
@@ -105,34 +79,28 @@ func identityHint(spec redirect.Spec, uid, gid int) string {
 		uid, gid, spec.ProxyUIDs, spec.ProxyGIDs)
 }
 
-// probe connects to the family's probe address until one connection is found
+// probeFamily connects to the family's probe address until one connection is found
 // redirected or the deadline passes (at least one attempt is made). It returns the
-// last failure, or "" on success. Errors are for what prevents probing at all.
-func probe(ctx context.Context, log *slog.Logger, f probeFamily, spec redirect.Spec, probePort uint16, deadline time.Time) (string, error) {
-	target := netip.AddrPortFrom(f.target, probePort)
-	results := make(chan accepted, 16)
-	listeners := []struct {
-		name     string
-		port     uint16
-		captured bool
-	}{
+// last failure, or "" on success. Errors are for what prevents probing at all. It
+// runs in the pod's namespace (the catcher uses the caller's).
+func probeFamily(ctx context.Context, log *slog.Logger, f probe.Family, spec redirect.Spec, probePort uint16, deadline time.Time) (string, error) {
+	target := netip.AddrPortFrom(f.Passthrough, probePort)
+	catcher := probe.NewCatcher("", f)
+	defer catcher.Close()
+	listeners := []probeListener{
 		{"outbound capture port", spec.ProxyPort, true},
 		{"inbound capture port", spec.InboundCapturePort, true},
 		{"probe port", probePort, false},
 	}
 	for _, l := range listeners {
-		addr := netip.AddrPortFrom(f.wildcard, l.port)
-		ln, err := (&net.ListenConfig{}).Listen(ctx, f.network, addr.String())
-		if err != nil {
-			return "", fmt.Errorf("listen on the %s %s: %w", l.name, addr, err)
+		if err := catcher.Listen(ctx, l.port); err != nil {
+			return "", fmt.Errorf("listen on the %s %s: %w", l.name, netip.AddrPortFrom(f.Wildcard, l.port), err)
 		}
-		defer ln.Close()
-		go acceptLoop(ln.(*net.TCPListener), fmt.Sprintf("%s %d", l.name, l.port), l.captured, f.network == "tcp6", results)
 	}
 
 	var last string
 	for attempt := 1; ; attempt++ {
-		failure := probeOnce(ctx, f, target, results, deadline)
+		failure := probeOnce(ctx, catcher, f, target, listeners, deadline)
 		if failure == "" {
 			log.Info("probe redirected", "target", target, "attempt", attempt)
 			return "", nil
@@ -151,12 +119,21 @@ func probe(ctx context.Context, log *slog.Logger, f probeFamily, spec redirect.S
 	return fmt.Sprintf("a connection to %s %s", target, last), nil
 }
 
+// probeListener is one of the ports the probe may land on.
+type probeListener struct {
+	name     string
+	port     uint16
+	captured bool // a capture port, not the probe port
+}
+
 // probeOnce makes one connection and reports what became of it ("" if redirected).
-func probeOnce(ctx context.Context, f probeFamily, target netip.AddrPort, results <-chan accepted, deadline time.Time) string {
+func probeOnce(ctx context.Context, catcher *probe.Catcher, f probe.Family, target netip.AddrPort, listeners []probeListener, deadline time.Time) string {
 	timeout := max(min(time.Until(deadline), time.Second), 100*time.Millisecond)
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(f.source, 0)), Timeout: timeout}
-	conn, err := d.DialContext(ctx, f.network, target.String())
+	out, err := catcher.Send(ctx, probe.Conn{Target: target, Source: f.Loopback, Timeout: timeout})
 	if err != nil {
+		return err.Error()
+	}
+	if err := out.DialErr; err != nil {
 		switch {
 		case errors.Is(err, unix.ECONNREFUSED):
 			return "was refused"
@@ -165,92 +142,20 @@ func probeOnce(ctx context.Context, f probeFamily, target netip.AddrPort, result
 		}
 		return fmt.Sprintf("failed: %v", err)
 	}
-	local := conn.LocalAddr().(*net.TCPAddr).AddrPort()
-	conn.Close()
-
-	wait := time.NewTimer(timeout)
-	defer wait.Stop()
-	for {
-		select {
-		case r := <-results:
-			if r.peer.Addr().Unmap() != local.Addr().Unmap() || r.peer.Port() != local.Port() {
-				continue // someone else's connection
-			}
-			switch {
-			case !r.captured:
-				return "reached the " + r.listener + " directly"
-			case r.err != nil:
-				return fmt.Sprintf("reached the %s, but its original destination is unknown: %v", r.listener, r.err)
-			case r.origDst.Addr().Unmap() != target.Addr() || r.origDst.Port() != target.Port():
-				return fmt.Sprintf("reached the %s with original destination %s", r.listener, r.origDst)
-			}
-			return ""
-		case <-wait.C:
-			return "connected, but none of our listeners accepted it"
-		case <-ctx.Done():
-			return ctx.Err().Error()
-		}
+	r := out.Landed
+	if r == nil {
+		return "connected, but none of our listeners accepted it"
 	}
-}
-
-func acceptLoop(ln *net.TCPListener, name string, captured, ipv6 bool, results chan<- accepted) {
-	for {
-		conn, err := ln.AcceptTCP()
-		if err != nil {
-			return // closed
-		}
-		r := accepted{listener: name, captured: captured, peer: conn.RemoteAddr().(*net.TCPAddr).AddrPort()}
-		if captured {
-			r.origDst, r.err = originalDst(conn, ipv6)
-		}
-		conn.Close()
-		select {
-		case results <- r:
-		default: // nobody is waiting for this many connections: not ours
-		}
+	// The catcher listens on these ports only.
+	l := listeners[slices.IndexFunc(listeners, func(l probeListener) bool { return l.port == r.Port })]
+	name := fmt.Sprintf("%s %d", l.name, l.port)
+	switch {
+	case !l.captured:
+		return "reached the " + name + " directly"
+	case r.Err != nil:
+		return fmt.Sprintf("reached the %s, but its original destination is unknown: %v", name, r.Err)
+	case r.OriginalDst.Addr().Unmap() != target.Addr() || r.OriginalDst.Port() != target.Port():
+		return fmt.Sprintf("reached the %s with original destination %s", name, r.OriginalDst)
 	}
-}
-
-// originalDst reads the destination a NATed connection had before REDIRECT
-// (SO_ORIGINAL_DST for IPv4, IP6T_SO_ORIGINAL_DST for IPv6; both are 80).
-func originalDst(conn *net.TCPConn, ipv6 bool) (netip.AddrPort, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var dst netip.AddrPort
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		if ipv6 {
-			var sa unix.RawSockaddrInet6
-			serr = getsockopt(fd, unix.SOL_IPV6, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), unsafe.Sizeof(sa))
-			dst = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), networkOrder(sa.Port))
-		} else {
-			var sa unix.RawSockaddrInet4
-			serr = getsockopt(fd, unix.SOL_IP, unix.SO_ORIGINAL_DST, unsafe.Pointer(&sa), unsafe.Sizeof(sa))
-			dst = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), networkOrder(sa.Port))
-		}
-	})
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("getsockopt SO_ORIGINAL_DST: %w", err)
-	}
-	return dst, nil
-}
-
-func getsockopt(fd uintptr, level, name int, p unsafe.Pointer, size uintptr) error {
-	l := uint32(size)
-	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, uintptr(level), uintptr(name), uintptr(p), uintptr(unsafe.Pointer(&l)), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
-// networkOrder reads a port stored in network byte order.
-func networkOrder(port uint16) uint16 {
-	b := (*[2]byte)(unsafe.Pointer(&port))
-	return uint16(b[0])<<8 | uint16(b[1])
+	return ""
 }

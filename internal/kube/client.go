@@ -109,10 +109,22 @@ func (c *Client) Get(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("GET %s: %w", path, serr)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", path, err)
+		return fmt.Errorf("GET %s: %w", path, &DecodeError{Err: err, Size: len(body)})
 	}
 	return nil
 }
+
+// DecodeError is an answer with status 200 that is not the JSON asked for.
+type DecodeError struct {
+	Err  error
+	Size int
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("the %d-byte answer does not decode: %v", e.Size, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
 
 // PodPath is the API path of a pod.
 func PodPath(namespace, name string) string {

@@ -12,12 +12,12 @@ import (
 )
 
 // Backend programs plans as native nftables tables of our own. It works in the
-// network namespace of the calling thread (see netns.Do): both the nft child
-// process and the netlink socket are created from that thread.
+// network namespace of the calling thread (see netns.Do): its netlink sockets, and
+// the nft child process when it runs one, are created from that thread.
 type Backend struct {
 	nft    string
 	groups GroupLookup
-	// applyVia says how the transaction is written. Reading back always uses nft.
+	// applyVia says how changes are written. Reading is always over netlink.
 	applyVia applyMethod
 }
 
@@ -26,16 +26,15 @@ type applyMethod uint8
 const (
 	// applyExec writes with nft -f only.
 	applyExec applyMethod = iota
-	// applyNetlink writes through netlink and falls back to nft -f when that fails:
-	// the default, see bench_linux_test.go for why.
+	// applyNetlink writes through netlink, falling back to nft -f (where it is
+	// installed) when the kernel refuses the batch: the default, see
+	// bench_linux_test.go for why.
 	applyNetlink
 )
 
-// NewBackend returns the nftables backend. It writes through netlink
-// (github.com/google/nftables), falling back to nft -f if the kernel refuses the
-// batch; a pod's first apply (none of our tables yet) runs no process at all. Rules
-// are read back with the nft binary found in PATH, so Verify compares nft's
-// canonical text.
+// NewBackend returns the nftables backend. It reads and writes through netlink
+// (github.com/google/nftables) and needs no nft binary; where nft is installed it
+// is run only if the kernel refuses a netlink batch, for its precise message.
 func NewBackend() *Backend {
 	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyNetlink}
 }
@@ -43,7 +42,8 @@ func NewBackend() *Backend {
 // NewNetlinkBackend is NewBackend (kept for callers that name the write path).
 func NewNetlinkBackend() *Backend { return NewBackend() }
 
-// NewExecBackend returns the nftables backend that writes only with nft -f.
+// NewExecBackend returns the nftables backend that writes only with nft -f (and
+// still reads over netlink).
 func NewExecBackend() *Backend {
 	return &Backend{nft: "nft", groups: systemGroups, applyVia: applyExec}
 }
@@ -51,7 +51,7 @@ func NewExecBackend() *Backend {
 // Name implements capture.Backend.
 func (b *Backend) Name() string { return "nftables" }
 
-// Apply makes our tables hold exactly the plan, in one nft transaction that deletes
+// Apply makes our tables hold exactly the plan, in one transaction that deletes
 // and recreates every table of ours (including tables a previous plan needed and
 // this one does not). When the live tables already equal the plan nothing is
 // written and changed is false.
@@ -60,120 +60,121 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("apply nftables: %w", err)
 	}
-	if b.applyVia == applyNetlink {
-		// A pod's first apply finds none of our tables. Asking the kernel that over
-		// netlink is cheap, and then the whole apply needs no nft process at all.
-		if applied, err := applyIfFresh(rs); err == nil && applied {
-			return true, nil
-		}
-		// Not fresh, lost a race with another writer, or the kernel refused: take
-		// the general path below, which lists and reports precisely.
-	}
-	want, err := parseListing(rs.text())
+	changed, err := b.applyOnce(ctx, rs)
 	if err != nil {
-		return false, fmt.Errorf("apply nftables: internal error: rendered rules do not parse: %w", err)
+		// A table of ours may have appeared since the read (a concurrent apply),
+		// which fails "create table" and with it the whole transaction, changing
+		// nothing. Read again, on a new socket, and retry once.
+		changed, err = b.applyOnce(ctx, rs)
 	}
-	got, err := b.listOurs(ctx)
 	if err != nil {
 		return false, fmt.Errorf("apply nftables: %w", err)
 	}
-	if len(diffTables(want, got)) == 0 {
-		return false, nil
-	}
-	err = b.transact(ctx, rs, got)
-	if err != nil {
-		// A table of ours may have appeared since the listing (a concurrent apply),
-		// which fails "create table" and with it the whole transaction, changing
-		// nothing. Look again and retry once.
-		got, lerr := b.listOurs(ctx)
-		if lerr != nil {
-			return false, fmt.Errorf("apply nftables: %w", errors.Join(err, lerr))
-		}
-		if err2 := b.transact(ctx, rs, got); err2 != nil {
-			return false, fmt.Errorf("apply nftables: %w", err2)
-		}
-	}
-	return true, nil
+	return changed, nil
 }
 
-// transact runs the one transaction that replaces our present tables with rs.
-func (b *Backend) transact(ctx context.Context, rs *ruleset, got []listedTable) error {
+// applyOnce reads our tables and, unless they already hold rs, replaces them.
+func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
+	c, err := dialHere()
+	if err != nil {
+		return false, err
+	}
+	// After a failed batch the socket may still hold replies: never reuse it.
+	defer c.CloseLasting()
+	got, err := readOurs(c)
+	if err != nil {
+		return false, fmt.Errorf("read our tables: %w", err)
+	}
+	if len(diffTables(rs, got)) == 0 {
+		return false, nil
+	}
 	var present []tableID
 	for _, t := range got {
 		present = append(present, t.id)
 	}
-	if b.applyVia == applyNetlink {
-		nlErr := applyNetlinkRuleset(rs, present)
-		if nlErr == nil {
-			return nil
-		}
-		// The failed batch changed nothing (it is one transaction), so nft can try
-		// the same change; if it fails too, its message says which rule is wrong.
-		if _, err := b.run(ctx, transactionScript(rs, present), "-f", "-"); err != nil {
-			return errors.Join(nlErr, err)
-		}
-		return nil
+	if b.applyVia == applyExec {
+		_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
+		return err == nil, err
 	}
-	_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
-	return err
+	nlErr := flushRuleset(c, rs, present)
+	if nlErr == nil {
+		return true, nil
+	}
+	if _, err := exec.LookPath(b.nft); err != nil {
+		return false, nlErr
+	}
+	// The failed batch changed nothing (it is one transaction), so nft can try the
+	// same change; if it fails too, its message says which rule is wrong.
+	if _, err := b.run(ctx, transactionScript(rs, present), "-f", "-"); err != nil {
+		return false, errors.Join(nlErr, err)
+	}
+	return true, nil
 }
 
-// Verify lists every difference between our live tables and the plan.
+// Verify lists every difference between our live tables and the plan, reading
+// the tables over netlink and comparing rules by their expressions.
 func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, error) {
-	text, err := renderWith(plan, b.groups)
+	rs, err := translate(plan, b.groups)
 	if err != nil {
 		return nil, fmt.Errorf("verify nftables: %w", err)
 	}
-	want, err := parseListing(text)
-	if err != nil {
-		return nil, fmt.Errorf("verify nftables: internal error: rendered rules do not parse: %w", err)
-	}
-	got, err := b.listOurs(ctx)
+	c, err := dialHere()
 	if err != nil {
 		return nil, fmt.Errorf("verify nftables: %w", err)
 	}
-	return diffTables(want, got), nil
+	defer c.CloseLasting()
+	got, err := readOurs(c)
+	if err != nil {
+		return nil, fmt.Errorf("verify nftables: read our tables: %w", err)
+	}
+	return diffTables(rs, got), nil
 }
 
 // Cleanup deletes our tables, and only them, in one transaction. The ruleset is
 // never flushed: other tables in the namespace (iptables-nft's included) survive.
 func (b *Backend) Cleanup(ctx context.Context) error {
-	got, err := b.listOurs(ctx)
+	c, err := dialHere()
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
-	if len(got) == 0 {
+	defer c.CloseLasting()
+	tables, err := ourTables(c)
+	if err != nil {
+		return fmt.Errorf("clean up nftables: %w", err)
+	}
+	if len(tables) == 0 {
 		return nil
 	}
 	var ids []tableID
-	for _, t := range got {
-		ids = append(ids, t.id)
+	for _, t := range tables {
+		fam, _ := familyOf(t.Family)
+		ids = append(ids, tableID{family: familyName(fam), name: t.Name})
 	}
-	if _, err := b.run(ctx, deleteScript(ids), "-f", "-"); err != nil {
+	if b.applyVia == applyExec {
+		_, err = b.run(ctx, deleteScript(ids), "-f", "-")
+	} else {
+		err = flushRuleset(c, &ruleset{}, ids)
+	}
+	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
 	return nil
 }
 
-func renderWith(plan *redirect.Plan, groups GroupLookup) (string, error) {
-	rs, err := translate(plan, groups)
+// List reads our tables in the calling thread's network namespace over netlink and
+// prints them in the syntax of `nft list table`. A rule this backend would not
+// write is printed as far as it decodes, then expression by expression.
+func List() (string, error) {
+	c, err := dialHere()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("list nftables: %w", err)
 	}
-	return rs.text(), nil
-}
-
-// listOurs reads our tables with a single nft call.
-func (b *Backend) listOurs(ctx context.Context) ([]listedTable, error) {
-	out, err := b.run(ctx, "", "list", "ruleset")
+	defer c.CloseLasting()
+	got, err := readOurs(c)
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("list nftables: %w", err)
 	}
-	ts, err := parseListing(out)
-	if err != nil {
-		return nil, fmt.Errorf("parse nft list ruleset: %w", err)
-	}
-	return ts, nil
+	return liveText(got), nil
 }
 
 // run runs nft with args, feeding stdin, and returns its stdout. Errors carry

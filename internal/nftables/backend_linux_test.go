@@ -71,6 +71,44 @@ func command(t testing.TB, ns string, stdin string, name string, args ...string)
 	return string(out)
 }
 
+// renderText is the text of the plan's tables as nft lists them.
+func renderText(t testing.TB, plan *redirect.Plan) string {
+	t.Helper()
+	rs, err := translate(plan, testGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs.text()
+}
+
+// readNS reads our tables in the namespace, as Verify does.
+func readNS(t testing.TB, ns string) []liveTable {
+	t.Helper()
+	var tables []liveTable
+	in(t, ns, func() error {
+		c, err := dialHere()
+		if err != nil {
+			return err
+		}
+		defer c.CloseLasting()
+		tables, err = readOurs(c)
+		return err
+	})
+	return tables
+}
+
+// ruleHandle finds the handle of a chain's rule (1-based n) in our live tables.
+func ruleHandle(t testing.TB, ns, table, chain string, n int) string {
+	t.Helper()
+	for _, tb := range readNS(t, ns) {
+		if c := tb.chain(chain); tb.id.name == table && c != nil && n <= len(c.rules) {
+			return strconv.FormatUint(c.rules[n-1].handle, 10)
+		}
+	}
+	t.Fatalf("no rule %d in %s chain %s", n, table, chain)
+	return ""
+}
+
 func testBackends() []struct {
 	name string
 	b    *Backend
@@ -85,9 +123,10 @@ func testBackends() []struct {
 }
 
 // TestKernelApplyVerifyCleanup proves, for every case and both apply paths, in a
-// fresh namespace: the kernel lists exactly the rendered text, Verify finds nothing,
-// a second Apply changes nothing, a rule deleted by hand is reported and restored by
-// the next Apply, and Cleanup leaves the ruleset as it was.
+// fresh namespace: the kernel lists exactly the rendered text (nft's listing and our
+// netlink read alike), Verify finds nothing, a second Apply changes nothing, a rule
+// deleted by hand is reported and restored by the next Apply, and Cleanup leaves
+// the ruleset as it was.
 func TestKernelApplyVerifyCleanup(t *testing.T) {
 	ctx := context.Background()
 	for _, tb := range testBackends() {
@@ -95,10 +134,7 @@ func TestKernelApplyVerifyCleanup(t *testing.T) {
 			t.Run(tb.name+"/"+c.name, func(t *testing.T) {
 				ns := testNS(t)
 				plan := c.plan(t)
-				want, err := renderWith(plan, testGroups)
-				if err != nil {
-					t.Fatal(err)
-				}
+				want := renderText(t, plan)
 				before := command(t, ns, "", "nft", "list", "ruleset")
 				b := tb.b
 
@@ -109,6 +145,9 @@ func TestKernelApplyVerifyCleanup(t *testing.T) {
 				}
 				if diff := cmp.Diff(want, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
 					t.Errorf("kernel listing differs from the render (-render +kernel):\n%s", diff)
+				}
+				if diff := cmp.Diff(want, liveText(readNS(t, ns))); diff != "" {
+					t.Errorf("netlink read differs from the render (-render +read):\n%s", diff)
 				}
 				verify := func() []string {
 					var d []string
@@ -124,17 +163,13 @@ func TestKernelApplyVerifyCleanup(t *testing.T) {
 				}
 
 				// Break one rule: the last rule of the last chain of the first table.
-				tables, err := parseListing(command(t, ns, "", "nft", "-a", "list", "ruleset"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				tab := tables[0]
+				tab := readNS(t, ns)[0]
 				ch := tab.chains[len(tab.chains)-1]
 				victim := ch.rules[len(ch.rules)-1]
-				command(t, ns, "", "nft", "delete", "rule", tab.id.family, tab.id.name, ch.name, "handle", itoa(ch.handles[len(ch.handles)-1]))
+				command(t, ns, "", "nft", "delete", "rule", tab.id.family, tab.id.name, ch.name, "handle", itoa(int(victim.handle)))
 				d := verify()
-				if len(d) != 1 || !strings.Contains(d[0], "missing rule") || !strings.Contains(d[0], victim) || !strings.Contains(d[0], ch.name) {
-					t.Errorf("Verify after deleting %q from %s: got %q, want one missing-rule difference naming it", victim, ch.name, d)
+				if len(d) != 1 || !strings.Contains(d[0], "missing rule") || !strings.Contains(d[0], strconv.Quote(victim.text)) || !strings.Contains(d[0], ch.name) {
+					t.Errorf("Verify after deleting %q from %s: got %q, want one missing-rule difference naming it", victim.text, ch.name, d)
 				}
 				in(t, ns, func() (err error) { changed, err = b.Apply(ctx, plan); return err })
 				if !changed {
@@ -197,7 +232,7 @@ func TestKernelApplyRemovesStaleTables(t *testing.T) {
 				t.Errorf("Verify of the smaller plan: %q, want the stale mangle table reported", d)
 			}
 			in(t, ns, func() error { _, err := b.Apply(ctx, small); return err })
-			want, _ := renderWith(small, testGroups)
+			want := renderText(t, small)
 			if diff := cmp.Diff(want, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
 				t.Errorf("after applying the smaller plan (-render +kernel):\n%s", diff)
 			}
@@ -312,16 +347,14 @@ func everyKindPlan() *redirect.Plan {
 }
 
 // TestKernelEveryKindBothPaths proves every match and target kind reaches the
-// kernel through nft -f and through netlink, and lists back as rendered.
+// kernel through nft -f and through netlink, lists back as rendered, and reads
+// back over netlink as the plan's rules.
 func TestKernelEveryKindBothPaths(t *testing.T) {
 	plan := everyKindPlan()
 	if err := plan.Check(); err != nil {
 		t.Fatalf("hand-made plan is invalid: %v", err)
 	}
-	want, err := renderWith(plan, testGroups)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := renderText(t, plan)
 	ctx := context.Background()
 	for _, tb := range testBackends() {
 		t.Run(tb.name, func(t *testing.T) {
@@ -329,6 +362,122 @@ func TestKernelEveryKindBothPaths(t *testing.T) {
 			in(t, ns, func() error { _, err := tb.b.Apply(ctx, plan); return err })
 			if diff := cmp.Diff(want, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
 				t.Errorf("kernel listing differs from the render (-render +kernel):\n%s", diff)
+			}
+			if diff := cmp.Diff(want, liveText(readNS(t, ns))); diff != "" {
+				t.Errorf("netlink read differs from the render (-render +read):\n%s", diff)
+			}
+			var d []string
+			in(t, ns, func() (err error) { d, err = tb.b.Verify(ctx, plan); return err })
+			if len(d) != 0 {
+				t.Errorf("Verify after Apply: %q", d)
+			}
+		})
+	}
+}
+
+// TestKernelVerifyReportsHandEdits proves Verify, reading over netlink, reports
+// each kind of change someone makes with nft by hand, in words that name the
+// table, chain and rule; that a counter or comment added to a rule is not a
+// difference; and that the next Apply undoes every change.
+func TestKernelVerifyReportsHandEdits(t *testing.T) {
+	ctx := context.Background()
+	nat := "istio-proxy-nat"
+	cases := []struct {
+		name, spec string
+		// edit returns the nft commands (each one argument list) to run.
+		edit func(t testing.TB, ns string) [][]string
+		want []string
+	}{
+		{
+			name: "rule changed", spec: "default-sidecar",
+			edit: func(t testing.TB, ns string) [][]string {
+				return [][]string{{"replace", "rule", "ip", nat, "ISTIO_REDIRECT", "handle", ruleHandle(t, ns, nat, "ISTIO_REDIRECT", 1), "meta", "l4proto", "tcp", "redirect", "to", ":15002"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain ISTIO_REDIRECT: rule 1 is "meta l4proto tcp redirect to :15002", want "meta l4proto tcp redirect to :15001"`},
+		},
+		{
+			name: "tproxy port changed", spec: "tproxy",
+			edit: func(t testing.TB, ns string) [][]string {
+				return [][]string{{"replace", "rule", "ip", "istio-proxy-mangle", "ISTIO_TPROXY", "handle", ruleHandle(t, ns, "istio-proxy-mangle", "ISTIO_TPROXY", 1),
+					"ip", "daddr", "!=", "127.0.0.1", "meta", "l4proto", "tcp", "tproxy", "to", ":15007", "meta", "mark", "set", "0x539", "accept"}}
+			},
+			want: []string{`table ip istio-proxy-mangle chain ISTIO_TPROXY: rule 1 is "ip daddr != 127.0.0.1 meta l4proto tcp tproxy to :15007 meta mark set 0x00000539 accept", want "ip daddr != 127.0.0.1 meta l4proto tcp tproxy to :15006 meta mark set 0x00000539 accept"`},
+		},
+		{
+			name: "statement added", spec: "default-sidecar",
+			edit: func(t testing.TB, ns string) [][]string {
+				return [][]string{{"replace", "rule", "ip", nat, "ISTIO_REDIRECT", "handle", ruleHandle(t, ns, nat, "ISTIO_REDIRECT", 1), "meta", "l4proto", "tcp", "log", "redirect", "to", ":15001"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain ISTIO_REDIRECT: rule 1 is "meta l4proto tcp [log] [immediate Register=1 Data=0x3a99] [redir RegisterProtoMin=1 RegisterProtoMax=1 Flags=2]", want "meta l4proto tcp redirect to :15001"`},
+		},
+		{
+			name: "counter and comment are no difference", spec: "default-sidecar",
+			edit: func(t testing.TB, ns string) [][]string {
+				return [][]string{{"replace", "rule", "ip", nat, "ISTIO_REDIRECT", "handle", ruleHandle(t, ns, nat, "ISTIO_REDIRECT", 1), "meta", "l4proto", "tcp", "counter", "redirect", "to", ":15001", "comment", `"by hand"`}}
+			},
+		},
+		{
+			name: "base chain deleted", spec: "default-sidecar",
+			edit: func(testing.TB, string) [][]string {
+				return [][]string{{"flush", "chain", "ip", nat, "output"}, {"delete", "chain", "ip", nat, "output"}}
+			},
+			want: []string{"table ip istio-proxy-nat chain output is missing"},
+		},
+		{
+			name: "base chain hooked elsewhere", spec: "default-sidecar",
+			edit: func(testing.TB, string) [][]string {
+				return [][]string{{"flush", "chain", "ip", nat, "output"}, {"delete", "chain", "ip", nat, "output"},
+					{"add", "chain", "ip", nat, "output", "{ type nat hook output priority 10; policy accept; }"},
+					{"add", "rule", "ip", nat, "output", "jump", "ISTIO_OUTPUT"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain output: hook is "type nat hook output priority 10; policy accept;", want "type nat hook output priority -100; policy accept;"`},
+		},
+		{
+			name: "stray rule inserted", spec: "default-sidecar",
+			edit: func(testing.TB, string) [][]string {
+				return [][]string{{"insert", "rule", "ip", nat, "ISTIO_OUTPUT", "udp", "dport", "53", "drop"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain ISTIO_OUTPUT: extra rule "udp dport 53 drop"`},
+		},
+		{
+			name: "element of a set changed", spec: "dns-servers",
+			edit: func(t testing.TB, ns string) [][]string {
+				return [][]string{{"replace", "rule", "ip", nat, "ISTIO_OUTPUT", "handle", ruleHandle(t, ns, nat, "ISTIO_OUTPUT", 2),
+					"oifname", "lo", "ip", "daddr", "!=", "127.0.0.1", "tcp", "dport", "!=", "{ 54, 15008 }", "meta", "skuid", "1337", "jump", "ISTIO_IN_REDIRECT"}}
+			},
+			want: []string{`table ip istio-proxy-nat chain ISTIO_OUTPUT: rule 2 is "oifname \"lo\" ip daddr != 127.0.0.1 tcp dport != { 54, 15008 } meta skuid 1337 jump ISTIO_IN_REDIRECT", want "oifname \"lo\" ip daddr != 127.0.0.1 tcp dport != { 53, 15008 } meta skuid 1337 jump ISTIO_IN_REDIRECT"`},
+		},
+		{
+			name: "table made dormant and a set added", spec: "default-sidecar",
+			edit: func(testing.TB, string) [][]string {
+				return [][]string{{"add", "table", "ip", nat, "{ flags dormant; }"}, {"add", "set", "ip", nat, "extra", "{ type ipv4_addr; }"}}
+			},
+			want: []string{"table ip istio-proxy-nat is dormant: its chains see no packets", `table ip istio-proxy-nat: unexpected set "extra"`},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testNS(t)
+			b := NewBackend()
+			b.groups = testGroups
+			plan := caseNamed(t, tc.spec).plan(t)
+			in(t, ns, func() error { _, err := b.Apply(ctx, plan); return err })
+			for _, args := range tc.edit(t, ns) {
+				command(t, ns, "", "nft", args...)
+			}
+			var d []string
+			in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+			if diff := cmp.Diff(tc.want, d); diff != "" {
+				t.Errorf("Verify after the edit (-want +got):\n%s", diff)
+			}
+			var changed bool
+			in(t, ns, func() (err error) { changed, err = b.Apply(ctx, plan); return err })
+			if changed != (len(tc.want) > 0) {
+				t.Errorf("Apply after the edit: changed=%v, want %v", changed, len(tc.want) > 0)
+			}
+			in(t, ns, func() (err error) { d, err = b.Verify(ctx, plan); return err })
+			if len(d) != 0 {
+				t.Errorf("Verify after Apply: %q", d)
 			}
 		})
 	}

@@ -12,41 +12,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
-// applyNetlinkRuleset programs the ruleset through netlink (no nft binary) as one
-// batch, which the kernel commits atomically: every present or planned table of
-// ours is deleted and the planned ones recreated, as the nft script does.
-//
-// The expressions mirror the bytecode nft 1.0.6 generates for the rendered text
-// (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
-// the same canonical text and Verify works for both paths.
-func applyNetlinkRuleset(rs *ruleset, present []tableID) error {
-	c, err := dialHere()
-	if err != nil {
-		return err
-	}
-	defer c.CloseLasting()
-	return flushRuleset(c, rs, present)
-}
-
-// applyIfFresh programs the ruleset over one netlink connection when the namespace
-// holds none of our tables yet (a pod's first apply), and reports whether it did.
-// It does not write when a table of ours exists: the caller then lists and
-// compares.
-func applyIfFresh(rs *ruleset) (applied bool, err error) {
-	c, err := dialHere()
-	if err != nil {
-		return false, err
-	}
-	defer c.CloseLasting()
-	if fresh, err := noTablesOfOurs(c); err != nil || !fresh {
-		return false, err
-	}
-	if err := flushRuleset(c, rs, nil); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
 // dialHere opens a netlink socket in the network namespace of the calling thread
 // (the caller holds it there, see netns.Do). The socket is created synchronously
 // on this thread, so no helper goroutine has to enter the namespace, and its
@@ -59,6 +24,13 @@ func dialHere() (*gnft.Conn, error) {
 	return c, nil
 }
 
+// flushRuleset programs the ruleset through netlink (no nft binary) as one batch,
+// which the kernel commits atomically: every present or planned table of ours is
+// deleted and the planned ones recreated, as the nft script does.
+//
+// The expressions mirror the bytecode nft 1.0.6 generates for the rendered text
+// (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
+// the same canonical text, and decodeRule reads rules written either way.
 func flushRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 	if err := queueRuleset(c, rs, present); err != nil {
 		return err
@@ -67,24 +39,6 @@ func flushRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 		return fmt.Errorf("netlink transaction: %w", err)
 	}
 	return nil
-}
-
-// noTablesOfOurs asks the kernel whether any table of ours exists in c's namespace.
-func noTablesOfOurs(c *gnft.Conn) (bool, error) {
-	tables, err := c.ListTables()
-	if err != nil {
-		return false, err
-	}
-	for _, t := range tables {
-		fam := "ip"
-		if t.Family == gnft.TableFamilyIPv6 {
-			fam = "ip6"
-		}
-		if isOurs(tableID{family: fam, name: t.Name}) {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 func tableFamily(family string) gnft.TableFamily {
@@ -125,9 +79,10 @@ func queueRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 			}
 			chains[rc.name] = c.AddChain(ch)
 		}
+		addSet := func(key gnft.SetDatatype, elems [][]byte) (*gnft.Set, error) { return anonSet(c, t, key, elems) }
 		for _, rc := range rt.chains {
 			for j := range rc.rules {
-				exprs, err := ruleExprs(c, t, rt.family, &rc.rules[j])
+				exprs, err := ruleExprs(rt.family, &rc.rules[j], addSet)
 				if err != nil {
 					return fmt.Errorf("netlink %s chain %s rule %d: %w", rt.id(), rc.name, j+1, err)
 				}
@@ -172,13 +127,32 @@ func anonSet(c *gnft.Conn, t *gnft.Table, key gnft.SetDatatype, elems [][]byte) 
 	return s, nil
 }
 
-func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.Any, error) {
+// setAdder makes the anonymous constant set a lookup refers to.
+type setAdder func(key gnft.SetDatatype, elems [][]byte) (*gnft.Set, error)
+
+func nfproto(f redirect.Family) byte {
+	if f == redirect.IPv6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
+}
+
+// addrLayout is the length of an address of the family and where the source and
+// destination addresses are in its network header.
+func addrLayout(f redirect.Family) (length, saddr, daddr uint32) {
+	if f == redirect.IPv6 {
+		return 16, 8, 24
+	}
+	return 4, 12, 16
+}
+
+// ruleExprs encodes one rule; decodeRule reads the same expressions back.
+func ruleExprs(f redirect.Family, r *rule, addSet setAdder) ([]expr.Any, error) {
 	var ex []expr.Any
 	load := func(e expr.Any) { ex = append(ex, e) }
-	addrLen, saddrOff, daddrOff := uint32(4), uint32(12), uint32(16)
-	if f == redirect.IPv6 {
-		addrLen, saddrOff, daddrOff = 16, 8, 24
-	}
+	// The protocol a port match checked; nft checks it once for all port matches.
+	var checked redirect.Protocol
+	addrLen, saddrOff, daddrOff := addrLayout(f)
 	for _, m := range r.matches {
 		switch m.kind {
 		case redirect.MatchProtocol:
@@ -218,8 +192,11 @@ func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.
 				off = 0
 			}
 			// The protocol the port belongs to, as nft's implicit dependency.
-			load(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1})
-			load(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l4proto(m.proto)}})
+			if checked != m.proto {
+				load(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1})
+				load(&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l4proto(m.proto)}})
+				checked = m.proto
+			}
 			load(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2})
 			if len(m.ports) == 1 {
 				load(&expr.Cmp{Op: cmpOp(m.negate), Register: 1, Data: binaryutil.BigEndian.PutUint16(m.ports[0])})
@@ -229,7 +206,7 @@ func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.
 			for _, p := range m.ports {
 				elems = append(elems, binaryutil.BigEndian.PutUint16(p))
 			}
-			s, err := anonSet(c, t, gnft.TypeInetService, elems)
+			s, err := addSet(gnft.TypeInetService, elems)
 			if err != nil {
 				return nil, err
 			}
@@ -265,7 +242,7 @@ func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.
 						elems = append(elems, binaryutil.NativeEndian.PutUint32(s.bit))
 					}
 				}
-				s, err := anonSet(c, t, gnft.TypeCTState, elems)
+				s, err := addSet(gnft.TypeCTState, elems)
 				if err != nil {
 					return nil, err
 				}
@@ -275,10 +252,7 @@ func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.
 			return nil, fmt.Errorf("match kind %d is not supported", m.kind)
 		}
 	}
-	nfproto := byte(unix.NFPROTO_IPV4)
-	if f == redirect.IPv6 {
-		nfproto = unix.NFPROTO_IPV6
-	}
+	fam := nfproto(f)
 	tg := r.target
 	switch tg.Kind {
 	case redirect.TargetJump:
@@ -294,7 +268,7 @@ func ruleExprs(c *gnft.Conn, t *gnft.Table, f redirect.Family, r *rule) ([]expr.
 		load(&expr.Redir{RegisterProtoMin: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED})
 	case redirect.TargetTProxy:
 		load(&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(tg.Port)})
-		load(&expr.TProxy{Family: nfproto, TableFamily: nfproto, RegPort: 1})
+		load(&expr.TProxy{Family: fam, TableFamily: fam, RegPort: 1})
 		load(&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(tg.Mark)})
 		load(&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
 		load(&expr.Verdict{Kind: expr.VerdictAccept})

@@ -263,7 +263,7 @@ func translateRule(f redirect.Family, r redirect.Rule, groups GroupLookup) (rule
 			hasPorts = true
 		}
 	}
-	out := rule{target: r.Target}
+	out := rule{target: targetFields(r.Target)}
 	for _, m := range r.Matches {
 		nm := match{kind: m.Kind, negate: m.Negate}
 		switch m.Kind {
@@ -356,6 +356,25 @@ func translateRule(f redirect.Family, r redirect.Rule, groups GroupLookup) (rule
 	return out, nil
 }
 
+// targetFields keeps the fields a target of its kind uses: only those reach the
+// kernel, so only those can be compared with a rule read back.
+func targetFields(t redirect.Target) redirect.Target {
+	out := redirect.Target{Kind: t.Kind}
+	switch t.Kind {
+	case redirect.TargetJump:
+		out.Chain = t.Chain
+	case redirect.TargetRedirect:
+		out.Port = t.Port
+	case redirect.TargetTProxy:
+		out.Port, out.Mark = t.Port, t.Mark
+	case redirect.TargetSetMark:
+		out.Mark = t.Mark
+	case redirect.TargetCTZone:
+		out.Zone = t.Zone
+	}
+	return out
+}
+
 // ownerID turns a numeric id or a name into an id.
 func ownerID(owner string, lookup GroupLookup) (uint32, error) {
 	if owner == "" {
@@ -398,8 +417,10 @@ func (t *table) write(b *strings.Builder) {
 	b.WriteString("}\n")
 }
 
-func (bc *baseChain) text() string {
-	return fmt.Sprintf("type %s hook %s priority %s; policy accept;", bc.typ, bc.hook, priorityText(bc.hook, bc.priority))
+func (bc *baseChain) text() string { return bc.textWithPolicy("accept") }
+
+func (bc *baseChain) textWithPolicy(policy string) string {
+	return fmt.Sprintf("type %s hook %s priority %s; policy %s;", bc.typ, bc.hook, priorityText(bc.hook, bc.priority), policy)
 }
 
 // priorityText prints a priority as nft does: by its standard name where that name

@@ -8,7 +8,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // TestRenderMatchesGolden pins the rendered script of every case to
@@ -22,36 +22,6 @@ func TestRenderMatchesGolden(t *testing.T) {
 			}
 			got := rs.text()
 			golden.Check(t, filepath.Join("testdata", c.name+".nft"), []byte(got))
-		})
-	}
-}
-
-// TestRenderedTextParsesBack proves the listing parser reads every rendered chain
-// and rule, which Verify relies on.
-func TestRenderedTextParsesBack(t *testing.T) {
-	for _, c := range specCases {
-		t.Run(c.name, func(t *testing.T) {
-			rs, err := translate(c.plan(t), testGroups)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tables, err := parseListing(rs.text())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(tables) != len(rs.tables) {
-				t.Fatalf("parsed %d tables, rendered %d", len(tables), len(rs.tables))
-			}
-			for i, tb := range tables {
-				for j, ch := range tb.chains {
-					if len(ch.rules) != len(rs.tables[i].chains[j].rules) {
-						t.Errorf("%s chain %s: parsed %d rules, rendered %d", tb.id, ch.name, len(ch.rules), len(rs.tables[i].chains[j].rules))
-					}
-				}
-			}
-			if d := diffTables(tables, tables); len(d) != 0 {
-				t.Errorf("a ruleset differs from itself: %v", d)
-			}
 		})
 	}
 }

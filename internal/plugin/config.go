@@ -63,8 +63,9 @@ type Config struct {
 	// IptablesMode picks the iptables flavour for the iptables backend; empty means
 	// detect as istio-iptables does.
 	IptablesMode IptablesMode
-	// AmbientEnabled is accepted for compatibility and ignored: this plugin does
-	// sidecar capture only.
+	// AmbientEnabled is Istio's ambient_enabled. This plugin has no ambient mode, so
+	// true is refused (Validate) rather than ignored: traffic that ambient would
+	// capture must not silently bypass every proxy.
 	AmbientEnabled bool
 	PodLookup      PodLookup
 	// ExtraBypassUIDs are node-wide, admin-owned uids whose traffic (DNS included)
@@ -99,12 +100,23 @@ const (
 	IptablesNft    IptablesMode = "nft"
 )
 
-// PodLookup bounds the retries of the pod lookup. Istio tries 30 times, 1 s apart:
-// a pod may not be visible to the API server's cache yet when the runtime calls us.
+// PodLookup bounds the pod lookup. Istio tries 30 times, 1 s apart: a pod may not be
+// visible to the API server's cache yet when the runtime calls us.
 type PodLookup struct {
 	Retries  int
 	Interval time.Duration
 }
+
+// Bound is the most the whole lookup may take, requests and waits included:
+// Retries x Interval, 30 s by default. Each request gets at most PodRequestTimeout
+// of it.
+func (l PodLookup) Bound() time.Duration {
+	return time.Duration(l.Retries) * l.Interval
+}
+
+// MaxPodLookupBound bounds the lookup's bound, well under the runtime's own CNI
+// timeout (the kubelet gives a sandbox 4 minutes, and the plugin's command 2).
+const MaxPodLookupBound = time.Minute
 
 // Defaults, Istio's where Istio has one.
 const (
@@ -366,6 +378,9 @@ func (c *Config) Validate() error {
 			bad(key, "%q is not an absolute path", p)
 		}
 	}
+	if c.AmbientEnabled {
+		bad("ambient_enabled", "true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)")
+	}
 	absPath(c.key("AgentRunDir", "cni_agent_run_dir"), c.AgentRunDir, false)
 	// Paths derived from a bad run dir would only repeat its error.
 	runDirOK := path.IsAbs(c.AgentRunDir)
@@ -407,6 +422,8 @@ func (c *Config) Validate() error {
 	}
 	if c.PodLookup.Interval <= 0 {
 		bad("pod_lookup.interval", "%s: must be positive", c.PodLookup.Interval)
+	} else if b := c.PodLookup.Bound(); b > MaxPodLookupBound {
+		bad("pod_lookup", "retries %d x interval %s = %s, more than the limit of %s", c.PodLookup.Retries, c.PodLookup.Interval, b, MaxPodLookupBound)
 	}
 	if len(c.ExtraBypassUIDs) > MaxExtraBypassUIDs {
 		bad("extra_bypass_uids", "%d uids given, at most %d are supported", len(c.ExtraBypassUIDs), MaxExtraBypassUIDs)

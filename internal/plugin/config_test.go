@@ -41,16 +41,15 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 			want: func(c *Config) {},
 		},
 		{
-			name: "Istio current format as its installer writes it",
+			name: "Istio current format as its installer writes it (sidecar mode)",
 			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni",
 				"plugin_log_level":"debug","cni_agent_run_dir":"/run/istio-cni",
-				"ambient_enabled":true,"enablement_selectors":[{"podSelector":{"matchLabels":{"a":"b"}}}],
+				"ambient_enabled":false,"enablement_selectors":[{"podSelector":{"matchLabels":{"a":"b"}}}],
 				"exclude_namespaces":["istio-system","kube-system"],"pod_namespace":"istio-system","native_nftables":true}`,
 			want: func(c *Config) {
 				c.LogLevel = cli.LevelDebug
 				c.AgentRunDir = "/run/istio-cni"
 				c.Kubeconfig = "/run/istio-cni/istio-cni-kubeconfig"
-				c.AmbientEnabled = true
 				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
 				c.PodNamespace = "istio-system"
 				c.Backend = BackendNftables
@@ -186,6 +185,8 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 			`plugin config: "log_file": "cni.log" is not an absolute path`},
 		{"relative legacy socket", `{"log_uds_address":"x.sock"}`,
 			`plugin config: "log_uds_address": "x.sock" is not an absolute path`},
+		{"ambient mode", `{"ambient_enabled":true}`,
+			`plugin config: "ambient_enabled": true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)`},
 		{"not an object", `["istio-cni"]`,
 			`plugin config: must be a JSON object, got array`},
 		{"broken JSON", `{"name":"istio-cni",}`,

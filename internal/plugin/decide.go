@@ -100,6 +100,15 @@ const (
 	RuleInjectDisabled    Rule = "inject-disabled"
 	RuleNoSidecarStatus   Rule = "no-sidecar-status"
 	RuleSidecar           Rule = "sidecar"
+	// RuleAmbient: the pod asks for ambient capture, which this plugin does not have;
+	// PlanFor refuses it rather than let it start uncaptured.
+	RuleAmbient Rule = "ambient"
+)
+
+// Ambient mode's label (on a pod or its namespace) and value.
+const (
+	LabelDataplaneMode = "istio.io/dataplane-mode"
+	DataplaneAmbient   = "ambient"
 )
 
 // Decision is the verdict, the rule that gave it and a sentence for people (logs,
@@ -150,6 +159,11 @@ func decideWithPod(pod *kube.Pod) Decision {
 		return decision(Skip, RuleIstioInit, "pod %s has an istio-init container, which sets up the capture itself", key)
 	}
 	proxy, native, hasProxy := pod.Container(ContainerIstioProxy)
+	// Istio keeps a pod with an injected sidecar out of ambient; any other pod that
+	// asks for ambient would get no capture at all from this plugin.
+	if pod.Metadata.Labels[LabelDataplaneMode] == DataplaneAmbient && !hasProxy {
+		return decision(Skip, RuleAmbient, "pod %s has label %s=%s, but this istio-cni has no ambient mode", key, LabelDataplaneMode, DataplaneAmbient)
+	}
 	// Istio reads DISABLE_ENVOY before checking the proxy exists; without a proxy
 	// there is no environment to read, so the order only matters for the message.
 	if v, ok := proxy.Getenv(EnvDisableEnvoy); hasProxy && ok {

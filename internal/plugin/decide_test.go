@@ -117,7 +117,7 @@ func TestDecideBeforeLookup(t *testing.T) {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
 			// PlanFor without a pod stops at the same place.
-			pp, err := PlanFor(tc.args, cfg, nil, nil)
+			pp, err := PlanFor(tc.args, cfg, nil, Sandbox{})
 			if err != nil || pp.Plan != nil {
 				t.Errorf("PlanFor(nil pod) = plan %v, error %v; want only a decision", pp.Plan, err)
 			}
@@ -145,6 +145,10 @@ func TestDecideWithPod(t *testing.T) {
 		{"istio-init as a regular container skips too", injectedPod(func(p *kube.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, kube.Container{Name: ContainerIstioInit})
 		}), RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
+		{"a pod with a sidecar stays a sidecar pod under the ambient label", injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient)), RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy container"},
+		{"an ambient pod is recognised (and refused by PlanFor)", injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), RuleAmbient,
+			"skip: pod default/web-1 has label istio.io/dataplane-mode=ambient, but this istio-cni has no ambient mode"},
 		{"no istio-proxy skips", injectedPod(func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), RuleNoIstioProxy,
 			"skip: pod default/web-1 has no istio-proxy container (has app, istio-validation)"},
 		{"no containers at all skips", injectedPod(func(p *kube.Pod) { p.Spec = kube.PodSpec{} }), RuleNoIstioProxy,
@@ -200,7 +204,7 @@ func TestDecideWithPod(t *testing.T) {
 			RuleInjectDisabled, `skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, nil)
+			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, Sandbox{})
 			got := pp.Decision
 			wantVerdict := Skip
 			if tc.rule == RuleSidecar {
@@ -215,7 +219,7 @@ func TestDecideWithPod(t *testing.T) {
 
 func TestDecideNeverLooksAtThePodWhenArgsDecide(t *testing.T) {
 	// A pod that would redirect does not override an excluded namespace.
-	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), nil)
+	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), Sandbox{})
 	if got := pp.Decision; got.Rule != RuleNamespaceExcluded || pp.Plan != nil {
 		t.Errorf("rule = %s, want %s", got.Rule, RuleNamespaceExcluded)
 	}
@@ -271,5 +275,18 @@ func TestMatchesPodCatchesARecreatedPod(t *testing.T) {
 				t.Errorf("MatchesPod = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestPlanForRefusesAmbientPods: a pod asking for ambient capture fails its ADD
+// (fail closed) instead of starting with no proxy in its path.
+func TestPlanForRefusesAmbientPods(t *testing.T) {
+	pod := injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
+	pp, err := PlanFor(webArgs, testConfig(), pod, Sandbox{})
+	if err == nil || !strings.Contains(err.Error(), "no ambient mode") || !strings.Contains(err.Error(), "default/web-1") {
+		t.Fatalf("PlanFor(ambient pod) error = %v, want a refusal naming the pod", err)
+	}
+	if pp.Plan != nil || pp.Decision.Rule != RuleAmbient {
+		t.Errorf("PlanFor(ambient pod) = %+v, want no plan and rule %s", pp, RuleAmbient)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
 )
 
 // goldenRules pins the rule each testdata pod must reach, so that -update cannot
@@ -76,7 +76,7 @@ func TestGoldenDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pp, err := PlanFor(ArgsFor(pod), cfg, pod, nil)
+			pp, err := PlanFor(ArgsFor(pod), cfg, pod, Sandbox{})
 			got := goldenDecision{Pod: pod.Key(), Decision: pp.Decision}
 			if want, ok := goldenRules[name]; !ok {
 				t.Errorf("pod %s has no expected rule in goldenRules", name)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
@@ -23,21 +24,33 @@ type PodPlan struct {
 // call it, so none of them can disagree with another about a pod.
 //
 // pod may be nil when the caller has not looked it up: the plan then holds only a
-// decision that needs no lookup (Skip), or Lookup. addrs are the addresses the pod's
-// network namespace holds (the previous plugin's result, or read from the namespace);
-// when empty, the pod's status addresses are used. They decide IPv6 capture.
+// decision that needs no lookup (Skip), or Lookup. sb says what is known of the pod's
+// network namespace; its addresses decide IPv6 capture (see Sandbox).
 //
 // An error means the pod needs redirection and its capture cannot be built (a bad
 // annotation, for example); it names the pod, the annotation and the value, and the
 // returned plan still carries the decision.
-func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, addrs []netip.Addr) (PodPlan, error) {
+func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, sb Sandbox) (PodPlan, error) {
 	d := decideBeforeLookup(args, cfg)
 	if d.Verdict != Lookup || pod == nil {
 		return PodPlan{Decision: d}, nil
 	}
 	pp := PodPlan{Decision: decideWithPod(pod)}
+	if pp.Decision.Rule == RuleAmbient {
+		// It needs capture that this plugin cannot give: fail closed.
+		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or remove the label)", pp.Decision.Reason)
+	}
 	if pp.Decision.Verdict != Redirect {
 		return pp, nil
+	}
+	addrs := sb.Addrs
+	if len(addrs) == 0 && sb.Netns != "" {
+		// Standalone (no previous result): during a pod's first ADD its status has no
+		// addresses yet, so the families to capture come from what the namespace holds.
+		var err error
+		if addrs, err = netns.Addrs(sb.Netns); err != nil {
+			return pp, fmt.Errorf("pod %s: read the addresses of its network namespace: %w", pod.Key(), err)
+		}
 	}
 	spec, err := specFromPod(pod, cfg, addrs)
 	if err != nil {
@@ -49,6 +62,17 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, addrs []netip.Addr) (PodP
 	}
 	pp.Spec, pp.Plan = &spec, plan
 	return pp, nil
+}
+
+// Sandbox is what is known of a pod's network namespace when its rules are planned.
+type Sandbox struct {
+	// Addrs are the namespace's addresses when the caller knows them: the previous
+	// plugin's result in a chain, or addresses given to the doctor.
+	Addrs []netip.Addr
+	// Netns is the namespace's path. When Addrs is empty PlanFor reads the addresses
+	// from it, for a pod it redirects. When both are empty, the pod's status
+	// addresses stand in.
+	Netns string
 }
 
 // ArgsFor are the CNI arguments a runtime passes for pod's sandbox, for the paths

@@ -2,10 +2,12 @@ package plugin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -102,22 +104,6 @@ func result(cfg *Config) (types.Result, error) {
 	return cfg.PrevResult, nil
 }
 
-// resultIPs are the sandbox's addresses from the previous plugin's result (none when
-// standalone: the pod's status addresses are used then).
-func resultIPs(r types.Result) []netip.Addr {
-	cur, err := types100.NewResultFromResult(r)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range cur.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
-}
-
 func (p *Plugin) print(r types.Result, cniVersion string) error {
 	if cniVersion == "" {
 		cniVersion = types100.ImplementedSpecVersion
@@ -145,7 +131,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
 	start := time.Now()
-	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, resultIPs(res))
+	ips, err := cfg.PrevResultIPs()
+	if err != nil {
+		return cniError(types.ErrDecodingFailure, err)
+	}
+	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
 	if err != nil {
 		log.Error("ADD failed", "error", err)
 		return err
@@ -183,7 +173,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
 	}
 	l.Logger = l.With("pod", podArgs.Key())
-	pp, _ := PlanFor(podArgs, cfg, nil, ips)
+	pp, _ := PlanFor(podArgs, cfg, nil, Sandbox{})
 	if pp.Decision.Verdict != Lookup {
 		return pp.Decision, nil, podArgs, nil
 	}
@@ -194,7 +184,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
-	pp, err = PlanFor(podArgs, cfg, pod, ips)
+	pp, err = PlanFor(podArgs, cfg, pod, Sandbox{Addrs: ips, Netns: args.Netns})
 	if err != nil {
 		return pp.Decision, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
 	}
@@ -225,20 +215,19 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 	if cfg.K8sAPIRoot != "" {
 		kc.Server = cfg.K8sAPIRoot
 	}
-	client, err := kube.NewClient(kc, 5*time.Second)
+	// One bound for the whole lookup, each request and the waits between them inside it.
+	bound := budget.Bound()
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	client, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))
 	}
-	tries := max(1, budget.Retries)
+	start := time.Now()
+	tries := 0
 	var lastErr error
-	for i := 0; i < tries; i++ {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup interrupted: %w (last error: %w)", args.Key(), ctx.Err(), lastErr))
-			case <-time.After(budget.Interval):
-			}
-		}
+	for {
+		tries++
 		var pod kube.Pod
 		err := client.Get(ctx, kube.PodPath(args.Namespace, args.Name), &pod)
 		if err == nil {
@@ -247,16 +236,49 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 			}
 		}
 		lastErr = err
-		log.Debug("pod lookup failed, retrying", "try", i+1, "error", err)
+		log.Debug("pod lookup failed", "try", tries, "error", err)
+		if tries >= max(1, budget.Retries) {
+			break
+		}
+		wait := time.NewTimer(budget.Interval)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+		case <-wait.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	what := "the API server did not answer"
-	if errors.Is(lastErr, kube.ErrNotFound) {
-		what = "the pod does not exist"
-	} else if se := (*kube.StatusError)(nil); errors.As(lastErr, &se) {
-		what = "the API server refused"
+	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup failed after %d tries in %s (bound %s): %s: %w",
+		args.Key(), tries, time.Since(start).Round(time.Millisecond), bound, lookupFailure(lastErr), lastErr))
+}
+
+// PodRequestTimeout bounds one GET of the pod; the lookup's bound (PodLookup.Bound)
+// bounds them all.
+const PodRequestTimeout = 5 * time.Second
+
+// lookupFailure says in words why a lookup's last try failed.
+func lookupFailure(err error) string {
+	var status *kube.StatusError
+	var decode *kube.DecodeError
+	var cert *tls.CertificateVerificationError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, kube.ErrNotFound):
+		return "the pod does not exist"
+	case errors.As(err, &status):
+		return fmt.Sprintf("the API server refused with HTTP %d", status.Code)
+	case errors.As(err, &decode):
+		return "the API server's answer is not a pod"
+	case errors.As(err, &cert):
+		return "the API server's certificate is not trusted"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "the API server did not answer in time"
+	case err != nil && strings.Contains(err.Error(), "looked up pod"), err != nil && strings.Contains(err.Error(), "pod recreated"):
+		return "the API server has another pod of that name"
 	}
-	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup failed after %d tries over %s (%s): %w",
-		args.Key(), tries, time.Duration(tries-1)*budget.Interval, what, lastErr))
+	return "the API server could not be reached"
 }
 
 // NewBackend picks the rule backend the config names; the repair path uses it to

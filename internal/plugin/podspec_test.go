@@ -1,7 +1,10 @@
 package plugin
 
 import (
+	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -192,6 +195,17 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 			`pod default/web-1: annotation traffic.sidecar.istio.io/kubevirtInterfaces: "a-very-long-interface-name" is not an interface name (1-15 characters)`},
 		{"bad reroute interface", injectedPod(withAnnotation(AnnotationRerouteVirtualInterfaces, "tap 0")),
 			`pod default/web-1: annotation istio.io/reroute-virtual-interfaces: "tap 0" is not an interface name (character ' ' not allowed)`},
+		{"a value longer than 16 KiB is refused and quoted by its start", injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, strings.Repeat("1,", 512<<10))),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundPorts: "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"... (1048576 bytes) is 1048576 bytes, longer than the limit of 16384`},
+		{"too many ports", injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, portList(1, 257))),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundPorts: 257 items given, at most 256 are supported`},
+		{"too many CIDRs", injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, cidrList(300))),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeOutboundIPRanges: 300 items given, at most 256 are supported`},
+		{"too many items in all", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, portList(1, 256)), withAnnotation(AnnotationExcludeOutboundPorts, portList(1000, 256)),
+			withAnnotation(AnnotationIncludeOutboundPorts, portList(2000, 256)), withAnnotation(AnnotationIncludeOutboundIPRanges, cidrList(256))),
+			`pod default/web-1: capture: 1029 ports, CIDRs, interfaces, ids and servers in all, at most 1024 are supported`},
+		{"a long bad item is quoted by its start", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, strings.Repeat("x", 1000))),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"... (1000 bytes) is not a port (1-65535)`},
 		{"every bad annotation is reported", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "x"), withAnnotation(AnnotationInterceptionMode, "y")),
 			"pod default/web-1: annotation sidecar.istio.io/interceptionMode: \"y\" is not an interception mode (REDIRECT or TPROXY)\n" +
 				`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "x" is not a port (1-65535)`},
@@ -206,4 +220,22 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// portList is "first,first+1,..." with n ports.
+func portList(first, n int) string {
+	ports := make([]string, n)
+	for i := range ports {
+		ports[i] = strconv.Itoa(first + i)
+	}
+	return strings.Join(ports, ",")
+}
+
+// cidrList is n distinct /32s.
+func cidrList(n int) string {
+	cidrs := make([]string, n)
+	for i := range cidrs {
+		cidrs[i] = fmt.Sprintf("10.1.%d.%d/32", i/250, i%250+1)
+	}
+	return strings.Join(cidrs, ",")
 }

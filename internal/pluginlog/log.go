@@ -30,7 +30,7 @@ func New(stderr io.Writer, o Options) *Logger {
 	handlers := []slog.Handler{slog.NewTextHandler(stderr, hopts)}
 	var closers []io.Closer
 	if o.File != "" {
-		if f, err := os.OpenFile(o.File, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		if f, err := openBounded(o.File); err == nil {
 			handlers = append(handlers, slog.NewJSONHandler(f, hopts))
 			closers = append(closers, f)
 		}
@@ -42,6 +42,22 @@ func New(stderr io.Writer, o Options) *Logger {
 		}
 	}
 	return &Logger{Logger: slog.New(fanout(handlers)), closers: closers}
+}
+
+// MaxFileBytes bounds the log file (it lives in the agent's run dir, a tmpfs, so in
+// node memory): a file that reached it is moved to <file>.1, replacing the previous
+// one, and a new file is started. The two hold at most 2 x MaxFileBytes. One ADD
+// writes a few hundred bytes, so 5 MiB is the last ten thousand or so.
+const MaxFileBytes = 5 << 20
+
+// openBounded opens path for appending, first rotating it when it is full. Plugins
+// run concurrently: two may rotate at once, which loses at most one rotated file's
+// older lines, never the bound.
+func openBounded(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() >= MaxFileBytes {
+		_ = os.Rename(path, path+".1")
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 }
 
 // Logger is a slog.Logger that owns its outputs.

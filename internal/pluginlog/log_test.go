@@ -3,6 +3,7 @@ package pluginlog
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -46,4 +47,35 @@ func TestRecordsReachStderrFileAndSocket(t *testing.T) {
 		t.Errorf("socket datagram = %q (%v)", buf[:n], err)
 	}
 	New(&stderr, Options{Socket: filepath.Join(dir, "absent.sock")}).Info("no agent")
+}
+
+// TestLogFileStaysWithinItsBound: however many plugin runs append to it, the file and
+// its one rotated predecessor stay under 2 x MaxFileBytes, and the newest records are
+// in the file.
+func TestLogFileStaysWithinItsBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "istio-cni.log")
+	line := strings.Repeat("x", 4096)
+	for i := range 3000 { // about 12 MiB in all
+		l := New(io.Discard, Options{File: path})
+		l.Info("ADD", "run", i, "pad", line)
+		l.Close()
+	}
+	var total int64
+	for _, p := range []string{path, path + ".1"} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		total += st.Size()
+	}
+	if total > 2*MaxFileBytes+8192 {
+		t.Errorf("log files hold %d bytes, more than 2 x %d", total, MaxFileBytes)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"run":2999`) {
+		t.Error("the newest record is not in the log file")
+	}
 }

@@ -1,84 +1,56 @@
-package redirect
+package redirect_test
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/istio-cni/istio-cni/internal/golden"
+	"github.com/istio-cni/istio-cni/test/harness/golden"
+
+	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 // Istio's sidecar injector excludes the agent's and Envoy's own inbound ports.
 const sidecarInboundExclude = "15090,15021,15020"
 
-// settings are capture fields in Istio's string forms, for the tables of this
-// package's tests (test/harness/specs has the same for other packages, which this
-// package's tests cannot import).
-type settings map[Field]string
-
-// Spec applies the settings in field order onto DefaultSpec, through Set, and
-// validates. As in Istio, the proxy gids default to the proxy uids.
-func (s settings) Spec() (Spec, error) {
-	spec := DefaultSpec()
-	var errs []error
-	for _, f := range Fields() {
-		if v, ok := s[f]; ok {
-			if err := spec.Set(f, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", f, err))
-			}
-		}
-	}
-	if _, uids := s[FieldProxyUIDs]; uids {
-		if _, gids := s[FieldProxyGIDs]; !gids && len(errs) == 0 {
-			spec.ProxyGIDs = slices.Clone(spec.ProxyUIDs)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Spec{}, err
-	}
-	return spec, spec.Validate()
-}
-
 // specCases are the named captures that the tracer tests and the golden plans share.
 // Options are Istio's strings, so every case also goes through the parsers.
 var specCases = []struct {
 	name string
-	opts settings
+	opts specs.Settings
 }{
-	{"empty", settings{}},
-	{"sidecar", settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
-	{"sidecar-ipv6", settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*", FieldIPv6: "true"}},
-	{"custom-ports", settings{FieldProxyPort: "15101", FieldInboundCapturePort: "15106", FieldInboundTunnelPort: "15108", FieldInboundPorts: "*", FieldOutboundCIDRs: "*"}},
-	{"inbound-ports", settings{FieldInboundPorts: "8080, 9090,"}},
-	{"outbound-cidr-include", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.96.0.1/12"}},
-	{"outbound-exclude", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldOutboundCIDRsExclude: "10.0.0.0/24,169.254.169.254", FieldOutboundPortsExclude: "6379"}},
-	{"outbound-ports-include", settings{FieldOutboundPorts: "3306,5432"}},
-	{"exclude-interface", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldExcludeInterfaces: "net1"}},
-	{"kubevirt", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
-	{"kubevirt-cidr", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.0.0.0/8", FieldRerouteVirtualInterfaces: "eth1"}},
-	{"dns", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
-	{"dns-capture-all", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldCaptureAllDNS: "true"}},
-	{"dns-ipv6", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10,fd00:10:96::a", FieldIPv6: "true"}},
-	{"dns-no-servers", settings{FieldOutboundCIDRs: "*", FieldRedirectDNS: "true"}},
-	{"owner-groups-include", settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsInclude: "java,202"}},
-	{"owner-groups-exclude", settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsExclude: "888,ftp"}},
-	{"multi-uid", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldProxyUIDs: "3,4", FieldProxyGIDs: "1,2", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
-	{"loopback-include", settings{FieldOutboundCIDRs: "127.1.2.3/32"}},
-	{"host-loopback-cidr", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldHostIPv4Loopback: "127.0.0.1/8"}},
-	{"tproxy", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
-	{"tproxy-ports", settings{FieldMode: "TPROXY", FieldInboundPorts: "8080"}},
-	{"tproxy-ipv6", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldIPv6: "true", FieldExcludeInterfaces: "net1"}},
-	{"tproxy-kubevirt", settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
-	{"drop-invalid", settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldDropInvalid: "true"}},
+	{"empty", specs.Settings{}},
+	{"sidecar", specs.Settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
+	{"sidecar-ipv6", specs.Settings{FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*", FieldIPv6: "true"}},
+	{"custom-ports", specs.Settings{FieldProxyPort: "15101", FieldInboundCapturePort: "15106", FieldInboundTunnelPort: "15108", FieldInboundPorts: "*", FieldOutboundCIDRs: "*"}},
+	{"inbound-ports", specs.Settings{FieldInboundPorts: "8080, 9090,"}},
+	{"outbound-cidr-include", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.96.0.1/12"}},
+	{"outbound-exclude", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldOutboundCIDRsExclude: "10.0.0.0/24,169.254.169.254", FieldOutboundPortsExclude: "6379"}},
+	{"outbound-ports-include", specs.Settings{FieldOutboundPorts: "3306,5432"}},
+	{"exclude-interface", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldExcludeInterfaces: "net1"}},
+	{"kubevirt", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"kubevirt-cidr", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "10.0.0.0/8", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"dns", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
+	{"dns-capture-all", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldCaptureAllDNS: "true"}},
+	{"dns-ipv6", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10,fd00:10:96::a", FieldIPv6: "true"}},
+	{"dns-no-servers", specs.Settings{FieldOutboundCIDRs: "*", FieldRedirectDNS: "true"}},
+	{"owner-groups-include", specs.Settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsInclude: "java,202"}},
+	{"owner-groups-exclude", specs.Settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsExclude: "888,ftp"}},
+	{"multi-uid", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldProxyUIDs: "3,4", FieldProxyGIDs: "1,2", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
+	{"loopback-include", specs.Settings{FieldOutboundCIDRs: "127.1.2.3/32"}},
+	{"host-loopback-cidr", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldHostIPv4Loopback: "127.0.0.1/8"}},
+	{"tproxy", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
+	{"tproxy-ports", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "8080"}},
+	{"tproxy-ipv6", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldIPv6: "true", FieldExcludeInterfaces: "net1"}},
+	{"tproxy-kubevirt", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
+	{"drop-invalid", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldDropInvalid: "true"}},
 }
 
 var (

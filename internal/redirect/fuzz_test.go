@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"net/netip"
@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/trace"
 )
 
 // Pod authors write these strings (annotations), so the parsers must never panic, and
@@ -27,10 +31,10 @@ func checkBuilds(t *testing.T, s Spec) *Plan {
 	return p
 }
 
-func checkTraces(t *testing.T, p *Plan, pkts ...Packet) {
+func checkTraces(t *testing.T, p *Plan, pkts ...trace.Packet) {
 	t.Helper()
 	for _, pkt := range pkts {
-		if _, err := p.Trace(pkt); err != nil {
+		if _, err := trace.Trace(p, pkt); err != nil {
 			t.Fatalf("tracer fails on a built plan: %v", err)
 		}
 	}
@@ -117,13 +121,13 @@ func FuzzParsePrefixSet(f *testing.F) {
 			spec.DNS.Servers = append(spec.DNS.Servers, p.Addr())
 		}
 		plan := checkBuilds(t, spec)
-		var pkts []Packet
+		var pkts []trace.Packet
 		for _, p := range set.Prefixes {
 			if p.Addr().Is4In6() {
 				continue // no IPv4-mapped packet exists on the wire
 			}
 			a := p.Addr()
-			pkts = append(pkts, Packet{Direction: Outbound, Src: a, Dst: a, Proto: UDP, SrcPort: 1, DstPort: 53, OutIface: "eth0", UID: 1000})
+			pkts = append(pkts, trace.Packet{Direction: trace.Outbound, Src: a, Dst: a, Proto: UDP, SrcPort: 1, DstPort: 53, OutIface: "eth0", UID: 1000})
 		}
 		checkTraces(t, plan, pkts...)
 	})
@@ -159,11 +163,11 @@ func FuzzParseInterfaceList(f *testing.F) {
 		spec.OutboundCIDRs = PrefixSet{All: true}
 		spec.Mode = ModeTProxy
 		plan := checkBuilds(t, spec)
-		var pkts []Packet
+		var pkts []trace.Packet
 		for _, name := range names {
 			pkts = append(pkts,
-				Packet{Direction: Inbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, InIface: name},
-				Packet{Direction: Outbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: name})
+				trace.Packet{Direction: trace.Inbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, InIface: name},
+				trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: pod4, Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: name})
 		}
 		checkTraces(t, plan, pkts...)
 	})
@@ -175,7 +179,7 @@ func FuzzSetOwnerGroups(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, include, exclude string) {
-		got, err := settings{FieldOwnerGroupsInclude: include, FieldOwnerGroupsExclude: exclude}.Spec()
+		got, err := specs.Settings{FieldOwnerGroupsInclude: include, FieldOwnerGroupsExclude: exclude}.Spec()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "owner groups") {
 				t.Errorf("error %q does not name the field", err)
@@ -202,9 +206,9 @@ func FuzzSetOwnerGroups(f *testing.F) {
 		spec.OwnerGroups = gf
 		spec.OutboundCIDRs = PrefixSet{All: true}
 		plan := checkBuilds(t, spec)
-		var pkts []Packet
+		var pkts []trace.Packet
 		for _, g := range gf.Groups {
-			pkts = append(pkts, Packet{Direction: Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: "eth0", GroupName: g})
+			pkts = append(pkts, trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 1, DstPort: 80, OutIface: "eth0", GroupName: g})
 		}
 		checkTraces(t, plan, pkts...)
 	})
@@ -229,7 +233,7 @@ func FuzzSettingsSpec(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, inPorts, inExclude, outCIDRs, outExclude, outPorts, outPortsExclude, ifaces, reroute, groupsIn, groupsEx, uid, gid, mode, loopback, dns string, flags uint8) {
 		bit := func(b uint8) string { return strconv.FormatBool(flags&b != 0) }
-		o := settings{
+		o := specs.Settings{
 			FieldInboundPorts: inPorts, FieldInboundPortsExclude: inExclude,
 			FieldOutboundCIDRs: outCIDRs, FieldOutboundCIDRsExclude: outExclude,
 			FieldOutboundPorts: outPorts, FieldOutboundPortsExclude: outPortsExclude,
@@ -255,7 +259,7 @@ func FuzzSettingsSpec(f *testing.F) {
 			t.Fatalf("Spec() returned a spec that does not validate: %v", err)
 		}
 		plan := checkBuilds(t, s)
-		var pkts []Packet
+		var pkts []trace.Packet
 		for _, v6 := range []bool{false, true} {
 			own, remote := pod4, netip.MustParseAddr("10.0.0.5")
 			if v6 {
@@ -264,22 +268,22 @@ func FuzzSettingsSpec(f *testing.F) {
 			for _, uid := range append([]uint32{1000}, s.ProxyUIDs...) {
 				for _, proto := range []Protocol{TCP, UDP} {
 					pkts = append(pkts,
-						Packet{Direction: Outbound, Src: own, Dst: remote, Proto: proto, SrcPort: 40000, DstPort: 53, OutIface: "eth0", UID: uid, GID: uid},
-						Packet{Direction: Outbound, Src: own, Dst: own, Proto: proto, SrcPort: 40000, DstPort: 80, OutIface: "lo", UID: uid, GID: uid})
+						trace.Packet{Direction: trace.Outbound, Src: own, Dst: remote, Proto: proto, SrcPort: 40000, DstPort: 53, OutIface: "eth0", UID: uid, GID: uid},
+						trace.Packet{Direction: trace.Outbound, Src: own, Dst: own, Proto: proto, SrcPort: 40000, DstPort: 80, OutIface: "lo", UID: uid, GID: uid})
 				}
 			}
 			pkts = append(pkts,
-				Packet{Direction: Inbound, Src: remote, Dst: own, Proto: TCP, SrcPort: 40000, DstPort: 80, InIface: "eth0"},
-				Packet{Direction: Inbound, Src: remote, Dst: own, Proto: TCP, SrcPort: 40000, DstPort: 80, InIface: "eth0", CTState: CTEstablished})
+				trace.Packet{Direction: trace.Inbound, Src: remote, Dst: own, Proto: TCP, SrcPort: 40000, DstPort: 80, InIface: "eth0"},
+				trace.Packet{Direction: trace.Inbound, Src: remote, Dst: own, Proto: TCP, SrcPort: 40000, DstPort: 80, InIface: "eth0", CTState: CTEstablished})
 		}
 		checkTraces(t, plan, pkts...)
 		// Proxy traffic to a remote address never loops back to the proxy.
 		for _, id := range s.ProxyUIDs {
-			v, err := plan.Trace(Packet{Direction: Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 40000, DstPort: 80, OutIface: "eth0", UID: id, GID: 1000})
+			v, err := trace.Trace(plan, trace.Packet{Direction: trace.Outbound, Src: pod4, Dst: netip.MustParseAddr("10.0.0.5"), Proto: TCP, SrcPort: 40000, DstPort: 80, OutIface: "eth0", UID: id, GID: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v.Action == Redirected && v.Port == s.ProxyPort {
+			if v.Action == trace.Redirected && v.Port == s.ProxyPort {
 				t.Fatalf("proxy uid %d loops back to the proxy:\n%s", id, v)
 			}
 		}

@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/trace"
 )
 
 const randomSpecs = 2000
@@ -132,7 +135,7 @@ func randomPrefixes(r *rand.Rand, max int) []netip.Prefix {
 }
 
 // randomPacket draws a packet that the spec's plan might see.
-func randomPacket(r *rand.Rand, s Spec) Packet {
+func randomPacket(r *rand.Rand, s Spec) trace.Packet {
 	v6 := s.IPv6 && r.IntN(2) == 0 || r.IntN(10) == 0
 	addr := func() netip.Addr {
 		switch r.IntN(6) {
@@ -172,18 +175,18 @@ func randomPacket(r *rand.Rand, s Spec) Packet {
 		return interesting[r.IntN(len(interesting))]
 	}
 	ids := append([]uint32{0, 1000, 2001}, append(s.ProxyUIDs, s.ProxyGIDs...)...)
-	p := Packet{
+	p := trace.Packet{
 		Src: addr(), Dst: addr(),
 		Proto:   []Protocol{TCP, TCP, UDP, "icmp"}[r.IntN(4)],
 		SrcPort: port(), DstPort: port(),
 		Mark:     []uint32{0, s.TProxyMark, OutboundMark}[r.IntN(3)],
 		ConnMark: []uint32{0, s.TProxyMark}[r.IntN(2)],
-		CTState:  []CTState{"", CTNew, CTEstablished, CTRelated, CTInvalid}[r.IntN(5)],
+		CTState:  []CTState{"", trace.CTNew, CTEstablished, CTRelated, CTInvalid}[r.IntN(5)],
 	}
 	if r.IntN(2) == 0 {
-		p.Direction, p.InIface = Inbound, ifaces[r.IntN(len(ifaces))]
+		p.Direction, p.InIface = trace.Inbound, ifaces[r.IntN(len(ifaces))]
 	} else {
-		p.Direction, p.OutIface = Outbound, ifaces[r.IntN(len(ifaces))]
+		p.Direction, p.OutIface = trace.Outbound, ifaces[r.IntN(len(ifaces))]
 		p.UID, p.GID = ids[r.IntN(len(ids))], ids[r.IntN(len(ids))]
 		p.GroupName = []string{"", "java", "ftp", "app_1"}[r.IntN(4)]
 		p.NoSocket = r.IntN(20) == 0
@@ -222,7 +225,7 @@ func TestRandomSpecsTraceWithoutError(t *testing.T) {
 		}
 		for range 20 {
 			pkt := randomPacket(r, s)
-			if _, err := p.Trace(pkt); err != nil {
+			if _, err := trace.Trace(p, pkt); err != nil {
 				t.Fatalf("spec %d: %v\n%+v", i, err, s)
 			}
 		}
@@ -248,7 +251,7 @@ func TestRandomSpecsProxyTrafficNeverLoops(t *testing.T) {
 		}
 		for range 20 {
 			pkt := randomPacket(r, s)
-			pkt.Direction, pkt.InIface = Outbound, ""
+			pkt.Direction, pkt.InIface = trace.Outbound, ""
 			if pkt.OutIface == "" {
 				pkt.OutIface = "eth0"
 			}
@@ -262,12 +265,12 @@ func TestRandomSpecsProxyTrafficNeverLoops(t *testing.T) {
 			if pkt.Dst.IsLoopback() || s.HostIPv4Loopback.Contains(pkt.Dst) {
 				continue
 			}
-			v, err := p.Trace(pkt)
+			v, err := trace.Trace(p, pkt)
 			if err != nil {
 				t.Fatalf("spec %d: %v", i, err)
 			}
 			checked++
-			if v.Action == Redirected && v.Port == s.ProxyPort {
+			if v.Action == trace.Redirected && v.Port == s.ProxyPort {
 				t.Fatalf("spec %d: proxy packet %s loops back to the proxy port %d\n%s\nspec %+v", i, pkt, s.ProxyPort, v, s)
 			}
 		}
@@ -294,17 +297,17 @@ func TestRandomSpecsTunnelPortIsNotCaptured(t *testing.T) {
 			if v6 {
 				dst = pod6
 			}
-			pkt := Packet{Direction: Inbound, Src: randomAddr(r, v6), Dst: dst, Proto: TCP,
+			pkt := trace.Packet{Direction: trace.Inbound, Src: randomAddr(r, v6), Dst: dst, Proto: TCP,
 				SrcPort: 50000, DstPort: s.InboundTunnelPort, InIface: "ext0"}
-			v, err := p.Trace(pkt)
+			v, err := trace.Trace(p, pkt)
 			if err != nil {
 				t.Fatalf("spec %d: %v", i, err)
 			}
 			selected := s.InboundPorts.All && !slices.Contains(s.InboundPortsExclude, s.InboundTunnelPort) ||
 				slices.Contains(s.InboundPorts.Ports, s.InboundTunnelPort)
-			want := Passed
+			want := trace.Passed
 			if s.Mode == ModeTProxy && selected {
-				want = TProxied
+				want = trace.TProxied
 			}
 			if v.Action != want {
 				t.Fatalf("spec %d (%s, inbound ports %+v exclude %v): %s is %s, want %s\n%s",

@@ -24,12 +24,22 @@ func splitList(s string) []string {
 	return out
 }
 
+// splitLimited is splitList for the lists that have a size limit: more than
+// MaxListItems items is an error that says how many.
+func splitLimited(s string) ([]string, error) {
+	items := splitList(s)
+	if len(items) > MaxListItems {
+		return nil, fmt.Errorf("%d items given, at most %d are supported", len(items), MaxListItems)
+	}
+	return items, nil
+}
+
 // ParsePort parses one TCP/UDP port, 1-65535.
 func ParsePort(s string) (uint16, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 || !isDigits(s) {
-		return 0, fmt.Errorf("%q is not a port (1-65535)", s)
+		return 0, fmt.Errorf("%s is not a port (1-65535)", Quote(s))
 	}
 	return uint16(n), nil
 }
@@ -50,7 +60,11 @@ func isDigits(s string) bool {
 func ParsePortList(s string) ([]uint16, error) {
 	var out []uint16
 	seen := map[uint16]bool{}
-	for _, item := range splitList(s) {
+	items, err := splitLimited(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range items {
 		p, err := ParsePort(item)
 		if err != nil {
 			return nil, err
@@ -82,13 +96,13 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil || p.Addr().Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", s)
+			return netip.Prefix{}, fmt.Errorf("%s is not a CIDR", Quote(s))
 		}
 		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", s)
+		return netip.Prefix{}, fmt.Errorf("%s is not an IP address or CIDR", Quote(s))
 	}
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
@@ -97,7 +111,11 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 // ParsePrefixList parses "10.0.0.0/8,fd00::/8".
 func ParsePrefixList(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, item := range splitList(s) {
+	items, err := splitLimited(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range items {
 		p, err := ParsePrefix(item)
 		if err != nil {
 			return nil, err
@@ -125,10 +143,10 @@ func ParseID(s string) (uint32, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || !isDigits(s) {
-		return 0, fmt.Errorf("%q is not a numeric user or group id", s)
+		return 0, fmt.Errorf("%s is not a numeric user or group id", Quote(s))
 	}
 	if n == InvalidID {
-		return 0, fmt.Errorf("%q is not a usable user or group id: it is (uid_t)-1", s)
+		return 0, fmt.Errorf("%s is not a usable user or group id: it is (uid_t)-1", Quote(s))
 	}
 	return uint32(n), nil
 }
@@ -139,7 +157,11 @@ const InvalidID = 1<<32 - 1
 // ParseIDList parses "1337,1338".
 func ParseIDList(s string) ([]uint32, error) {
 	var out []uint32
-	for _, item := range splitList(s) {
+	items, err := splitLimited(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range items {
 		id, err := ParseID(item)
 		if err != nil {
 			return nil, err
@@ -156,13 +178,13 @@ func ParseIDList(s string) ([]uint32, error) {
 // are refused, even where the kernel would allow them.
 func ValidateInterfaceName(name string) error {
 	if name == "" || len(name) > 15 || name == "." || name == ".." {
-		return fmt.Errorf("%q is not an interface name (1-15 characters)", name)
+		return fmt.Errorf("%s is not an interface name (1-15 characters)", Quote(name))
 	}
 	for i, c := range name {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			c == '_' || c == '.' || c == '@' || c == '-' && i > 0
 		if !ok {
-			return fmt.Errorf("%q is not an interface name (character %q not allowed)", name, c)
+			return fmt.Errorf("%s is not an interface name (character %q not allowed)", Quote(name), c)
 		}
 	}
 	return nil
@@ -171,7 +193,11 @@ func ValidateInterfaceName(name string) error {
 // ParseInterfaceList parses "eth1,net1".
 func ParseInterfaceList(s string) ([]string, error) {
 	var out []string
-	for _, item := range splitList(s) {
+	items, err := splitLimited(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range items {
 		if err := ValidateInterfaceName(item); err != nil {
 			return nil, err
 		}
@@ -189,18 +215,18 @@ func ValidateGroup(g string) error {
 			return err
 		}
 		if len(g) > 1 && g[0] == '0' {
-			return fmt.Errorf("%q is not a group id (iptables reads a leading zero as octal)", g)
+			return fmt.Errorf("%s is not a group id (iptables reads a leading zero as octal)", Quote(g))
 		}
 		return nil
 	}
 	if g == "" || len(g) > 32 {
-		return fmt.Errorf("%q is not a group name or id", g)
+		return fmt.Errorf("%s is not a group name or id", Quote(g))
 	}
 	for i, c := range g {
 		ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
 			i > 0 && (c >= '0' && c <= '9' || c == '-' || c == '.' || c == '$' && i == len(g)-1)
 		if !ok {
-			return fmt.Errorf("%q is not a group name or id", g)
+			return fmt.Errorf("%s is not a group name or id", Quote(g))
 		}
 	}
 	return nil
@@ -228,7 +254,7 @@ func ParseMode(s string) (Mode, error) {
 	case "TPROXY":
 		return ModeTProxy, nil
 	}
-	return 0, fmt.Errorf("%q is not an interception mode (REDIRECT or TPROXY)", s)
+	return 0, fmt.Errorf("%s is not an interception mode (REDIRECT or TPROXY)", Quote(s))
 }
 
 // ParseAddrList parses plain IP addresses (DNS servers).
@@ -237,7 +263,7 @@ func ParseAddrList(items []string) ([]netip.Addr, error) {
 	for _, item := range items {
 		a, err := netip.ParseAddr(strings.TrimSpace(item))
 		if err != nil || a.Zone() != "" {
-			return nil, fmt.Errorf("%q is not an IP address", item)
+			return nil, fmt.Errorf("%s is not an IP address", Quote(item))
 		}
 		out = append(out, a.Unmap())
 	}
@@ -249,7 +275,7 @@ func ParseAddrList(items []string) ([]netip.Addr, error) {
 func ParseLoopbackCIDR(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(strings.TrimSpace(s))
 	if err != nil || !p.Addr().Is4() || !p.Addr().IsLoopback() || p.Bits() < 8 {
-		return netip.Prefix{}, fmt.Errorf("%q is not an IPv4 loopback CIDR within 127.0.0.0/8", s)
+		return netip.Prefix{}, fmt.Errorf("%s is not an IPv4 loopback CIDR within 127.0.0.0/8", Quote(s))
 	}
 	return p, nil
 }

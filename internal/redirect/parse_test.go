@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"net/netip"
@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -21,49 +24,49 @@ func prefixes(ss ...string) []netip.Prefix {
 func TestSetAcceptsIstioInputs(t *testing.T) {
 	tests := []struct {
 		name string
-		opts settings
+		opts specs.Settings
 		want func(s *Spec)
 	}{
-		{"empty options are Istio's defaults", settings{}, func(s *Spec) {}},
-		{"proxy port", settings{FieldProxyPort: "15101"}, func(s *Spec) { s.ProxyPort = 15101 }},
-		{"proxy port with spaces", settings{FieldProxyPort: " 15101 "}, func(s *Spec) { s.ProxyPort = 15101 }},
-		{"inbound capture port", settings{FieldInboundCapturePort: "15106"}, func(s *Spec) { s.InboundCapturePort = 15106 }},
-		{"inbound tunnel port", settings{FieldInboundTunnelPort: "65535"}, func(s *Spec) { s.InboundTunnelPort = 65535 }},
-		{"proxy uids; gids default to them", settings{FieldProxyUIDs: "3,4"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3, 4}, []uint32{3, 4} }},
-		{"proxy uid and gid apart", settings{FieldProxyUIDs: "3", FieldProxyGIDs: " 5 ,"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3}, []uint32{5} }},
-		{"proxy gid alone", settings{FieldProxyGIDs: "5"}, func(s *Spec) { s.ProxyGIDs = []uint32{5} }},
-		{"uid 0 and the largest uid", settings{FieldProxyUIDs: "0,4294967294"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{0, 4294967294}, []uint32{0, 4294967294} }},
-		{"mode REDIRECT", settings{FieldMode: "REDIRECT"}, func(s *Spec) {}},
-		{"mode TPROXY", settings{FieldMode: "TPROXY"}, func(s *Spec) { s.Mode = ModeTProxy }},
-		{"tproxy mark and table", settings{FieldMode: "TPROXY", FieldTProxyMark: "7", FieldTProxyRouteTable: "200"}, func(s *Spec) { s.Mode, s.TProxyMark, s.TProxyRouteTable = ModeTProxy, 7, 200 }},
-		{"inbound ports *", settings{FieldInboundPorts: "*"}, func(s *Spec) { s.InboundPorts = PortSet{All: true} }},
-		{"inbound ports * with spaces", settings{FieldInboundPorts: " * "}, func(s *Spec) { s.InboundPorts = PortSet{All: true} }},
-		{"inbound ports list", settings{FieldInboundPorts: "80, 443"}, func(s *Spec) { s.InboundPorts = PortSet{Ports: []uint16{80, 443}} }},
-		{"inbound ports exclude with a trailing comma", settings{FieldInboundPorts: "*", FieldInboundPortsExclude: "6000,7000,"}, func(s *Spec) {
+		{"empty options are Istio's defaults", specs.Settings{}, func(s *Spec) {}},
+		{"proxy port", specs.Settings{FieldProxyPort: "15101"}, func(s *Spec) { s.ProxyPort = 15101 }},
+		{"proxy port with spaces", specs.Settings{FieldProxyPort: " 15101 "}, func(s *Spec) { s.ProxyPort = 15101 }},
+		{"inbound capture port", specs.Settings{FieldInboundCapturePort: "15106"}, func(s *Spec) { s.InboundCapturePort = 15106 }},
+		{"inbound tunnel port", specs.Settings{FieldInboundTunnelPort: "65535"}, func(s *Spec) { s.InboundTunnelPort = 65535 }},
+		{"proxy uids; gids default to them", specs.Settings{FieldProxyUIDs: "3,4"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3, 4}, []uint32{3, 4} }},
+		{"proxy uid and gid apart", specs.Settings{FieldProxyUIDs: "3", FieldProxyGIDs: " 5 ,"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{3}, []uint32{5} }},
+		{"proxy gid alone", specs.Settings{FieldProxyGIDs: "5"}, func(s *Spec) { s.ProxyGIDs = []uint32{5} }},
+		{"uid 0 and the largest uid", specs.Settings{FieldProxyUIDs: "0,4294967294"}, func(s *Spec) { s.ProxyUIDs, s.ProxyGIDs = []uint32{0, 4294967294}, []uint32{0, 4294967294} }},
+		{"mode REDIRECT", specs.Settings{FieldMode: "REDIRECT"}, func(s *Spec) {}},
+		{"mode TPROXY", specs.Settings{FieldMode: "TPROXY"}, func(s *Spec) { s.Mode = ModeTProxy }},
+		{"tproxy mark and table", specs.Settings{FieldMode: "TPROXY", FieldTProxyMark: "7", FieldTProxyRouteTable: "200"}, func(s *Spec) { s.Mode, s.TProxyMark, s.TProxyRouteTable = ModeTProxy, 7, 200 }},
+		{"inbound ports *", specs.Settings{FieldInboundPorts: "*"}, func(s *Spec) { s.InboundPorts = PortSet{All: true} }},
+		{"inbound ports * with spaces", specs.Settings{FieldInboundPorts: " * "}, func(s *Spec) { s.InboundPorts = PortSet{All: true} }},
+		{"inbound ports list", specs.Settings{FieldInboundPorts: "80, 443"}, func(s *Spec) { s.InboundPorts = PortSet{Ports: []uint16{80, 443}} }},
+		{"inbound ports exclude with a trailing comma", specs.Settings{FieldInboundPorts: "*", FieldInboundPortsExclude: "6000,7000,"}, func(s *Spec) {
 			s.InboundPorts, s.InboundPortsExclude = PortSet{All: true}, []uint16{6000, 7000}
 		}},
-		{"duplicate ports are dropped, order kept", settings{FieldInboundPortsExclude: "7000,6000,7000"}, func(s *Spec) { s.InboundPortsExclude = []uint16{7000, 6000} }},
-		{"empty items are dropped", settings{FieldOutboundPorts: ",, 80 ,,"}, func(s *Spec) { s.OutboundPorts = []uint16{80} }},
-		{"outbound CIDRs *", settings{FieldOutboundCIDRs: "*"}, func(s *Spec) { s.OutboundCIDRs = PrefixSet{All: true} }},
-		{"outbound CIDRs are masked", settings{FieldOutboundCIDRs: "10.0.0.1/8, fd00::1/64"}, func(s *Spec) { s.OutboundCIDRs.Prefixes = prefixes("10.0.0.0/8", "fd00::/64") }},
-		{"bare addresses are host routes", settings{FieldOutboundCIDRs: "10.1.2.3,fd00::1"}, func(s *Spec) { s.OutboundCIDRs.Prefixes = prefixes("10.1.2.3/32", "fd00::1/128") }},
-		{"a mapped IPv4 address is IPv4", settings{FieldOutboundCIDRsExclude: "::ffff:10.1.2.3"}, func(s *Spec) { s.OutboundCIDRsExclude = prefixes("10.1.2.3/32") }},
-		{"outbound CIDRs exclude", settings{FieldOutboundCIDRsExclude: "169.254.169.254,10.0.0.0/24,"}, func(s *Spec) { s.OutboundCIDRsExclude = prefixes("169.254.169.254/32", "10.0.0.0/24") }},
-		{"outbound ports exclude", settings{FieldOutboundPortsExclude: "6379"}, func(s *Spec) { s.OutboundPortsExclude = []uint16{6379} }},
-		{"interfaces", settings{FieldExcludeInterfaces: "net1, eth0.100,", FieldRerouteVirtualInterfaces: "br-ab_1"}, func(s *Spec) {
+		{"duplicate ports are dropped, order kept", specs.Settings{FieldInboundPortsExclude: "7000,6000,7000"}, func(s *Spec) { s.InboundPortsExclude = []uint16{7000, 6000} }},
+		{"empty items are dropped", specs.Settings{FieldOutboundPorts: ",, 80 ,,"}, func(s *Spec) { s.OutboundPorts = []uint16{80} }},
+		{"outbound CIDRs *", specs.Settings{FieldOutboundCIDRs: "*"}, func(s *Spec) { s.OutboundCIDRs = PrefixSet{All: true} }},
+		{"outbound CIDRs are masked", specs.Settings{FieldOutboundCIDRs: "10.0.0.1/8, fd00::1/64"}, func(s *Spec) { s.OutboundCIDRs.Prefixes = prefixes("10.0.0.0/8", "fd00::/64") }},
+		{"bare addresses are host routes", specs.Settings{FieldOutboundCIDRs: "10.1.2.3,fd00::1"}, func(s *Spec) { s.OutboundCIDRs.Prefixes = prefixes("10.1.2.3/32", "fd00::1/128") }},
+		{"a mapped IPv4 address is IPv4", specs.Settings{FieldOutboundCIDRsExclude: "::ffff:10.1.2.3"}, func(s *Spec) { s.OutboundCIDRsExclude = prefixes("10.1.2.3/32") }},
+		{"outbound CIDRs exclude", specs.Settings{FieldOutboundCIDRsExclude: "169.254.169.254,10.0.0.0/24,"}, func(s *Spec) { s.OutboundCIDRsExclude = prefixes("169.254.169.254/32", "10.0.0.0/24") }},
+		{"outbound ports exclude", specs.Settings{FieldOutboundPortsExclude: "6379"}, func(s *Spec) { s.OutboundPortsExclude = []uint16{6379} }},
+		{"interfaces", specs.Settings{FieldExcludeInterfaces: "net1, eth0.100,", FieldRerouteVirtualInterfaces: "br-ab_1"}, func(s *Spec) {
 			s.ExcludeInterfaces, s.RerouteVirtualInterfaces = []string{"net1", "eth0.100"}, []string{"br-ab_1"}
 		}},
-		{"a 15-character interface name", settings{FieldExcludeInterfaces: "abcdefghijklmno"}, func(s *Spec) { s.ExcludeInterfaces = []string{"abcdefghijklmno"} }},
-		{"owner groups include", settings{FieldOwnerGroupsInclude: "java, 202"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Groups: []string{"java", "202"}} }},
-		{"owner groups include * is every group", settings{FieldOwnerGroupsInclude: "*"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true} }},
-		{"owner groups exclude", settings{FieldOwnerGroupsExclude: "888,ftp,"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"888", "ftp"}} }},
-		{"owner groups include * and an exclude list", settings{FieldOwnerGroupsInclude: "*", FieldOwnerGroupsExclude: "888"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"888"}} }},
-		{"a machine account group name", settings{FieldOwnerGroupsExclude: "host$"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"host$"}} }},
-		{"loopback CIDR is kept as given", settings{FieldHostIPv4Loopback: "127.0.0.1/8"}, func(s *Spec) { s.HostIPv4Loopback = netip.MustParsePrefix("127.0.0.1/8") }},
-		{"DNS", settings{FieldRedirectDNS: "true", FieldCaptureAllDNS: "true", FieldDNSServers: " 10.96.0.10 ,fd00::a,::ffff:1.1.1.1"}, func(s *Spec) {
+		{"a 15-character interface name", specs.Settings{FieldExcludeInterfaces: "abcdefghijklmno"}, func(s *Spec) { s.ExcludeInterfaces = []string{"abcdefghijklmno"} }},
+		{"owner groups include", specs.Settings{FieldOwnerGroupsInclude: "java, 202"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Groups: []string{"java", "202"}} }},
+		{"owner groups include * is every group", specs.Settings{FieldOwnerGroupsInclude: "*"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true} }},
+		{"owner groups exclude", specs.Settings{FieldOwnerGroupsExclude: "888,ftp,"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"888", "ftp"}} }},
+		{"owner groups include * and an exclude list", specs.Settings{FieldOwnerGroupsInclude: "*", FieldOwnerGroupsExclude: "888"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"888"}} }},
+		{"a machine account group name", specs.Settings{FieldOwnerGroupsExclude: "host$"}, func(s *Spec) { s.OwnerGroups = GroupFilter{Except: true, Groups: []string{"host$"}} }},
+		{"loopback CIDR is kept as given", specs.Settings{FieldHostIPv4Loopback: "127.0.0.1/8"}, func(s *Spec) { s.HostIPv4Loopback = netip.MustParsePrefix("127.0.0.1/8") }},
+		{"DNS", specs.Settings{FieldRedirectDNS: "true", FieldCaptureAllDNS: "true", FieldDNSServers: " 10.96.0.10 ,fd00::a,::ffff:1.1.1.1"}, func(s *Spec) {
 			s.DNS = DNS{Enabled: true, CaptureAll: true, Servers: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00::a"), netip.MustParseAddr("1.1.1.1")}}
 		}},
-		{"drop invalid and IPv6", settings{FieldDropInvalid: "true", FieldIPv6: "true"}, func(s *Spec) { s.DropInvalid, s.IPv6 = true, true }},
+		{"drop invalid and IPv6", specs.Settings{FieldDropInvalid: "true", FieldIPv6: "true"}, func(s *Spec) { s.DropInvalid, s.IPv6 = true, true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,73 +92,73 @@ func TestSetRejectsBadInputs(t *testing.T) {
 	long := strings.Repeat("g,", MaxOwnerGroups) + "g"
 	tests := []struct {
 		name    string
-		opts    settings
+		opts    specs.Settings
 		wantErr []string
 		notErr  string
 	}{
-		{"proxy port 0", settings{FieldProxyPort: "0"}, []string{`proxy port: "0" is not a port`}, ""},
-		{"proxy port too large", settings{FieldProxyPort: "70000"}, []string{`proxy port: "70000" is not a port`}, ""},
-		{"proxy port list", settings{FieldProxyPort: "80,81"}, []string{`proxy port: "80,81" is not a port`}, ""},
-		{"proxy port with a sign", settings{FieldProxyPort: "+80"}, []string{`proxy port: "+80" is not a port`}, ""},
-		{"inbound capture port not a number", settings{FieldInboundCapturePort: "abc"}, []string{`inbound capture port: "abc" is not a port`}, ""},
-		{"inbound tunnel port negative", settings{FieldInboundTunnelPort: "-1"}, []string{`inbound tunnel port: "-1" is not a port`}, ""},
-		{"proxy uid not a number, reported once", settings{FieldProxyUIDs: "abc"}, []string{`proxy uid: "abc" is not a numeric user or group id`}, "proxy gid"},
-		{"proxy uid too large", settings{FieldProxyUIDs: "4294967296"}, []string{`proxy uid: "4294967296" is not a numeric`}, ""},
-		{"proxy uid (uid_t)-1", settings{FieldProxyUIDs: "4294967295"}, []string{`proxy uid: "4294967295" is not a usable user or group id`}, ""},
-		{"proxy uid of only commas", settings{FieldProxyUIDs: ","}, []string{"proxy uid: at least one uid is required"}, ""},
-		{"proxy gid not a number", settings{FieldProxyGIDs: "1,x"}, []string{`proxy gid: "x" is not a numeric user or group id`}, ""},
-		{"mode in lower case", settings{FieldMode: "tproxy"}, []string{`interception mode: "tproxy" is not an interception mode`}, ""},
-		{"mode unknown", settings{FieldMode: "NONE"}, []string{`interception mode: "NONE"`}, ""},
-		{"tproxy mark not a number", settings{FieldTProxyMark: "x"}, []string{`tproxy mark: "x" is not a packet mark`}, ""},
-		{"tproxy mark too large", settings{FieldTProxyMark: "4294967296"}, []string{`tproxy mark: "4294967296" is not a packet mark`}, ""},
-		{"tproxy mark 0 in TPROXY mode", settings{FieldMode: "TPROXY", FieldTProxyMark: "0"}, []string{`tproxy mark: "0" is not a packet mark`}, ""},
-		{"tproxy route table not a number", settings{FieldTProxyRouteTable: "main"}, []string{`tproxy route table: "main" is not a usable routing table`}, ""},
-		{"tproxy route table reserved", settings{FieldMode: "TPROXY", FieldTProxyRouteTable: "254"}, []string{"tproxy route table: \"254\" is not a usable routing table"}, ""},
-		{"tproxy route table 0", settings{FieldMode: "TPROXY", FieldTProxyRouteTable: "0"}, []string{"tproxy route table: \"0\" is not"}, ""},
-		{"inbound port too large", settings{FieldInboundPorts: "80,70000"}, []string{`inbound ports: "70000" is not a port`}, ""},
-		{"inbound * in a list", settings{FieldInboundPorts: "*,80"}, []string{`inbound ports: "*" is not a port`}, ""},
-		{"inbound port range", settings{FieldInboundPorts: "80-90"}, []string{`inbound ports: "80-90" is not a port`}, ""},
-		{"inbound port with inner space", settings{FieldInboundPorts: "80 90"}, []string{`inbound ports: "80 90" is not a port`}, ""},
-		{"inbound exclude *", settings{FieldInboundPortsExclude: "*"}, []string{`inbound ports exclude: "*" is not a port`}, ""},
-		{"inbound exclude 0", settings{FieldInboundPortsExclude: "0"}, []string{`inbound ports exclude: "0" is not a port`}, ""},
-		{"outbound CIDR prefix too long", settings{FieldOutboundCIDRs: "10.0.0.0/33"}, []string{`outbound CIDRs: "10.0.0.0/33" is not a CIDR`}, ""},
-		{"outbound CIDRs separated by a space", settings{FieldOutboundCIDRs: "10.0.0.0/8 10.1.0.0/16"}, []string{`outbound CIDRs: "10.0.0.0/8 10.1.0.0/16" is not a CIDR`}, ""},
-		{"outbound * in a list", settings{FieldOutboundCIDRs: "*,10.0.0.0/8"}, []string{`outbound CIDRs: "*" is not an IP address or CIDR`}, ""},
-		{"outbound zoned address", settings{FieldOutboundCIDRs: "fe80::1%eth0"}, []string{`outbound CIDRs: "fe80::1%eth0" is not an IP address`}, ""},
-		{"outbound host name", settings{FieldOutboundCIDRs: "example.com"}, []string{`outbound CIDRs: "example.com" is not an IP address`}, ""},
-		{"outbound exclude *", settings{FieldOutboundCIDRsExclude: " * "}, []string{`outbound CIDRs exclude: "*" is not allowed`}, ""},
-		{"outbound exclude bad CIDR", settings{FieldOutboundCIDRsExclude: "1.1.0.0/16,1.1.0/16"}, []string{`outbound CIDRs exclude: "1.1.0/16" is not a CIDR`}, ""},
-		{"outbound ports *", settings{FieldOutboundPorts: "*"}, []string{`outbound ports: "*" is not a port`}, ""},
-		{"outbound ports too large", settings{FieldOutboundPorts: "65536"}, []string{`outbound ports: "65536" is not a port`}, ""},
-		{"outbound ports exclude not a number", settings{FieldOutboundPortsExclude: "redis"}, []string{`outbound ports exclude: "redis" is not a port`}, ""},
-		{"interface wildcard", settings{FieldExcludeInterfaces: "eth0+"}, []string{`exclude interfaces: "eth0+" is not an interface name`}, ""},
-		{"interface with a space", settings{FieldExcludeInterfaces: "a b"}, []string{`exclude interfaces: "a b" is not an interface name`}, ""},
-		{"interface of 16 characters", settings{FieldExcludeInterfaces: "abcdefghijklmnop"}, []string{`exclude interfaces: "abcdefghijklmnop" is not an interface name (1-15 characters)`}, ""},
-		{"interface with a slash", settings{FieldExcludeInterfaces: "eth0/1"}, []string{`"eth0/1" is not an interface name`}, ""},
-		{"interface alias", settings{FieldExcludeInterfaces: "eth0:1"}, []string{`"eth0:1" is not an interface name`}, ""},
-		{"interface dot", settings{FieldExcludeInterfaces: "."}, []string{`"." is not an interface name`}, ""},
-		{"interface dot dot", settings{FieldExcludeInterfaces: ".."}, []string{`".." is not an interface name`}, ""},
-		{"interface with a shell separator", settings{FieldExcludeInterfaces: "eth0;reboot"}, []string{`"eth0;reboot" is not an interface name`}, ""},
-		{"interface with a command substitution", settings{FieldExcludeInterfaces: "$(id)"}, []string{`"$(id)" is not an interface name`}, ""},
-		{"interface that reads as an option", settings{FieldExcludeInterfaces: "-j"}, []string{`"-j" is not an interface name`}, ""},
-		{"interface with a quote", settings{FieldExcludeInterfaces: `eth"0`}, []string{`"eth\"0" is not an interface name`}, ""},
-		{"interface not ASCII", settings{FieldExcludeInterfaces: "éth0"}, []string{`"éth0" is not an interface name`}, ""},
-		{"interface negation", settings{FieldRerouteVirtualInterfaces: "!eth0"}, []string{`reroute virtual interfaces: "!eth0" is not an interface name`}, ""},
-		{"owner groups include and exclude both set", settings{FieldOwnerGroupsInclude: "java", FieldOwnerGroupsExclude: "ftp"}, []string{`owner groups exclude: cannot be combined with owner groups include "java"`}, "owner groups: owner groups"},
-		{"owner group with a space", settings{FieldOwnerGroupsInclude: "a b"}, []string{`owner groups include: "a b" is not a group name or id`}, "owner groups: owner groups"},
-		{"owner group starting with a digit", settings{FieldOwnerGroupsExclude: "1java"}, []string{`owner groups exclude: "1java" is not a group name or id`}, ""},
-		{"owner group with a shell separator", settings{FieldOwnerGroupsExclude: "ja;va"}, []string{`owner groups exclude: "ja;va" is not a group name or id`}, ""},
-		{"owner group with $ inside", settings{FieldOwnerGroupsExclude: "a$b"}, []string{`"a$b" is not a group name or id`}, ""},
-		{"owner group id with a leading zero", settings{FieldOwnerGroupsInclude: "010"}, []string{`owner groups include: "010" is not a group id (iptables reads a leading zero as octal)`}, ""},
-		{"owner group id too large", settings{FieldOwnerGroupsExclude: "4294967296"}, []string{`owner groups exclude: "4294967296" is not a numeric`}, ""},
-		{"owner group name too long", settings{FieldOwnerGroupsExclude: strings.Repeat("g", 33)}, []string{`is not a group name or id`}, ""},
-		{"too many owner groups", settings{FieldOwnerGroupsInclude: long}, []string{"owner groups include: 65 groups given, at most 64"}, ""},
-		{"loopback CIDR outside 127/8", settings{FieldHostIPv4Loopback: "10.0.0.0/8"}, []string{`IPv4 loopback CIDR: "10.0.0.0/8" is not an IPv4 loopback CIDR`}, ""},
-		{"loopback CIDR wider than /8", settings{FieldHostIPv4Loopback: "127.0.0.1/7"}, []string{`IPv4 loopback CIDR: "127.0.0.1/7"`}, ""},
-		{"loopback without a length", settings{FieldHostIPv4Loopback: "127.0.0.1"}, []string{`IPv4 loopback CIDR: "127.0.0.1"`}, ""},
-		{"loopback IPv6", settings{FieldHostIPv4Loopback: "::1/128"}, []string{`IPv4 loopback CIDR: "::1/128"`}, ""},
-		{"DNS server as a CIDR", settings{FieldDNSServers: "10.96.0.10/32"}, []string{`DNS servers: "10.96.0.10/32" is not an IP address`}, ""},
-		{"every bad option is reported", settings{FieldProxyPort: "x", FieldInboundPorts: "y", FieldExcludeInterfaces: "a+"}, []string{
+		{"proxy port 0", specs.Settings{FieldProxyPort: "0"}, []string{`proxy port: "0" is not a port`}, ""},
+		{"proxy port too large", specs.Settings{FieldProxyPort: "70000"}, []string{`proxy port: "70000" is not a port`}, ""},
+		{"proxy port list", specs.Settings{FieldProxyPort: "80,81"}, []string{`proxy port: "80,81" is not a port`}, ""},
+		{"proxy port with a sign", specs.Settings{FieldProxyPort: "+80"}, []string{`proxy port: "+80" is not a port`}, ""},
+		{"inbound capture port not a number", specs.Settings{FieldInboundCapturePort: "abc"}, []string{`inbound capture port: "abc" is not a port`}, ""},
+		{"inbound tunnel port negative", specs.Settings{FieldInboundTunnelPort: "-1"}, []string{`inbound tunnel port: "-1" is not a port`}, ""},
+		{"proxy uid not a number, reported once", specs.Settings{FieldProxyUIDs: "abc"}, []string{`proxy uid: "abc" is not a numeric user or group id`}, "proxy gid"},
+		{"proxy uid too large", specs.Settings{FieldProxyUIDs: "4294967296"}, []string{`proxy uid: "4294967296" is not a numeric`}, ""},
+		{"proxy uid (uid_t)-1", specs.Settings{FieldProxyUIDs: "4294967295"}, []string{`proxy uid: "4294967295" is not a usable user or group id`}, ""},
+		{"proxy uid of only commas", specs.Settings{FieldProxyUIDs: ","}, []string{"proxy uid: at least one uid is required"}, ""},
+		{"proxy gid not a number", specs.Settings{FieldProxyGIDs: "1,x"}, []string{`proxy gid: "x" is not a numeric user or group id`}, ""},
+		{"mode in lower case", specs.Settings{FieldMode: "tproxy"}, []string{`interception mode: "tproxy" is not an interception mode`}, ""},
+		{"mode unknown", specs.Settings{FieldMode: "NONE"}, []string{`interception mode: "NONE"`}, ""},
+		{"tproxy mark not a number", specs.Settings{FieldTProxyMark: "x"}, []string{`tproxy mark: "x" is not a packet mark`}, ""},
+		{"tproxy mark too large", specs.Settings{FieldTProxyMark: "4294967296"}, []string{`tproxy mark: "4294967296" is not a packet mark`}, ""},
+		{"tproxy mark 0 in TPROXY mode", specs.Settings{FieldMode: "TPROXY", FieldTProxyMark: "0"}, []string{`tproxy mark: "0" is not a packet mark`}, ""},
+		{"tproxy route table not a number", specs.Settings{FieldTProxyRouteTable: "main"}, []string{`tproxy route table: "main" is not a usable routing table`}, ""},
+		{"tproxy route table reserved", specs.Settings{FieldMode: "TPROXY", FieldTProxyRouteTable: "254"}, []string{"tproxy route table: \"254\" is not a usable routing table"}, ""},
+		{"tproxy route table 0", specs.Settings{FieldMode: "TPROXY", FieldTProxyRouteTable: "0"}, []string{"tproxy route table: \"0\" is not"}, ""},
+		{"inbound port too large", specs.Settings{FieldInboundPorts: "80,70000"}, []string{`inbound ports: "70000" is not a port`}, ""},
+		{"inbound * in a list", specs.Settings{FieldInboundPorts: "*,80"}, []string{`inbound ports: "*" is not a port`}, ""},
+		{"inbound port range", specs.Settings{FieldInboundPorts: "80-90"}, []string{`inbound ports: "80-90" is not a port`}, ""},
+		{"inbound port with inner space", specs.Settings{FieldInboundPorts: "80 90"}, []string{`inbound ports: "80 90" is not a port`}, ""},
+		{"inbound exclude *", specs.Settings{FieldInboundPortsExclude: "*"}, []string{`inbound ports exclude: "*" is not a port`}, ""},
+		{"inbound exclude 0", specs.Settings{FieldInboundPortsExclude: "0"}, []string{`inbound ports exclude: "0" is not a port`}, ""},
+		{"outbound CIDR prefix too long", specs.Settings{FieldOutboundCIDRs: "10.0.0.0/33"}, []string{`outbound CIDRs: "10.0.0.0/33" is not a CIDR`}, ""},
+		{"outbound CIDRs separated by a space", specs.Settings{FieldOutboundCIDRs: "10.0.0.0/8 10.1.0.0/16"}, []string{`outbound CIDRs: "10.0.0.0/8 10.1.0.0/16" is not a CIDR`}, ""},
+		{"outbound * in a list", specs.Settings{FieldOutboundCIDRs: "*,10.0.0.0/8"}, []string{`outbound CIDRs: "*" is not an IP address or CIDR`}, ""},
+		{"outbound zoned address", specs.Settings{FieldOutboundCIDRs: "fe80::1%eth0"}, []string{`outbound CIDRs: "fe80::1%eth0" is not an IP address`}, ""},
+		{"outbound host name", specs.Settings{FieldOutboundCIDRs: "example.com"}, []string{`outbound CIDRs: "example.com" is not an IP address`}, ""},
+		{"outbound exclude *", specs.Settings{FieldOutboundCIDRsExclude: " * "}, []string{`outbound CIDRs exclude: "*" is not allowed`}, ""},
+		{"outbound exclude bad CIDR", specs.Settings{FieldOutboundCIDRsExclude: "1.1.0.0/16,1.1.0/16"}, []string{`outbound CIDRs exclude: "1.1.0/16" is not a CIDR`}, ""},
+		{"outbound ports *", specs.Settings{FieldOutboundPorts: "*"}, []string{`outbound ports: "*" is not a port`}, ""},
+		{"outbound ports too large", specs.Settings{FieldOutboundPorts: "65536"}, []string{`outbound ports: "65536" is not a port`}, ""},
+		{"outbound ports exclude not a number", specs.Settings{FieldOutboundPortsExclude: "redis"}, []string{`outbound ports exclude: "redis" is not a port`}, ""},
+		{"interface wildcard", specs.Settings{FieldExcludeInterfaces: "eth0+"}, []string{`exclude interfaces: "eth0+" is not an interface name`}, ""},
+		{"interface with a space", specs.Settings{FieldExcludeInterfaces: "a b"}, []string{`exclude interfaces: "a b" is not an interface name`}, ""},
+		{"interface of 16 characters", specs.Settings{FieldExcludeInterfaces: "abcdefghijklmnop"}, []string{`exclude interfaces: "abcdefghijklmnop" is not an interface name (1-15 characters)`}, ""},
+		{"interface with a slash", specs.Settings{FieldExcludeInterfaces: "eth0/1"}, []string{`"eth0/1" is not an interface name`}, ""},
+		{"interface alias", specs.Settings{FieldExcludeInterfaces: "eth0:1"}, []string{`"eth0:1" is not an interface name`}, ""},
+		{"interface dot", specs.Settings{FieldExcludeInterfaces: "."}, []string{`"." is not an interface name`}, ""},
+		{"interface dot dot", specs.Settings{FieldExcludeInterfaces: ".."}, []string{`".." is not an interface name`}, ""},
+		{"interface with a shell separator", specs.Settings{FieldExcludeInterfaces: "eth0;reboot"}, []string{`"eth0;reboot" is not an interface name`}, ""},
+		{"interface with a command substitution", specs.Settings{FieldExcludeInterfaces: "$(id)"}, []string{`"$(id)" is not an interface name`}, ""},
+		{"interface that reads as an option", specs.Settings{FieldExcludeInterfaces: "-j"}, []string{`"-j" is not an interface name`}, ""},
+		{"interface with a quote", specs.Settings{FieldExcludeInterfaces: `eth"0`}, []string{`"eth\"0" is not an interface name`}, ""},
+		{"interface not ASCII", specs.Settings{FieldExcludeInterfaces: "éth0"}, []string{`"éth0" is not an interface name`}, ""},
+		{"interface negation", specs.Settings{FieldRerouteVirtualInterfaces: "!eth0"}, []string{`reroute virtual interfaces: "!eth0" is not an interface name`}, ""},
+		{"owner groups include and exclude both set", specs.Settings{FieldOwnerGroupsInclude: "java", FieldOwnerGroupsExclude: "ftp"}, []string{`owner groups exclude: cannot be combined with owner groups include "java"`}, "owner groups: owner groups"},
+		{"owner group with a space", specs.Settings{FieldOwnerGroupsInclude: "a b"}, []string{`owner groups include: "a b" is not a group name or id`}, "owner groups: owner groups"},
+		{"owner group starting with a digit", specs.Settings{FieldOwnerGroupsExclude: "1java"}, []string{`owner groups exclude: "1java" is not a group name or id`}, ""},
+		{"owner group with a shell separator", specs.Settings{FieldOwnerGroupsExclude: "ja;va"}, []string{`owner groups exclude: "ja;va" is not a group name or id`}, ""},
+		{"owner group with $ inside", specs.Settings{FieldOwnerGroupsExclude: "a$b"}, []string{`"a$b" is not a group name or id`}, ""},
+		{"owner group id with a leading zero", specs.Settings{FieldOwnerGroupsInclude: "010"}, []string{`owner groups include: "010" is not a group id (iptables reads a leading zero as octal)`}, ""},
+		{"owner group id too large", specs.Settings{FieldOwnerGroupsExclude: "4294967296"}, []string{`owner groups exclude: "4294967296" is not a numeric`}, ""},
+		{"owner group name too long", specs.Settings{FieldOwnerGroupsExclude: strings.Repeat("g", 33)}, []string{`is not a group name or id`}, ""},
+		{"too many owner groups", specs.Settings{FieldOwnerGroupsInclude: long}, []string{"owner groups include: 65 groups given, at most 64"}, ""},
+		{"loopback CIDR outside 127/8", specs.Settings{FieldHostIPv4Loopback: "10.0.0.0/8"}, []string{`IPv4 loopback CIDR: "10.0.0.0/8" is not an IPv4 loopback CIDR`}, ""},
+		{"loopback CIDR wider than /8", specs.Settings{FieldHostIPv4Loopback: "127.0.0.1/7"}, []string{`IPv4 loopback CIDR: "127.0.0.1/7"`}, ""},
+		{"loopback without a length", specs.Settings{FieldHostIPv4Loopback: "127.0.0.1"}, []string{`IPv4 loopback CIDR: "127.0.0.1"`}, ""},
+		{"loopback IPv6", specs.Settings{FieldHostIPv4Loopback: "::1/128"}, []string{`IPv4 loopback CIDR: "::1/128"`}, ""},
+		{"DNS server as a CIDR", specs.Settings{FieldDNSServers: "10.96.0.10/32"}, []string{`DNS servers: "10.96.0.10/32" is not an IP address`}, ""},
+		{"every bad option is reported", specs.Settings{FieldProxyPort: "x", FieldInboundPorts: "y", FieldExcludeInterfaces: "a+"}, []string{
 			`proxy port: "x"`, `inbound ports: "y"`, `exclude interfaces: "a+"`}, ""},
 	}
 	for _, tt := range tests {
@@ -284,7 +287,7 @@ func TestSetOwnerGroups(t *testing.T) {
 		{"", "*", GroupFilter{}, `owner groups exclude: "*" is not a group name or id`},
 	}
 	for _, tt := range tests {
-		got, err := settings{FieldOwnerGroupsInclude: tt.include, FieldOwnerGroupsExclude: tt.exclude}.Spec()
+		got, err := specs.Settings{FieldOwnerGroupsInclude: tt.include, FieldOwnerGroupsExclude: tt.exclude}.Spec()
 		if tt.wantErr != "" {
 			if err == nil || err.Error() != tt.wantErr {
 				t.Errorf("owner groups (%q, %q): error = %v, want %q", tt.include, tt.exclude, err, tt.wantErr)
@@ -314,7 +317,7 @@ func TestEveryFieldHasANameAndASetter(t *testing.T) {
 		}
 	}
 	s := DefaultSpec()
-	if err := s.Set(fieldEnd, "1"); err == nil {
+	if err := s.Set(FieldEnd, "1"); err == nil {
 		t.Error("Set accepted an unknown field")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Field names one capture setting that Istio spells as a string: an istio-iptables
@@ -91,6 +92,9 @@ func (f Field) String() string {
 // lists an empty v sets the empty list. A failed Set leaves s unchanged. The result
 // is checked as a whole by Validate, which Build calls.
 func (s *Spec) Set(f Field, v string) error {
+	if len(v) > MaxValueBytes {
+		return fmt.Errorf("%s is %d bytes, longer than the limit of %d", Quote(v), len(v), MaxValueBytes)
+	}
 	var err error
 	switch f {
 	case FieldProxyPort, FieldInboundCapturePort, FieldInboundTunnelPort:
@@ -187,7 +191,11 @@ func (s *Spec) Set(f Field, v string) error {
 		}
 		s.HostIPv4Loopback = p
 	case FieldDNSServers:
-		l, err := ParseAddrList(splitList(v))
+		items, err := splitLimited(v)
+		if err != nil {
+			return err
+		}
+		l, err := ParseAddrList(items)
 		if err != nil {
 			return err
 		}
@@ -224,7 +232,7 @@ func (s *Spec) setOwnerGroups(f Field, v string) error {
 		if other.Except {
 			otherField = FieldOwnerGroupsExclude
 		}
-		return fmt.Errorf("cannot be combined with %s %q", otherField, strings.Join(other.Groups, ","))
+		return fmt.Errorf("cannot be combined with %s %s", otherField, Quote(strings.Join(other.Groups, ",")))
 	}
 	groups, err := ParseGroupList(v)
 	if err != nil {
@@ -243,7 +251,7 @@ func ParseMark(v string) (uint32, error) {
 	s := strings.TrimSpace(v)
 	m, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || m == 0 || !isDigits(s) {
-		return 0, fmt.Errorf("%q is not a packet mark (1-4294967295)", v)
+		return 0, fmt.Errorf("%s is not a packet mark (1-4294967295)", Quote(v))
 	}
 	return uint32(m), nil
 }
@@ -254,7 +262,7 @@ func ParseRouteTable(v string) (int, error) {
 	s := strings.TrimSpace(v)
 	t, err := strconv.ParseUint(s, 10, 31)
 	if err != nil || t == 0 || t >= 253 && t <= 255 || !isDigits(s) {
-		return 0, fmt.Errorf("%q is not a usable routing table (1-252 or above 255)", v)
+		return 0, fmt.Errorf("%s is not a usable routing table (1-252 or above 255)", Quote(v))
 	}
 	return int(t), nil
 }
@@ -263,7 +271,35 @@ func ParseRouteTable(v string) (int, error) {
 func ParseBool(v string) (bool, error) {
 	b, err := strconv.ParseBool(strings.TrimSpace(v))
 	if err != nil {
-		return false, fmt.Errorf("%q is not a boolean (true or false)", v)
+		return false, fmt.Errorf("%s is not a boolean (true or false)", Quote(v))
 	}
 	return b, nil
+}
+
+// Limits on what comes from outside (pod annotations, flags, variables): far above
+// what a real pod uses, far below what would hurt a node. One pod's annotation may
+// carry 256 KiB; without limits 44,517 excluded ports became 89,000 rules.
+const (
+	// MaxValueBytes bounds one setting's string form.
+	MaxValueBytes = 16 << 10
+	// MaxListItems bounds each list (ports, CIDRs, interfaces, DNS servers, uids).
+	MaxListItems = 256
+	// MaxSpecItems bounds the sum of all lists of one spec.
+	MaxSpecItems = 1024
+)
+
+// quoteLimit is how much of a value Quote shows before it cuts.
+const quoteLimit = 48
+
+// Quote quotes a value for an error or a log line; a long one is cut to its first
+// bytes and its length, so that a hostile 1 MiB annotation is not echoed whole.
+func Quote(v string) string {
+	if len(v) <= quoteLimit {
+		return strconv.Quote(v)
+	}
+	cut := quoteLimit
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(v[:cut]), len(v))
 }

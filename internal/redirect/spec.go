@@ -214,6 +214,26 @@ func (s *Spec) Validate() error {
 			}
 		}
 	}
+	total := 0
+	for _, l := range []struct {
+		field string
+		n     int
+	}{
+		{"proxy uid", len(s.ProxyUIDs)}, {"proxy gid", len(s.ProxyGIDs)},
+		{"inbound ports", len(s.InboundPorts.Ports)}, {"inbound ports exclude", len(s.InboundPortsExclude)},
+		{"outbound CIDRs", len(s.OutboundCIDRs.Prefixes)}, {"outbound CIDRs exclude", len(s.OutboundCIDRsExclude)},
+		{"outbound ports", len(s.OutboundPorts)}, {"outbound ports exclude", len(s.OutboundPortsExclude)},
+		{"exclude interfaces", len(s.ExcludeInterfaces)}, {"reroute virtual interfaces", len(s.RerouteVirtualInterfaces)},
+		{"DNS servers", len(s.DNS.Servers)},
+	} {
+		if l.n > MaxListItems {
+			bad(l.field, "%d items given, at most %d are supported", l.n, MaxListItems)
+		}
+		total += l.n
+	}
+	if total > MaxSpecItems {
+		bad("capture", "%d ports, CIDRs, interfaces, ids and servers in all, at most %d are supported", total, MaxSpecItems)
+	}
 	if len(s.OwnerGroups.Groups) > MaxOwnerGroups {
 		bad("owner groups", "%d groups given, at most %d are supported", len(s.OwnerGroups.Groups), MaxOwnerGroups)
 	}

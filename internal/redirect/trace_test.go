@@ -1,4 +1,4 @@
-package redirect
+package redirect_test
 
 import (
 	"net/netip"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	. "github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/trace"
 )
 
 // The pod the packets belong to.
@@ -20,13 +23,13 @@ const (
 	proxyUID = DefaultProxyUID
 )
 
-type pktMod func(*Packet)
+type pktMod func(*trace.Packet)
 
 // out is a TCP connection's first packet sent by uid (gid = uid) to dst:dport. It
 // leaves through lo when dst is local (loopback or the pod's own address), else eth0.
-func out(uid uint32, dst string, dport uint16, mods ...pktMod) Packet {
+func out(uid uint32, dst string, dport uint16, mods ...pktMod) trace.Packet {
 	d := netip.MustParseAddr(dst)
-	p := Packet{Direction: Outbound, Dst: d, Proto: TCP, SrcPort: 40000, DstPort: dport, UID: uid, GID: uid, OutIface: "eth0"}
+	p := trace.Packet{Direction: trace.Outbound, Dst: d, Proto: TCP, SrcPort: 40000, DstPort: dport, UID: uid, GID: uid, OutIface: "eth0"}
 	switch {
 	case d.Is4() && d.IsLoopback():
 		p.Src, p.OutIface = netip.MustParseAddr("127.0.0.1"), "lo"
@@ -47,9 +50,9 @@ func out(uid uint32, dst string, dport uint16, mods ...pktMod) Packet {
 }
 
 // in is a TCP connection's first packet from src arriving on eth0 for the pod's port.
-func in(src string, dport uint16, mods ...pktMod) Packet {
+func in(src string, dport uint16, mods ...pktMod) trace.Packet {
 	s := netip.MustParseAddr(src)
-	p := Packet{Direction: Inbound, Src: s, Dst: pod4, Proto: TCP, SrcPort: 50000, DstPort: dport, InIface: "eth0"}
+	p := trace.Packet{Direction: trace.Inbound, Src: s, Dst: pod4, Proto: TCP, SrcPort: 50000, DstPort: dport, InIface: "eth0"}
 	if s.Is6() {
 		p.Dst = pod6
 	}
@@ -59,47 +62,50 @@ func in(src string, dport uint16, mods ...pktMod) Packet {
 	return p
 }
 
-func withUDP(p *Packet) { p.Proto = UDP }
+func withUDP(p *trace.Packet) { p.Proto = UDP }
 func withIface(name string) pktMod {
-	return func(p *Packet) { p.OutIface, p.InIface = mapIface(p, name) }
+	return func(p *trace.Packet) { p.OutIface, p.InIface = mapIface(p, name) }
 }
-func withSrc(a string) pktMod        { return func(p *Packet) { p.Src = netip.MustParseAddr(a) } }
-func withDst(a string) pktMod        { return func(p *Packet) { p.Dst = netip.MustParseAddr(a) } }
-func withSport(port uint16) pktMod   { return func(p *Packet) { p.SrcPort = port } }
-func withState(s CTState) pktMod     { return func(p *Packet) { p.CTState = s } }
-func withMark(m uint32) pktMod       { return func(p *Packet) { p.Mark = m } }
-func withConnMark(m uint32) pktMod   { return func(p *Packet) { p.ConnMark = m } }
-func withGroups(gs ...string) pktMod { return func(p *Packet) { p.Groups = gs } }
+func withSrc(a string) pktMod        { return func(p *trace.Packet) { p.Src = netip.MustParseAddr(a) } }
+func withDst(a string) pktMod        { return func(p *trace.Packet) { p.Dst = netip.MustParseAddr(a) } }
+func withSport(port uint16) pktMod   { return func(p *trace.Packet) { p.SrcPort = port } }
+func withState(s CTState) pktMod     { return func(p *trace.Packet) { p.CTState = s } }
+func withMark(m uint32) pktMod       { return func(p *trace.Packet) { p.Mark = m } }
+func withConnMark(m uint32) pktMod   { return func(p *trace.Packet) { p.ConnMark = m } }
+func withGroups(gs ...string) pktMod { return func(p *trace.Packet) { p.Groups = gs } }
 func withGroup(gid uint32, name string) pktMod {
-	return func(p *Packet) { p.GID, p.GroupName = gid, name }
+	return func(p *trace.Packet) { p.GID, p.GroupName = gid, name }
 }
 
-func mapIface(p *Packet, name string) (out, in string) {
-	if p.Direction == Outbound {
+func mapIface(p *trace.Packet, name string) (out, in string) {
+	if p.Direction == trace.Outbound {
 		return name, ""
 	}
 	return "", name
 }
 
-func passed() Verdict                { return Verdict{Action: Passed} }
-func redirected(port uint16) Verdict { return Verdict{Action: Redirected, Port: port} }
-func tproxied(port uint16, m uint32) Verdict {
-	return Verdict{Action: TProxied, Port: port, Mark: m}
-}
-func dropped() Verdict                        { return Verdict{Action: Dropped} }
-func (v Verdict) zone(z uint16) Verdict       { v.Zone = z; return v }
-func (v Verdict) marked(m uint32) Verdict     { v.Mark = m; return v }
-func (v Verdict) connMarked(m uint32) Verdict { v.ConnMark = m; return v }
+// verdict is an expected trace.Verdict, built up by the helpers below.
+type verdict trace.Verdict
 
-var ignoreTrace = cmpopts.IgnoreFields(Verdict{}, "Trace")
+func passed() verdict                { return verdict{Action: trace.Passed} }
+func redirected(port uint16) verdict { return verdict{Action: trace.Redirected, Port: port} }
+func tproxied(port uint16, m uint32) verdict {
+	return verdict{Action: trace.TProxied, Port: port, Mark: m}
+}
+func dropped() verdict                        { return verdict{Action: trace.Dropped} }
+func (v verdict) zone(z uint16) verdict       { v.Zone = z; return v }
+func (v verdict) marked(m uint32) verdict     { v.Mark = m; return v }
+func (v verdict) connMarked(m uint32) verdict { v.ConnMark = m; return v }
+
+var ignoreTrace = cmpopts.IgnoreFields(trace.Verdict{}, "Trace")
 
 // TestTraceMeaning states what each capture does to real traffic.
 func TestTraceMeaning(t *testing.T) {
 	tests := []struct {
 		name string
 		spec string
-		pkt  Packet
-		want Verdict
+		pkt  trace.Packet
+		want verdict
 	}{
 		// The default sidecar: inbound "*", outbound "*".
 		{"app to a remote service goes to the outbound listener", "sidecar", out(appUID, "10.0.0.5", 80), redirected(15001)},
@@ -240,11 +246,11 @@ func TestTraceMeaning(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := casePlan(t, tt.spec)
-			got, err := p.Trace(tt.pkt)
+			got, err := trace.Trace(p, tt.pkt)
 			if err != nil {
 				t.Fatalf("Trace(%s): %v", tt.pkt, err)
 			}
-			if diff := cmp.Diff(tt.want, got, ignoreTrace); diff != "" {
+			if diff := cmp.Diff(trace.Verdict(tt.want), got, ignoreTrace); diff != "" {
 				t.Errorf("spec %s, %s (-want +got):\n%s\ntrace: %s", tt.spec, tt.pkt, diff, got)
 			}
 		})
@@ -253,7 +259,7 @@ func TestTraceMeaning(t *testing.T) {
 
 // TestTraceRecordsTheRulesHit checks the debugging output names the rules in order.
 func TestTraceRecordsTheRulesHit(t *testing.T) {
-	v, err := casePlan(t, "sidecar").Trace(out(appUID, "10.0.0.5", 80))
+	v, err := trace.Trace(casePlan(t, "sidecar"), out(appUID, "10.0.0.5", 80))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,14 +283,14 @@ func TestTraceRecordsTheRulesHit(t *testing.T) {
 // TestTraceNotesWhatTheKernelDecidesWithoutRules checks the notes for skipped nat and
 // ignored CT targets.
 func TestTraceNotesWhatTheKernelDecidesWithoutRules(t *testing.T) {
-	v, err := casePlan(t, "dns").Trace(out(proxyUID, "10.96.0.10", 53, withUDP))
+	v, err := trace.Trace(casePlan(t, "dns"), out(proxyUID, "10.96.0.10", 53, withUDP))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(v.String(), "CT --zone 2 ignored") {
 		t.Errorf("proxy DNS trace does not note the ignored zone 2 rule:\n%s", v)
 	}
-	v, err = casePlan(t, "sidecar").Trace(in("10.1.1.1", 8080, withState(CTEstablished)))
+	v, err = trace.Trace(casePlan(t, "sidecar"), in("10.1.1.1", 8080, withState(CTEstablished)))
 	if err != nil {
 		t.Fatal(err)
 	}

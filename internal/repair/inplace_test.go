@@ -14,8 +14,8 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
@@ -216,20 +215,10 @@ func holds(c *nsCandidate, ips []netip.Addr) (*Netns, bool, error) {
 	}
 	n := &Netns{Path: fmt.Sprintf("/proc/self/fd/%d", file.Fd()), Source: c.path, Inode: c.inode, file: file}
 	var match bool
-	err = netns.Do(n.Path, func() error {
-		addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			ip, ok := netip.AddrFromSlice(a.IP)
-			if ok && slices.Contains(ips, ip.Unmap()) {
-				match = true
-				return nil
-			}
-		}
-		return nil
-	})
+	addrs, err := netns.Addrs(n.Path)
+	for _, a := range addrs {
+		match = match || slices.Contains(ips, a)
+	}
 	if err != nil || !match {
 		file.Close()
 		return nil, false, err

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 // podNetns is a stand-in for a pod sandbox: a network namespace whose lo holds the

@@ -769,6 +769,8 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"pod cache switch not a boolean", []string{"--set-string", "podCache.enabled=yes"}, []string{"/podCache/enabled", "want boolean"}},
 		{"repair with nothing to do", []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
 			[]string{"repair.enabled", "repair.repairPods", "repair.deletePods", "repair.labelPods", "all false"}},
+		{"ambient mode", []string{"--set", "ambient.enabled=true"}, []string{"ambient.enabled is true", "no ambient mode"}},
+		{"ambient through the agent's environment", []string{"--set-string", "env.AMBIENT_ENABLED=true"}, []string{"env.AMBIENT_ENABLED", "no ambient mode"}},
 		{"short digest", []string{"--set", "digest=sha256:abc"}, []string{"/digest", "'sha256:abc'"}},
 		{"unknown pull policy", []string{"--set", "pullPolicy=Sometimes"}, []string{"/pullPolicy", "'Sometimes'"}},
 		{"namespace that cannot exist", []string{"--set", "excludeNamespaces={Foo_Bar}"}, []string{"/excludeNamespaces/0", "'Foo_Bar'"}},

@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/google/go-cmp/cmp"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -18,10 +20,10 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 var backends = []struct {
@@ -254,6 +256,78 @@ func TestStandaloneConf(t *testing.T) {
 	}
 }
 
+// TestStandaloneCapturesIPv6FromTheNamespace: in standalone mode (Multus/OpenShift)
+// there is no previous result, and during the first ADD the pod's status has no
+// addresses yet; the IPv6 capture of a dual-stack or IPv6-only pod must come from the
+// addresses its namespace holds, and live IPv6 traffic must reach the proxy.
+func TestStandaloneCapturesIPv6FromTheNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ipv4 bool
+	}{{"dual-stack", true}, {"IPv6-only", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			ptp := n.ptpEntry()
+			ipam := ptp["ipam"].(map[string]any)
+			v6Range := []any{map[string]any{"subnet": fmt.Sprintf("fd00:%x::/64", 0x300+n.subnet)}}
+			if tc.ipv4 {
+				ipam["ranges"] = append(ipam["ranges"].([]any), v6Range)
+				ipam["routes"] = []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}}
+			} else {
+				ipam["ranges"] = []any{v6Range}
+				ipam["routes"] = []any{map[string]any{"dst": "::/0"}}
+			}
+			primary, err := libcni.ConfListFromBytes(mustJSON(t, map[string]any{"cniVersion": "1.0.0", "name": "primary", "plugins": []any{ptp}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			entry := n.istioEntry(nil)
+			entry["cniVersion"], entry["name"] = "1.0.0", "istio-cni"
+			conf, err := libcni.ConfFromBytes(mustJSON(t, entry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := createPod(t, shared, meshedPod("standalone-"+strings.ToLower(tc.name), "web", nil, func(p *corev1.Pod) {
+				p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: "true"}}
+			}))
+			if len(pod.Status.PodIPs) != 0 {
+				t.Fatalf("the pod has status addresses %v; the test needs a pod without (as in its first ADD)", pod.Status.PodIPs)
+			}
+			sb := n.newSandbox(pod)
+			res, err := n.add(primary, sb)
+			if err != nil {
+				t.Fatalf("primary ADD: %v", err)
+			}
+			var v6 netip.Addr
+			for _, ip := range res.IPs {
+				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+					v6 = a
+				}
+			}
+			if !v6.IsValid() {
+				t.Fatalf("no IPv6 address in %+v", res.IPs)
+			}
+			if err := netns.Do(n.ns, func() error {
+				_, err := n.cni.AddNetwork(t.Context(), conf, n.runtimeConf(sb))
+				return err
+			}); err != nil {
+				t.Fatalf("standalone ADD: %v", err)
+			}
+			if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
+				t.Fatalf("standalone ADD programmed no IPv6 capture:\n%s", out)
+			}
+			c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
+				t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
+			}
+		})
+	}
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -290,7 +364,7 @@ func TestAPIServerDownFailsAddAfterTheBudget(t *testing.T) {
 	if err == nil {
 		t.Fatal("ADD succeeded with the API server down")
 	}
-	for _, want := range []string{"down/web", "lookup failed after 3 tries", "did not answer"} {
+	for _, want := range []string{"down/web", "lookup failed after 3 tries", "could not be reached", "(bound 600ms)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -457,12 +531,37 @@ func TestVersionAdvertisesExactlyTheTestedSpecVersions(t *testing.T) {
 	wantNoRules(t, sb, "a refused 0.2.0 ADD")
 }
 
-// TestGCSucceeds: CNI 1.1's GC runs through the chain.
-func TestGCSucceeds(t *testing.T) {
+// TestGCRemovesOnlyStaleLockFiles: CNI 1.1's GC runs through the chain and removes
+// the per-namespace xtables lock files older than an hour, and nothing else.
+func TestGCRemovesOnlyStaleLockFiles(t *testing.T) {
 	n := newNode(t, shared)
+	dir := filepath.Join(n.runDir, "xtables")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh, other := filepath.Join(dir, "xtables-stale.lock"), filepath.Join(dir, "xtables-fresh.lock"), filepath.Join(dir, "keep-me")
+	for _, f := range []string{stale, fresh, other} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, f := range []string{stale, other} {
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 	list := n.chain(n.istioEntry(nil))
 	if err := netns.Do(n.ns, func() error { return n.cni.GCNetworkList(t.Context(), list, &libcni.GCArgs{}) }); err != nil {
-		t.Errorf("GC: %v", err)
+		t.Fatalf("GC: %v", err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("GC left the stale lock file %s (stat: %v)", stale, err)
+	}
+	for _, f := range []string{fresh, other} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("GC removed %s, which it must keep: %v", f, err)
+		}
 	}
 }
 

@@ -26,10 +26,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/istio-cni/istio-cni/internal/controlplane"
 	"github.com/istio-cni/istio-cni/internal/netns"
-	localnode "github.com/istio-cni/istio-cni/internal/node"
-	"github.com/istio-cni/istio-cni/internal/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	localnode "github.com/istio-cni/istio-cni/test/harness/node"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 var (

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
 // TestMain holds the machine-wide node lock for the whole package: other node users

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
 // overlayRoots are the host trees the node's components could write outside its
@@ -167,7 +167,7 @@ func TestNodeCommandLeavesAHostWithoutItsPathsAsItWas(t *testing.T) {
 		t.Fatal("this test needs root (mount namespaces, containerd, kubelet); run it with sudo")
 	}
 	bin := filepath.Join(t.TempDir(), "node")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../internal/node/cmd/node").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../harness/node/cmd/node").CombinedOutput(); err != nil {
 		t.Fatalf("build node command: %v\n%s", err, out)
 	}
 	for _, tc := range []struct {

@@ -1,5 +1,5 @@
 // Package nodee2e installs istio-cni with its Helm chart on a real local node
-// (kubelet + containerd, internal/node) and checks it with real pods and real
+// (kubelet + containerd, test/harness/node) and checks it with real pods and real
 // traffic: the agent puts the plugin into the node's CNI config, a meshed pod gets
 // the capture and its connections go through the istio-proxy stand-in both ways, a
 // pod in an excluded namespace is left alone, helm upgrade rewrites the config,

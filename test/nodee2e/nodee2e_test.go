@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 

@@ -79,6 +79,20 @@ A repair controller with nothing to do is refused, as the agent refuses it
 {{- end }}
 
 {{/*
+Ambient mode does not exist here: asking for it fails the install, naming the value,
+rather than leaving the pods ambient would capture without any proxy in their path.
+*/}}
+{{- define "istio-cni.checkAmbient" -}}
+{{- if and .Values.ambient .Values.ambient.enabled }}
+{{- fail "ambient.enabled is true, but this istio-cni has no ambient mode (it captures sidecar pods only): use Istio's own istio-cni for ambient, or set ambient.enabled=false" }}
+{{- end }}
+{{- $env := .Values.env | default dict }}
+{{- if and (hasKey $env "AMBIENT_ENABLED") (has (lower (toString (get $env "AMBIENT_ENABLED"))) (list "true" "1" "t")) }}
+{{- fail (printf "env.AMBIENT_ENABLED is %q, but this istio-cni has no ambient mode (it captures sidecar pods only): remove it" (toString (get $env "AMBIENT_ENABLED"))) }}
+{{- end }}
+{{- end }}
+
+{{/*
 The excluded namespaces without empty entries: helm's --set "excludeNamespaces={}" (the
 seed documents' way to exclude nothing) yields a list holding one empty string.
 */}}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
@@ -58,4 +59,18 @@ func (s Settings) With(more Settings) Settings {
 		out[k] = v
 	}
 	return out
+}
+
+// Plan is the plan of the settings, failing tb when they do not build.
+func (s Settings) Plan(tb testing.TB) *redirect.Plan {
+	tb.Helper()
+	spec, err := s.Spec()
+	if err != nil {
+		tb.Fatalf("capture settings %v: %v", s, err)
+	}
+	plan, err := redirect.Build(spec)
+	if err != nil {
+		tb.Fatalf("build the plan of %v: %v", s, err)
+	}
+	return plan
 }

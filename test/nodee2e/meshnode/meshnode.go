@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/istio-cni/istio-cni/internal/image"
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/hack/image"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
 // Image names. The hub is a name no registry answers for: pods run what was imported.
@@ -58,7 +58,7 @@ func RepoRoot() (string, error) {
 // BuildImages builds the agent image (install-cni, istio-cni, istio-iptables,
 // istio-cni-doctor) and the demo image (proxy-standin) into dir.
 func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
-	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin"), append(append([]string(nil), image.AgentBinaries...), "./cmd/proxy-standin")...)
+	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin"), append(append([]string(nil), image.AgentBinaries...), "./test/harness/cmd/proxy-standin")...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/istio-cni/istio-cni/internal/node"
+	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
 // ProxyUID is the uid of the istio-proxy container, whose traffic the capture lets out.

@@ -1,6 +1,6 @@
 // Command nodetool holds the local node's helpers that need modules the main module
 // does not carry: an OCI image builder (go-containerregistry) and a tiny CRI client
-// (k8s.io/cri-api). internal/node builds and runs it.
+// (k8s.io/cri-api). test/harness/node builds and runs it.
 //
 //	nodetool image -name REF -out FILE [-file /in/image=/on/host]... [-- ENTRYPOINT...]
 //	nodetool pods  -endpoint unix:///path/containerd.sock

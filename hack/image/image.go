@@ -1,0 +1,408 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// File is one entry of the image's layer: a copy of a host file, or a symlink.
+type File struct {
+	// Path in the image, absolute.
+	Path string
+	// Source is the host file copied in; its mode keeps only the x bit (0755 or 0644).
+	Source string
+	// Link, when set instead of Source, makes Path a symlink to Link.
+	Link string
+}
+
+// Spec describes an image.
+type Spec struct {
+	// Ref is the image's name, as pods refer to it: <hub>/<name>:<tag>.
+	Ref        string
+	Files      []File
+	Entrypoint []string
+	Cmd        []string
+	// Env is the config's environment; empty means a PATH of /usr/local/bin:/usr/bin:/bin.
+	Env []string
+}
+
+// epoch is every timestamp of the image: the same inputs give the same digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// Build makes a linux/amd64 single-layer OCI image from spec.
+func Build(spec Spec) (v1.Image, error) {
+	if _, err := name.NewTag(spec.Ref, name.StrictValidation); err != nil {
+		if _, err2 := name.NewTag(spec.Ref); err2 != nil {
+			return nil, fmt.Errorf("image name %q: %w", spec.Ref, err)
+		}
+	}
+	if len(spec.Files) == 0 {
+		return nil, fmt.Errorf("image %s: no files", spec.Ref)
+	}
+	layerTar, err := layerTarball(spec.Files)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: make layer: %w", spec.Ref, err)
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "istio-cni hack/image"}})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: append layer: %w", spec.Ref, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("image %s: read config: %w", spec.Ref, err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = "amd64", "linux"
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Entrypoint = spec.Entrypoint
+	cfg.Config.Cmd = spec.Cmd
+	cfg.Config.Env = spec.Env
+	if len(cfg.Config.Env) == 0 {
+		cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	}
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		return nil, fmt.Errorf("image %s: set config: %w", spec.Ref, err)
+	}
+	return img, nil
+}
+
+// layerTarball writes files sorted by path, parents first, each directory once, all
+// owned by root and dated at the epoch.
+func layerTarball(files []File) ([]byte, error) {
+	sorted := append([]File(nil), files...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	seen := map[string]bool{}
+	for _, f := range sorted {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("%s: path in the image must be absolute", f.Path)
+		}
+		rel := strings.TrimPrefix(path.Clean(f.Path), "/")
+		if seen[rel] {
+			return nil, fmt.Errorf("%s: listed twice", f.Path)
+		}
+		seen[rel] = true
+		parts := strings.Split(rel, "/")
+		for i := 0; i < len(parts)-1; i++ {
+			dir := strings.Join(parts[:i+1], "/") + "/"
+			if dirs[dir] {
+				continue
+			}
+			dirs[dir] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case f.Link != "" && f.Source != "":
+			return nil, fmt.Errorf("%s: both a source and a link", f.Path)
+		case f.Link != "":
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: f.Link, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		default:
+			data, err := os.ReadFile(f.Source)
+			if err != nil {
+				return nil, fmt.Errorf("read %s for %s: %w", f.Source, f.Path, err)
+			}
+			fi, err := os.Stat(f.Source)
+			if err != nil {
+				return nil, err
+			}
+			mode := int64(0o644)
+			if fi.Mode().Perm()&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: mode, Size: int64(len(data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+			if _, err := tw.Write(data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ContainerdName is the name containerd's CRI gives ref: a name without a registry
+// host is on docker.io, and one without a path is under library/.
+func ContainerdName(ref string) string {
+	first, rest, ok := strings.Cut(ref, "/")
+	if ok && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return ref
+	}
+	if !ok {
+		return "docker.io/library/" + ref
+	}
+	return "docker.io/" + first + "/" + rest
+}
+
+// WriteArchive writes img as an OCI image-layout archive (what `ctr images import`
+// reads) to file, by rename. The image is named ref in the archive's index.
+// The archive's bytes depend only on the image and ref.
+func WriteArchive(file, ref string, img v1.Image) error {
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("image %s: manifest: %w", ref, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return fmt.Errorf("image %s: digest: %w", ref, err)
+	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("image %s: config: %w", ref, err)
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return fmt.Errorf("image %s: config digest: %w", ref, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("image %s: layers: %w", ref, err)
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	tag := ref
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		tag = ref[i+1:]
+	}
+	index := map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     string(types.OCIImageIndex),
+		"manifests": []any{map[string]any{
+			"mediaType": string(mt),
+			"digest":    digest.String(),
+			"size":      len(manifest),
+			"annotations": map[string]string{
+				"io.containerd.image.name":          ContainerdName(ref),
+				"org.opencontainers.image.ref.name": tag,
+			},
+		}},
+	}
+	indexJSON, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+
+	tmp := file + ".tmp"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	defer os.Remove(tmp)
+	tw := tar.NewWriter(out)
+	add := func(name string, data []byte) error {
+		return writeEntry(tw, name, int64(len(data)), bytes.NewReader(data))
+	}
+	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+	}
+	if err := add("blobs/sha256/"+cfgName.Hex, config); err != nil {
+		return err
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		size, err := l.Size()
+		if err != nil {
+			return err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		err = writeEntry(tw, "blobs/sha256/"+d.Hex, size, rc)
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("image %s: layer %s: %w", ref, d, err)
+		}
+	}
+	if err := add("blobs/sha256/"+digest.Hex, manifest); err != nil {
+		return err
+	}
+	if err := add("index.json", indexJSON); err != nil {
+		return err
+	}
+	if err := add("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
+
+func writeEntry(tw *tar.Writer, name string, size int64, r io.Reader) error {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	_, err := io.Copy(tw, r)
+	return err
+}
+
+// Import loads an archive WriteArchive wrote for ref, with the ctr at ctrPath,
+// into the containerd at socket, in the CRI's namespace (k8s.io), under its tag and
+// as <repository>@<manifest digest> (what a registry resolves a digest reference
+// to), so pods can run it by tag or by digest with imagePullPolicy IfNotPresent or
+// Never. containerd 2.x's `ctr images import --digests` names the archive's index
+// instead, which a pod's digest reference does not match: the digest name is made
+// with `ctr images tag`.
+func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
+	repo := ContainerdName(ref)
+	tag := repo
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	} else {
+		tag = repo + ":latest"
+	}
+	digest, err := archiveManifestDigest(archive)
+	if err != nil {
+		return err
+	}
+	ctr := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, ctrPath, append([]string{"-a", socket, "-n", "k8s.io", "images"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := ctr("import", "--base-name", repo, "--platform", "linux/amd64", archive); err != nil {
+		return err
+	}
+	return ctr("tag", "--force", tag, repo+"@"+digest)
+}
+
+// archiveManifestDigest reads the digest of the one manifest an OCI archive's
+// index.json lists.
+func archiveManifestDigest(archive string) (string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", fmt.Errorf("image archive %s: no index.json: %w", archive, err)
+		}
+		if path.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Digest string `json:"digest"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil {
+			return "", fmt.Errorf("image archive %s: index.json: %w", archive, err)
+		}
+		if len(index.Manifests) != 1 || !strings.HasPrefix(index.Manifests[0].Digest, "sha256:") {
+			return "", fmt.Errorf("image archive %s: index.json lists %d manifests, want one", archive, len(index.Manifests))
+		}
+		return index.Manifests[0].Digest, nil
+	}
+}
+
+// GoBuild builds the main packages pkgs (import paths or ./relative to moduleDir)
+// into outDir as static, stripped, reproducible linux/amd64 binaries: CGO off,
+// -trimpath, no build id and no VCS stamp, so the same sources give the same bytes
+// wherever the checkout is. It returns binary name -> path.
+func GoBuild(ctx context.Context, moduleDir, outDir string, pkgs ...string) (map[string]string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, err
+	}
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", outDir + "/"}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %s: %w\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	bins := map[string]string{}
+	for _, p := range pkgs {
+		b := path.Base(p)
+		full := filepath.Join(outDir, b)
+		if _, err := os.Stat(full); err != nil {
+			return nil, fmt.Errorf("go build %s: no %s: %w", p, full, err)
+		}
+		bins[b] = full
+	}
+	return bins, nil
+}
+
+// AgentBinaries are the main packages of the agent image.
+var AgentBinaries = []string{"./cmd/install-cni", "./cmd/istio-cni", "./cmd/istio-iptables", "./cmd/istio-cni-doctor"}
+
+// AgentPath is the agent image's PATH: our binaries, then the iptables and nft
+// tools (see HostTools).
+const AgentPath = "/usr/local/bin:/usr/sbin:/usr/bin"
+
+// AgentSpec lays out the install-cni image from the binaries GoBuild made of
+// AgentBinaries: the plugin in /opt/cni/bin (the agent's CNI_BIN_SOURCE_DIR, every
+// file of which it installs on the node), everything on PATH in /usr/local/bin, and
+// the iptables and nft tools the backends run inside the container (HostTools).
+func AgentSpec(ref string, bins map[string]string) (Spec, error) {
+	for _, b := range []string{"install-cni", "istio-cni", "istio-iptables", "istio-cni-doctor"} {
+		if bins[b] == "" {
+			return Spec{}, fmt.Errorf("agent image: no %s binary", b)
+		}
+	}
+	tools, err := HostTools("/")
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{
+		Ref: ref,
+		Files: append([]File{
+			{Path: "/opt/cni/bin/istio-cni", Source: bins["istio-cni"]},
+			{Path: "/usr/local/bin/istio-cni", Link: "/opt/cni/bin/istio-cni"},
+			{Path: "/usr/local/bin/install-cni", Source: bins["install-cni"]},
+			{Path: "/usr/local/bin/istio-iptables", Source: bins["istio-iptables"]},
+			{Path: "/usr/local/bin/istio-cni-doctor", Source: bins["istio-cni-doctor"]},
+		}, tools...),
+		Entrypoint: []string{"install-cni"},
+		Env:        []string{"PATH=" + AgentPath},
+	}, nil
+}

@@ -1,0 +1,114 @@
+package plugin
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/istio-cni/istio-cni/internal/pluginlog"
+)
+
+// TestPodLookupIsBoundedAndSaysWhatHappened: against API servers that misbehave in
+// each way seen in the field, the lookup ends within its one bound (retries x
+// interval) and its error says what happened. The servers are httptest stand-ins:
+// no real API server can be made to hang or answer garbage on purpose.
+func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
+	const podJSON = `{"metadata":{"name":"web","namespace":"app","uid":"u1"}}`
+	budget := PodLookup{Retries: 3, Interval: 300 * time.Millisecond} // bound 900ms
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		tls     bool
+		trustCA bool
+		want    []string
+	}{
+		{"hangs", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, true, true,
+			[]string{"lookup failed after 1 tries", "the API server did not answer in time"}},
+		{"answers slower than the bound", func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(2 * time.Second):
+				io.WriteString(w, podJSON)
+			}
+		}, true, true, []string{"the API server did not answer in time"}},
+		{"forbidden", status(403, "Forbidden", `pods "web" is forbidden: User "x" cannot get resource "pods"`), true, true,
+			[]string{"lookup failed after 3 tries", "the API server refused with HTTP 403", "cannot get resource"}},
+		{"not found", status(404, "NotFound", `pods "web" not found`), true, true,
+			[]string{"lookup failed after 3 tries", "the pod does not exist"}},
+		{"server error", status(500, "InternalError", "etcd timeout"), true, true,
+			[]string{"the API server refused with HTTP 500", "etcd timeout"}},
+		{"garbage", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>proxy error</html>") }, true, true,
+			[]string{"the API server's answer is not a pod", "24-byte answer does not decode"}},
+		{"unknown CA", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, podJSON) }, true, false,
+			[]string{"the API server's certificate is not trusted"}},
+		{"refused connections", nil, false, false,
+			[]string{"lookup failed after 3 tries", "the API server could not be reached", "connection refused"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			server := "https://127.0.0.1:1" // nothing listens on port 1
+			var caPEM []byte
+			if tc.handler != nil {
+				srv := httptest.NewTLSServer(tc.handler)
+				t.Cleanup(srv.Close)
+				server = srv.URL
+				if tc.trustCA {
+					caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+				}
+			}
+			cfg := lookupConfig(t, server, caPEM)
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			start := time.Now()
+			_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("lookup succeeded")
+			}
+			if limit := budget.Bound() + 500*time.Millisecond; took > limit {
+				t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
+			}
+			for _, w := range append(tc.want, "pod app/web", "(bound 900ms)") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func status(code int, reason, message string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"kind":"Status","status":"Failure","reason":%q,"message":%q,"code":%d}`, reason, message, code)
+	}
+}
+
+// lookupConfig is a plugin config whose kubeconfig points at server, trusting caPEM
+// (none: the system roots).
+func lookupConfig(t *testing.T, server string, caPEM []byte) *Config {
+	t.Helper()
+	dir := t.TempDir()
+	ca := ""
+	if caPEM != nil {
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ca = "    certificate-authority: " + filepath.Join(dir, "ca.crt") + "\n"
+	}
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: " + server + "\n" + ca +
+		"contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &Config{Kubeconfig: path, AgentRunDir: dir}
+}
