@@ -298,32 +298,14 @@ func TestStandaloneCapturesIPv6FromTheNamespace(t *testing.T) {
 			if err != nil {
 				t.Fatalf("primary ADD: %v", err)
 			}
-			var v6 netip.Addr
-			for _, ip := range res.IPs {
-				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
-					v6 = a
-				}
-			}
-			if !v6.IsValid() {
-				t.Fatalf("no IPv6 address in %+v", res.IPs)
-			}
+			v6 := podIPv6(t, res)
 			if err := netns.Do(n.ns, func() error {
 				_, err := n.cni.AddNetwork(t.Context(), conf, n.runtimeConf(sb))
 				return err
 			}); err != nil {
 				t.Fatalf("standalone ADD: %v", err)
 			}
-			if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
-				t.Fatalf("standalone ADD programmed no IPv6 capture:\n%s", out)
-			}
-			c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
-				t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
-			}
+			expectIPv6Captured(t, n, sb, v6)
 		})
 	}
 }
@@ -606,26 +588,7 @@ func TestDualStackPodIsCapturedOnBothFamilies(t *testing.T) {
 		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: "true"}}
 	}))
 	sb, res := n.addPod(t, list, pod)
-	var v6 netip.Addr
-	for _, ip := range res.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
-			v6 = a
-		}
-	}
-	if !v6.IsValid() {
-		t.Fatalf("no IPv6 address in %+v", res.IPs)
-	}
-	if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "ISTIO_INBOUND") {
-		t.Fatalf("no IPv6 capture:\n%s", out)
-	}
-	c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
-		t.Errorf("IPv6 inbound landed on %q, want %q", got, want)
-	}
+	expectIPv6Captured(t, n, sb, podIPv6(t, res))
 }
 
 // TestNoKubernetesArgsPassesThrough: without K8S_POD_NAME/NAMESPACE (not a Kubernetes

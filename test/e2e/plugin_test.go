@@ -435,6 +435,35 @@ func landings(t *testing.T, n *node, p *sandboxPod) (inbound, outbound string) {
 	return inbound, out
 }
 
+// podIPv6 is the pod's IPv6 address in an ADD result.
+func podIPv6(t *testing.T, res *types100.Result) netip.Addr {
+	t.Helper()
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+			return a
+		}
+	}
+	t.Fatalf("no IPv6 address in %+v", res.IPs)
+	return netip.Addr{}
+}
+
+// expectIPv6Captured checks that the pod has IPv6 capture rules and that IPv6
+// inbound traffic to v6 reaches the proxy's inbound port.
+func expectIPv6Captured(t *testing.T, n *node, sb *sandboxPod, v6 netip.Addr) {
+	t.Helper()
+	if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
+		t.Fatalf("no IPv6 capture:\n%s", out)
+	}
+	c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
+		t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
+	}
+}
+
 func expectCaptured(t *testing.T, n *node, p *sandboxPod) {
 	t.Helper()
 	in, out := landings(t, n, p)
