@@ -107,8 +107,7 @@ func keys[V any](m map[string]V) []string {
 func TestAgentPutsTheEntryBackWhenThePrimaryRewritesItsConfig(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 	p := n.startAgent(t, "REVERT_WARN_COUNT=3")
 	p.waitReady(t)
 
@@ -148,7 +147,7 @@ func TestAgentPutsTheEntryBackWhenThePrimaryRewritesItsConfig(t *testing.T) {
 func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t)
 	p.waitReady(t)
 	plugin := filepath.Join(n.binDir, "istio-cni")
@@ -237,7 +236,7 @@ func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *tes
 func TestAgentRewritesTheKubeconfigWhenTheTokenRotates(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t, "KUBECONFIG_MODE=0640")
 	p.waitReady(t)
 	kcPath := filepath.Join(n.runDir, "istio-cni-kubeconfig")
@@ -320,7 +319,7 @@ func TestAgentSkipsABadConfigThatSortsFirstAsTheRuntimeDoes(t *testing.T) {
 	n := newNode(t)
 	garbage := filepath.Join(n.confDir, "05-broken.conf")
 	writeFile(t, garbage, []byte(`{"cniVersion": "0.3.1", "type": `), 0o644)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t)
 	p.waitReady(t)
 	if !hasEntryLast(filepath.Join(n.confDir, "10-calico.conflist")) {
@@ -345,8 +344,7 @@ func hiddenTemps(t testing.TB, dir string) []string {
 func TestTwoAgentsRacingOnOneNodeLeaveExactlyOneEntry(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 	before := snapshot(t, n.confDir)
 	a := n.startAgent(t)
 	b := n.startAgent(t)
@@ -370,8 +368,7 @@ func TestTwoAgentsRacingOnOneNodeLeaveExactlyOneEntry(t *testing.T) {
 func TestAgentKilledMidWriteAndRestartedNeverExposesAPartialFile(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 
 	// A reader in a loop, as the runtime: every config file it can open must be whole.
 	var reads, partial atomic.Int64
@@ -426,7 +423,7 @@ func TestAgentKilledMidWriteAndRestartedNeverExposesAPartialFile(t *testing.T) {
 func TestStandaloneModeWritesItsOwnConfigAndThePluginLogsReachTheAgent(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	before := snapshot(t, n.confDir)
 	p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false", "EXCLUDE_NAMESPACES=kube-system", "PLUGIN_LOG_LEVEL=debug")
 	p.waitReady(t)
