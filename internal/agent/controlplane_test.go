@@ -77,7 +77,7 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 
 	// The runtime runs the installed plugin with the installed config; the plugin
 	// reads the agent's kubeconfig and looks the pod up.
-	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, "istio-cni.conf"))
+	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	}
 
 	// The plugin asks the cache first.
-	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, "istio-cni.conf"))
+	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ const (
 	DefaultMountedBinDir     = "/host/opt/cni/bin"
 	DefaultHostBinDir        = "/opt/cni/bin"
 	DefaultBinSourceDir      = "/opt/cni/bin"
-	DefaultStandaloneName    = "istio-cni.conf"
+	DefaultStandaloneName    = "zz-istio-cni.conf"
 	DefaultKubeconfigMode    = 0o600
 	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	DefaultMonitoringPort    = 15014
@@ -157,7 +157,7 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 		Usage: "replace installed binaries that differ from this image's",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.UpdateBinaries }, parseBool)},
 	{Name: "cni-conf-name", Envs: []string{"CNI_CONF_NAME"},
-		Usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default istio-cni.conf)",
+		Usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default zz-istio-cni.conf, which sorts after the node's network config)",
 		Set:   setConfName},
 	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true,
 		Usage: "insert into the primary CNI's chain; false writes a standalone config",

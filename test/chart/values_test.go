@@ -729,8 +729,11 @@ func TestMultusNetworkAttachmentDefinition(t *testing.T) {
 		t.Errorf("network name %v in the standalone config, want istio-cni (the NetworkAttachmentDefinition's name)", name)
 	}
 	wantIn(t, "env", m.env(t), map[string]string{
-		"CHAINED_CNI_PLUGIN": "false", "CNI_CONF_NAME": "istio-cni.conf", "CNI_NET_DIR": "/etc/cni/multus/net.d",
+		"CHAINED_CNI_PLUGIN": "false", "CNI_NET_DIR": "/etc/cni/multus/net.d",
 	})
+	if name, set := m.env(t)["CNI_CONF_NAME"]; set {
+		t.Errorf("CNI_CONF_NAME=%q: the profile must leave the standalone file's name to the agent's default, which sorts after every network config", name)
+	}
 	wantMounted(t, m, map[string]string{"/var/lib/cni/bin": "/host/opt/cni/bin"})
 	if sc := m.agent(t).SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Error("the OpenShift profile's agent is not privileged")
