@@ -456,6 +456,9 @@ var ErrHelp = settings.ErrHelp
 // lookupEnv) into Settings. A flag overrides its variables; an empty variable counts
 // as unset. Every error names the flag or variable and quotes the value.
 func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, error) {
+	if err := refuseAmbient(lookupEnv); err != nil {
+		return Settings{}, err
+	}
 	var s Settings
 	if err := table.Parse(&s, args, lookupEnv); err != nil {
 		return Settings{}, err
@@ -551,3 +554,24 @@ func (s *Settings) TokenFile() string { return filepath.Join(s.ServiceAccountDir
 
 // PluginName is the installed plugin binary's name and its entry's type.
 func (s *Settings) PluginName() string { return s.BinariesPrefix + PluginType }
+
+// EnvAmbientEnabled is Istio's switch for ambient mode.
+const EnvAmbientEnabled = "AMBIENT_ENABLED"
+
+// refuseAmbient stops the agent when Istio's ambient mode is asked for: this
+// istio-cni has none, and ignoring the setting would leave ambient pods with no
+// proxy in their path. False (or unset) is what Istio's sidecar mode sets.
+func refuseAmbient(lookupEnv func(string) (string, bool)) error {
+	v, ok := lookupEnv(EnvAmbientEnabled)
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil
+	}
+	on, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("invalid environment variable %s: %q is not true or false", EnvAmbientEnabled, v)
+	}
+	if on {
+		return fmt.Errorf("environment variable %s=%s: this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it", EnvAmbientEnabled, v)
+	}
+	return nil
+}

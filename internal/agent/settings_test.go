@@ -207,6 +207,8 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		env  map[string]string
 		want []string // every one must appear in the error
 	}{
+		{"ambient mode", nil, map[string]string{"AMBIENT_ENABLED": "true"}, []string{"AMBIENT_ENABLED=true", "no ambient mode"}},
+		{"ambient switch not a bool", nil, map[string]string{"AMBIENT_ENABLED": "on"}, []string{"AMBIENT_ENABLED", `"on"`}},
 		{"relative conf dir", nil, map[string]string{"MOUNTED_CNI_NET_DIR": "etc/cni"}, []string{"MOUNTED_CNI_NET_DIR", `"etc/cni"`, "absolute"}},
 		{"relative dir by flag", []string{"--cni-agent-run-dir=run"}, nil, []string{"--cni-agent-run-dir", `"run"`}},
 		{"chained not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "yes please"}, []string{"CHAINED_CNI_PLUGIN", `"yes please"`}},
