@@ -20,6 +20,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // The binary is built once, into a directory every user can read: the validation
@@ -72,15 +73,6 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// requireRoot fails (never skips) tests that need the kernel: a run without root
-// must not look like a pass.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test programs a real network namespace and needs root")
-	}
-}
-
 // baseEnv keeps the host's environment (an ENVOY_PORT, a DRY_RUN) out of the runs
 // and makes the proxy uid default deterministic (no such user: 1337).
 func baseEnv(extra ...string) []string {
@@ -124,7 +116,7 @@ func inFreshNetns(cmd *exec.Cmd) {
 // newPodNetns makes a throwaway namespace, optionally with pod addresses on a veth.
 func newPodNetns(t *testing.T, addrs ...string) string {
 	t.Helper()
-	requireRoot(t)
+	root.Require(t)
 	path, err := testns.New(t.TempDir(), "pod")
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)
@@ -353,7 +345,7 @@ var validationArgs = []string{"-p", "15001", "-z", "15006", "-u", "1337", "-m", 
 	"-d", "15090,15021,15020", "--run-validation", "--skip-rule-apply", "--probe-timeout", "1s"}
 
 func TestApplyValidateCleanupInRealNamespace(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	for _, b := range backends {
 		for _, m := range modes {
 			t.Run(b.name+"/"+m.name, func(t *testing.T) {
@@ -406,7 +398,7 @@ func testApplyValidateCleanup(t *testing.T, backendArgs []string) {
 }
 
 func TestValidationWithoutRulesExits126SayingTrafficIsNotRedirected(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	ns := newPodNetns(t, "10.1.0.2/24")
 	r := runInNetns(t, ns, 1337, validationArgs...)
 	if r.code != 126 {
@@ -423,7 +415,7 @@ func TestValidationWithoutRulesExits126SayingTrafficIsNotRedirected(t *testing.T
 }
 
 func TestValidationProbesIPv6InAnIPv6Pod(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			ns := newPodNetns(t, "fd00::2/64")

@@ -31,8 +31,7 @@ func BenchmarkReinsertAfterThePrimaryRewritesItsConfig(b *testing.B) {
 	const rewrites = 100
 	reinsertOnce.Do(func() {
 		n := newNode(b)
-		path := filepath.Join(n.confDir, "10-calico.conflist")
-		writeFile(b, path, []byte(calicoConflist), 0o644)
+		path := n.writeCalico(b)
 		p := n.startAgent(b, "REVERT_WARN_COUNT=1000")
 		p.waitReady(b)
 		w, err := fsnotify.NewWatcher()
@@ -101,7 +100,7 @@ func BenchmarkAgentAtRest(b *testing.B) {
 	const window = 10 * time.Second
 	idleOnce.Do(func() {
 		n := newNode(b)
-		writeFile(b, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+		n.writeCalico(b)
 		p := n.startAgent(b)
 		p.waitReady(b)
 		time.Sleep(time.Second) // past start-up

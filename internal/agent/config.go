@@ -220,6 +220,15 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		a.cfg.current, a.cfg.inPlace = path, true
 		return configUnchanged, nil
 	}
+	// A runtime loads the first config of the dir in byte order: a standalone
+	// istio-cni before the node's network would replace it as the pods' network.
+	if after, err := cniconf.ConfigsAfter(filepath.Dir(path), filepath.Base(path)); err != nil {
+		return configWaiting, fmt.Errorf("standalone config: %w", err)
+	} else if len(after) > 0 {
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("standalone config %s not written: it would sort before %s in %s, and a runtime loads the first config in byte order as the node's network; set CNI_CONF_NAME (the chart's cniConfFileName) to a name that sorts after %s",
+			filepath.Base(path), after[0], filepath.Dir(path), after[len(after)-1])
+	}
 	if cur, err := os.ReadFile(path); err == nil && !a.isOurs(cur) {
 		a.cfg.inPlace = false
 		return configWaiting, fmt.Errorf("standalone config %s left untouched: it holds another plugin's config (set CNI_CONF_NAME to a free name)", path)

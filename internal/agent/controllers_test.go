@@ -121,7 +121,7 @@ func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	before := snapshot(t, n.confDir)
 	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
 		"NODE_NAME=node-a", "POD_NAME=istio-cni-node-a", "POD_NAMESPACE=istio-system",

@@ -25,15 +25,12 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
-func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Options{})
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-
-	// The agent's ServiceAccount, with the RBAC of Istio's chart for the plugin: get pods.
-	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
-	})
+// newNodeAs makes a node whose agent runs as the ServiceAccount istio-system/istio-cni
+// of cp, granted rules: its token and ca.crt are where the kubelet would project
+// them. apiEnv are the variables Kubernetes gives the agent's pod for the API server.
+func newNodeAs(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) (n *node, apiEnv []string) {
+	t.Helper()
+	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,16 +38,28 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNode(t)
-	n.rotateToken(t, sa.Token) // what the kubelet projects into the agent's pod
-	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
 	u, err := url.Parse(cp.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
+	n = newNode(t)
+	n.rotateToken(t, sa.Token)
+	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
+	return n, []string{"KUBERNETES_SERVICE_HOST=" + u.Hostname(), "KUBERNETES_SERVICE_PORT=" + u.Port()}
+}
 
-	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port(),
-		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system")
+func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	// The agent's ServiceAccount, with the RBAC of Istio's chart for the plugin: get pods.
+	n, apiEnv := newNodeAs(t, ctx, cp, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+	})
+
+	p := n.startAgent(t, append(apiEnv,
+		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system")...)
 	p.waitReady(t)
 
 	if err := cp.EnsureNamespace(ctx, "apps"); err != nil {
@@ -69,7 +78,7 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 
 	// The runtime runs the installed plugin with the installed config; the plugin
 	// reads the agent's kubeconfig and looks the pod up.
-	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, "istio-cni.conf"))
+	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,21 +192,7 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if err := cp.EnsureNamespace(ctx, "apps"); err != nil {
 		t.Fatal(err)
 	}
-	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", chartRepairRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sa, err := kube.LoadKubeconfig(saKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := newNode(t)
-	n.rotateToken(t, sa.Token)
-	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
-	u, err := url.Parse(cp.Host())
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, apiEnv := newNodeAs(t, ctx, cp, chartRepairRules)
 
 	// A pod sandbox on the node: a network namespace holding the broken pod's
 	// address, bind-mounted where the runtime would put it.
@@ -218,12 +213,12 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 		t.Fatal(err)
 	}
 
-	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port(),
+	p := n.startAgent(t, append(apiEnv,
 		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "POD_NAME=istio-cni-node-test", "NODE_NAME=node-a",
 		"PLUGIN_LOG_LEVEL=debug",
 		"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAIR_REPAIR_PODS=true", "REPAIR_LABEL_PODS=true",
 		"REPAIR_PROC_DIR="+t.TempDir(), "REPAIR_NETNS_DIRS="+netnsDir, // only the sandbox above, not this machine's processes
-		"REPAIR_MAX_RETRIES=2", "REPAIR_RETRY_BASE_DELAY=50ms", "REPAIR_RETRY_MAX_DELAY=200ms")
+		"REPAIR_MAX_RETRIES=2", "REPAIR_RETRY_BASE_DELAY=50ms", "REPAIR_RETRY_MAX_DELAY=200ms")...)
 	p.waitReady(t)
 
 	// The pod cache.
@@ -257,7 +252,7 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	}
 
 	// The plugin asks the cache first.
-	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, "istio-cni.conf"))
+	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,18 +350,11 @@ func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	admin := cp.AdminClient()
-	saKubeconfig, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni", []rbacv1.PolicyRule{
+	n, apiEnv := newNodeAs(t, ctx, cp, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sa, err := kube.LoadKubeconfig(saKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range []string{"node-bare", "node-ready"} {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -384,16 +372,9 @@ func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n := newNode(t)
-	n.rotateToken(t, sa.Token)
-	writeFile(t, filepath.Join(n.saDir, "ca.crt"), cp.CAData(), 0o644)
-	u, err := url.Parse(cp.Host())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST="+u.Hostname(), "KUBERNETES_SERVICE_PORT="+u.Port(),
+	p := n.startAgent(t, append(apiEnv,
 		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "POD_NAME=istio-cni-node-test",
-		"TAINT_ENABLED=true", "TAINT_LEASE_DURATION=2s", "TAINT_RENEW_DEADLINE=1500ms", "TAINT_RETRY_PERIOD=200ms")
+		"TAINT_ENABLED=true", "TAINT_LEASE_DURATION=2s", "TAINT_RENEW_DEADLINE=1500ms", "TAINT_RETRY_PERIOD=200ms")...)
 	p.waitReady(t)
 
 	tainted := func(node string) bool {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
@@ -55,7 +56,7 @@ func generatedEntry(s *Settings) []byte {
 	e := struct {
 		Name              string              `json:"name"`
 		Type              string              `json:"type"`
-		PluginLogLevel    plugin.LogLevel     `json:"plugin_log_level"`
+		PluginLogLevel    cli.Level           `json:"plugin_log_level"`
 		CNIAgentRunDir    string              `json:"cni_agent_run_dir"`
 		ExcludeNamespaces []string            `json:"exclude_namespaces"`
 		PodNamespace      string              `json:"pod_namespace,omitempty"`

@@ -84,6 +84,15 @@ type node struct {
 	ca                             []byte
 }
 
+// writeCalico writes Calico's config as the primary CNI's, 10-calico.conflist,
+// and returns its path.
+func (n *node) writeCalico(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(n.confDir, "10-calico.conflist")
+	writeFile(t, path, []byte(calicoConflist), 0o644)
+	return path
+}
+
 func newNode(t testing.TB) *node {
 	t.Helper()
 	root := t.TempDir()

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -107,8 +109,7 @@ func keys[V any](m map[string]V) []string {
 func TestAgentPutsTheEntryBackWhenThePrimaryRewritesItsConfig(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 	p := n.startAgent(t, "REVERT_WARN_COUNT=3")
 	p.waitReady(t)
 
@@ -148,7 +149,7 @@ func TestAgentPutsTheEntryBackWhenThePrimaryRewritesItsConfig(t *testing.T) {
 func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t)
 	p.waitReady(t)
 	plugin := filepath.Join(n.binDir, "istio-cni")
@@ -237,7 +238,7 @@ func TestAgentRestoresDeletedOrReplacedFilesWhileTheRuntimeExecsThePlugin(t *tes
 func TestAgentRewritesTheKubeconfigWhenTheTokenRotates(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t, "KUBECONFIG_MODE=0640")
 	p.waitReady(t)
 	kcPath := filepath.Join(n.runDir, "istio-cni-kubeconfig")
@@ -320,7 +321,7 @@ func TestAgentSkipsABadConfigThatSortsFirstAsTheRuntimeDoes(t *testing.T) {
 	n := newNode(t)
 	garbage := filepath.Join(n.confDir, "05-broken.conf")
 	writeFile(t, garbage, []byte(`{"cniVersion": "0.3.1", "type": `), 0o644)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	p := n.startAgent(t)
 	p.waitReady(t)
 	if !hasEntryLast(filepath.Join(n.confDir, "10-calico.conflist")) {
@@ -345,8 +346,7 @@ func hiddenTemps(t testing.TB, dir string) []string {
 func TestTwoAgentsRacingOnOneNodeLeaveExactlyOneEntry(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 	before := snapshot(t, n.confDir)
 	a := n.startAgent(t)
 	b := n.startAgent(t)
@@ -370,8 +370,7 @@ func TestTwoAgentsRacingOnOneNodeLeaveExactlyOneEntry(t *testing.T) {
 func TestAgentKilledMidWriteAndRestartedNeverExposesAPartialFile(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	path := filepath.Join(n.confDir, "10-calico.conflist")
-	writeFile(t, path, []byte(calicoConflist), 0o644)
+	path := n.writeCalico(t)
 
 	// A reader in a loop, as the runtime: every config file it can open must be whole.
 	var reads, partial atomic.Int64
@@ -426,11 +425,11 @@ func TestAgentKilledMidWriteAndRestartedNeverExposesAPartialFile(t *testing.T) {
 func TestStandaloneModeWritesItsOwnConfigAndThePluginLogsReachTheAgent(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	writeFile(t, filepath.Join(n.confDir, "10-calico.conflist"), []byte(calicoConflist), 0o644)
+	n.writeCalico(t)
 	before := snapshot(t, n.confDir)
 	p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false", "EXCLUDE_NAMESPACES=kube-system", "PLUGIN_LOG_LEVEL=debug")
 	p.waitReady(t)
-	own := filepath.Join(n.confDir, "istio-cni.conf")
+	own := filepath.Join(n.confDir, DefaultStandaloneName)
 	conf, err := libcni.ConfFromFile(own)
 	if err != nil {
 		t.Fatalf("the runtime cannot load %s: %v", own, err)
@@ -525,4 +524,42 @@ func newNetns(t testing.TB) string {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
+}
+
+// TestStandaloneConfigNeverSortsBeforeANetwork: a runtime loads the first config of
+// its dir in byte order, so the standalone config's default name sorts after the
+// node's network (multus.conf, upper-case names), and a name that would sort before
+// another network config is refused, naming both files, with nothing written.
+func TestStandaloneConfigNeverSortsBeforeANetwork(t *testing.T) {
+	t.Parallel()
+	t.Run("the default name sorts after the node's network", func(t *testing.T) {
+		t.Parallel()
+		n := newNode(t)
+		for _, name := range []string{"multus.conf", "YYY-net.conf", "ovn-k8s.conflist"} {
+			writeFile(t, filepath.Join(n.confDir, name), []byte(`{"cniVersion":"1.0.0","name":"`+strings.TrimSuffix(name, filepath.Ext(name))+`","type":"bridge"}`), 0o644)
+		}
+		p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false")
+		p.waitReady(t)
+		files, err := libcni.ConfFiles(n.confDir, []string{".conf", ".conflist", ".json"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(files)
+		if last := filepath.Base(files[len(files)-1]); last != DefaultStandaloneName {
+			t.Errorf("configs in byte order %v: ours is not last", files)
+		}
+	})
+	t.Run("a name that sorts first is refused", func(t *testing.T) {
+		t.Parallel()
+		n := newNode(t)
+		writeFile(t, filepath.Join(n.confDir, "multus.conf"), []byte(`{"cniVersion":"1.0.0","name":"multus","type":"bridge"}`), 0o644)
+		p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false", "CNI_CONF_NAME=istio-cni.conf")
+		p.waitLog(t, "the refusal names both files", `standalone config istio-cni.conf not written: it would sort before multus.conf`)
+		if _, err := os.Stat(filepath.Join(n.confDir, "istio-cni.conf")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the refused config was written (stat: %v)", err)
+		}
+		if p.ready() {
+			t.Error("the agent is ready without its config")
+		}
+	})
 }

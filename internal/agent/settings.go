@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,10 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
+	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
+	"github.com/istio-cni/istio-cni/internal/settings"
 	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
@@ -59,7 +59,7 @@ type Settings struct {
 	NetworkConfigFile string
 
 	ExcludeNamespaces []string
-	PluginLogLevel    plugin.LogLevel
+	PluginLogLevel    cli.Level
 	PodNamespace      string
 	NativeNftables    bool
 	IptablesMode      plugin.IptablesMode
@@ -114,7 +114,7 @@ const (
 	DefaultMountedBinDir     = "/host/opt/cni/bin"
 	DefaultHostBinDir        = "/opt/cni/bin"
 	DefaultBinSourceDir      = "/opt/cni/bin"
-	DefaultStandaloneName    = "istio-cni.conf"
+	DefaultStandaloneName    = "zz-istio-cni.conf"
 	DefaultKubeconfigMode    = 0o600
 	DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	DefaultMonitoringPort    = 15014
@@ -126,164 +126,143 @@ const (
 	PluginType = "istio-cni"
 )
 
-// setting is one flag with the environment variables that set it when the flag is
-// absent; when several are set the last one listed wins.
-type setting struct {
-	name  string
-	envs  []string
-	def   string
-	usage string
-	bool  bool
-	set   func(s *Settings, v string) error
-}
+// table is the agent's flags and their environment variables. Every setting takes
+// its default through its Set, so a bad default fails as loudly as a bad flag.
+var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, Settings: []settings.Setting[Settings]{
+	{Name: "mounted-cni-net-dir", Envs: []string{"MOUNTED_CNI_NET_DIR"}, Default: DefaultMountedNetDir,
+		Usage: "CNI config directory as mounted in this container",
+		Set:   settings.Field(func(s *Settings) *string { return &s.MountedNetDir }, absPath)},
+	{Name: "cni-net-dir", Envs: []string{"CNI_NET_DIR"}, Default: DefaultHostNetDir,
+		Usage: "CNI config directory on the host (replaces __CNI_NET_DIR__)",
+		Set:   settings.Field(func(s *Settings) *string { return &s.HostNetDir }, absPath)},
+	{Name: "mounted-cni-bin-dir", Envs: []string{"MOUNTED_CNI_BIN_DIR"}, Default: DefaultMountedBinDir,
+		Usage: "CNI binary directory as mounted in this container",
+		Set:   settings.Field(func(s *Settings) *string { return &s.MountedBinDir }, absPath)},
+	{Name: "cni-bin-dir", Envs: []string{"CNI_BIN_DIR"}, Default: DefaultHostBinDir,
+		Usage: "CNI binary directory on the host (replaces __CNI_BIN_DIR__)",
+		Set:   settings.Field(func(s *Settings) *string { return &s.HostBinDir }, absPath)},
+	{Name: "secondary-bin-dir", Envs: []string{"SECONDARY_BIN_DIR"},
+		Usage: "a second directory, as mounted here, to install the binaries into (Istio mounts /host/secondary-bin-dir)",
+		Set:   settings.Field(func(s *Settings) *string { return &s.SecondaryBinDir }, optionalAbsPath)},
+	{Name: "cni-bin-source-dir", Envs: []string{"CNI_BIN_SOURCE_DIR"}, Default: DefaultBinSourceDir,
+		Usage: "directory in this image holding the binaries to install",
+		Set:   settings.Field(func(s *Settings) *string { return &s.BinSourceDir }, absPath)},
+	{Name: "cni-binaries-prefix", Envs: []string{"CNI_BINARIES_PREFIX"},
+		Usage: "prefix for the installed binaries' names (Maistra); the entry's type gets it too",
+		Set:   setBinariesPrefix},
+	{Name: "skip-cni-binaries", Envs: []string{"SKIP_CNI_BINARIES"},
+		Usage: "comma-separated binaries not to install",
+		Set:   setSkipBinaries},
+	{Name: "update-cni-binaries", Envs: []string{"UPDATE_CNI_BINARIES"}, Default: "true", Bool: true,
+		Usage: "replace installed binaries that differ from this image's",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.UpdateBinaries }, parseBool)},
+	{Name: "cni-conf-name", Envs: []string{"CNI_CONF_NAME"},
+		Usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default zz-istio-cni.conf, which sorts after the node's network config)",
+		Set:   setConfName},
+	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true,
+		Usage: "insert into the primary CNI's chain; false writes a standalone config",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, parseBool)},
+	{Name: "cni-network-config", Envs: []string{"CNI_NETWORK_CONFIG"},
+		Usage: "template of the plugin's config entry, with __PLACEHOLDERS__ (default: built from the settings)",
+		Set:   func(s *Settings, v string) error { s.NetworkConfig = v; return nil }},
+	{Name: "cni-network-config-file", Envs: []string{"CNI_NETWORK_CONFIG_FILE"},
+		Usage: "file holding the template of the plugin's config entry",
+		Set:   settings.Field(func(s *Settings) *string { return &s.NetworkConfigFile }, optionalAbsPath)},
+	{Name: "exclude-namespaces", Envs: []string{"EXCLUDED_NAMESPACES", "EXCLUDE_NAMESPACES"},
+		Usage: "comma-separated namespaces whose pods the plugin never touches",
+		Set:   setExcludeNamespaces},
+	{Name: "plugin-log-level", Envs: []string{"LOG_LEVEL", "PLUGIN_LOG_LEVEL"}, Default: string(plugin.DefaultLogLevel),
+		Usage: "the plugin's log level: debug, info, warn, error, fatal, panic, none",
+		Set:   setPluginLogLevel},
+	{Name: "pod-namespace", Envs: []string{"POD_NAMESPACE"},
+		Usage: "namespace of this agent's pods (the plugin never redirects them)",
+		Set:   setPodNamespace},
+	{Name: "native-nftables", Envs: []string{"NATIVE_NFTABLES"}, Default: "false", Bool: true,
+		Usage: "the plugin programs nftables instead of iptables",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.NativeNftables }, parseBool)},
+	{Name: "iptables-mode", Envs: []string{"IPTABLES_MODE"},
+		Usage: "the plugin's iptables flavour: legacy, nft, or empty to detect",
+		Set:   setIptablesMode},
+	{Name: "kubeconfig-mode", Envs: []string{"KUBECONFIG_MODE"}, Default: "0600",
+		Usage: "octal file mode of the plugin's kubeconfig",
+		Set:   setKubeconfigMode},
+	{Name: "service-account-dir", Envs: []string{"SERVICE_ACCOUNT_DIR"}, Default: DefaultServiceAccountDir,
+		Usage: "directory holding this agent's ServiceAccount token and ca.crt",
+		Set:   settings.Field(func(s *Settings) *string { return &s.ServiceAccountDir }, absPath)},
+	{Name: "kube-ca-file", Envs: []string{"KUBE_CA_FILE"},
+		Usage: "CA file for the plugin's kubeconfig (default: the service account's ca.crt)",
+		Set:   settings.Field(func(s *Settings) *string { return &s.KubeCAFile }, optionalAbsPath)},
+	{Name: "skip-tls-verify", Envs: []string{"SKIP_TLS_VERIFY"}, Default: "false", Bool: true,
+		Usage: "the plugin's kubeconfig skips verifying the API server's certificate",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.SkipTLSVerify }, parseBool)},
+	{Name: "kubernetes-service-host", Envs: []string{"KUBERNETES_SERVICE_HOST"},
+		Usage: "API server address for the plugin (set by Kubernetes)",
+		Set:   setKubeHost},
+	{Name: "kubernetes-service-port", Envs: []string{"KUBERNETES_SERVICE_PORT"}, Default: "443",
+		Usage: "API server port for the plugin (set by Kubernetes)",
+		Set:   settings.Field(func(s *Settings) *uint16 { return &s.KubePort }, port(false))},
+	{Name: "kubernetes-service-protocol", Envs: []string{"KUBERNETES_SERVICE_PROTOCOL"}, Default: "https",
+		Usage: "API server scheme for the plugin: https or http",
+		Set:   setKubeProtocol},
+	{Name: "node-name", Envs: []string{"NODE_NAME", "KUBERNETES_NODE_NAME"},
+		Usage: "this node's name (replaces __KUBERNETES_NODE_NAME__; default: the host name)",
+		Set:   func(s *Settings, v string) error { s.NodeName = strings.TrimSpace(v); return nil }},
+	{Name: "cni-agent-run-dir", Envs: []string{"CNI_AGENT_RUN_DIR"}, Default: plugin.DefaultAgentRunDir,
+		Usage: "the agent's directory, same path on the host: the plugin's kubeconfig and log socket",
+		Set:   settings.Field(func(s *Settings) *string { return &s.RunDir }, absPath)},
+	{Name: "monitoring-port", Envs: []string{"MONITORING_PORT"}, Default: strconv.Itoa(DefaultMonitoringPort),
+		Usage: "port of /metrics (0: any free port)",
+		Set:   settings.Field(func(s *Settings) *uint16 { return &s.MonitoringPort }, port(true))},
+	{Name: "readiness-port", Envs: []string{"READINESS_PORT"}, Default: strconv.Itoa(DefaultReadinessPort),
+		Usage: "port of /healthz and /readyz (0: any free port)",
+		Set:   settings.Field(func(s *Settings) *uint16 { return &s.ReadinessPort }, port(true))},
+	{Name: "revert-warn-count", Envs: []string{"REVERT_WARN_COUNT"}, Default: strconv.Itoa(DefaultRevertWarnCount),
+		Usage: "warn when the config loses our entry more often than this within --revert-warn-window",
+		Set:   setRevertWarnCount},
+	{Name: "revert-warn-window", Envs: []string{"REVERT_WARN_WINDOW"}, Default: DefaultRevertWarnWindow.String(),
+		Usage: "window of --revert-warn-count",
+		Set:   setRevertWarnWindow},
+	{Name: "log_output_level", Envs: []string{"AGENT_LOG_LEVEL"}, Default: "info",
+		Usage: "this agent's log level: debug, info, warn, error (Istio's scope:level form is accepted)",
+		Set:   setAgentLogLevel},
+	{Name: "log_as_json", Envs: []string{"AGENT_LOG_AS_JSON"}, Default: "false", Bool: true,
+		Usage: "this agent's log in JSON",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.LogJSON }, parseBool)},
+	{Name: "pod-cache", Envs: []string{"POD_CACHE_ENABLED"}, Default: "true", Bool: true,
+		Usage: "serve this node's pods to the plugin from a watch (needs NODE_NAME and list/watch pods)",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.PodCache }, parseBool)},
+}}
 
-var settings = []setting{
-	{name: "mounted-cni-net-dir", envs: []string{"MOUNTED_CNI_NET_DIR"}, def: DefaultMountedNetDir,
-		usage: "CNI config directory as mounted in this container",
-		set:   absPath(func(s *Settings) *string { return &s.MountedNetDir })},
-	{name: "cni-net-dir", envs: []string{"CNI_NET_DIR"}, def: DefaultHostNetDir,
-		usage: "CNI config directory on the host (replaces __CNI_NET_DIR__)",
-		set:   absPath(func(s *Settings) *string { return &s.HostNetDir })},
-	{name: "mounted-cni-bin-dir", envs: []string{"MOUNTED_CNI_BIN_DIR"}, def: DefaultMountedBinDir,
-		usage: "CNI binary directory as mounted in this container",
-		set:   absPath(func(s *Settings) *string { return &s.MountedBinDir })},
-	{name: "cni-bin-dir", envs: []string{"CNI_BIN_DIR"}, def: DefaultHostBinDir,
-		usage: "CNI binary directory on the host (replaces __CNI_BIN_DIR__)",
-		set:   absPath(func(s *Settings) *string { return &s.HostBinDir })},
-	{name: "secondary-bin-dir", envs: []string{"SECONDARY_BIN_DIR"},
-		usage: "a second directory, as mounted here, to install the binaries into (Istio mounts /host/secondary-bin-dir)",
-		set:   optionalAbsPath(func(s *Settings) *string { return &s.SecondaryBinDir })},
-	{name: "cni-bin-source-dir", envs: []string{"CNI_BIN_SOURCE_DIR"}, def: DefaultBinSourceDir,
-		usage: "directory in this image holding the binaries to install",
-		set:   absPath(func(s *Settings) *string { return &s.BinSourceDir })},
-	{name: "cni-binaries-prefix", envs: []string{"CNI_BINARIES_PREFIX"},
-		usage: "prefix for the installed binaries' names (Maistra); the entry's type gets it too",
-		set:   setBinariesPrefix},
-	{name: "skip-cni-binaries", envs: []string{"SKIP_CNI_BINARIES"},
-		usage: "comma-separated binaries not to install",
-		set:   setSkipBinaries},
-	{name: "update-cni-binaries", envs: []string{"UPDATE_CNI_BINARIES"}, def: "true", bool: true,
-		usage: "replace installed binaries that differ from this image's",
-		set:   toggle(func(s *Settings) *bool { return &s.UpdateBinaries })},
-	{name: "cni-conf-name", envs: []string{"CNI_CONF_NAME"},
-		usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default istio-cni.conf)",
-		set:   setConfName},
-	{name: "chained-cni-plugin", envs: []string{"CHAINED_CNI_PLUGIN"}, def: "true", bool: true,
-		usage: "insert into the primary CNI's chain; false writes a standalone config",
-		set:   toggle(func(s *Settings) *bool { return &s.Chained })},
-	{name: "cni-network-config", envs: []string{"CNI_NETWORK_CONFIG"},
-		usage: "template of the plugin's config entry, with __PLACEHOLDERS__ (default: built from the settings)",
-		set:   func(s *Settings, v string) error { s.NetworkConfig = v; return nil }},
-	{name: "cni-network-config-file", envs: []string{"CNI_NETWORK_CONFIG_FILE"},
-		usage: "file holding the template of the plugin's config entry",
-		set:   optionalAbsPath(func(s *Settings) *string { return &s.NetworkConfigFile })},
-	{name: "exclude-namespaces", envs: []string{"EXCLUDED_NAMESPACES", "EXCLUDE_NAMESPACES"},
-		usage: "comma-separated namespaces whose pods the plugin never touches",
-		set:   setExcludeNamespaces},
-	{name: "plugin-log-level", envs: []string{"LOG_LEVEL", "PLUGIN_LOG_LEVEL"}, def: string(plugin.DefaultLogLevel),
-		usage: "the plugin's log level: debug, info, warn, error, fatal, panic, none",
-		set:   setPluginLogLevel},
-	{name: "pod-namespace", envs: []string{"POD_NAMESPACE"},
-		usage: "namespace of this agent's pods (the plugin never redirects them)",
-		set:   setPodNamespace},
-	{name: "native-nftables", envs: []string{"NATIVE_NFTABLES"}, def: "false", bool: true,
-		usage: "the plugin programs nftables instead of iptables",
-		set:   toggle(func(s *Settings) *bool { return &s.NativeNftables })},
-	{name: "iptables-mode", envs: []string{"IPTABLES_MODE"},
-		usage: "the plugin's iptables flavour: legacy, nft, or empty to detect",
-		set:   setIptablesMode},
-	{name: "kubeconfig-mode", envs: []string{"KUBECONFIG_MODE"}, def: "0600",
-		usage: "octal file mode of the plugin's kubeconfig",
-		set:   setKubeconfigMode},
-	{name: "service-account-dir", envs: []string{"SERVICE_ACCOUNT_DIR"}, def: DefaultServiceAccountDir,
-		usage: "directory holding this agent's ServiceAccount token and ca.crt",
-		set:   absPath(func(s *Settings) *string { return &s.ServiceAccountDir })},
-	{name: "kube-ca-file", envs: []string{"KUBE_CA_FILE"},
-		usage: "CA file for the plugin's kubeconfig (default: the service account's ca.crt)",
-		set:   optionalAbsPath(func(s *Settings) *string { return &s.KubeCAFile })},
-	{name: "skip-tls-verify", envs: []string{"SKIP_TLS_VERIFY"}, def: "false", bool: true,
-		usage: "the plugin's kubeconfig skips verifying the API server's certificate",
-		set:   toggle(func(s *Settings) *bool { return &s.SkipTLSVerify })},
-	{name: "kubernetes-service-host", envs: []string{"KUBERNETES_SERVICE_HOST"},
-		usage: "API server address for the plugin (set by Kubernetes)",
-		set:   setKubeHost},
-	{name: "kubernetes-service-port", envs: []string{"KUBERNETES_SERVICE_PORT"}, def: "443",
-		usage: "API server port for the plugin (set by Kubernetes)",
-		set:   port(func(s *Settings) *uint16 { return &s.KubePort }, false)},
-	{name: "kubernetes-service-protocol", envs: []string{"KUBERNETES_SERVICE_PROTOCOL"}, def: "https",
-		usage: "API server scheme for the plugin: https or http",
-		set:   setKubeProtocol},
-	{name: "node-name", envs: []string{"NODE_NAME", "KUBERNETES_NODE_NAME"},
-		usage: "this node's name (replaces __KUBERNETES_NODE_NAME__; default: the host name)",
-		set:   func(s *Settings, v string) error { s.NodeName = strings.TrimSpace(v); return nil }},
-	{name: "cni-agent-run-dir", envs: []string{"CNI_AGENT_RUN_DIR"}, def: plugin.DefaultAgentRunDir,
-		usage: "the agent's directory, same path on the host: the plugin's kubeconfig and log socket",
-		set:   absPath(func(s *Settings) *string { return &s.RunDir })},
-	{name: "monitoring-port", envs: []string{"MONITORING_PORT"}, def: strconv.Itoa(DefaultMonitoringPort),
-		usage: "port of /metrics (0: any free port)",
-		set:   port(func(s *Settings) *uint16 { return &s.MonitoringPort }, true)},
-	{name: "readiness-port", envs: []string{"READINESS_PORT"}, def: strconv.Itoa(DefaultReadinessPort),
-		usage: "port of /healthz and /readyz (0: any free port)",
-		set:   port(func(s *Settings) *uint16 { return &s.ReadinessPort }, true)},
-	{name: "revert-warn-count", envs: []string{"REVERT_WARN_COUNT"}, def: strconv.Itoa(DefaultRevertWarnCount),
-		usage: "warn when the config loses our entry more often than this within --revert-warn-window",
-		set:   setRevertWarnCount},
-	{name: "revert-warn-window", envs: []string{"REVERT_WARN_WINDOW"}, def: DefaultRevertWarnWindow.String(),
-		usage: "window of --revert-warn-count",
-		set:   setRevertWarnWindow},
-	{name: "log_output_level", envs: []string{"AGENT_LOG_LEVEL"}, def: "info",
-		usage: "this agent's log level: debug, info, warn, error (Istio's scope:level form is accepted)",
-		set:   setAgentLogLevel},
-	{name: "log_as_json", envs: []string{"AGENT_LOG_AS_JSON"}, def: "false", bool: true,
-		usage: "this agent's log in JSON",
-		set:   toggle(func(s *Settings) *bool { return &s.LogJSON })},
-	{name: "pod-cache", envs: []string{"POD_CACHE_ENABLED"}, def: "true", bool: true,
-		usage: "serve this node's pods to the plugin from a watch (needs NODE_NAME and list/watch pods)",
-		set:   toggle(func(s *Settings) *bool { return &s.PodCache })},
-}
-
-func (s setting) flagName() string { return "--" + s.name }
-
-func absPath(field func(*Settings) *string) func(*Settings, string) error {
-	return func(s *Settings, v string) error {
-		v = strings.TrimSpace(v)
-		if !filepath.IsAbs(v) {
-			return fmt.Errorf("%q is not an absolute path", v)
-		}
-		*field(s) = filepath.Clean(v)
-		return nil
+func absPath(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if !filepath.IsAbs(v) {
+		return "", fmt.Errorf("%q is not an absolute path", v)
 	}
+	return filepath.Clean(v), nil
 }
 
-func optionalAbsPath(field func(*Settings) *string) func(*Settings, string) error {
-	return func(s *Settings, v string) error {
-		if strings.TrimSpace(v) == "" {
-			*field(s) = ""
-			return nil
-		}
-		return absPath(field)(s, v)
+func optionalAbsPath(v string) (string, error) {
+	if strings.TrimSpace(v) == "" {
+		return "", nil
 	}
+	return absPath(v)
 }
 
-func toggle(field func(*Settings) *bool) func(*Settings, string) error {
-	return func(s *Settings, v string) error {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", v)
-		}
-		*field(s) = b
-		return nil
+func parseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", v)
 	}
+	return b, nil
 }
 
-func port(field func(*Settings) *uint16, zeroOK bool) func(*Settings, string) error {
-	return func(s *Settings, v string) error {
+func port(zeroOK bool) func(string) (uint16, error) {
+	return func(v string) (uint16, error) {
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 16)
 		if err != nil || (n == 0 && !zeroOK) {
-			return fmt.Errorf("%q is not a port number (1-65535)", v)
+			return 0, fmt.Errorf("%q is not a port number (1-65535)", v)
 		}
-		*field(s) = uint16(n)
-		return nil
+		return uint16(n), nil
 	}
 }
 
@@ -346,7 +325,7 @@ func setExcludeNamespaces(s *Settings, v string) error {
 		ns = strings.TrimSpace(ns)
 		switch {
 		case ns == "":
-		case !isDNSLabel(ns):
+		case !kube.IsDNSLabel(ns):
 			bad = append(bad, ns)
 		case !slices.Contains(s.ExcludeNamespaces, ns):
 			s.ExcludeNamespaces = append(s.ExcludeNamespaces, ns)
@@ -358,19 +337,14 @@ func setExcludeNamespaces(s *Settings, v string) error {
 	return nil
 }
 
-func setPluginLogLevel(s *Settings, v string) error {
-	l := plugin.LogLevel(strings.ToLower(strings.TrimSpace(v)))
-	switch l {
-	case plugin.LogPanic, plugin.LogFatal, plugin.LogError, plugin.LogWarn, plugin.LogInfo, plugin.LogDebug, plugin.LogNone:
-		s.PluginLogLevel = l
-		return nil
-	}
-	return fmt.Errorf("%q is not a log level (debug, info, warn, error, fatal, panic, none)", v)
+func setPluginLogLevel(s *Settings, v string) (err error) {
+	s.PluginLogLevel, err = cli.ParseLevel(v)
+	return err
 }
 
 func setPodNamespace(s *Settings, v string) error {
 	v = strings.TrimSpace(v)
-	if v != "" && !isDNSLabel(v) {
+	if v != "" && !kube.IsDNSLabel(v) {
 		return fmt.Errorf("%q is not a namespace name", v)
 	}
 	s.PodNamespace = v
@@ -442,48 +416,13 @@ func setRevertWarnWindow(s *Settings, v string) error {
 	return nil
 }
 
-// setAgentLogLevel accepts a level, or Istio's "scope:level,scope:level" form of
-// --log_output_level, of which the "default" scope (or the only one) counts.
 func setAgentLogLevel(s *Settings, v string) error {
-	level := strings.TrimSpace(v)
-	if strings.Contains(level, ":") {
-		level = ""
-		for _, part := range strings.Split(v, ",") {
-			scope, l, ok := strings.Cut(strings.TrimSpace(part), ":")
-			if ok && (scope == "default" || level == "") {
-				level = l
-			}
-		}
+	l, err := cli.ParseOutputLevel(v)
+	if err != nil {
+		return err
 	}
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "debug":
-		s.LogLevel = slog.LevelDebug
-	case "info":
-		s.LogLevel = slog.LevelInfo
-	case "warn", "warning":
-		s.LogLevel = slog.LevelWarn
-	case "error", "fatal":
-		s.LogLevel = slog.LevelError
-	case "none":
-		s.LogLevel = slog.LevelError + 100
-	default:
-		return fmt.Errorf("%q is not a log level (debug, info, warn, error, none)", v)
-	}
+	s.LogLevel = l.Slog()
 	return nil
-}
-
-// isDNSLabel reports whether v is an RFC 1123 label, the form of a namespace name.
-func isDNSLabel(v string) bool {
-	if v == "" || len(v) > 63 {
-		return false
-	}
-	for i, c := range v {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(v)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 // isDNSName reports whether v is a host name: dot-separated labels, case-insensitive.
@@ -492,28 +431,11 @@ func isDNSName(v string) bool {
 		return false
 	}
 	for _, label := range strings.Split(strings.ToLower(v), ".") {
-		if !isDNSLabel(label) {
+		if !kube.IsDNSLabel(label) {
 			return false
 		}
 	}
 	return true
-}
-
-func newFlagSet() *pflag.FlagSet {
-	fs := pflag.NewFlagSet("install-cni", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.SortFlags = false
-	for _, s := range settings {
-		usage := s.usage + " (env " + strings.Join(s.envs, ", ") + ")"
-		if s.bool {
-			def, _ := strconv.ParseBool(s.def)
-			fs.Bool(s.name, def, usage)
-		} else {
-			fs.String(s.name, s.def, usage)
-		}
-	}
-	return fs
 }
 
 // Usage is the --help text.
@@ -522,47 +444,23 @@ func Usage() string {
 		"Installs the istio-cni plugin on this node, keeps its entry in the CNI config,\n" +
 		"and removes everything on SIGTERM.\n\n" +
 		"Flags (a flag overrides its environment variables; of several variables the last listed wins):\n" +
-		newFlagSet().FlagUsages() +
+		table.FlagUsages() +
 		"\nThe repair controller reads Istio's REPAIR_* variables (REPAIR_ENABLED, default true) and the\n" +
 		"node readiness controller the TAINT_* variables (TAINT_ENABLED, default false); see README.md.\n"
 }
 
 // ErrHelp is returned by Parse for -h/--help.
-var ErrHelp = pflag.ErrHelp
+var ErrHelp = settings.ErrHelp
 
 // Parse turns command-line arguments and environment variables (looked up with
 // lookupEnv) into Settings. A flag overrides its variables; an empty variable counts
 // as unset. Every error names the flag or variable and quotes the value.
 func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, error) {
-	fs := newFlagSet()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return Settings{}, ErrHelp
-		}
-		return Settings{}, fmt.Errorf("%w (see --help)", err)
-	}
-	if fs.NArg() > 0 {
-		return Settings{}, fmt.Errorf("unexpected argument %q: install-cni takes only flags (see --help)", fs.Arg(0))
+	if err := refuseAmbient(lookupEnv); err != nil {
+		return Settings{}, err
 	}
 	var s Settings
-	var errs []error
-	for _, st := range settings {
-		value, source := st.def, "default of "+st.flagName()
-		if fs.Changed(st.name) {
-			value, source = fs.Lookup(st.name).Value.String(), "flag "+st.flagName()
-		} else {
-			for i := len(st.envs) - 1; i >= 0; i-- {
-				if v, ok := lookupEnv(st.envs[i]); ok && strings.TrimSpace(v) != "" {
-					value, source = v, "environment variable "+st.envs[i]
-					break
-				}
-			}
-		}
-		if err := st.set(&s, value); err != nil {
-			errs = append(errs, fmt.Errorf("invalid %s: %w", source, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := table.Parse(&s, args, lookupEnv); err != nil {
 		return Settings{}, err
 	}
 	if err := s.validate(); err != nil {
@@ -656,3 +554,24 @@ func (s *Settings) TokenFile() string { return filepath.Join(s.ServiceAccountDir
 
 // PluginName is the installed plugin binary's name and its entry's type.
 func (s *Settings) PluginName() string { return s.BinariesPrefix + PluginType }
+
+// EnvAmbientEnabled is Istio's switch for ambient mode.
+const EnvAmbientEnabled = "AMBIENT_ENABLED"
+
+// refuseAmbient stops the agent when Istio's ambient mode is asked for: this
+// istio-cni has none, and ignoring the setting would leave ambient pods with no
+// proxy in their path. False (or unset) is what Istio's sidecar mode sets.
+func refuseAmbient(lookupEnv func(string) (string, bool)) error {
+	v, ok := lookupEnv(EnvAmbientEnabled)
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil
+	}
+	on, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("invalid environment variable %s: %q is not true or false", EnvAmbientEnabled, v)
+	}
+	if on {
+		return fmt.Errorf("environment variable %s=%s: this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it", EnvAmbientEnabled, v)
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -46,7 +47,7 @@ func defaults() Settings {
 		BinSourceDir:      DefaultBinSourceDir,
 		UpdateBinaries:    true,
 		Chained:           true,
-		PluginLogLevel:    plugin.LogInfo,
+		PluginLogLevel:    cli.LevelInfo,
 		KubeconfigMode:    0o600,
 		ServiceAccountDir: DefaultServiceAccountDir,
 		KubeHost:          "10.96.0.1",
@@ -117,7 +118,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.SecondaryBinDir, s.BinSourceDir, s.BinariesPrefix = "/m/bin2", "/image/bin", "v2-3-"
 				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
 				s.ConfName, s.Chained, s.NetworkConfig = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`
-				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, plugin.LogDebug, "istio-cni"
+				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, cli.LevelDebug, "istio-cni"
 				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, plugin.IptablesLegacy, 0o640
 				s.ServiceAccountDir, s.KubeCAFile, s.SkipTLSVerify = "/sa", "/ca/ca.pem", true
 				s.KubeHost, s.KubePort, s.KubeProtocol, s.NodeName = "fd00::1", 6443, "http", "n"
@@ -138,12 +139,12 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 		{
 			name: "PLUGIN_LOG_LEVEL wins over the older LOG_LEVEL, which still works alone",
 			env:  map[string]string{"LOG_LEVEL": "warn", "PLUGIN_LOG_LEVEL": "error"},
-			want: func(s *Settings) { s.PluginLogLevel = plugin.LogError },
+			want: func(s *Settings) { s.PluginLogLevel = cli.LevelError },
 		},
 		{
 			name: "LOG_LEVEL alone sets the plugin's level",
 			env:  map[string]string{"LOG_LEVEL": "warn"},
-			want: func(s *Settings) { s.PluginLogLevel = plugin.LogWarn },
+			want: func(s *Settings) { s.PluginLogLevel = cli.LevelWarn },
 		},
 		{
 			name: "an empty variable counts as unset",
@@ -206,6 +207,8 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		env  map[string]string
 		want []string // every one must appear in the error
 	}{
+		{"ambient mode", nil, map[string]string{"AMBIENT_ENABLED": "true"}, []string{"AMBIENT_ENABLED=true", "no ambient mode"}},
+		{"ambient switch not a bool", nil, map[string]string{"AMBIENT_ENABLED": "on"}, []string{"AMBIENT_ENABLED", `"on"`}},
 		{"relative conf dir", nil, map[string]string{"MOUNTED_CNI_NET_DIR": "etc/cni"}, []string{"MOUNTED_CNI_NET_DIR", `"etc/cni"`, "absolute"}},
 		{"relative dir by flag", []string{"--cni-agent-run-dir=run"}, nil, []string{"--cni-agent-run-dir", `"run"`}},
 		{"chained not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "yes please"}, []string{"CHAINED_CNI_PLUGIN", `"yes please"`}},
@@ -247,15 +250,21 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args, envOf(withEnv(tc.env)))
-			if err == nil {
-				t.Fatal("Parse succeeded, want an error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %s", err, w)
-				}
-			}
+			wantErrorMentioning(t, err, tc.want)
 		})
+	}
+}
+
+// wantErrorMentioning checks that err is an error whose text holds each of want.
+func wantErrorMentioning(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %s", err, w)
+		}
 	}
 }
 
@@ -264,8 +273,8 @@ func TestParseHelpIsNotAnErrorAndListsEveryVariable(t *testing.T) {
 		t.Fatalf("Parse(--help) = %v, want ErrHelp", err)
 	}
 	u := Usage()
-	for _, s := range settings {
-		for _, e := range s.envs {
+	for _, s := range table.Settings {
+		for _, e := range s.Envs {
 			if !strings.Contains(u, e) {
 				t.Errorf("usage does not mention %s", e)
 			}
@@ -279,11 +288,11 @@ func TestReadmeDocumentsEverySetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range settings {
-		if !strings.Contains(string(readme), "`--"+s.name+"`") {
-			t.Errorf("README.md does not document --%s", s.name)
+	for _, s := range table.Settings {
+		if !strings.Contains(string(readme), "`--"+s.Name+"`") {
+			t.Errorf("README.md does not document --%s", s.Name)
 		}
-		for _, e := range s.envs {
+		for _, e := range s.Envs {
 			if !strings.Contains(string(readme), "`"+e+"`") {
 				t.Errorf("README.md does not document %s", e)
 			}

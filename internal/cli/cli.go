@@ -1,5 +1,6 @@
 // Package cli is the start-up the long-running commands (install-cni,
-// istio-iptables) share, so that they log, stop and fail the same way.
+// istio-iptables) share, so that they log, stop and fail the same way. Its log
+// levels (Level) are the plugin's too: every binary reads Istio's level names alike.
 package cli
 
 import (

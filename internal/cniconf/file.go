@@ -155,12 +155,7 @@ func removeBackups(dir, name string) error {
 // wake itself up. A wrapped .conf is removed only after its .conflist is in place:
 // in between, the runtime still finds the .conf first and the node keeps working.
 func Install(dir, name string, entry []byte) (string, error) {
-	path := filepath.Join(dir, name)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("install into CNI config: %w", err)
-	}
-	data, err := ReadConfig(path)
+	data, mode, err := readForEdit(dir, name, "install into")
 	if err != nil {
 		return "", err
 	}
@@ -182,16 +177,8 @@ func Install(dir, name string, entry []byte) (string, error) {
 			return "", fmt.Errorf("keep original of %s: %w", name, err)
 		}
 	}
-	if err := unchanged(path, data); err != nil {
+	if err := replace(dir, name, data, outName, out, mode, "wrapping it into "+outName); err != nil {
 		return "", err
-	}
-	if err := WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
-		return "", err
-	}
-	if outName != name {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("remove %s after wrapping it into %s: %w", name, outName, err)
-		}
 	}
 	return outPath, nil
 }
@@ -200,12 +187,7 @@ func Install(dir, name string, entry []byte) (string, error) {
 // the config is still what Install made of it, and drops the backup. It returns the
 // path of the file that now holds the primary's config.
 func Uninstall(dir, name string) (string, error) {
-	path := filepath.Join(dir, name)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("uninstall from CNI config: %w", err)
-	}
-	data, err := ReadConfig(path)
+	data, mode, err := readForEdit(dir, name, "uninstall from")
 	if err != nil {
 		return "", err
 	}
@@ -219,21 +201,47 @@ func Uninstall(dir, name string) (string, error) {
 	}
 	outPath := filepath.Join(dir, outName)
 	if changed {
-		if err := unchanged(path, data); err != nil {
-			return "", err
-		}
-		if err := WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
-			return "", err
-		}
 		// The restored .conf sorts before the .conflist, so the runtime already uses
-		// it if we stop here.
-		if outName != name {
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return "", fmt.Errorf("remove %s after restoring %s: %w", name, outName, err)
-			}
+		// it if we stop between writing it and removing the .conflist.
+		if err := replace(dir, name, data, outName, out, mode, "restoring "+outName); err != nil {
+			return "", err
 		}
 	}
 	return outPath, removeBackups(dir, name)
+}
+
+// readForEdit reads the config dir/name and its permissions; op ("install into")
+// says what for in the error when the file is not there.
+func readForEdit(dir, name, op string) ([]byte, fs.FileMode, error) {
+	path := filepath.Join(dir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s CNI config: %w", op, err)
+	}
+	data, err := ReadConfig(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	return data, fi.Mode().Perm(), nil
+}
+
+// replace writes out as dir/outName in place of dir/name, read earlier as data,
+// unless the file changed since. When the name changes, dir/name is removed once
+// the new file is in place; after says, in that error, what became of it.
+func replace(dir, name string, data []byte, outName string, out []byte, mode fs.FileMode, after string) error {
+	path := filepath.Join(dir, name)
+	if err := unchanged(path, data); err != nil {
+		return err
+	}
+	if err := WriteAtomic(filepath.Join(dir, outName), out, mode); err != nil {
+		return err
+	}
+	if outName != name {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s after %s: %w", name, after, err)
+		}
+	}
+	return nil
 }
 
 // unchanged narrows the window in which another writer's update could be lost:

@@ -103,3 +103,23 @@ func checkPrimary(path string) error {
 	}
 	return nil
 }
+
+// ConfigsAfter lists the network configs of dir that a runtime would load after a
+// file named name: the files with a loadable extension whose names sort after it in
+// byte order and that hold a valid config other than ours. A runtime loads the first
+// config in that order as the node's network, so a standalone istio-cni config must
+// have none after it.
+func ConfigsAfter(dir, name string) ([]string, error) {
+	files, err := libcni.ConfFiles(dir, Extensions)
+	if err != nil {
+		return nil, fmt.Errorf("list CNI configs: %w", err)
+	}
+	sort.Strings(files)
+	var after []string
+	for _, f := range files {
+		if base := filepath.Base(f); base > name && checkPrimary(f) == nil {
+			after = append(after, base)
+		}
+	}
+	return after, nil
+}

@@ -20,7 +20,7 @@ const (
 	// LayoutChained: an entry in the plugin list of the node's primary conflist; the
 	// runtime runs it for every pod after the primary network.
 	LayoutChained = "chained"
-	// LayoutStandalone: a network of its own (istio-cni.conf), which Multus runs for
+	// LayoutStandalone: a network of its own (zz-istio-cni.conf), which Multus runs for
 	// pods that name it in k8s.v1.cni.cncf.io/networks (OpenShift).
 	LayoutStandalone = "standalone"
 	// LayoutFile: a bare entry given on the command line.

@@ -3,15 +3,14 @@ package istioiptables
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
-
+	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Config is everything one istio-iptables invocation was asked to do, validated.
@@ -80,120 +79,94 @@ const (
 	EnvEnvoyUser          = "ENVOY_USER"
 )
 
-type valueKind uint8
-
-const (
-	stringValue valueKind = iota
-	boolValue
-)
-
-// setting is one flag with the environment variables that set it when the flag is
-// absent. When several variables are set, the last one listed wins, as in Istio.
-type setting struct {
-	name, short string
-	envs        []string
-	kind        valueKind
-	def         string // shown in --help only
-	usage       string
-	hidden      bool
-	set         func(c *Config, v string) error
-}
-
-func (s setting) flagName() string {
-	if s.short != "" {
-		return "-" + s.short + "/--" + s.name
-	}
-	return "--" + s.name
-}
-
 // captureField sets one capture field from its Istio string form.
 func captureField(f redirect.Field) func(*Config, string) error {
 	return func(c *Config, v string) error { return c.Capture.Set(f, v) }
 }
 
-func toggle(field func(*Config) *bool) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		b, err := redirect.ParseBool(v)
-		if err != nil {
-			return err
-		}
-		*field(c) = b
-		return nil
-	}
+// captureEnv is captureField for the environment-only settings, which are read
+// trimmed: an error quotes the value without its spaces.
+func captureEnv(f redirect.Field) func(*Config, string) error {
+	return func(c *Config, v string) error { return c.Capture.Set(f, strings.TrimSpace(v)) }
 }
 
-// settings are Istio's istio-iptables flags, with its environment variable names
-// (the flag name upper-cased, '-' -> '_', plus the aliases Istio also reads), and
-// this project's additions.
-var settings = []setting{
-	{name: "envoy-port", short: "p", envs: []string{"ENVOY_PORT"}, def: "15001",
-		usage: "port the outbound TCP traffic is redirected to",
-		set:   captureField(redirect.FieldProxyPort)},
-	{name: "inbound-capture-port", short: "z", envs: []string{"INBOUND_CAPTURE_PORT"}, def: "15006",
-		usage: "port the inbound TCP traffic is redirected to",
-		set:   captureField(redirect.FieldInboundCapturePort)},
-	{name: "inbound-tunnel-port", short: "e", envs: []string{"INBOUND_TUNNEL_PORT"}, def: "15008",
-		usage: "the proxy's HBONE tunnel port, never captured",
-		set:   captureField(redirect.FieldInboundTunnelPort)},
-	{name: "proxy-uid", short: "u", envs: []string{"PROXY_UID"},
-		usage: "comma-separated uids whose traffic is not captured (default: uid of $ENVOY_USER, else 1337)",
-		set:   captureField(redirect.FieldProxyUIDs)},
-	{name: "proxy-gid", short: "g", envs: []string{"PROXY_GID"},
-		usage: "comma-separated gids whose traffic is not captured (default: the proxy uids)",
-		set:   captureField(redirect.FieldProxyGIDs)},
-	{name: "istio-inbound-interception-mode", short: "m", envs: []string{"ISTIO_INBOUND_INTERCEPTION_MODE"}, def: "REDIRECT",
-		usage: `inbound capture mode, "REDIRECT" or "TPROXY"`,
-		set:   captureField(redirect.FieldMode)},
-	{name: "istio-inbound-tproxy-mark", short: "t", envs: []string{"ISTIO_INBOUND_TPROXY_MARK"}, def: "1337",
-		usage: "packet mark of TPROXY-captured traffic",
-		set:   captureField(redirect.FieldTProxyMark)},
-	{name: "istio-inbound-tproxy-route-table", short: "r", envs: []string{"ISTIO_INBOUND_TPROXY_ROUTE_TABLE"}, def: "133",
-		usage: "routing table of TPROXY-captured traffic",
-		set:   captureField(redirect.FieldTProxyRouteTable)},
-	{name: "istio-inbound-ports", short: "b", envs: []string{"ISTIO_INBOUND_PORTS"},
-		usage: `comma-separated inbound ports to capture, "*" for all; empty captures none`,
-		set:   captureField(redirect.FieldInboundPorts)},
-	{name: "istio-local-exclude-ports", short: "d", envs: []string{"ISTIO_LOCAL_EXCLUDE_PORTS"},
-		usage: `comma-separated inbound ports not captured (only with -b "*")`,
-		set:   captureField(redirect.FieldInboundPortsExclude)},
-	{name: "istio-exclude-interfaces", short: "c", envs: []string{"ISTIO_EXCLUDE_INTERFACES"},
-		usage: "comma-separated interfaces whose traffic is never captured",
-		set:   captureField(redirect.FieldExcludeInterfaces)},
-	{name: "istio-service-cidr", short: "i", envs: []string{"ISTIO_SERVICE_CIDR"},
-		usage: `comma-separated outbound CIDRs to capture, "*" for all; empty captures none`,
-		set:   captureField(redirect.FieldOutboundCIDRs)},
-	{name: "istio-service-exclude-cidr", short: "x", envs: []string{"ISTIO_SERVICE_EXCLUDE_CIDR"},
-		usage: "comma-separated outbound CIDRs not captured",
-		set:   captureField(redirect.FieldOutboundCIDRsExclude)},
-	{name: "istio-outbound-ports", short: "q", envs: []string{"ISTIO_OUTBOUND_PORTS"},
-		usage: "comma-separated outbound ports always captured",
-		set:   captureField(redirect.FieldOutboundPorts)},
-	{name: "istio-local-outbound-ports-exclude", short: "o", envs: []string{"ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"},
-		usage: "comma-separated outbound ports never captured",
-		set:   captureField(redirect.FieldOutboundPortsExclude)},
-	{name: "kube-virt-interfaces", short: "k", envs: []string{"KUBE_VIRT_INTERFACES"},
-		usage: "comma-separated virtual interfaces whose inbound traffic is treated as outbound",
-		set:   captureField(redirect.FieldRerouteVirtualInterfaces)},
-	{name: "dry-run", short: "n", envs: []string{"DRY_RUN"}, kind: boolValue,
-		usage: "print the rules instead of applying them",
-		set:   toggle(func(c *Config) *bool { return &c.DryRun })},
-	{name: "skip-rule-apply", envs: []string{"SKIP_RULE_APPLY"}, kind: boolValue,
-		usage: "do not program anything (with --run-validation: only validate)",
-		set:   toggle(func(c *Config) *bool { return &c.SkipRuleApply })},
-	{name: "run-validation", envs: []string{"RUN_VALIDATION"}, kind: boolValue,
-		usage: "check that traffic is redirected to the proxy; exit 126 if not",
-		set:   toggle(func(c *Config) *bool { return &c.RunValidation })},
-	{name: "iptables-probe-port", envs: []string{"IPTABLES_PROBE_PORT"}, def: "15002",
-		usage: "port the validation probe connects to",
-		set: func(c *Config, v string) (err error) {
+func toggle(field func(*Config) *bool) func(*Config, string) error {
+	return settings.Field(field, redirect.ParseBool)
+}
+
+// table is Istio's istio-iptables flags, with its environment variable names (the
+// flag name upper-cased, '-' -> '_', plus the aliases Istio also reads), this
+// project's additions, and the settings Istio reads only from the environment.
+// Defaults are shown in --help only: ParseConfig starts from DefaultConfig.
+var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settings.Setting[Config]{
+	{Name: "envoy-port", Short: "p", Envs: []string{"ENVOY_PORT"}, Default: "15001",
+		Usage: "port the outbound TCP traffic is redirected to",
+		Set:   captureField(redirect.FieldProxyPort)},
+	{Name: "inbound-capture-port", Short: "z", Envs: []string{"INBOUND_CAPTURE_PORT"}, Default: "15006",
+		Usage: "port the inbound TCP traffic is redirected to",
+		Set:   captureField(redirect.FieldInboundCapturePort)},
+	{Name: "inbound-tunnel-port", Short: "e", Envs: []string{"INBOUND_TUNNEL_PORT"}, Default: "15008",
+		Usage: "the proxy's HBONE tunnel port, never captured",
+		Set:   captureField(redirect.FieldInboundTunnelPort)},
+	{Name: "proxy-uid", Short: "u", Envs: []string{"PROXY_UID"},
+		Usage: "comma-separated uids whose traffic is not captured (default: uid of $ENVOY_USER, else 1337)",
+		Set:   captureField(redirect.FieldProxyUIDs)},
+	{Name: "proxy-gid", Short: "g", Envs: []string{"PROXY_GID"},
+		Usage: "comma-separated gids whose traffic is not captured (default: the proxy uids)",
+		Set:   captureField(redirect.FieldProxyGIDs)},
+	{Name: "istio-inbound-interception-mode", Short: "m", Envs: []string{"ISTIO_INBOUND_INTERCEPTION_MODE"}, Default: "REDIRECT",
+		Usage: `inbound capture mode, "REDIRECT" or "TPROXY"`,
+		Set:   captureField(redirect.FieldMode)},
+	{Name: "istio-inbound-tproxy-mark", Short: "t", Envs: []string{"ISTIO_INBOUND_TPROXY_MARK"}, Default: "1337",
+		Usage: "packet mark of TPROXY-captured traffic",
+		Set:   captureField(redirect.FieldTProxyMark)},
+	{Name: "istio-inbound-tproxy-route-table", Short: "r", Envs: []string{"ISTIO_INBOUND_TPROXY_ROUTE_TABLE"}, Default: "133",
+		Usage: "routing table of TPROXY-captured traffic",
+		Set:   captureField(redirect.FieldTProxyRouteTable)},
+	{Name: "istio-inbound-ports", Short: "b", Envs: []string{"ISTIO_INBOUND_PORTS"},
+		Usage: `comma-separated inbound ports to capture, "*" for all; empty captures none`,
+		Set:   captureField(redirect.FieldInboundPorts)},
+	{Name: "istio-local-exclude-ports", Short: "d", Envs: []string{"ISTIO_LOCAL_EXCLUDE_PORTS"},
+		Usage: `comma-separated inbound ports not captured (only with -b "*")`,
+		Set:   captureField(redirect.FieldInboundPortsExclude)},
+	{Name: "istio-exclude-interfaces", Short: "c", Envs: []string{"ISTIO_EXCLUDE_INTERFACES"},
+		Usage: "comma-separated interfaces whose traffic is never captured",
+		Set:   captureField(redirect.FieldExcludeInterfaces)},
+	{Name: "istio-service-cidr", Short: "i", Envs: []string{"ISTIO_SERVICE_CIDR"},
+		Usage: `comma-separated outbound CIDRs to capture, "*" for all; empty captures none`,
+		Set:   captureField(redirect.FieldOutboundCIDRs)},
+	{Name: "istio-service-exclude-cidr", Short: "x", Envs: []string{"ISTIO_SERVICE_EXCLUDE_CIDR"},
+		Usage: "comma-separated outbound CIDRs not captured",
+		Set:   captureField(redirect.FieldOutboundCIDRsExclude)},
+	{Name: "istio-outbound-ports", Short: "q", Envs: []string{"ISTIO_OUTBOUND_PORTS"},
+		Usage: "comma-separated outbound ports always captured",
+		Set:   captureField(redirect.FieldOutboundPorts)},
+	{Name: "istio-local-outbound-ports-exclude", Short: "o", Envs: []string{"ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"},
+		Usage: "comma-separated outbound ports never captured",
+		Set:   captureField(redirect.FieldOutboundPortsExclude)},
+	{Name: "kube-virt-interfaces", Short: "k", Envs: []string{"KUBE_VIRT_INTERFACES"},
+		Usage: "comma-separated virtual interfaces whose inbound traffic is treated as outbound",
+		Set:   captureField(redirect.FieldRerouteVirtualInterfaces)},
+	{Name: "dry-run", Short: "n", Envs: []string{"DRY_RUN"}, Bool: true,
+		Usage: "print the rules instead of applying them",
+		Set:   toggle(func(c *Config) *bool { return &c.DryRun })},
+	{Name: "skip-rule-apply", Envs: []string{"SKIP_RULE_APPLY"}, Bool: true,
+		Usage: "do not program anything (with --run-validation: only validate)",
+		Set:   toggle(func(c *Config) *bool { return &c.SkipRuleApply })},
+	{Name: "run-validation", Envs: []string{"RUN_VALIDATION"}, Bool: true,
+		Usage: "check that traffic is redirected to the proxy; exit 126 if not",
+		Set:   toggle(func(c *Config) *bool { return &c.RunValidation })},
+	{Name: "iptables-probe-port", Envs: []string{"IPTABLES_PROBE_PORT"}, Default: "15002",
+		Usage: "port the validation probe connects to",
+		Set: func(c *Config, v string) (err error) {
 			if strings.TrimSpace(v) != "" {
 				c.ProbePort, err = redirect.ParsePort(v)
 			}
 			return err
 		}},
-	{name: "probe-timeout", envs: []string{"PROBE_TIMEOUT"}, def: "5s",
-		usage: "how long validation keeps trying",
-		set: func(c *Config, v string) error {
+	{Name: "probe-timeout", Envs: []string{"PROBE_TIMEOUT"}, Default: "5s",
+		Usage: "how long validation keeps trying",
+		Set: func(c *Config, v string) error {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil || d <= 0 {
 				return fmt.Errorf("%q is not a positive duration (like 5s)", v)
@@ -201,36 +174,36 @@ var settings = []setting{
 			c.ProbeTimeout = d
 			return nil
 		}},
-	{name: "redirect-dns", envs: []string{"REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"}, kind: boolValue,
-		usage: "capture DNS to the agent on port 15053",
-		set:   captureField(redirect.FieldRedirectDNS)},
-	{name: "capture-all-dns", envs: []string{"CAPTURE_ALL_DNS"}, kind: boolValue,
-		usage: "with --redirect-dns: capture all port 53 traffic, not only to the resolv.conf servers",
-		set:   captureField(redirect.FieldCaptureAllDNS)},
-	{name: "drop-invalid", envs: []string{"DROP_INVALID", "INVALID_DROP"}, kind: boolValue,
-		usage: "drop packets conntrack considers invalid",
-		set:   captureField(redirect.FieldDropInvalid)},
-	{name: "dual-stack", envs: []string{"DUAL_STACK", "ISTIO_DUAL_STACK"}, kind: boolValue,
-		usage: "capture IPv6 too when any pod address is IPv6",
-		set:   toggle(func(c *Config) *bool { return &c.DualStack })},
-	{name: "network-namespace", envs: []string{"NETWORK_NAMESPACE"},
-		usage: "network namespace to program (a path like /var/run/netns/NAME); default: the current one",
-		set: func(c *Config, v string) error {
+	{Name: "redirect-dns", Envs: []string{"REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"}, Bool: true,
+		Usage: "capture DNS to the agent on port 15053",
+		Set:   captureField(redirect.FieldRedirectDNS)},
+	{Name: "capture-all-dns", Envs: []string{"CAPTURE_ALL_DNS"}, Bool: true,
+		Usage: "with --redirect-dns: capture all port 53 traffic, not only to the resolv.conf servers",
+		Set:   captureField(redirect.FieldCaptureAllDNS)},
+	{Name: "drop-invalid", Envs: []string{"DROP_INVALID", "INVALID_DROP"}, Bool: true,
+		Usage: "drop packets conntrack considers invalid",
+		Set:   captureField(redirect.FieldDropInvalid)},
+	{Name: "dual-stack", Envs: []string{"DUAL_STACK", "ISTIO_DUAL_STACK"}, Bool: true,
+		Usage: "capture IPv6 too when any pod address is IPv6",
+		Set:   toggle(func(c *Config) *bool { return &c.DualStack })},
+	{Name: "network-namespace", Envs: []string{"NETWORK_NAMESPACE"},
+		Usage: "network namespace to program (a path like /var/run/netns/NAME); default: the current one",
+		Set: func(c *Config, v string) error {
 			if v != "" && !filepath.IsAbs(v) {
 				return fmt.Errorf("%q is not an absolute path", v)
 			}
 			c.NetworkNamespace = v
 			return nil
 		}},
-	{name: "cleanup-only", envs: []string{"CLEANUP_ONLY"}, kind: boolValue,
-		usage: "remove the capture instead of applying it",
-		set:   toggle(func(c *Config) *bool { return &c.CleanupOnly })},
-	{name: "native-nftables", envs: []string{"NATIVE_NFTABLES"}, kind: boolValue,
-		usage: "program native nftables instead of iptables",
-		set:   toggle(func(c *Config) *bool { return &c.NativeNftables })},
-	{name: "iptables-mode", envs: []string{"IPTABLES_MODE"}, def: "auto",
-		usage: `iptables implementation, "legacy", "nft" or "auto" (nft when installed)`,
-		set: func(c *Config, v string) error {
+	{Name: "cleanup-only", Envs: []string{"CLEANUP_ONLY"}, Bool: true,
+		Usage: "remove the capture instead of applying it",
+		Set:   toggle(func(c *Config) *bool { return &c.CleanupOnly })},
+	{Name: "native-nftables", Envs: []string{"NATIVE_NFTABLES"}, Bool: true,
+		Usage: "program native nftables instead of iptables",
+		Set:   toggle(func(c *Config) *bool { return &c.NativeNftables })},
+	{Name: "iptables-mode", Envs: []string{"IPTABLES_MODE"}, Default: "auto",
+		Usage: `iptables implementation, "legacy", "nft" or "auto" (nft when installed)`,
+		Set: func(c *Config, v string) error {
 			switch m := strings.TrimSpace(v); m {
 			case "", "auto":
 				c.IptablesMode = ""
@@ -241,138 +214,82 @@ var settings = []setting{
 			}
 			return nil
 		}},
-	{name: "resolv-conf", def: DefaultResolvConf, hidden: true,
-		usage: "resolv.conf to read DNS servers from",
-		set: func(c *Config, v string) error {
+	{Name: "resolv-conf", Default: DefaultResolvConf, Hidden: true,
+		Usage: "resolv.conf to read DNS servers from",
+		Set: func(c *Config, v string) error {
 			if strings.TrimSpace(v) == "" {
 				return errors.New(`"" is not a path`)
 			}
 			c.ResolvConf = v
 			return nil
 		}},
-	{name: "log_output_level", def: "default:info",
-		usage: `log level, Istio style: "info" or "default:debug"`,
-		set: func(c *Config, v string) (err error) {
-			c.LogLevel, err = parseLogLevel(v)
-			return err
+	{Name: "log_output_level", Default: "default:info",
+		Usage: `log level, Istio style: "info" or "default:debug"`,
+		Set: func(c *Config, v string) error {
+			l, err := cli.ParseOutputLevel(v)
+			if err != nil {
+				return err
+			}
+			c.LogLevel = l.Slog()
+			return nil
 		}},
-	{name: "log_as_json", kind: boolValue,
-		usage: "log in JSON",
-		set:   toggle(func(c *Config) *bool { return &c.LogJSON })},
+	{Name: "log_as_json", Bool: true,
+		Usage: "log in JSON",
+		Set:   toggle(func(c *Config) *bool { return &c.LogJSON })},
 	// Accepted so that Istio's invocations keep working; they change nothing here:
 	// the xtables lock is always per namespace, and apply always reconciles.
-	{name: "cni-mode", envs: []string{"CNI_MODE"}, kind: boolValue, hidden: true, set: ignoreBool},
-	{name: "reconcile", envs: []string{"RECONCILE"}, kind: boolValue, hidden: true, set: ignoreBool},
-	{name: "force-apply", envs: []string{"FORCE_APPLY"}, kind: boolValue, hidden: true, set: ignoreBool},
-}
+	{Name: "cni-mode", Envs: []string{"CNI_MODE"}, Bool: true, Hidden: true, Set: ignoreBool},
+	{Name: "reconcile", Envs: []string{"RECONCILE"}, Bool: true, Hidden: true, Set: ignoreBool},
+	{Name: "force-apply", Envs: []string{"FORCE_APPLY"}, Bool: true, Hidden: true, Set: ignoreBool},
+	// Environment only, as in Istio. A conflict between the two owner group lists
+	// is reported by ParseConfig, which then reads neither.
+	{Envs: []string{EnvOwnerGroupsInclude}, Usage: `groups whose outbound traffic is captured (default "*")`,
+		Set: captureEnv(redirect.FieldOwnerGroupsInclude)},
+	{Envs: []string{EnvOwnerGroupsExclude}, Usage: "groups whose outbound traffic is not captured",
+		Set: captureEnv(redirect.FieldOwnerGroupsExclude)},
+	{Envs: []string{EnvIPv4LoopbackCIDR}, Usage: "IPv4 loopback range of the pod (default 127.0.0.1/32)",
+		Set: captureEnv(redirect.FieldHostIPv4Loopback)},
+	{Envs: []string{EnvEnvoyUser}, Usage: "user whose uid is the default proxy uid (default istio-proxy)",
+		Set: func(c *Config, v string) error { c.EnvoyUser = strings.TrimSpace(v); return nil }},
+}}
 
 func ignoreBool(_ *Config, v string) error {
 	_, err := redirect.ParseBool(v)
 	return err
 }
 
-// parseLogLevel accepts Istio's --log_output_level: a bare level or comma-separated
-// scope:level pairs, of which the "default" scope counts.
-func parseLogLevel(v string) (slog.Level, error) {
-	level := ""
-	for _, item := range strings.Split(v, ",") {
-		scope, l, found := strings.Cut(strings.TrimSpace(item), ":")
-		if !found {
-			level = scope
-		} else if scope == "default" {
-			level = l
-		}
-	}
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info", "":
-		return slog.LevelInfo, nil
-	case "warn", "warning":
-		return slog.LevelWarn, nil
-	case "error", "fatal":
-		return slog.LevelError, nil
-	case "none":
-		return slog.LevelError + 100, nil
-	}
-	return 0, fmt.Errorf("%q is not a log level (debug, info, warn, error, none)", v)
-}
-
-func newFlagSet() *pflag.FlagSet {
-	fs := pflag.NewFlagSet("istio-iptables", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.SortFlags = false
-	for _, s := range settings {
-		usage := s.usage
-		if len(s.envs) > 0 {
-			usage += " (env " + strings.Join(s.envs, ", ") + ")"
-		}
-		if s.kind == boolValue {
-			fs.BoolP(s.name, s.short, false, usage)
-		} else {
-			fs.StringP(s.name, s.short, s.def, usage)
-		}
-		if s.hidden {
-			_ = fs.MarkHidden(s.name)
-		}
-	}
-	return fs
-}
-
 // Usage is the --help text.
 func Usage() string {
 	return "Usage: istio-iptables [flags]\n\n" +
 		"Sets up (or prints, removes, validates) the traffic capture of an Istio sidecar.\n\n" +
-		"Flags (a flag overrides its environment variable):\n" + newFlagSet().FlagUsages() +
-		"\nEnvironment only:\n" +
-		"  " + EnvOwnerGroupsInclude + "          groups whose outbound traffic is captured (default \"*\")\n" +
-		"  " + EnvOwnerGroupsExclude + "  groups whose outbound traffic is not captured\n" +
-		"  " + EnvIPv4LoopbackCIDR + "    IPv4 loopback range of the pod (default 127.0.0.1/32)\n" +
-		"  " + EnvEnvoyUser + "                           user whose uid is the default proxy uid (default istio-proxy)\n" +
+		"Flags (a flag overrides its environment variable):\n" + table.FlagUsages() +
+		"\nEnvironment only:\n" + table.EnvUsages() +
 		"\nExit status: 0 success, 1 error, 126 validation found traffic not redirected.\n"
 }
 
 // ErrHelp is returned by ParseConfig for -h/--help.
-var ErrHelp = pflag.ErrHelp
+var ErrHelp = settings.ErrHelp
 
 // ParseConfig turns command-line arguments and environment variables (looked up
 // with lookupEnv) into a Config. A flag overrides its variables. Every error names
 // the flag or variable and quotes the value.
 func ParseConfig(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
-	fs := newFlagSet()
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return Config{}, ErrHelp
-		}
-		return Config{}, fmt.Errorf("%w (see --help)", err)
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q: istio-iptables takes only flags (see --help)", fs.Arg(0))
-	}
 	c := DefaultConfig()
-	var errs []error
-	for _, s := range settings {
-		var value, source string
-		if fs.Changed(s.name) {
-			value, source = fs.Lookup(s.name).Value.String(), "flag "+s.flagName()
-		} else {
-			for i := len(s.envs) - 1; i >= 0; i-- {
-				if v, ok := lookupEnv(s.envs[i]); ok && strings.TrimSpace(v) != "" {
-					value, source = v, "environment variable "+s.envs[i]
-					break
-				}
+	conflict := ownerGroupsConflict(lookupEnv)
+	lookup := lookupEnv
+	if conflict != nil {
+		lookup = func(name string) (string, bool) {
+			if name == EnvOwnerGroupsInclude || name == EnvOwnerGroupsExclude {
+				return "", false
 			}
-		}
-		if source == "" {
-			continue
-		}
-		if err := s.set(&c, value); err != nil {
-			errs = append(errs, fmt.Errorf("invalid %s: %w", source, err))
+			return lookupEnv(name)
 		}
 	}
-	errs = append(errs, parseEnvOnly(&c, lookupEnv)...)
-	if err := errors.Join(errs...); err != nil {
+	err := table.Parse(&c, args, lookup)
+	if errors.Is(err, ErrHelp) {
+		return Config{}, err
+	}
+	if err := errors.Join(err, conflict); err != nil {
 		return Config{}, err
 	}
 	if err := c.validate(); err != nil {
@@ -381,32 +298,19 @@ func ParseConfig(args []string, lookupEnv func(string) (string, bool)) (Config, 
 	return c, nil
 }
 
-func parseEnvOnly(c *Config, lookupEnv func(string) (string, bool)) []error {
-	var errs []error
+// ownerGroupsConflict reports both owner group lists being set: Istio captures the
+// groups listed or all but those listed, not both.
+func ownerGroupsConflict(lookupEnv func(string) (string, bool)) error {
 	get := func(name string) string {
 		v, _ := lookupEnv(name)
 		return strings.TrimSpace(v)
 	}
 	include, exclude := get(EnvOwnerGroupsInclude), get(EnvOwnerGroupsExclude)
 	if include != "" && include != "*" && exclude != "" {
-		errs = append(errs, fmt.Errorf("environment variables %s=%q and %s=%q cannot both be set",
-			EnvOwnerGroupsInclude, include, EnvOwnerGroupsExclude, exclude))
-	} else {
-		for _, e := range []struct {
-			name  string
-			field redirect.Field
-		}{{EnvOwnerGroupsInclude, redirect.FieldOwnerGroupsInclude}, {EnvOwnerGroupsExclude, redirect.FieldOwnerGroupsExclude}, {EnvIPv4LoopbackCIDR, redirect.FieldHostIPv4Loopback}} {
-			if v := get(e.name); v != "" {
-				if err := c.Capture.Set(e.field, v); err != nil {
-					errs = append(errs, fmt.Errorf("invalid environment variable %s: %w", e.name, err))
-				}
-			}
-		}
+		return fmt.Errorf("environment variables %s=%q and %s=%q cannot both be set",
+			EnvOwnerGroupsInclude, include, EnvOwnerGroupsExclude, exclude)
 	}
-	if v := get(EnvEnvoyUser); v != "" {
-		c.EnvoyUser = v
-	}
-	return errs
+	return nil
 }
 
 // validate checks what no single setting can: combinations.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"net/url"
 	"path"
@@ -16,6 +15,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // Config is the plugin's configuration from the CNI network config on stdin, merged
@@ -39,7 +41,8 @@ type Config struct {
 	// RuntimeConfig is passed by the runtime for declared capabilities; kept as is.
 	RuntimeConfig json.RawMessage
 
-	LogLevel LogLevel
+	// LogLevel is the plugin's log level, one of Istio's names.
+	LogLevel cli.Level
 	// AgentRunDir is the node agent's run directory on the host (cni_agent_run_dir).
 	AgentRunDir string
 	// Kubeconfig is the path of the kubeconfig the plugin uses for pod lookups.
@@ -78,42 +81,6 @@ type Config struct {
 	// keys maps a Config field to the config key its value came from, so that
 	// validation errors name what the user wrote.
 	keys map[string]string
-}
-
-// LogLevel is a plugin log level.
-type LogLevel string
-
-// Log levels, Istio's names.
-const (
-	LogPanic LogLevel = "panic"
-	LogFatal LogLevel = "fatal"
-	LogError LogLevel = "error"
-	LogWarn  LogLevel = "warn"
-	LogInfo  LogLevel = "info"
-	LogDebug LogLevel = "debug"
-	LogNone  LogLevel = "none"
-)
-
-var logLevels = []LogLevel{LogPanic, LogFatal, LogError, LogWarn, LogInfo, LogDebug, LogNone}
-
-// Slog maps the level to slog's scale; panic and fatal only let the gravest messages
-// through, none lets nothing through.
-func (l LogLevel) Slog() slog.Level {
-	switch l {
-	case LogDebug:
-		return slog.LevelDebug
-	case LogWarn:
-		return slog.LevelWarn
-	case LogError:
-		return slog.LevelError
-	case LogFatal:
-		return slog.LevelError + 4
-	case LogPanic:
-		return slog.LevelError + 8
-	case LogNone:
-		return slog.LevelError + 100
-	}
-	return slog.LevelInfo
 }
 
 // Backend is the rule backend.
@@ -157,7 +124,7 @@ const (
 	KubeconfigName          = "istio-cni-kubeconfig"
 	LogSocketName           = "log.sock"
 	LogFileName             = "istio-cni.log"
-	DefaultLogLevel         = LogInfo
+	DefaultLogLevel         = cli.LevelInfo
 	DefaultPodLookupRetries = 30
 	DefaultPodLookupDelay   = time.Second
 	// MaxExtraBypassUIDs bounds extra_bypass_uids: each uid is a rule per hook.
@@ -302,9 +269,9 @@ func (r rawConfig) withDefaults() Config {
 	}
 	switch {
 	case r.PluginLogLevel != nil:
-		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.PluginLogLevel))), "plugin_log_level"
+		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.PluginLogLevel), "plugin_log_level"
 	case r.LogLevel != nil:
-		c.LogLevel, c.keys["LogLevel"] = LogLevel(strings.ToLower(strings.TrimSpace(*r.LogLevel))), "log_level"
+		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.LogLevel), "log_level"
 	}
 	if r.CNIAgentRunDir != nil {
 		c.AgentRunDir, c.keys["AgentRunDir"] = *r.CNIAgentRunDir, "cni_agent_run_dir"
@@ -367,6 +334,15 @@ func (r rawConfig) withDefaults() Config {
 	return c
 }
 
+// logLevel is the level named by v, or v itself (trimmed, lower-case) for Validate
+// to report when it names none.
+func logLevel(v string) cli.Level {
+	if l, err := cli.ParseLevel(v); err == nil {
+		return l
+	}
+	return cli.Level(strings.ToLower(strings.TrimSpace(v)))
+}
+
 func dedupUIDs(ids []uint32) []uint32 {
 	var out []uint32
 	for _, id := range ids {
@@ -391,12 +367,8 @@ func (c *Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("plugin config: %q: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if !slices.Contains(logLevels, c.LogLevel) {
-		names := make([]string, len(logLevels))
-		for i, l := range logLevels {
-			names[i] = string(l)
-		}
-		bad(c.key("LogLevel", "plugin_log_level"), "%q is not a log level (%s)", c.LogLevel, strings.Join(names, ", "))
+	if _, err := cli.ParseLevel(string(c.LogLevel)); err != nil {
+		bad(c.key("LogLevel", "plugin_log_level"), "%q is not a log level (panic, fatal, error, warn, info, debug, none)", c.LogLevel)
 	}
 	absPath := func(key, p string, optional bool) {
 		if p == "" && optional {
@@ -430,11 +402,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, ns := range c.ExcludeNamespaces {
-		if !isDNSLabel(ns) {
+		if !kube.IsDNSLabel(ns) {
 			bad(c.key("ExcludeNamespaces", "exclude_namespaces"), "%q is not a namespace name", ns)
 		}
 	}
-	if c.PodNamespace != "" && !isDNSLabel(c.PodNamespace) {
+	if c.PodNamespace != "" && !kube.IsDNSLabel(c.PodNamespace) {
 		bad("pod_namespace", "%q is not a namespace name", c.PodNamespace)
 	}
 	if c.Backend != BackendIptables && c.Backend != BackendNftables {
@@ -460,20 +432,6 @@ func (c *Config) Validate() error {
 		bad("extra_bypass_uids", "uid 0 (root) may not bypass redirection")
 	}
 	return errors.Join(errs...)
-}
-
-// isDNSLabel reports whether s is an RFC 1123 label, the form of a namespace name.
-func isDNSLabel(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for i, c := range s {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 // PrevResultIPs returns the addresses in the previous plugin's result, in order; nil

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/istio-cni/istio-cni/internal/cli"
 )
 
 var ignoreKeys = cmpopts.IgnoreUnexported(Config{})
@@ -18,7 +19,7 @@ var ignoreKeys = cmpopts.IgnoreUnexported(Config{})
 func defaults() Config {
 	return Config{
 		NetConf:     types.NetConf{CNIVersion: "1.0.0", Name: "istio-cni", Type: "istio-cni"},
-		LogLevel:    LogInfo,
+		LogLevel:    cli.LevelInfo,
 		AgentRunDir: "/var/run/istio-cni",
 		Kubeconfig:  "/var/run/istio-cni/istio-cni-kubeconfig",
 		Backend:     BackendIptables,
@@ -46,7 +47,7 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				"ambient_enabled":false,"enablement_selectors":[{"podSelector":{"matchLabels":{"a":"b"}}}],
 				"exclude_namespaces":["istio-system","kube-system"],"pod_namespace":"istio-system","native_nftables":true}`,
 			want: func(c *Config) {
-				c.LogLevel = LogDebug
+				c.LogLevel = cli.LevelDebug
 				c.AgentRunDir = "/run/istio-cni"
 				c.Kubeconfig = "/run/istio-cni/istio-cni-kubeconfig"
 				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
@@ -66,7 +67,7 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				"iptables_script":"istio-iptables.sh"}}`,
 			want: func(c *Config) {
 				c.CNIVersion = "0.3.1"
-				c.LogLevel = LogWarn
+				c.LogLevel = cli.LevelWarn
 				c.Kubeconfig = "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"
 				c.K8sAPIRoot = "https://10.96.0.1:443"
 				c.CNIBinDir = "/var/lib/cni/bin"
@@ -76,6 +77,11 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 			},
 		},
 		{
+			name: "a level in capitals, or Istio's other spelling of warn",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","plugin_log_level":" WARNING "}`,
+			want: func(c *Config) { c.LogLevel = cli.LevelWarn },
+		},
+		{
 			name: "mixed formats: the current keys win",
 			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni",
 				"plugin_log_level":"error","log_level":"debug",
@@ -83,7 +89,7 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				"log_socket":"","log_uds_address":"/old.sock",
 				"kubernetes":{"kubeconfig":"/etc/old-kubeconfig","exclude_namespaces":["kube-system"]}}`,
 			want: func(c *Config) {
-				c.LogLevel = LogError
+				c.LogLevel = cli.LevelError
 				c.AgentRunDir = "/run/agent"
 				c.Kubeconfig = "/run/agent/istio-cni-kubeconfig"
 				c.ExcludeNamespaces = []string{}
@@ -253,18 +259,6 @@ func TestExtraBypassUIDsAreBounded(t *testing.T) {
 	want := `plugin config: "extra_bypass_uids": 65 uids given, at most 64 are supported`
 	if err := c.Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate = %v, want %s", err, want)
-	}
-}
-
-func TestLogLevelsMapToIncreasingSlogLevels(t *testing.T) {
-	order := []LogLevel{LogDebug, LogInfo, LogWarn, LogError, LogFatal, LogPanic, LogNone}
-	for i := 1; i < len(order); i++ {
-		if order[i-1].Slog() >= order[i].Slog() {
-			t.Errorf("%s (%v) not below %s (%v)", order[i-1], order[i-1].Slog(), order[i], order[i].Slog())
-		}
-	}
-	if LogInfo.Slog() != slog.LevelInfo {
-		t.Errorf("info = %v", LogInfo.Slog())
 	}
 }
 

@@ -7,29 +7,12 @@ package pluginlog
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 )
-
-// ParseLevel maps Istio's log levels (panic, fatal, error, warn, info, debug) to slog.
-func ParseLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "panic", "fatal", "error":
-		return slog.LevelError, nil
-	case "warn", "warning":
-		return slog.LevelWarn, nil
-	case "", "info":
-		return slog.LevelInfo, nil
-	case "debug":
-		return slog.LevelDebug, nil
-	}
-	return 0, fmt.Errorf("%q is not a log level (panic, fatal, error, warn, info, debug)", s)
-}
 
 // Options say where logs go besides stderr.
 type Options struct {

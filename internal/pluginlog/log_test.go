@@ -13,19 +13,6 @@ import (
 	"time"
 )
 
-func TestParseLevel(t *testing.T) {
-	for in, want := range map[string]slog.Level{"panic": slog.LevelError, "fatal": slog.LevelError, "error": slog.LevelError,
-		"warn": slog.LevelWarn, "info": slog.LevelInfo, "": slog.LevelInfo, "DEBUG": slog.LevelDebug} {
-		got, err := ParseLevel(in)
-		if err != nil || got != want {
-			t.Errorf("ParseLevel(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	if _, err := ParseLevel("loud"); err == nil || !strings.Contains(err.Error(), `"loud"`) {
-		t.Errorf("ParseLevel(loud) error = %v, want one quoting the value", err)
-	}
-}
-
 // TestRecordsReachStderrFileAndSocket proves one record goes to all three outputs,
 // that the level filters, and that a missing socket is not an error.
 func TestRecordsReachStderrFileAndSocket(t *testing.T) {

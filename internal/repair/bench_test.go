@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -31,7 +33,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // sends) to the controller's API call (delete, label) or programmed namespace
 // (repair in place) completing: 20 pods one after another, p50 and max reported.
 func BenchmarkTimeFromValidationFailureToAction(b *testing.B) {
-	requireRoot(b)
+	root.Require(b)
 	cp := startControlPlane(b)
 	admin := cp.AdminClient()
 	const samples = 20

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/istio-cni/istio-cni/internal/envconf"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Environment variables, Istio's names (install-cni's repair-* flags) unless marked
@@ -125,43 +125,36 @@ func DefaultConfig() Config {
 // ConfigFromEnv reads the settings through lookup (os.LookupEnv in the agent) over
 // DefaultConfig and validates them. Every error names the variable and the value.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
-	c := DefaultConfig()
-	r := envconf.NewReader(lookup)
-	r.Bool(EnvEnabled, &c.Enabled)
-	r.Bool(EnvRepairPods, &c.RepairPods)
-	r.Bool(EnvDeletePods, &c.DeletePods)
-	r.Bool(EnvLabelPods, &c.LabelPods)
-	r.String(EnvLabelKey, &c.LabelKey)
-	r.String(EnvLabelValue, &c.LabelValue)
-	r.String(EnvNodeNameAgent, &c.NodeName)
-	r.NonEmpty(EnvNodeName, &c.NodeName)
-	r.String(EnvSidecarAnnotation, &c.SidecarAnnotation)
-	r.String(EnvInitContainerName, &c.InitContainerName)
-	if v, ok := lookup(EnvInitTerminationMsg); ok {
-		c.InitTerminationMsg = v // compared trimmed; kept as given for messages
-	}
-	r.Int(EnvInitExitCode, &c.InitExitCode)
-	r.String(EnvLabelSelectors, &c.LabelSelector)
-	r.String(EnvFieldSelectors, &c.FieldSelector)
-	r.Int(EnvMaxRetries, &c.MaxRetries)
-	r.Duration(EnvRetryBase, &c.RetryBase, "200ms or 30s")
-	r.Duration(EnvRetryMax, &c.RetryMax, "200ms or 30s")
-	r.String(EnvProcDir, &c.ProcDir)
-	if v, ok := lookup(EnvNetnsDirs); ok {
-		c.NetnsDirs = nil
-		for _, d := range strings.Split(v, ",") {
-			if d = strings.TrimSpace(d); d != "" {
-				c.NetnsDirs = append(c.NetnsDirs, d)
+	return settings.FromEnv(lookup, DefaultConfig(), func(r *settings.Reader, c *Config) {
+		r.Bool(EnvEnabled, &c.Enabled)
+		r.Bool(EnvRepairPods, &c.RepairPods)
+		r.Bool(EnvDeletePods, &c.DeletePods)
+		r.Bool(EnvLabelPods, &c.LabelPods)
+		r.String(EnvLabelKey, &c.LabelKey)
+		r.String(EnvLabelValue, &c.LabelValue)
+		r.String(EnvNodeNameAgent, &c.NodeName)
+		r.NonEmpty(EnvNodeName, &c.NodeName)
+		r.String(EnvSidecarAnnotation, &c.SidecarAnnotation)
+		r.String(EnvInitContainerName, &c.InitContainerName)
+		if v, ok := lookup(EnvInitTerminationMsg); ok {
+			c.InitTerminationMsg = v // compared trimmed; kept as given for messages
+		}
+		r.Int(EnvInitExitCode, &c.InitExitCode)
+		r.String(EnvLabelSelectors, &c.LabelSelector)
+		r.String(EnvFieldSelectors, &c.FieldSelector)
+		r.Int(EnvMaxRetries, &c.MaxRetries)
+		r.Duration(EnvRetryBase, &c.RetryBase, "200ms or 30s")
+		r.Duration(EnvRetryMax, &c.RetryMax, "200ms or 30s")
+		r.String(EnvProcDir, &c.ProcDir)
+		if v, ok := lookup(EnvNetnsDirs); ok {
+			c.NetnsDirs = nil
+			for _, d := range strings.Split(v, ",") {
+				if d = strings.TrimSpace(d); d != "" {
+					c.NetnsDirs = append(c.NetnsDirs, d)
+				}
 			}
 		}
-	}
-	if err := r.Err(); err != nil {
-		return Config{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	})
 }
 
 // Validate checks every setting and reports all problems at once, each naming its
@@ -170,7 +163,7 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var p envconf.Problems
+	var p settings.Problems
 	if !c.RepairPods && !c.DeletePods && !c.LabelPods {
 		p.Add(EnvEnabled, "true, but %s, %s and %s are all false: nothing would be done with a broken pod (set one, or %s=false)",
 			EnvRepairPods, EnvDeletePods, EnvLabelPods, EnvEnabled)

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
-	"github.com/istio-cni/istio-cni/internal/envconf"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Event reasons on the pod. The delete and label ones are Istio's.
@@ -96,7 +96,7 @@ type Controller struct {
 
 // New checks cfg and builds the controller; it starts nothing.
 func New(cfg Config, client Client, deps Deps) (*Controller, error) {
-	if err := envconf.CheckEnabled("repair controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
+	if err := settings.CheckEnabled("repair controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
 		return nil, err
 	}
 	if client == nil {

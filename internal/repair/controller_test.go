@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +36,25 @@ func bystanders(t *testing.T, admin kubernetes.Interface, node, prefix string) [
 	return names
 }
 
+// wantUntouched checks that the bystanders named are still there, not repaired
+// (repaired says whether the controller acted on a pod) and without events.
+func wantUntouched(t *testing.T, admin kubernetes.Interface, names []string, repaired func(p *corev1.Pod) bool) {
+	t.Helper()
+	for _, name := range names {
+		p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("pod %s: %v, but it is not broken", name, err)
+			continue
+		}
+		if repaired(p) {
+			t.Errorf("pod %s was repaired, but it is not broken", name)
+		}
+		if ev := eventsFor(t, admin, name); len(ev) > 0 {
+			t.Errorf("pod %s got events %q", name, ev)
+		}
+	}
+}
+
 func TestBrokenPodsAreDeletedOrLabelledBySettingAndOthersAreUntouched(t *testing.T) {
 	cp := startControlPlane(t)
 	admin := cp.AdminClient()
@@ -52,15 +72,7 @@ func TestBrokenPodsAreDeletedOrLabelledBySettingAndOthersAreUntouched(t *testing
 		if !strings.Contains(ev, "exited with code 126") {
 			t.Errorf("event %q does not say why", ev)
 		}
-		for _, name := range others {
-			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), name, metav1.GetOptions{})
-			if err != nil || p.DeletionTimestamp != nil {
-				t.Errorf("pod %s: deleted (%v), but it is not broken", name, err)
-			}
-			if ev := eventsFor(t, admin, name); len(ev) > 0 {
-				t.Errorf("pod %s got events %q", name, ev)
-			}
-		}
+		wantUntouched(t, admin, others, func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
 		wantCount(t, "delete/success", func() uint64 { return c.Metrics().PodsRepaired(ActionDelete, ResultSuccess) }, 1)
 	})
 
@@ -78,18 +90,7 @@ func TestBrokenPodsAreDeletedOrLabelledBySettingAndOthersAreUntouched(t *testing
 			return err == nil && p.Labels["example.com/broken"] == "yes", err
 		})
 		waitEvent(t, admin, "lbl-broken", ReasonLabelBrokenPod)
-		for _, name := range others {
-			p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := p.Labels["example.com/broken"]; ok {
-				t.Errorf("pod %s was labelled but is not broken", name)
-			}
-			if ev := eventsFor(t, admin, name); len(ev) > 0 {
-				t.Errorf("pod %s got events %q", name, ev)
-			}
-		}
+		wantUntouched(t, admin, others, func(p *corev1.Pod) bool { _, ok := p.Labels["example.com/broken"]; return ok })
 		wantCount(t, "label/success", func() uint64 { return c.Metrics().PodsRepaired(ActionLabel, ResultSuccess) }, 1)
 	})
 

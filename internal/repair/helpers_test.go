@@ -44,13 +44,6 @@ func rulesFor(cfg Config) []rbacv1.PolicyRule {
 	return rules
 }
 
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, iptables); run it as root, as CI does")
-	}
-}
-
 func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Options{})

@@ -14,6 +14,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
@@ -52,7 +53,7 @@ func iptablesSave(t testing.TB, ns string) string {
 // about), a pod object whose validation failed, and the controller that finds the
 // namespace through /proc and programs it with the plugin's own path.
 func TestBrokenPodIsRepairedInPlaceWithThePluginsRules(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	admin := cp.AdminClient()
 	ip := netip.MustParseAddr("10.251.2.10")
@@ -126,7 +127,7 @@ func TestBrokenPodIsRepairedInPlaceWithThePluginsRules(t *testing.T) {
 // runs again (restartPolicy Never) is deleted at once, and a pod whose namespace
 // cannot be found is deleted after the bounded retries.
 func TestInPlaceRepairFallsBackToDeleteWhenItCannotHelp(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	admin := cp.AdminClient()
 	cfg := testConfig("node-fallback")

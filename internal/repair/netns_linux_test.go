@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
@@ -77,7 +78,7 @@ func newPodNetns(t testing.TB, dir, name string, ip netip.Addr, withProcess, kee
 }
 
 func TestProcFinderFindsNamespaceHeldOnlyByAProcess(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	ip := netip.MustParseAddr("10.251.1.5")
 	pn := newPodNetns(t, t.TempDir(), "pod", ip, true, false)
 	f := &ProcFinder{ProcDir: "/proc"}
@@ -102,7 +103,7 @@ func TestProcFinderFindsNamespaceHeldOnlyByAProcess(t *testing.T) {
 }
 
 func TestProcFinderFindsBindMountedNamespaceWithoutProcess(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	dir := t.TempDir()
 	ip := netip.MustParseAddr("10.251.1.6")
 	pn := newPodNetns(t, dir, "cni-1234", ip, false, true)
@@ -121,7 +122,7 @@ func TestProcFinderFindsBindMountedNamespaceWithoutProcess(t *testing.T) {
 }
 
 func TestProcFinderPrefersBindMountAndRefusesToGuessBetweenLiveNamespaces(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	dir := t.TempDir()
 	ip := netip.MustParseAddr("10.251.1.7")
 	pn := newPodNetns(t, dir, "both", ip, true, true)
@@ -144,7 +145,7 @@ func TestProcFinderPrefersBindMountAndRefusesToGuessBetweenLiveNamespaces(t *tes
 }
 
 func TestProcFinderReportsUnknownAddress(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	_, err := (&ProcFinder{ProcDir: "/proc", Dirs: []string{"/var/run/netns"}}).Find(context.Background(), []netip.Addr{netip.MustParseAddr("10.251.254.254")})
 	if !errors.Is(err, ErrNetnsNotFound) {
 		t.Errorf("got %v, want ErrNetnsNotFound", err)

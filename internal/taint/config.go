@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/istio-cni/istio-cni/internal/envconf"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Environment variables (ours: Istio has no agent-side equivalent; its istiod
@@ -87,32 +87,25 @@ func DefaultConfig() Config {
 // ConfigFromEnv reads the settings through lookup over DefaultConfig and validates
 // them; every error names the variable.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
-	c := DefaultConfig()
-	r := envconf.NewReader(lookup)
-	r.Bool(EnvEnabled, &c.Enabled)
-	r.NonEmpty(EnvKey, &c.Key)
-	var effect string
-	r.NonEmpty(EnvEffect, &effect)
-	if effect != "" {
-		c.Effect = corev1.TaintEffect(effect)
-	}
-	r.NonEmpty(EnvPodNamespace, &c.AgentNamespace)
-	r.NonEmpty(EnvAgentNamespace, &c.AgentNamespace)
-	r.String(EnvAgentSelector, &c.AgentSelector)
-	r.String(EnvNodeSelector, &c.NodeSelector)
-	r.NonEmpty(EnvLeaseName, &c.LeaseName)
-	r.Duration(EnvLeaseDuration, &c.LeaseDuration, "15s")
-	r.Duration(EnvRenewDeadline, &c.RenewDeadline, "15s")
-	r.Duration(EnvRetryPeriod, &c.RetryPeriod, "15s")
-	r.NonEmpty(EnvPodName, &c.Identity)
-	r.NonEmpty(EnvIdentity, &c.Identity)
-	if err := r.Err(); err != nil {
-		return Config{}, err
-	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return settings.FromEnv(lookup, DefaultConfig(), func(r *settings.Reader, c *Config) {
+		r.Bool(EnvEnabled, &c.Enabled)
+		r.NonEmpty(EnvKey, &c.Key)
+		var effect string
+		r.NonEmpty(EnvEffect, &effect)
+		if effect != "" {
+			c.Effect = corev1.TaintEffect(effect)
+		}
+		r.NonEmpty(EnvPodNamespace, &c.AgentNamespace)
+		r.NonEmpty(EnvAgentNamespace, &c.AgentNamespace)
+		r.String(EnvAgentSelector, &c.AgentSelector)
+		r.String(EnvNodeSelector, &c.NodeSelector)
+		r.NonEmpty(EnvLeaseName, &c.LeaseName)
+		r.Duration(EnvLeaseDuration, &c.LeaseDuration, "15s")
+		r.Duration(EnvRenewDeadline, &c.RenewDeadline, "15s")
+		r.Duration(EnvRetryPeriod, &c.RetryPeriod, "15s")
+		r.NonEmpty(EnvPodName, &c.Identity)
+		r.NonEmpty(EnvIdentity, &c.Identity)
+	})
 }
 
 // Validate reports every bad setting, each naming its variable.
@@ -120,7 +113,7 @@ func (c Config) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
-	var p envconf.Problems
+	var p settings.Problems
 	if msgs := validation.IsQualifiedName(c.Key); len(msgs) > 0 {
 		p.Add(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
 	}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/istio-cni/istio-cni/internal/envconf"
+	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Metrics are the controller's counters, plain atomics for the agent to export.
@@ -81,7 +81,7 @@ type Controller struct {
 
 // New checks cfg; it starts nothing.
 func New(cfg Config, client Client, deps Deps) (*Controller, error) {
-	if err := envconf.CheckEnabled("taint controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
+	if err := settings.CheckEnabled("taint controller", EnvEnabled, cfg.Enabled, cfg.Validate); err != nil {
 		return nil, err
 	}
 	if client == nil {

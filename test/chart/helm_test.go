@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -204,22 +205,23 @@ func (m *manifest) find(kind, name string) *document {
 }
 
 func (m *manifest) all(kind string) []document {
-	var out []document
-	for _, d := range m.docs {
-		if d.kind == kind {
-			out = append(out, d)
-		}
+	return slices.DeleteFunc(slices.Clone(m.docs), func(d document) bool { return d.kind != kind })
+}
+
+// object returns the object of kind and name as a T, failing the test when the
+// render has none.
+func object[T any](t *testing.T, m *manifest, kind, name string) T {
+	t.Helper()
+	d := m.find(kind, name)
+	if d == nil {
+		t.Fatalf("no %s %s in the render", kind, name)
 	}
-	return out
+	return d.object.(T)
 }
 
 func (m *manifest) daemonSet(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
-	d := m.find("DaemonSet", "istio-cni-node")
-	if d == nil {
-		t.Fatalf("no DaemonSet istio-cni-node in the render")
-	}
-	return d.object.(*appsv1.DaemonSet)
+	return object[*appsv1.DaemonSet](t, m, "DaemonSet", "istio-cni-node")
 }
 
 // agent returns the install-cni container.
@@ -237,20 +239,12 @@ func (m *manifest) agent(t *testing.T) corev1.Container {
 
 func (m *manifest) configMap(t *testing.T) *corev1.ConfigMap {
 	t.Helper()
-	d := m.find("ConfigMap", "istio-cni-config")
-	if d == nil {
-		t.Fatalf("no ConfigMap istio-cni-config in the render")
-	}
-	return d.object.(*corev1.ConfigMap)
+	return object[*corev1.ConfigMap](t, m, "ConfigMap", "istio-cni-config")
 }
 
 func (m *manifest) clusterRole(t *testing.T) *rbacv1.ClusterRole {
 	t.Helper()
-	d := m.find("ClusterRole", "istio-cni")
-	if d == nil {
-		t.Fatalf("no ClusterRole istio-cni in the render")
-	}
-	return d.object.(*rbacv1.ClusterRole)
+	return object[*rbacv1.ClusterRole](t, m, "ClusterRole", "istio-cni")
 }
 
 // env returns the agent's environment: literal values, and for valueFrom a description

@@ -75,7 +75,7 @@ func TestNotesTellWhatWasInstalled(t *testing.T) {
 			"Binaries: /opt/cni/bin", "Excluded namespaces: istio-system", "Repair:   delete"}},
 		{"gke", []string{"-f", profileFile("gke")}, []string{"Binaries: /home/kubernetes/bin"}},
 		{"openshift", []string{"-f", profileFile("openshift")}, []string{
-			"standalone file istio-cni.conf in /etc/cni/multus/net.d", "k8s.v1.cni.cncf.io/networks: istio-cni",
+			"standalone file zz-istio-cni.conf in /etc/cni/multus/net.d", "k8s.v1.cni.cncf.io/networks: istio-cni",
 			"NetworkAttachmentDefinition istio-cni in: default"}},
 		{"seed command", seedArgs, []string{"Excluded namespaces: none"}},
 		{"repair in place", []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false"}, []string{"Repair:   repair in place, else label"}},

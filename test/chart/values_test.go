@@ -2,6 +2,7 @@ package chart
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -156,78 +157,73 @@ func TestValuesReachTheObjects(t *testing.T) {
 	appVersion := chartAppVersion(t)
 	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	cases := []struct {
-		name  string
-		args  []string
+		name string
+		args []string
+		// env are variables of the agent's container and their values (a
+		// valueFrom as "fieldRef:path" or "configMapKeyRef:name/key").
+		env map[string]string
+		// unset are variables the agent's container must not have.
+		unset []string
+		// paths, when set, are every host path mounted and its mount path.
+		paths map[string]string
+		// check, when set, checks the rest.
 		check func(t *testing.T, m *manifest)
 	}{{
 		name: "bin and conf dirs are mounted from the node and named to the agent",
 		args: []string{"--set", "cniBinDir=/var/lib/cni/bin", "--set", "cniConfDir=/etc/cni/multus/net.d"},
-		check: func(t *testing.T, m *manifest) {
-			paths := m.hostPaths(t)
-			want := map[string]string{
-				"/var/lib/cni/bin":      "/host/opt/cni/bin",
-				"/etc/cni/multus/net.d": "/host/etc/cni/net.d",
-				"/var/run/istio-cni":    "/var/run/istio-cni",
-			}
-			if diff := cmp.Diff(want, paths); diff != "" {
-				t.Errorf("host path -> mount path (-want +got):\n%s", diff)
-			}
-			env := m.env(t)
-			wantEnv(t, env, "CNI_NET_DIR", "/etc/cni/multus/net.d")
-			wantEnv(t, env, "MOUNTED_CNI_NET_DIR", "/host/etc/cni/net.d")
-			wantEnv(t, env, "CNI_BIN_DIR", "/var/lib/cni/bin")
-			wantEnv(t, env, "MOUNTED_CNI_BIN_DIR", "/host/opt/cni/bin")
+		env: map[string]string{
+			"CNI_NET_DIR":         "/etc/cni/multus/net.d",
+			"MOUNTED_CNI_NET_DIR": "/host/etc/cni/net.d",
+			"CNI_BIN_DIR":         "/var/lib/cni/bin",
+			"MOUNTED_CNI_BIN_DIR": "/host/opt/cni/bin",
+		},
+		paths: map[string]string{
+			"/var/lib/cni/bin":      "/host/opt/cni/bin",
+			"/etc/cni/multus/net.d": "/host/etc/cni/net.d",
+			"/var/run/istio-cni":    "/var/run/istio-cni",
 		},
 	}, {
 		name: "defaults mount /opt/cni/bin and /etc/cni/net.d",
-		check: func(t *testing.T, m *manifest) {
-			want := map[string]string{
-				"/opt/cni/bin":       "/host/opt/cni/bin",
-				"/etc/cni/net.d":     "/host/etc/cni/net.d",
-				"/var/run/istio-cni": "/var/run/istio-cni",
-			}
-			if diff := cmp.Diff(want, m.hostPaths(t)); diff != "" {
-				t.Errorf("host path -> mount path (-want +got):\n%s", diff)
-			}
+		paths: map[string]string{
+			"/opt/cni/bin":       "/host/opt/cni/bin",
+			"/etc/cni/net.d":     "/host/etc/cni/net.d",
+			"/var/run/istio-cni": "/var/run/istio-cni",
 		},
 	}, {
 		name: "the run dir is mounted at the node's own path",
 		args: []string{"--set", "cniAgentRunDir=/run/mesh-cni"},
+		env: map[string]string{
+			"CNI_AGENT_RUN_DIR": "/run/mesh-cni",
+		},
 		check: func(t *testing.T, m *manifest) {
-			if got := m.hostPaths(t)["/run/mesh-cni"]; got != "/run/mesh-cni" {
-				t.Errorf("/run/mesh-cni mounted at %q, want the same path", got)
-			}
-			wantEnv(t, m.env(t), "CNI_AGENT_RUN_DIR", "/run/mesh-cni")
+			wantMounted(t, m, map[string]string{"/run/mesh-cni": "/run/mesh-cni"})
 		},
 	}, {
 		name: "excluded namespaces, log level, chained, conf file name and nftables reach the agent",
 		args: []string{"--set", "excludeNamespaces={istio-system,kube-system}", "--set", "logLevel=error",
 			"--set", "chained=false", "--set", "cniConfFileName=istio-cni.conf", "--set", "nativeNftables=true",
 			"--set-string", "kubeconfigMode=0640", "--set", "agentLogLevel=debug", "--set", "agentLogAsJson=true"},
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "EXCLUDE_NAMESPACES", "istio-system,kube-system")
-			wantEnv(t, env, "PLUGIN_LOG_LEVEL", "error")
-			wantEnv(t, env, "CHAINED_CNI_PLUGIN", "false")
-			wantEnv(t, env, "CNI_CONF_NAME", "istio-cni.conf")
-			wantEnv(t, env, "NATIVE_NFTABLES", "true")
-			wantEnv(t, env, "KUBECONFIG_MODE", "0640")
-			wantEnv(t, env, "AGENT_LOG_LEVEL", "debug")
-			wantEnv(t, env, "AGENT_LOG_AS_JSON", "true")
-			wantEnv(t, env, "CNI_NETWORK_CONFIG", "configMapKeyRef:istio-cni-config/cni_network_config")
-			wantEnv(t, env, "POD_NAMESPACE", "fieldRef:metadata.namespace")
+		env: map[string]string{
+			"EXCLUDE_NAMESPACES": "istio-system,kube-system",
+			"PLUGIN_LOG_LEVEL":   "error",
+			"CHAINED_CNI_PLUGIN": "false",
+			"CNI_CONF_NAME":      "istio-cni.conf",
+			"NATIVE_NFTABLES":    "true",
+			"KUBECONFIG_MODE":    "0640",
+			"AGENT_LOG_LEVEL":    "debug",
+			"AGENT_LOG_AS_JSON":  "true",
+			"CNI_NETWORK_CONFIG": "configMapKeyRef:istio-cni-config/cni_network_config",
+			"POD_NAMESPACE":      "fieldRef:metadata.namespace",
 		},
 	}, {
 		name: "defaults: chained, no conf file name, warn",
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "CHAINED_CNI_PLUGIN", "true")
-			wantEnv(t, env, "PLUGIN_LOG_LEVEL", "warn")
-			wantEnv(t, env, "EXCLUDE_NAMESPACES", "istio-system")
-			if v, ok := env["CNI_CONF_NAME"]; ok {
-				t.Errorf("CNI_CONF_NAME=%q set although cniConfFileName is empty: the agent must pick the file as the runtime does", v)
-			}
+		env: map[string]string{
+			"CHAINED_CNI_PLUGIN": "true",
+			"PLUGIN_LOG_LEVEL":   "warn",
+			"EXCLUDE_NAMESPACES": "istio-system",
 		},
+		// Without cniConfFileName the agent picks the file as the runtime does.
+		unset: []string{"CNI_CONF_NAME"},
 	}, {
 		name: "the tag defaults to the chart's appVersion",
 		check: func(t *testing.T, m *manifest) {
@@ -250,44 +246,38 @@ func TestValuesReachTheObjects(t *testing.T) {
 		name: "repair settings reach the agent",
 		args: []string{"--set", "repair.deletePods=false", "--set", "repair.initContainerName=mesh-check",
 			"--set", "repair.brokenPodLabelKey=example.com/broken", "--set", "repair.brokenPodLabelValue=yes"},
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "REPAIR_ENABLED", "true")
-			wantEnv(t, env, "REPAIR_LABEL_PODS", "true")
-			wantEnv(t, env, "REPAIR_DELETE_PODS", "false")
-			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
-			if _, ok := env["REPAIR_PROC_DIR"]; ok {
-				t.Error("REPAIR_PROC_DIR set although no repair in place")
-			}
-			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "mesh-check")
-			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "example.com/broken")
-			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "yes")
-			wantEnv(t, env, "REPAIR_NODE_NAME", "fieldRef:spec.nodeName")
+		env: map[string]string{
+			"REPAIR_ENABLED":                "true",
+			"REPAIR_LABEL_PODS":             "true",
+			"REPAIR_DELETE_PODS":            "false",
+			"REPAIR_REPAIR_PODS":            "false",
+			"REPAIR_INIT_CONTAINER_NAME":    "mesh-check",
+			"REPAIR_BROKEN_POD_LABEL_KEY":   "example.com/broken",
+			"REPAIR_BROKEN_POD_LABEL_VALUE": "yes",
+			"REPAIR_NODE_NAME":              "fieldRef:spec.nodeName",
 		},
+		unset: []string{"REPAIR_PROC_DIR"}, // no repair in place
 	}, {
 		name: "seed defaults reach the controller, which lets deletePods win over labelPods",
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "REPAIR_ENABLED", "true")
-			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
-			wantEnv(t, env, "REPAIR_DELETE_PODS", "true")
-			wantEnv(t, env, "REPAIR_LABEL_PODS", "true")
-			wantEnv(t, env, "REPAIR_INIT_CONTAINER_NAME", "istio-validation")
-			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_KEY", "cni.istio.io/uninitialized")
-			wantEnv(t, env, "REPAIR_BROKEN_POD_LABEL_VALUE", "true")
+		env: map[string]string{
+			"REPAIR_ENABLED":                "true",
+			"REPAIR_REPAIR_PODS":            "false",
+			"REPAIR_DELETE_PODS":            "true",
+			"REPAIR_LABEL_PODS":             "true",
+			"REPAIR_INIT_CONTAINER_NAME":    "istio-validation",
+			"REPAIR_BROKEN_POD_LABEL_KEY":   "cni.istio.io/uninitialized",
+			"REPAIR_BROKEN_POD_LABEL_VALUE": "true",
 		},
 	}, {
 		name: "repair in place finds pods' namespaces through the node's /proc and /var/run/netns",
 		args: []string{"--set", "repair.repairPods=true"},
+		env: map[string]string{
+			"REPAIR_REPAIR_PODS": "true",
+			"REPAIR_PROC_DIR":    "/host/proc",
+			"REPAIR_NETNS_DIRS":  "/host/var/run/netns",
+		},
 		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "REPAIR_REPAIR_PODS", "true")
-			wantEnv(t, env, "REPAIR_PROC_DIR", "/host/proc")
-			wantEnv(t, env, "REPAIR_NETNS_DIRS", "/host/var/run/netns")
-			paths := m.hostPaths(t)
-			if paths["/proc"] != "/host/proc" || paths["/var/run/netns"] != "/host/var/run/netns" {
-				t.Errorf("host paths %v, want /proc at /host/proc and /var/run/netns at /host/var/run/netns", paths)
-			}
+			wantMounted(t, m, map[string]string{"/proc": "/host/proc", "/var/run/netns": "/host/var/run/netns"})
 			for _, vm := range m.agent(t).VolumeMounts {
 				if vm.MountPath == "/host/var/run/netns" && (vm.MountPropagation == nil || *vm.MountPropagation != corev1.MountPropagationHostToContainer) {
 					t.Errorf("/host/var/run/netns propagation %v, want HostToContainer (namespaces mounted later must show)", vm.MountPropagation)
@@ -297,18 +287,13 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}, {
 		name: "troubleshooting mounts the node's /proc and /var/run/netns for the doctor, and sets no repair setting",
 		args: []string{"--set", "troubleshooting.enabled=true"},
+		env: map[string]string{
+			"REPAIR_REPAIR_PODS": "false",
+		},
+		unset: []string{"REPAIR_PROC_DIR", "REPAIR_NETNS_DIRS"}, // the repair does not enter namespaces here
 		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "REPAIR_REPAIR_PODS", "false")
-			for _, name := range []string{"REPAIR_PROC_DIR", "REPAIR_NETNS_DIRS"} {
-				if v, ok := env[name]; ok {
-					t.Errorf("%s=%q set: the repair does not enter namespaces here", name, v)
-				}
-			}
-			paths := m.hostPaths(t)
-			if paths["/proc"] != "/host/proc" || paths["/var/run/netns"] != "/host/var/run/netns" {
-				t.Errorf("host paths %v, want /proc at /host/proc and /var/run/netns at /host/var/run/netns (the doctor's defaults)", paths)
-			}
+			// The doctor's defaults.
+			wantMounted(t, m, map[string]string{"/proc": "/host/proc", "/var/run/netns": "/host/var/run/netns"})
 			for _, vm := range m.agent(t).VolumeMounts {
 				if (vm.MountPath == "/host/proc" || vm.MountPath == "/host/var/run/netns") && !vm.ReadOnly {
 					t.Errorf("%s is writable, want read-only", vm.MountPath)
@@ -318,9 +303,11 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}, {
 		name: "repair off leaves no repair setting but the switch",
 		args: []string{"--set", "repair.enabled=false"},
+		env: map[string]string{
+			"REPAIR_ENABLED": "false",
+		},
 		check: func(t *testing.T, m *manifest) {
 			env := m.env(t)
-			wantEnv(t, env, "REPAIR_ENABLED", "false")
 			for k := range env {
 				if strings.HasPrefix(k, "REPAIR_") && k != "REPAIR_ENABLED" {
 					t.Errorf("%s set although repair is off", k)
@@ -330,35 +317,29 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}, {
 		name: "taint settings reach the agent",
 		args: []string{"--set", "taint.enabled=true", "--set", "taint.key=example.com/cni-not-ready", "--set", "taint.effect=NoExecute"},
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "TAINT_ENABLED", "true")
-			wantEnv(t, env, "TAINT_KEY", "example.com/cni-not-ready")
-			wantEnv(t, env, "TAINT_EFFECT", "NoExecute")
+		env: map[string]string{
+			"TAINT_ENABLED": "true",
+			"TAINT_KEY":     "example.com/cni-not-ready",
+			"TAINT_EFFECT":  "NoExecute",
 			// The DaemonSet's nodeSelector: nodes it never runs on are not tainted.
-			wantEnv(t, env, "TAINT_NODE_LABEL_SELECTOR", "kubernetes.io/os=linux")
-			wantEnv(t, env, "POD_NAME", "fieldRef:metadata.name") // the identity in the lease
+			"TAINT_NODE_LABEL_SELECTOR": "kubernetes.io/os=linux",
+			"POD_NAME":                  "fieldRef:metadata.name", // the identity in the lease
 		},
 	}, {
-		name: "the taint covers every node when the DaemonSet has no nodeSelector",
-		args: []string{"--set", "taint.enabled=true", "--set", "nodeSelector=null"},
-		check: func(t *testing.T, m *manifest) {
-			if v, ok := m.env(t)["TAINT_NODE_LABEL_SELECTOR"]; ok {
-				t.Errorf("TAINT_NODE_LABEL_SELECTOR=%q without a nodeSelector", v)
-			}
-		},
+		name:  "the taint covers every node when the DaemonSet has no nodeSelector",
+		args:  []string{"--set", "taint.enabled=true", "--set", "nodeSelector=null"},
+		unset: []string{"TAINT_NODE_LABEL_SELECTOR"},
 	}, {
 		name: "the pod cache is on by default and knows its node from the downward API",
-		check: func(t *testing.T, m *manifest) {
-			env := m.env(t)
-			wantEnv(t, env, "POD_CACHE_ENABLED", "true")
-			wantEnv(t, env, "NODE_NAME", "fieldRef:spec.nodeName")
+		env: map[string]string{
+			"POD_CACHE_ENABLED": "true",
+			"NODE_NAME":         "fieldRef:spec.nodeName",
 		},
 	}, {
 		name: "the pod cache can be turned off",
 		args: []string{"--set", "podCache.enabled=false"},
-		check: func(t *testing.T, m *manifest) {
-			wantEnv(t, m.env(t), "POD_CACHE_ENABLED", "false")
+		env: map[string]string{
+			"POD_CACHE_ENABLED": "false",
 		},
 	}, {
 		name: "runs on every node at node-critical priority on the host network",
@@ -421,6 +402,10 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}, {
 		name: "probes and metrics use their ports",
 		args: []string{"--set", "probes.port=8001", "--set", "monitoringPort=15015"},
+		env: map[string]string{
+			"MONITORING_PORT": "15015",
+			"READINESS_PORT":  "8001",
+		},
 		check: func(t *testing.T, m *manifest) {
 			c := m.agent(t)
 			for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
@@ -435,9 +420,6 @@ func TestValuesReachTheObjects(t *testing.T) {
 			if diff := cmp.Diff(map[string]int32{"metrics": 15015, "health": 8001}, ports); diff != "" {
 				t.Errorf("container ports (-want +got):\n%s", diff)
 			}
-			env := m.env(t)
-			wantEnv(t, env, "MONITORING_PORT", "15015")
-			wantEnv(t, env, "READINESS_PORT", "8001")
 			if got := m.daemonSet(t).Spec.Template.Annotations["prometheus.io/port"]; got != "15015" {
 				t.Errorf("prometheus.io/port %q, want 15015", got)
 			}
@@ -453,20 +435,42 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.check(t, mustRender(t, c.args...))
+			m := mustRender(t, c.args...)
+			env := m.env(t)
+			wantIn(t, "env", env, c.env)
+			for _, name := range c.unset {
+				if v, ok := env[name]; ok {
+					t.Errorf("env %s=%q set, want it unset", name, v)
+				}
+			}
+			if c.paths != nil {
+				if diff := cmp.Diff(c.paths, m.hostPaths(t)); diff != "" {
+					t.Errorf("host path -> mount path (-want +got):\n%s", diff)
+				}
+			}
+			if c.check != nil {
+				c.check(t, m)
+			}
 		})
 	}
 }
 
-func wantEnv(t *testing.T, env map[string]string, name, want string) {
+// wantMounted checks that each host path of want is mounted into the agent at its
+// mount path.
+func wantMounted(t *testing.T, m *manifest, want map[string]string) {
 	t.Helper()
-	got, ok := env[name]
-	if !ok {
-		t.Errorf("env %s missing, want %q", name, want)
-		return
-	}
-	if got != want {
-		t.Errorf("env %s=%q, want %q", name, got, want)
+	wantIn(t, "host path -> mount path", m.hostPaths(t), want)
+}
+
+// wantIn checks that got holds each key of want with its value; what names got.
+func wantIn(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if v, ok := got[k]; !ok {
+			t.Errorf("%s: %s missing, want %q", what, k, want[k])
+		} else if v != want[k] {
+			t.Errorf("%s: %s=%q, want %q", what, k, v, want[k])
+		}
 	}
 }
 
@@ -724,13 +728,13 @@ func TestMultusNetworkAttachmentDefinition(t *testing.T) {
 	if name := networkConfig(t, m)["name"]; name != "istio-cni" {
 		t.Errorf("network name %v in the standalone config, want istio-cni (the NetworkAttachmentDefinition's name)", name)
 	}
-	env := m.env(t)
-	wantEnv(t, env, "CHAINED_CNI_PLUGIN", "false")
-	wantEnv(t, env, "CNI_CONF_NAME", "istio-cni.conf")
-	wantEnv(t, env, "CNI_NET_DIR", "/etc/cni/multus/net.d")
-	if got := m.hostPaths(t)["/var/lib/cni/bin"]; got != "/host/opt/cni/bin" {
-		t.Errorf("/var/lib/cni/bin mounted at %q, want /host/opt/cni/bin", got)
+	wantIn(t, "env", m.env(t), map[string]string{
+		"CHAINED_CNI_PLUGIN": "false", "CNI_NET_DIR": "/etc/cni/multus/net.d",
+	})
+	if name, set := m.env(t)["CNI_CONF_NAME"]; set {
+		t.Errorf("CNI_CONF_NAME=%q: the profile must leave the standalone file's name to the agent's default, which sorts after every network config", name)
 	}
+	wantMounted(t, m, map[string]string{"/var/lib/cni/bin": "/host/opt/cni/bin"})
 	if sc := m.agent(t).SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Error("the OpenShift profile's agent is not privileged")
 	}
@@ -740,9 +744,7 @@ func TestMultusNetworkAttachmentDefinition(t *testing.T) {
 // /home/kubernetes/bin.
 func TestGKEProfileUsesHomeKubernetesBin(t *testing.T) {
 	m := mustRender(t, "-f", profileFile("gke"))
-	if got := m.hostPaths(t)["/home/kubernetes/bin"]; got != "/host/opt/cni/bin" {
-		t.Errorf("/home/kubernetes/bin mounted at %q, want /host/opt/cni/bin", got)
-	}
+	wantMounted(t, m, map[string]string{"/home/kubernetes/bin": "/host/opt/cni/bin"})
 	if got := networkConfig(t, m)["kubernetes"].(map[string]any)["cni_bin_dir"]; got != "/home/kubernetes/bin" {
 		t.Errorf("kubernetes.cni_bin_dir %v, want /home/kubernetes/bin", got)
 	}

@@ -154,20 +154,7 @@ var benchSeq int
 func newNodeB(b *testing.B) *node {
 	dir := b.TempDir()
 	n := &node{dir: dir, runDir: filepath.Join(dir, "run"), cp: shared, stderr: &lockedBuffer{}}
-	if err := os.MkdirAll(n.runDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	kc, err := shared.ServiceAccountKubeconfig(b.Context(), "istio-system", "istio-cni", getPodsOnly)
-	if err != nil {
-		b.Fatal(err)
-	}
-	data, err := os.ReadFile(kc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.runDir, "istio-cni-kubeconfig"), data, 0o600); err != nil {
-		b.Fatal(err)
-	}
+	writeRunDir(b, shared, n.runDir)
 	return n
 }
 

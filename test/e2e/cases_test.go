@@ -45,11 +45,7 @@ func TestMeshedPodIsRedirectedEndToEnd(t *testing.T) {
 			n := newNode(t, shared)
 			list := n.chain(n.istioEntry(b.extra))
 			pod := createPod(t, shared, meshedPod("e2e-"+b.name, "web", nil))
-			sb := n.newSandbox(pod)
-			res, err := n.add(list, sb)
-			if err != nil {
-				t.Fatalf("ADD: %v", err)
-			}
+			sb, res := n.addPod(t, list, pod)
 			if len(res.IPs) == 0 {
 				t.Fatalf("ADD returned no IPs: the previous result was not passed through: %+v", res)
 			}
@@ -69,16 +65,14 @@ func TestMeshedPodIsRedirectedEndToEnd(t *testing.T) {
 			}
 			// Break the capture by hand: CHECK must notice.
 			breakCapture(t, sb, b.name)
-			err = n.check(list, sb)
+			err := n.check(list, sb)
 			if err == nil || !strings.Contains(err.Error(), "redirection is not as the pod requires") {
 				t.Errorf("CHECK after deleting a rule = %v, want a difference report", err)
 			}
 			if err := n.del(list, sb); err != nil {
 				t.Errorf("DEL: %v", err)
 			}
-			if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
-				t.Errorf("DEL left rules behind:\n%s", out)
-			}
+			wantNoRules(t, sb, "DEL")
 		})
 	}
 }
@@ -151,10 +145,7 @@ func TestSelection(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := createPod(t, shared, tc.pod)
-			sb := n.newSandbox(pod)
-			if _, err := n.add(list, sb); err != nil {
-				t.Fatalf("ADD: %v", err)
-			}
+			sb, _ := n.addPod(t, list, pod)
 			serveTraffic(t, n, sb)
 			if tc.capture {
 				expectCaptured(t, n, sb)
@@ -184,9 +175,7 @@ func TestBadAnnotationFailsAddNamingPodAnnotationAndValue(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
-		t.Errorf("a failed ADD left rules:\n%s", out)
-	}
+	wantNoRules(t, sb, "a failed ADD")
 }
 
 // TestAnnotationsShapeTheCapture: excluded ports and CIDRs are honoured end to end.
@@ -197,10 +186,7 @@ func TestAnnotationsShapeTheCapture(t *testing.T) {
 		"traffic.sidecar.istio.io/excludeInboundPorts":     "8080",
 		"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/8",
 	}))
-	sb := n.newSandbox(pod)
-	if _, err := n.add(list, sb); err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
+	sb, _ := n.addPod(t, list, pod)
 	serveTraffic(t, n, sb)
 	in, out := landings(t, n, sb)
 	if !strings.HasPrefix(in, "app ") {
@@ -224,10 +210,7 @@ func TestLegacyConfigFormat(t *testing.T) {
 		},
 	})
 	pod := createPod(t, shared, meshedPod("legacy", "web", nil))
-	sb := n.newSandbox(pod)
-	if _, err := n.add(list, sb); err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
+	sb, _ := n.addPod(t, list, pod)
 	serveTraffic(t, n, sb)
 	expectCaptured(t, n, sb)
 }
@@ -316,32 +299,14 @@ func TestStandaloneCapturesIPv6FromTheNamespace(t *testing.T) {
 			if err != nil {
 				t.Fatalf("primary ADD: %v", err)
 			}
-			var v6 netip.Addr
-			for _, ip := range res.IPs {
-				if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
-					v6 = a
-				}
-			}
-			if !v6.IsValid() {
-				t.Fatalf("no IPv6 address in %+v", res.IPs)
-			}
+			v6 := podIPv6(t, res)
 			if err := netns.Do(n.ns, func() error {
 				_, err := n.cni.AddNetwork(t.Context(), conf, n.runtimeConf(sb))
 				return err
 			}); err != nil {
 				t.Fatalf("standalone ADD: %v", err)
 			}
-			if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
-				t.Fatalf("standalone ADD programmed no IPv6 capture:\n%s", out)
-			}
-			c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
-				t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
-			}
+			expectIPv6Captured(t, n, sb, v6)
 		})
 	}
 }
@@ -394,10 +359,7 @@ func TestDelAfterNetnsRemovedSucceeds(t *testing.T) {
 	n := newNode(t, shared)
 	list := n.chain(n.istioEntry(nil))
 	pod := createPod(t, shared, meshedPod("gone", "web", nil))
-	sb := n.newSandbox(pod)
-	if _, err := n.add(list, sb); err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
+	sb, _ := n.addPod(t, list, pod)
 	if err := testns.Delete(sb.netns); err != nil {
 		t.Fatal(err)
 	}
@@ -508,14 +470,7 @@ func TestOlderSpecVersions(t *testing.T) {
 			}
 			pod := createPod(t, shared, meshedPod("versions", "web-"+strings.ReplaceAll(v, ".", ""), nil))
 			sb := n.newSandbox(pod)
-			var got []byte
-			err = netns.Do(n.ns, func() error {
-				r, err := n.cni.AddNetworkList(t.Context(), list, n.runtimeConf(sb))
-				if err == nil {
-					got, err = json.Marshal(r)
-				}
-				return err
-			})
+			got, err := n.addJSON(list, n.runtimeConf(sb))
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
@@ -552,16 +507,11 @@ func TestVersionAdvertisesExactlyTheTestedSpecVersions(t *testing.T) {
 	}
 	pod := createPod(t, shared, meshedPod("versions", "web-020", nil))
 	sb := n.newSandbox(pod)
-	err = netns.Do(n.ns, func() error {
-		_, err := n.cni.AddNetworkList(t.Context(), list, n.runtimeConf(sb))
-		return err
-	})
+	_, err = n.addJSON(list, n.runtimeConf(sb))
 	if err == nil || !strings.Contains(err.Error(), "incompatible CNI versions") || !strings.Contains(err.Error(), "0.2.0") {
 		t.Errorf("ADD with a 0.2.0 config = %v, want the incompatible-version error naming 0.2.0", err)
 	}
-	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
-		t.Errorf("a refused 0.2.0 ADD left rules:\n%s", out)
-	}
+	wantNoRules(t, sb, "a refused 0.2.0 ADD")
 }
 
 // TestGCRemovesOnlyStaleLockFiles: CNI 1.1's GC runs through the chain and removes
@@ -605,10 +555,7 @@ func TestExtraBypassUIDs(t *testing.T) {
 	n := newNode(t, shared)
 	list := n.chain(n.istioEntry(map[string]any{"extra_bypass_uids": []int{1000}}))
 	pod := createPod(t, shared, meshedPod("bypass", "web", nil))
-	sb := n.newSandbox(pod)
-	if _, err := n.add(list, sb); err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
+	sb, _ := n.addPod(t, list, pod)
 	serveTraffic(t, n, sb)
 	in, out := landings(t, n, sb) // landings probes as uid 1000
 	if want := fmt.Sprintf("inbound %s:8080", sb.ip); in != want {
@@ -641,31 +588,8 @@ func TestDualStackPodIsCapturedOnBothFamilies(t *testing.T) {
 	pod := createPod(t, shared, meshedPod("dual", "web", nil, func(p *corev1.Pod) {
 		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: "true"}}
 	}))
-	sb := n.newSandbox(pod)
-	res, err := n.add(list, sb)
-	if err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
-	var v6 netip.Addr
-	for _, ip := range res.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
-			v6 = a
-		}
-	}
-	if !v6.IsValid() {
-		t.Fatalf("no IPv6 address in %+v", res.IPs)
-	}
-	if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "ISTIO_INBOUND") {
-		t.Fatalf("no IPv6 capture:\n%s", out)
-	}
-	c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
-		t.Errorf("IPv6 inbound landed on %q, want %q", got, want)
-	}
+	sb, res := n.addPod(t, list, pod)
+	expectIPv6Captured(t, n, sb, podIPv6(t, res))
 }
 
 // TestNoKubernetesArgsPassesThrough: without K8S_POD_NAME/NAMESPACE (not a Kubernetes
@@ -676,23 +600,14 @@ func TestNoKubernetesArgsPassesThrough(t *testing.T) {
 	sb := n.newSandbox(meshedPod("none", "none", nil))
 	rt := n.runtimeConf(sb)
 	rt.Args = nil
-	var res []byte
-	err := netns.Do(n.ns, func() error {
-		r, err := n.cni.AddNetworkList(t.Context(), list, rt)
-		if err == nil {
-			res, err = json.Marshal(r)
-		}
-		return err
-	})
+	res, err := n.addJSON(list, rt)
 	if err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
 	if !strings.Contains(string(res), `"ips"`) {
 		t.Errorf("result %s lost the previous plugin's IPs", res)
 	}
-	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
-		t.Errorf("rules programmed for a non-Kubernetes sandbox:\n%s", out)
-	}
+	wantNoRules(t, sb, "an ADD without Kubernetes arguments")
 }
 
 // TestTProxyAnnotation: sidecar.istio.io/interceptionMode: TPROXY programs the mangle
@@ -701,10 +616,7 @@ func TestTProxyAnnotation(t *testing.T) {
 	n := newNode(t, shared)
 	list := n.chain(n.istioEntry(nil))
 	pod := createPod(t, shared, meshedPod("tproxy", "web", map[string]string{"sidecar.istio.io/interceptionMode": "TPROXY"}))
-	sb := n.newSandbox(pod)
-	if _, err := n.add(list, sb); err != nil {
-		t.Fatalf("ADD: %v", err)
-	}
+	sb, _ := n.addPod(t, list, pod)
 	if out := runIn(t, sb.netns, "iptables-save", "-t", "mangle"); !strings.Contains(out, "-j TPROXY") {
 		t.Errorf("no TPROXY rule:\n%s", out)
 	}
@@ -777,4 +689,32 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAmbientPodIsRefusedNotStartedUncaptured: a pod that asks for Istio's ambient
+// mode (which this plugin does not have) fails its ADD with a message that says so,
+// and its namespace holds none of our rules; a sidecar pod with the same label is
+// captured as a sidecar pod.
+func TestAmbientPodIsRefusedNotStartedUncaptured(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	ambient := func(p *corev1.Pod) { p.Labels = map[string]string{"istio.io/dataplane-mode": "ambient"} }
+	pod := createPod(t, shared, meshedPod("ambient", "web", nil, ambient, func(p *corev1.Pod) {
+		p.Annotations, p.Spec.Containers = nil, p.Spec.Containers[:1]
+	}))
+	sb := n.newSandbox(pod)
+	_, err := n.add(list, sb)
+	if err == nil || !strings.Contains(err.Error(), "no ambient mode") || !strings.Contains(err.Error(), "ambient/web") {
+		t.Fatalf("ADD of an ambient pod = %v, want a refusal naming the pod and ambient mode", err)
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("a refused ADD left rules:\n%s", out)
+	}
+	sidecar := createPod(t, shared, meshedPod("ambient", "sidecar", nil, ambient))
+	sb2 := n.newSandbox(sidecar)
+	if _, err := n.add(list, sb2); err != nil {
+		t.Fatalf("ADD of a sidecar pod labelled ambient: %v", err)
+	}
+	serveTraffic(t, n, sb2)
+	expectCaptured(t, n, sb2)
 }

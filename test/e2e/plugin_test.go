@@ -205,20 +205,7 @@ func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close() })
-	if err := os.MkdirAll(n.runDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cp.ServiceAccountKubeconfig(t.Context(), "istio-system", "istio-cni", getPodsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.runDir, "istio-cni-kubeconfig"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeRunDir(t, cp, n.runDir)
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, filepath.Join(dir, "cache"), &pluginExec{RawExec: &invoke.RawExec{Stderr: n.stderr}})
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("E2E_PLUGIN_LOGS") != "" {
@@ -226,6 +213,27 @@ func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 		}
 	})
 	return n
+}
+
+// writeRunDir makes the agent's run directory holding the plugin's kubeconfig, as
+// the agent would write it: the ServiceAccount istio-system/istio-cni of cp, which
+// may only get pods.
+func writeRunDir(tb testing.TB, cp *controlplane.ControlPlane, runDir string) {
+	tb.Helper()
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	kc, err := cp.ServiceAccountKubeconfig(tb.Context(), "istio-system", "istio-cni", getPodsOnly)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data, err := os.ReadFile(kc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "istio-cni-kubeconfig"), data, 0o600); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // istioEntry is the istio-cni entry of the chain in Istio's current format.
@@ -297,6 +305,40 @@ func (n *node) newSandbox(pod *corev1.Pod) *sandboxPod {
 	}
 	n.t.Cleanup(func() { testns.Delete(path) })
 	return &sandboxPod{ns: pod.Namespace, name: pod.Name, uid: string(pod.UID), netns: path, containerID: "c" + id}
+}
+
+// addJSON runs ADD like add, with the runtime's arguments rt, and returns the
+// result as the runtime receives it: JSON in the config's spec version.
+func (n *node) addJSON(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) ([]byte, error) {
+	var out []byte
+	err := netns.Do(n.ns, func() error {
+		r, err := n.cni.AddNetworkList(context.Background(), list, rt)
+		if err == nil {
+			out, err = json.Marshal(r)
+		}
+		return err
+	})
+	return out, err
+}
+
+// wantNoRules checks that the pod's namespace holds none of our iptables rules;
+// after says what should have left none.
+func wantNoRules(t *testing.T, sb *sandboxPod, after string) {
+	t.Helper()
+	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("%s left rules:\n%s", after, out)
+	}
+}
+
+// addPod makes a sandbox for pod and runs ADD for list in it, failing t on an error.
+func (n *node) addPod(t *testing.T, list *libcni.NetworkConfigList, pod *corev1.Pod) (*sandboxPod, *types100.Result) {
+	t.Helper()
+	sb := n.newSandbox(pod)
+	res, err := n.add(list, sb)
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	return sb, res
 }
 
 // add runs ADD for the whole chain inside the node's namespace, as the runtime does.
@@ -392,6 +434,35 @@ func landings(t *testing.T, n *node, p *sandboxPod) (inbound, outbound string) {
 		t.Fatal(err)
 	}
 	return inbound, out
+}
+
+// podIPv6 is the pod's IPv6 address in an ADD result.
+func podIPv6(t *testing.T, res *types100.Result) netip.Addr {
+	t.Helper()
+	for _, ip := range res.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && a.Is6() && !a.Is4In6() {
+			return a
+		}
+	}
+	t.Fatalf("no IPv6 address in %+v", res.IPs)
+	return netip.Addr{}
+}
+
+// expectIPv6Captured checks that the pod has IPv6 capture rules and that IPv6
+// inbound traffic to v6 reaches the proxy's inbound port.
+func expectIPv6Captured(t *testing.T, n *node, sb *sandboxPod, v6 netip.Addr) {
+	t.Helper()
+	if out := runIn(t, sb.netns, "ip6tables-save"); !strings.Contains(out, "-j ISTIO_INBOUND") {
+		t.Fatalf("no IPv6 capture:\n%s", out)
+	}
+	c, err := sandbox.Serve(sb.netns, 0, "inbound", "tcp6", "[::]:15006", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := sandbox.ProbeFrom(n.ns, "tcp", netip.AddrPortFrom(v6, 8080)), fmt.Sprintf("inbound [%s]:8080", v6); got != want {
+		t.Errorf("IPv6 inbound landed on %q, want %q (through the proxy)", got, want)
+	}
 }
 
 func expectCaptured(t *testing.T, n *node, p *sandboxPod) {

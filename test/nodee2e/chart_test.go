@@ -2,6 +2,7 @@ package nodee2e
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,23 +104,28 @@ func TestHelmInstallMeshTrafficUpgradeAndUninstallOnARealNode(t *testing.T) {
 	})
 }
 
-// Standalone mode (OpenShift/Multus): the agent writes its own istio-cni.conf beside
-// the primary's file and leaves the primary's chain alone; uninstall removes it.
+// Standalone mode (OpenShift/Multus): the agent writes its own zz-istio-cni.conf
+// (its default name, which sorts after the primary's file, so the runtime keeps the
+// primary as the pods' network) and leaves the primary's chain alone; uninstall
+// removes it.
 func TestStandaloneModeWritesItsOwnConfAndLeavesThePrimaryAlone(t *testing.T) {
 	s := session(t)
 	ctx := context.Background()
 	before := confDir(t)
-	install(t, s, values(t, "--set", "chained=false", "--set", "cniConfFileName=istio-cni.conf"))
+	install(t, s, values(t, "--set", "chained=false"))
 	after := confDir(t)
 	if after["10-ptp.conflist"] != before["10-ptp.conflist"] {
 		t.Errorf("the primary's conflist changed in standalone mode:\n%s", after["10-ptp.conflist"])
 	}
-	conf, ok := after["istio-cni.conf"]
+	conf, ok := after["zz-istio-cni.conf"]
 	if !ok {
-		t.Fatalf("no istio-cni.conf in the conf dir: %v", keys(after))
+		t.Fatalf("no zz-istio-cni.conf in the conf dir: %v", keys(after))
 	}
 	if !strings.Contains(conf, `"type": "istio-cni"`) && !strings.Contains(conf, `"type":"istio-cni"`) {
-		t.Errorf("istio-cni.conf is not the plugin's config:\n%s", conf)
+		t.Errorf("zz-istio-cni.conf is not the plugin's config:\n%s", conf)
+	}
+	if names := slices.Sorted(maps.Keys(after)); names[len(names)-1] != "zz-istio-cni.conf" {
+		t.Errorf("the standalone config does not sort last: %v", names)
 	}
 	if err := s.Uninstall(ctx); err != nil {
 		t.Fatal(err)

@@ -1,9 +1,12 @@
-package envconf
+package settings
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestReaderKeepsDefaultsAndNamesEveryBadValue(t *testing.T) {
@@ -42,5 +45,44 @@ func TestCheckEnabled(t *testing.T) {
 	}
 	if err := CheckEnabled("c", "ON", true, func() error { return nil }); err != nil {
 		t.Errorf("valid: %v", err)
+	}
+}
+
+type portConfig struct{ Port int }
+
+func (c portConfig) Validate() error {
+	if c.Port < 1 {
+		return fmt.Errorf("PORT: %d is not a port", c.Port)
+	}
+	return nil
+}
+
+func TestFromEnvReadsOverTheDefaultThenValidates(t *testing.T) {
+	read := func(r *Reader, c *portConfig) { r.Int("PORT", &c.Port) }
+	cases := []struct {
+		name    string
+		env     map[string]string
+		want    portConfig
+		wantErr string
+	}{
+		{name: "unset keeps the default", want: portConfig{Port: 80}},
+		{name: "set", env: map[string]string{"PORT": " 8080 "}, want: portConfig{Port: 8080}},
+		{name: "a value that does not parse is reported before validation", env: map[string]string{"PORT": "x"},
+			wantErr: `PORT: "x" is not an integer`},
+		{name: "an invalid value", env: map[string]string{"PORT": "0"}, wantErr: "PORT: 0 is not a port"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := FromEnv(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, portConfig{Port: 80}, read)
+			if gotErr := fmt.Sprint(err); err != nil || tc.wantErr != "" {
+				if gotErr != tc.wantErr {
+					t.Fatalf("error %q, want %q", gotErr, tc.wantErr)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

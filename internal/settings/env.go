@@ -1,8 +1,4 @@
-// Package envconf reads and checks the settings the agent's controllers take from
-// environment variables (package repair's REPAIR_*, package taint's TAINT_*), so that
-// every one of them parses a value the same way and every error names the variable
-// to change.
-package envconf
+package settings
 
 import (
 	"errors"
@@ -95,4 +91,21 @@ func CheckEnabled(component, enabledEnv string, enabled bool, validate func() er
 		return fmt.Errorf("%s: %w", component, err)
 	}
 	return nil
+}
+
+// FromEnv reads a config from environment variables: read sets fields of a copy of
+// def through a Reader on lookup, then the config validates itself. The Reader's
+// problems (values that do not parse) come first, and alone.
+func FromEnv[C interface{ Validate() error }](lookup func(string) (string, bool), def C, read func(r *Reader, c *C)) (C, error) {
+	c := def
+	r := NewReader(lookup)
+	read(r, &c)
+	var zero C
+	if err := r.Err(); err != nil {
+		return zero, err
+	}
+	if err := c.Validate(); err != nil {
+		return zero, err
+	}
+	return c, nil
 }

@@ -1,0 +1,158 @@
+package settings
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+type conf struct {
+	Port  int
+	Name  string
+	On    bool
+	Quiet bool
+	User  string
+}
+
+func atoi(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a number", v)
+	}
+	return n, nil
+}
+
+func parseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", v)
+	}
+	return b, nil
+}
+
+func text(v string) (string, error) { return v, nil }
+
+func testTable(setDefaults bool) Table[conf] {
+	return Table[conf]{Command: "demo", SetDefaults: setDefaults, Settings: []Setting[conf]{
+		{Name: "port", Short: "p", Envs: []string{"PORT"}, Default: "80", Usage: "port to use",
+			Set: Field(func(c *conf) *int { return &c.Port }, atoi)},
+		{Name: "name", Envs: []string{"OLD_NAME", "NAME"}, Default: "x", Usage: "a name",
+			Set: Field(func(c *conf) *string { return &c.Name }, text)},
+		{Name: "on", Envs: []string{"ON"}, Bool: true, Default: "true", Usage: "a switch",
+			Set: Field(func(c *conf) *bool { return &c.On }, parseBool)},
+		{Name: "quiet", Bool: true, Hidden: true, Default: "false",
+			Set: Field(func(c *conf) *bool { return &c.Quiet }, parseBool)},
+		{Envs: []string{"USER_NAME"}, Default: "nobody", Usage: "a user (default nobody)",
+			Set: Field(func(c *conf) *string { return &c.User }, text)},
+	}}
+}
+
+func envOf(kv map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+}
+
+func TestParseAppliesFlagsThenVariablesThenDefaults(t *testing.T) {
+	start := conf{Port: 1, Name: "start", User: "start"} // what the caller's defaults would be
+	cases := []struct {
+		name        string
+		setDefaults bool
+		args        []string
+		env         map[string]string
+		want        conf
+	}{
+		{name: "nothing given keeps the caller's config", want: start},
+		{name: "nothing given with SetDefaults takes every Default", setDefaults: true,
+			want: conf{Port: 80, Name: "x", On: true, User: "nobody"}},
+		{name: "a flag wins over its variable", args: []string{"--port=8080"}, env: map[string]string{"PORT": "9090"},
+			want: conf{Port: 8080, Name: "start", User: "start"}},
+		{name: "the short flag", args: []string{"-p", "8081"},
+			want: conf{Port: 8081, Name: "start", User: "start"}},
+		{name: "of several variables the last listed wins", env: map[string]string{"OLD_NAME": "old", "NAME": "new"},
+			want: conf{Port: 1, Name: "new", User: "start"}},
+		{name: "an empty variable counts as unset", env: map[string]string{"OLD_NAME": "old", "NAME": " ", "PORT": ""},
+			want: conf{Port: 1, Name: "old", User: "start"}},
+		{name: "a switch alone is true, a hidden flag still works", args: []string{"--on", "--quiet"},
+			want: conf{Port: 1, Name: "start", On: true, Quiet: true, User: "start"}},
+		{name: "a switch set false over its default", setDefaults: true, args: []string{"--on=false"},
+			want: conf{Port: 80, Name: "x", User: "nobody"}},
+		{name: "an environment-only setting", env: map[string]string{"USER_NAME": "envoy"},
+			want: conf{Port: 1, Name: "start", User: "envoy"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := start
+			if err := testTable(tc.setDefaults).Parse(&got, tc.args, envOf(tc.env)); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseErrorsNameTheSourceAndJoinEveryProblem(t *testing.T) {
+	cases := []struct {
+		name  string
+		table Table[conf]
+		args  []string
+		env   map[string]string
+		want  string
+	}{
+		{name: "a bad flag and a bad variable at once", table: testTable(false),
+			args: []string{"-p", "eighty"}, env: map[string]string{"ON": "sure"},
+			want: "invalid flag -p/--port: \"eighty\" is not a number\n" +
+				"invalid environment variable ON: \"sure\" is not true or false"},
+		{name: "a switch given a word pflag cannot read", table: testTable(false), args: []string{"--on=maybe"},
+			want: `invalid argument "maybe" for "--on" flag: must be true or false (see --help)`},
+		{name: "a bad default", table: func() Table[conf] {
+			t := testTable(true)
+			t.Settings[0].Default = "eighty"
+			return t
+		}(), want: `invalid default of -p/--port: "eighty" is not a number`},
+		{name: "an unknown flag", table: testTable(false), args: []string{"--nope"},
+			want: "unknown flag: --nope (see --help)"},
+		{name: "an argument", table: testTable(false), args: []string{"run"},
+			want: `unexpected argument "run": demo takes only flags (see --help)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c conf
+			err := tc.table.Parse(&c, tc.args, envOf(tc.env))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse error:\n%v\nwant:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var c conf
+		if err := testTable(true).Parse(&c, []string{arg}, envOf(nil)); !errors.Is(err, ErrHelp) {
+			t.Errorf("Parse(%s) = %v, want ErrHelp", arg, err)
+		}
+	}
+}
+
+func TestUsagesListFlagsWithTheirVariablesAndTheEnvironmentOnlyOnes(t *testing.T) {
+	tbl := testTable(false)
+	tbl.Settings = append(tbl.Settings, Setting[conf]{Envs: []string{"A_LONGER_NAME"}, Usage: "another",
+		Set: Field(func(c *conf) *string { return &c.User }, text)})
+	wantFlags := `  -p, --port string       port to use (env PORT) (default "80")
+      --name string       a name (env OLD_NAME, NAME) (default "x")
+      --on[=true|false]   a switch (env ON) (default true)
+`
+	if diff := cmp.Diff(wantFlags, tbl.FlagUsages()); diff != "" {
+		t.Errorf("FlagUsages (-want +got):\n%s", diff)
+	}
+	wantEnv := "  USER_NAME      a user (default nobody)\n" +
+		"  A_LONGER_NAME  another\n"
+	if diff := cmp.Diff(wantEnv, tbl.EnvUsages()); diff != "" {
+		t.Errorf("EnvUsages (-want +got):\n%s", diff)
+	}
+}
