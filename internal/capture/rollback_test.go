@@ -8,6 +8,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
@@ -17,7 +18,7 @@ import (
 // TPROXY routing and the IPv6 passthrough address were set up, Apply fails and
 // removes what it had added: a namespace is never left half-captured.
 func TestFailedApplyLeavesNothing(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Plan(t)
 	for name, b := range backends(t) {
 		t.Run(name, func(t *testing.T) {

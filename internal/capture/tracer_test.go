@@ -10,6 +10,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/trace"
 )
@@ -57,7 +58,7 @@ func sandboxListeners() []sandboxListener {
 // backend) is wrong, and the redirect tests that reason with the tracer prove less
 // than they say.
 func TestTracerAgreesWithTheKernel(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	ctx := context.Background()
 	listeners := sandboxListeners()
 	for bname, b := range backends(t) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
@@ -149,7 +150,7 @@ func backends(t *testing.T) map[string]capture.Backend {
 // (with SO_ORIGINAL_DST equal to what the client dialled), or bypass it, exactly as
 // Istio's capture does. After cleanup every flow reaches its original destination.
 func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	ctx := context.Background()
 	for bname, b := range backends(t) {
 		for _, tc := range trafficCases {
@@ -237,11 +238,4 @@ func serveAs(t *testing.T, ns string, uid int, name, proto, addr string, transpa
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, netfilter); run it as root, as CI does")
-	}
 }

@@ -33,13 +33,6 @@ const (
 	thisNode = "node-a"
 )
 
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, iptables, nftables); run it as root, as CI does")
-	}
-}
-
 func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Options{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -76,7 +77,7 @@ const chainedConflist = `{
 // is deleted by hand (reported), a pod the plugin skips (says which rule), one
 // the plugin skips that holds rules anyway, and the clear errors.
 func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
 

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // TestLogsShowTheRealPluginsDecisions runs the plugin's own ADD and DEL in-process
@@ -19,7 +20,7 @@ import (
 // reads back what it logged with `logs`: the record format is the plugin's, not a
 // copy of it. `inspect` then finds the pod captured.
 func TestLogsShowTheRealPluginsDecisions(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	runDir := t.TempDir()
 	kc, err := os.ReadFile(cp.AdminKubeconfig())

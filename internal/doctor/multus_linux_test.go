@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // The chart's openshift profile: a standalone istio-cni.conf in Multus' directory.
@@ -42,7 +43,7 @@ func postRaw(t *testing.T, cp *controlplane.ControlPlane, path, body string) {
 // must request the network whose NetworkAttachmentDefinition must exist where
 // Multus looks for it. The NetworkAttachmentDefinition API is a real CRD.
 func TestInspectChecksTheOpenShiftMultusLayout(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	e := newNodeEnv(t, cp, "istio-cni.conf", standaloneConf)
 	binDir := t.TempDir()

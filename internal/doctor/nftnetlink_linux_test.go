@@ -13,6 +13,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -21,7 +22,7 @@ import (
 // where none belongs, show the live tables as nft would, and see iptables-nft's
 // ISTIO chains as stray.
 func TestNetlinkCheckWithoutNftFindsDeletedRulesAndStrayTables(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	nftCfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":"` + t.TempDir() + `"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
@@ -15,7 +16,7 @@ import (
 // redirected), and a captured pod whose proxy already holds the outbound port
 // (the doctor cannot listen there, so conntrack says where the connection went).
 func TestProbeReportsWhereTrafficLands(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	cp := startControlPlane(t)
 	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
 

@@ -10,16 +10,10 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, iptables); run it as root, as CI does")
-	}
-}
 
 func newNS(t *testing.T) string {
 	t.Helper()
@@ -92,7 +86,7 @@ func modes(t *testing.T) []Mode {
 // reported by verify and repaired by apply, and cleanup restores the namespace's
 // original rules exactly.
 func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	ctx := context.Background()
 	for _, mode := range modes(t) {
 		for _, tc := range backendCases {

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // TestDoEntersAndLeavesNamespace proves fn runs in the target namespace and the caller's
 // namespace is untouched afterwards.
 func TestDoEntersAndLeavesNamespace(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	path, err := testns.New(t.TempDir(), "ns")
 	if err != nil {
 		t.Fatal(err)
@@ -55,18 +56,12 @@ func TestDoRejectsNonNamespace(t *testing.T) {
 
 // requireRoot fails (never skips) a test that needs root: CI runs as root, and a
 // silent skip would hide missing coverage.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces); run it as root, as CI does")
-	}
-}
 
 // TestNewLeavesNoThreadBehind: creating namespaces (testns.New unshares inside Do) must
 // not move any of the process's threads into them (the main thread in particular:
 // /proc/self follows it).
 func TestNewLeavesNoThreadBehind(t *testing.T) {
-	requireRoot(t)
+	root.Require(t)
 	before, err := netns.ID("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)

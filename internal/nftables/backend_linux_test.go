@@ -3,7 +3,6 @@ package nftables
 import (
 	"context"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -22,17 +22,11 @@ var _ capture.Backend = (*Backend)(nil)
 
 // requireRoot fails (never skips) a test that needs root: a silent skip would hide
 // missing coverage.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (network namespaces, nftables); run it as root")
-	}
-}
 
 // testNS creates a throwaway network namespace removed when the test ends.
 func testNS(t testing.TB) string {
 	t.Helper()
-	requireRoot(t)
+	root.Require(t)
 	path, err := testns.New(t.TempDir(), "ns")
 	if err != nil {
 		t.Fatal(err)

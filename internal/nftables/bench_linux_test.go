@@ -9,6 +9,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // Apply latency for the default sidecar (inbound *, outbound *) in a real
@@ -67,7 +68,7 @@ import (
 
 // benchNS makes a namespace for a benchmark and enters it for the whole run.
 func benchInNS(b *testing.B, fn func()) {
-	requireRoot(b)
+	root.Require(b)
 	ns := testNS(b)
 	if err := netns.Do(ns, func() error { fn(); return nil }); err != nil {
 		b.Fatal(err)

@@ -29,9 +29,8 @@ type podNetns struct {
 
 // newPodNetns makes the namespace in dir/name with ip on lo. withProcess keeps a
 // sleep inside; keepBind=false unmounts it so only the process holds it. The
-// namespace is made by unshare(1) in a child process: netns.New leaves the
-// thread that made it in the namespace, and when that thread is the process's
-// main one the test binary itself would appear to live in the pod's namespace.
+// namespace is made by unshare(1) in a child process, so that no thread of the test
+// binary ever enters it: the finder under test reads every process's namespace.
 func newPodNetns(t testing.TB, dir, name string, ip netip.Addr, withProcess, keepBind bool) *podNetns {
 	t.Helper()
 	path := filepath.Join(dir, name)
