@@ -1,0 +1,67 @@
+package multus
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func env(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	c, err := ConfigFromEnv(env())
+	if err != nil || c.Enabled || c.MeshedNamespaces {
+		t.Errorf("off by default: %+v, %v", c, err)
+	}
+	c, err = ConfigFromEnv(env(EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "istio-cni-node-x",
+		EnvStaticNamespaces, "default, bookinfo,,default", EnvOwnerClusterRole, "istio-cni"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Enabled, want.MeshedNamespaces = true, true
+	want.StaticNamespaces = []string{"default", "bookinfo"}
+	want.OwnerClusterRole, want.LeaseNamespace, want.Identity = "istio-cni", "kube-system", "istio-cni-node-x"
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if c.LeaseDuration != time.Minute || c.Network != "istio-cni" {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestConfigRejectsBadSettingsNamingThem(t *testing.T) {
+	on := []string{EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "p"}
+	for _, tc := range []struct {
+		env  []string
+		want []string
+	}{
+		{[]string{EnvEnabled, "yes please"}, []string{EnvEnabled}},
+		{[]string{EnvMeshedNamespaces, "true"}, []string{EnvMeshedNamespaces, EnvEnabled}},
+		{[]string{EnvEnabled, "true", EnvNetworkName, "Istio CNI"}, []string{EnvNetworkName}},
+		{append(on[:4:4], EnvPodNamespace, "kube-system"), []string{EnvIdentity, "POD_NAME"}},
+		{append(on[:4:4], "POD_NAME", "p"), []string{EnvPodNamespace}},
+		{append(on, EnvStaticNamespaces, "default,Not_A_Namespace"), []string{EnvStaticNamespaces, "Not_A_Namespace"}},
+		{append(on, EnvOwnerClusterRole, "a/b"), []string{EnvOwnerClusterRole}},
+		{append(on, EnvLeaseDuration, "5s"), []string{EnvLeaseDuration}},
+	} {
+		_, err := ConfigFromEnv(env(tc.env...))
+		if err == nil {
+			t.Errorf("%v accepted", tc.env)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %q", tc.env, err, w)
+			}
+		}
+	}
+}
