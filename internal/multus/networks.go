@@ -75,9 +75,9 @@ func Attaches(annotations map[string]string, network string) (bool, error) {
 	return false, err
 }
 
-// attachesHere reports whether a pod in namespace asks for network from its own
+// AttachesHere reports whether a pod in namespace asks for network from its own
 // namespace: the NetworkAttachmentDefinition it needs is there.
-func attachesHere(annotations map[string]string, namespace, network string) bool {
+func AttachesHere(annotations map[string]string, namespace, network string) bool {
 	nets, _ := ParseNetworks(annotations[NetworksAnnotation])
 	for _, n := range nets {
 		if n.Name == network && (n.Namespace == "" || n.Namespace == namespace) {

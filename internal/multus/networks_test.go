@@ -64,29 +64,11 @@ func TestAttachesAnyNamespaceAttachesHereOnlyTheOwn(t *testing.T) {
 		if got != tc.attaches || (err != nil) != tc.wantParseFail {
 			t.Errorf("Attaches(%q) = %v, %v; want %v, parse error %v", tc.value, got, err, tc.attaches, tc.wantParseFail)
 		}
-		if got := attachesHere(ann, "app", "istio-cni"); got != tc.attachesHere {
-			t.Errorf("attachesHere(%q) = %v, want %v", tc.value, got, tc.attachesHere)
+		if got := AttachesHere(ann, "app", "istio-cni"); got != tc.attachesHere {
+			t.Errorf("AttachesHere(%q) = %v, want %v", tc.value, got, tc.attachesHere)
 		}
 	}
 	if got, err := Attaches(nil, "istio-cni"); got || err != nil {
 		t.Errorf("no annotation: %v, %v", got, err)
-	}
-}
-
-func TestInjectionLabelsAreIstios(t *testing.T) {
-	for _, tc := range []struct {
-		labels map[string]string
-		want   bool
-	}{
-		{map[string]string{"istio-injection": "enabled"}, true},
-		{map[string]string{"istio.io/rev": "canary"}, true},
-		{map[string]string{"istio.io/rev": "canary", "istio-injection": "disabled"}, false},
-		{map[string]string{"istio-injection": "disabled"}, false},
-		{map[string]string{"istio-injection": "true"}, false},
-		{nil, false},
-	} {
-		if got := injectionLabelled(tc.labels); got != tc.want {
-			t.Errorf("%v: %v, want %v", tc.labels, got, tc.want)
-		}
 	}
 }

@@ -153,12 +153,10 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		r.Duration(EnvRetryBase, &c.RetryBase, "200ms or 30s")
 		r.Duration(EnvRetryMax, &c.RetryMax, "200ms or 30s")
 		r.String(EnvProcDir, &c.ProcDir)
-		var multusOn bool
-		network := multus.DefaultNetworkName
-		r.Bool(multus.EnvEnabled, &multusOn)
-		r.NonEmpty(multus.EnvNetworkName, &network)
-		if multusOn {
-			c.MultusNetwork = network
+		mode := multus.DefaultMode()
+		mode.Read(r)
+		if mode.Enabled {
+			c.MultusNetwork = mode.Network
 		}
 		if v, ok := lookup(EnvNetnsDirs); ok {
 			c.NetnsDirs = nil

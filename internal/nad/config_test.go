@@ -1,4 +1,4 @@
-package multus
+package nad
 
 import (
 	"strings"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/multus"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -21,7 +23,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || c.Enabled || c.MeshedNamespaces {
 		t.Errorf("off by default: %+v, %v", c, err)
 	}
-	c, err = ConfigFromEnv(env(EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "istio-cni-node-x",
+	c, err = ConfigFromEnv(env(multus.EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "istio-cni-node-x",
 		EnvStaticNamespaces, "default, bookinfo,,default", EnvOwnerClusterRole, "istio-cni"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,14 +41,14 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestConfigRejectsBadSettingsNamingThem(t *testing.T) {
-	on := []string{EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "p"}
+	on := []string{multus.EnvEnabled, "true", EnvMeshedNamespaces, "true", EnvPodNamespace, "kube-system", "POD_NAME", "p"}
 	for _, tc := range []struct {
 		env  []string
 		want []string
 	}{
-		{[]string{EnvEnabled, "yes please"}, []string{EnvEnabled}},
-		{[]string{EnvMeshedNamespaces, "true"}, []string{EnvMeshedNamespaces, EnvEnabled}},
-		{[]string{EnvEnabled, "true", EnvNetworkName, "Istio CNI"}, []string{EnvNetworkName}},
+		{[]string{multus.EnvEnabled, "yes please"}, []string{multus.EnvEnabled}},
+		{[]string{EnvMeshedNamespaces, "true"}, []string{EnvMeshedNamespaces, multus.EnvEnabled}},
+		{[]string{multus.EnvEnabled, "true", multus.EnvNetworkName, "Istio CNI"}, []string{multus.EnvNetworkName}},
 		{append(on[:4:4], EnvPodNamespace, "kube-system"), []string{EnvIdentity, "POD_NAME"}},
 		{append(on[:4:4], "POD_NAME", "p"), []string{EnvPodNamespace}},
 		{append(on, EnvStaticNamespaces, "default,Not_A_Namespace"), []string{EnvStaticNamespaces, "Not_A_Namespace"}},
@@ -62,6 +64,24 @@ func TestConfigRejectsBadSettingsNamingThem(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%v: error %q does not mention %q", tc.env, err, w)
 			}
+		}
+	}
+}
+
+func TestInjectionLabelsAreIstios(t *testing.T) {
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{"istio-injection": "enabled"}, true},
+		{map[string]string{"istio.io/rev": "canary"}, true},
+		{map[string]string{"istio.io/rev": "canary", "istio-injection": "disabled"}, false},
+		{map[string]string{"istio-injection": "disabled"}, false},
+		{map[string]string{"istio-injection": "true"}, false},
+		{nil, false},
+	} {
+		if got := injectionLabelled(tc.labels); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.labels, got, tc.want)
 		}
 	}
 }

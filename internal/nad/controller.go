@@ -1,4 +1,4 @@
-package multus
+package nad
 
 import (
 	"cmp"
@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/istio-cni/istio-cni/internal/lease"
+	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
@@ -291,7 +292,7 @@ func slimPod(obj any, network string) any {
 	}}
 	_, meshed := p.Annotations[SidecarAnnotation]
 	_, marked := p.Annotations[needsMark]
-	if meshed || marked || attachesHere(p.Annotations, p.Namespace, network) {
+	if meshed || marked || multus.AttachesHere(p.Annotations, p.Namespace, network) {
 		slim.Annotations = map[string]string{needsMark: "true"}
 	}
 	return slim

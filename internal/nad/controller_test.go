@@ -1,4 +1,4 @@
-package multus
+package nad
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
@@ -183,11 +184,11 @@ func pod(t *testing.T, cp *controlplane.ControlPlane, ns, name string, annotatio
 	}
 }
 
-var meshed = map[string]string{SidecarAnnotation: `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`, NetworksAnnotation: "istio-cni"}
+var meshed = map[string]string{SidecarAnnotation: `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`, multus.NetworksAnnotation: "istio-cni"}
 
 func getNAD(t *testing.T, dyn dynamic.Interface, ns string) *unstructured.Unstructured {
 	t.Helper()
-	nad, err := dyn.Resource(NADResource).Namespace(ns).Get(t.Context(), DefaultNetworkName, metav1.GetOptions{})
+	nad, err := dyn.Resource(NADResource).Namespace(ns).Get(t.Context(), multus.DefaultNetworkName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -202,7 +203,7 @@ func createNAD(t *testing.T, dyn dynamic.Interface, ns string, labels map[string
 	t.Helper()
 	nad := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
-		"metadata": map[string]any{"name": DefaultNetworkName, "namespace": ns},
+		"metadata": map[string]any{"name": multus.DefaultNetworkName, "namespace": ns},
 	}}
 	nad.SetLabels(labels)
 	if config != "" {
@@ -258,9 +259,9 @@ func TestNADIsCreatedWhereMeshedPodsNeedItByOneAgentAndOthersAreLeftAlone(t *tes
 		namespace(t, cp, ns, labels)
 	}
 	pod(t, cp, "bookinfo", "productpage", meshed)
-	pod(t, cp, "asks", "client", map[string]string{NetworksAnnotation: "istio-cni@net1"})
-	pod(t, cp, "elsewhere", "web", map[string]string{SidecarAnnotation: "{}", NetworksAnnotation: "default/istio-cni"})
-	pod(t, cp, "plain", "web", map[string]string{NetworksAnnotation: "macvlan"})
+	pod(t, cp, "asks", "client", map[string]string{multus.NetworksAnnotation: "istio-cni@net1"})
+	pod(t, cp, "elsewhere", "web", map[string]string{SidecarAnnotation: "{}", multus.NetworksAnnotation: "default/istio-cni"})
+	pod(t, cp, "plain", "web", map[string]string{multus.NetworksAnnotation: "macvlan"})
 	pod(t, cp, "static", "web", meshed)
 	pod(t, cp, "helm-later", "web", meshed)
 	// The leader's one worker takes namespaces in the order it learnt of them: once
@@ -311,7 +312,7 @@ func TestNADIsCreatedWhereMeshedPodsNeedItByOneAgentAndOthersAreLeftAlone(t *tes
 
 	// Deleted by someone: it comes back while a meshed pod needs it.
 	old := getNAD(t, admin.dyn, "bookinfo")
-	if err := admin.dyn.Resource(NADResource).Namespace("bookinfo").Delete(t.Context(), DefaultNetworkName, metav1.DeleteOptions{}); err != nil {
+	if err := admin.dyn.Resource(NADResource).Namespace("bookinfo").Delete(t.Context(), multus.DefaultNetworkName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the deleted NetworkAttachmentDefinition back", func() bool {

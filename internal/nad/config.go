@@ -1,4 +1,4 @@
-package multus
+package nad
 
 import (
 	"slices"
@@ -9,13 +9,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/istio-cni/istio-cni/internal/lease"
+	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
 // Environment variables (ours: Istio's install-cni has no Multus settings).
+// MULTUS_ENABLED and MULTUS_NETWORK_NAME are package multus'.
 const (
-	EnvEnabled          = "MULTUS_ENABLED"
-	EnvNetworkName      = "MULTUS_NETWORK_NAME"
 	EnvMeshedNamespaces = "MULTUS_MESHED_NAMESPACES"
 	EnvStaticNamespaces = "MULTUS_STATIC_NAMESPACES"
 	EnvOwnerClusterRole = "MULTUS_NAD_OWNER_CLUSTERROLE"
@@ -37,7 +37,6 @@ var leaseEnvs = lease.Envs{
 // a slower take-over only delays the object in a namespace that gets its first
 // meshed pod in that window.
 const (
-	DefaultNetworkName   = "istio-cni"
 	DefaultLeaseName     = "istio-cni-multus"
 	DefaultLeaseDuration = 60 * time.Second
 	DefaultRenewDeadline = 40 * time.Second
@@ -51,13 +50,11 @@ const (
 
 // Config is the agent's Multus settings.
 type Config struct {
-	// Enabled says pods join the plugin through Multus, by the pod annotation
-	// k8s.v1.cni.cncf.io/networks naming Network (MULTUS_ENABLED, default false).
-	// The repair controller then reports meshed pods that lack it.
-	Enabled bool
-	// Network is the NetworkAttachmentDefinition's name, which is also the network
-	// name of the plugin's standalone config (MULTUS_NETWORK_NAME, default istio-cni).
-	Network string
+	// Mode says pods join the plugin through Multus, by the pod annotation
+	// k8s.v1.cni.cncf.io/networks naming Network, the NetworkAttachmentDefinition
+	// kept here (MULTUS_ENABLED, MULTUS_NETWORK_NAME). The repair controller reads
+	// it too, and reports meshed pods whose annotation lacks the network.
+	multus.Mode
 	// MeshedNamespaces runs the controller that keeps the NetworkAttachmentDefinition
 	// in every namespace with meshed pods or labelled for injection
 	// (MULTUS_MESHED_NAMESPACES, default false; needs Enabled).
@@ -81,7 +78,7 @@ type Config struct {
 // DefaultConfig is off, with the chart's network name.
 func DefaultConfig() Config {
 	return Config{
-		Network: DefaultNetworkName,
+		Mode: multus.DefaultMode(),
 		Config: lease.Config{
 			LeaseName:     DefaultLeaseName,
 			LeaseDuration: DefaultLeaseDuration,
@@ -95,8 +92,7 @@ func DefaultConfig() Config {
 // them; every error names the variable.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return settings.FromEnv(lookup, DefaultConfig(), func(r *settings.Reader, c *Config) {
-		r.Bool(EnvEnabled, &c.Enabled)
-		r.NonEmpty(EnvNetworkName, &c.Network)
+		c.Mode.Read(r)
 		r.Bool(EnvMeshedNamespaces, &c.MeshedNamespaces)
 		var static string
 		r.String(EnvStaticNamespaces, &static)
@@ -115,16 +111,11 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 // Validate reports every bad setting, each naming its variable.
 func (c Config) Validate() error {
 	var p settings.Problems
-	if !c.Enabled {
-		if c.MeshedNamespaces {
-			p.Add(EnvMeshedNamespaces, "true, but %s is false: the NetworkAttachmentDefinition is only used through Multus", EnvEnabled)
-		}
-		return p.Err()
+	c.Mode.Check(&p)
+	if c.MeshedNamespaces && !c.Enabled {
+		p.Add(EnvMeshedNamespaces, "true, but %s is false: the NetworkAttachmentDefinition is only used through Multus", multus.EnvEnabled)
 	}
-	if msgs := validation.IsDNS1123Subdomain(c.Network); len(msgs) > 0 {
-		p.Add(EnvNetworkName, "%q is not a NetworkAttachmentDefinition name: %s", c.Network, strings.Join(msgs, "; "))
-	}
-	if !c.MeshedNamespaces {
+	if !c.MeshedNamespaces || !c.Enabled {
 		return p.Err()
 	}
 	for _, ns := range c.StaticNamespaces {
