@@ -19,13 +19,14 @@ type Network struct {
 
 // ParseNetworks reads the annotation's value in either of Multus' two forms: a
 // comma-separated list of [namespace/]name[@interface], or a JSON list of objects
-// with "name" and optionally "namespace" (other fields are ignored).
+// with "name" and optionally "namespace" (other fields are ignored). As Multus, it
+// takes a value holding any of [ { " for JSON, and refuses an empty item.
 func ParseNetworks(value string) ([]Network, error) {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return nil, nil
 	}
-	if strings.HasPrefix(value, "[") {
+	if strings.ContainsAny(value, `[{"`) {
 		var list []struct {
 			Name      string `json:"name"`
 			Namespace string `json:"namespace"`

@@ -32,7 +32,7 @@ func TestParseNetworksReadsBothOfMultusForms(t *testing.T) {
 }
 
 func TestParseNetworksRefusesWhatMultusWouldNotReadNamingTheValue(t *testing.T) {
-	for _, v := range []string{"istio-cni,", "a/b/c", "ns/", "@eth0", `[{"namespace":"x"}]`, `[{"name":`} {
+	for _, v := range []string{"istio-cni,", "a/b/c", "ns/", "@eth0", `[{"namespace":"x"}]`, `[{"name":`, `{"name":"istio-cni"}`, `"istio-cni"`} {
 		_, err := ParseNetworks(v)
 		if err == nil {
 			t.Errorf("%q accepted", v)
