@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
 )
@@ -82,6 +83,32 @@ func TestInjectionLabelsAreIstios(t *testing.T) {
 	} {
 		if got := injectionLabelled(tc.labels); got != tc.want {
 			t.Errorf("%v: %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+}
+
+// The informer passes an already reduced pod through the transform again when an
+// initial list replaces its store: the mark must survive.
+func TestSlimPodKeepsItsMarkWhenReducedTwice(t *testing.T) {
+	for _, tc := range []struct {
+		annotations map[string]string
+		needs       bool
+	}{
+		{map[string]string{SidecarAnnotation: "{}"}, true},
+		{map[string]string{multus.NetworksAnnotation: "istio-cni"}, true},
+		{map[string]string{multus.NetworksAnnotation: "default/istio-cni"}, false},
+		{map[string]string{"example.com/x": "y"}, false},
+	} {
+		p := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "app", Annotations: tc.annotations}}
+		once := slimPod(p, multus.DefaultNetworkName).(*metav1.PartialObjectMetadata)
+		twice := slimPod(once, multus.DefaultNetworkName).(*metav1.PartialObjectMetadata)
+		for i, got := range []*metav1.PartialObjectMetadata{once, twice} {
+			if marked := got.Annotations[needsMark] != ""; marked != tc.needs {
+				t.Errorf("%v, reduced %d times: marked %v, want %v", tc.annotations, i+1, marked, tc.needs)
+			}
+			if len(got.Annotations) > 1 {
+				t.Errorf("%v: kept %v", tc.annotations, got.Annotations)
+			}
 		}
 	}
 }
