@@ -10,12 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/internal/repair"
@@ -23,7 +26,7 @@ import (
 )
 
 // controllerStopWait bounds how long shutdown waits for the controllers: the taint
-// controller releases its lease with an API call that an unreachable API server
+// and Multus controllers release their leases with an API call that an unreachable API server
 // would hold up, and the node's files must still be cleaned up within the pod's
 // grace period.
 const controllerStopWait = 3 * time.Second
@@ -45,13 +48,17 @@ func RestConfig(s *Settings) *rest.Config {
 	return c
 }
 
-// apiClient is the agent's API client: the two API groups its controllers call
-// (core, and coordination for the readiness lease). The full clientset would link
-// a typed client and apply configurations for every API group into the binary.
-// It satisfies podcache.Client, repair.Client and taint.Client.
+// apiClient is the agent's API client: the two typed API groups its controllers
+// call (core, and coordination for the leases), and the dynamic and metadata
+// clients (NetworkAttachmentDefinitions, pods' and namespaces' metadata). The full
+// clientset would link a typed client and apply configurations for every API group
+// into the binary. It satisfies podcache.Client, repair.Client, taint.Client and
+// nad.Client.
 type apiClient struct {
 	core         corev1client.CoreV1Interface
 	coordination coordinationv1client.CoordinationV1Interface
+	dynamic      dynamic.Interface
+	metadata     metadata.Interface
 }
 
 func (c *apiClient) CoreV1() corev1client.CoreV1Interface { return c.core }
@@ -59,6 +66,10 @@ func (c *apiClient) CoreV1() corev1client.CoreV1Interface { return c.core }
 func (c *apiClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
 	return c.coordination
 }
+
+func (c *apiClient) Dynamic() dynamic.Interface { return c.dynamic }
+
+func (c *apiClient) Metadata() metadata.Interface { return c.metadata }
 
 // newAPIClient builds the group clients over one HTTP client, as the clientset
 // does, so that they share its connections.
@@ -75,7 +86,15 @@ func newAPIClient(cfg *rest.Config) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &apiClient{core: core, coordination: coordination}, nil
+	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return &apiClient{core: core, coordination: coordination, dynamic: dyn, metadata: md}, nil
 }
 
 // repairPluginConfig is the plugin's config as the runtime hands it to the plugin:
@@ -115,6 +134,7 @@ var (
 		{repair.MetricRetries, "counter", "Repair attempts re-queued after a failure."},
 		{repair.MetricGaveUp, "counter", "Broken pods given up on after REPAIR_MAX_RETRIES attempts."},
 		{repair.MetricNetnsScans, "counter", "Searches for a broken pod's network namespace (repair in place)."},
+		{repair.MetricMissingNetwork, "counter", "Broken pods reported (once each) for a Multus networks annotation that does not name the plugin."},
 	}
 	taintFamilies = []metricFamily{
 		{"istio_cni_taint_added_total", "counter", "Nodes given the readiness taint."},
@@ -122,6 +142,12 @@ var (
 		{"istio_cni_taint_patch_failures_total", "counter", "Node taint patches that failed (and were retried)."},
 		{"istio_cni_taint_leader", "gauge", "1 while this agent holds the node readiness lease."},
 		{"istio_cni_taint_elected_total", "counter", "Times this agent became the node readiness leader."},
+	}
+	multusFamilies = []metricFamily{
+		{"istio_cni_multus_nad_created_total", "counter", "NetworkAttachmentDefinitions created in meshed namespaces."},
+		{"istio_cni_multus_nad_create_failures_total", "counter", "NetworkAttachmentDefinition creates that failed (and were retried)."},
+		{"istio_cni_multus_leader", "gauge", "1 while this agent holds the Multus lease."},
+		{"istio_cni_multus_elected_total", "counter", "Times this agent became the Multus leader."},
 	}
 )
 
@@ -206,6 +232,15 @@ func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
 		runners = append(runners, runner{"node readiness controller", tc.Run})
 	}
 
+	if s.Multus.MeshedNamespaces {
+		mc, err := nad.New(s.Multus, client, nad.Deps{Logger: a.log})
+		if err != nil {
+			return nil, err
+		}
+		a.m.addCollector(collector{families: multusFamilies, collect: mc.Metrics().Collect})
+		runners = append(runners, runner{"multus controller", mc.Run})
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, r := range runners {
@@ -218,7 +253,7 @@ func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
 		}()
 	}
 	a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,
-		"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "node", s.NodeName)
+		"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "multusNamespaces", s.Multus.MeshedNamespaces, "node", s.NodeName)
 	return func() {
 		cancel()
 		done := make(chan struct{})

@@ -14,6 +14,8 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/settings"
@@ -105,6 +107,10 @@ type Settings struct {
 	// --node-name and KUBERNETES_NODE_NAME count for them too.
 	Repair repair.Config
 	Taint  taint.Config
+	// Multus says pods join the plugin through Multus, and whether this agent
+	// campaigns to keep the NetworkAttachmentDefinition in meshed namespaces
+	// (MULTUS_*).
+	Multus nad.Config
 }
 
 // Defaults, Istio's where Istio has one.
@@ -445,8 +451,9 @@ func Usage() string {
 		"and removes everything on SIGTERM.\n\n" +
 		"Flags (a flag overrides its environment variables; of several variables the last listed wins):\n" +
 		table.FlagUsages() +
-		"\nThe repair controller reads Istio's REPAIR_* variables (REPAIR_ENABLED, default true) and the\n" +
-		"node readiness controller the TAINT_* variables (TAINT_ENABLED, default false); see README.md.\n"
+		"\nThe repair controller reads Istio's REPAIR_* variables (REPAIR_ENABLED, default true), the\n" +
+		"node readiness controller the TAINT_* variables (TAINT_ENABLED, default false), and the Multus\n" +
+		"support the MULTUS_* variables (MULTUS_ENABLED, default false); see README.md.\n"
 }
 
 // ErrHelp is returned by Parse for -h/--help.
@@ -499,12 +506,21 @@ func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error
 	if s.Taint, err = taint.ConfigFromEnv(lookup); err != nil {
 		errs = append(errs, fmt.Errorf("node readiness controller: %w", err))
 	}
+	if s.Multus, err = nad.ConfigFromEnv(lookup); err != nil {
+		errs = append(errs, fmt.Errorf("multus: %w", err))
+	} else if s.Multus.Enabled && s.Chained {
+		// Chained, every pod reaches the plugin through the primary network: Multus
+		// would look for a network named after the plugin that no file defines, and
+		// repair would take pods without the annotation for broken.
+		errs = append(errs, fmt.Errorf("%s=true, but CHAINED_CNI_PLUGIN is true: pods join the plugin through Multus only from "+
+			"the standalone config (CHAINED_CNI_PLUGIN=false); set one of them false", multus.EnvEnabled))
+	}
 	return errors.Join(errs...)
 }
 
 // NeedsAPIServer reports whether a feature that talks to the API server is on.
 func (s *Settings) NeedsAPIServer() bool {
-	return s.PodCache || s.Repair.Enabled || s.Taint.Enabled
+	return s.PodCache || s.Repair.Enabled || s.Taint.Enabled || s.Multus.MeshedNamespaces
 }
 
 // validate checks what no single setting can: combinations and requirements.

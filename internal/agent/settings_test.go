@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -63,6 +64,7 @@ func defaults() Settings {
 		PodCache:          true,
 		Repair:            repairDefaults("node-0"),
 		Taint:             taint.DefaultConfig(),
+		Multus:            nad.DefaultConfig(),
 	}
 }
 
@@ -96,7 +98,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.PodNamespace = "istio-system"
 				s.NodeName = "node-1"
 				s.Repair.NodeName = "node-1"
-				s.Taint.AgentNamespace = "istio-system"
+				s.Taint.AgentNamespace, s.Multus.LeaseNamespace = "istio-system", "istio-system"
 			},
 		},
 		{
@@ -125,7 +127,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.RunDir, s.MonitoringPort, s.ReadinessPort = "/run/x", 0, 9000
 				s.RevertWarnCount, s.RevertWarnWindow = 3, 30*time.Second
 				s.LogLevel, s.LogJSON = slog.LevelDebug, true
-				s.Repair.NodeName, s.Taint.AgentNamespace = "n", "istio-cni"
+				s.Repair.NodeName, s.Taint.AgentNamespace, s.Multus.LeaseNamespace = "n", "istio-cni", "istio-cni"
 			},
 		},
 		{
@@ -177,6 +179,25 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.Repair.NodeName, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", false, true
 				s.Repair.LabelKey, s.Repair.InitContainerName = "example.com/broken", "mesh-check"
 				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "NoExecute", "istio-cni-node-x1", "mesh"
+				s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-x1", "mesh"
+			},
+		},
+		{
+			name: "the multus variables reach the repair and NetworkAttachmentDefinition controllers",
+			env: map[string]string{
+				"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true", "MULTUS_NETWORK_NAME": "mesh-cni",
+				"MULTUS_MESHED_NAMESPACES": "true", "MULTUS_STATIC_NAMESPACES": "default,bookinfo",
+				"MULTUS_NAD_OWNER_CLUSTERROLE": "istio-cni", "MULTUS_LEASE_NAME": "l", "MULTUS_RETRY_PERIOD": "4s",
+				"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "kube-system",
+			},
+			want: func(s *Settings) {
+				s.Chained, s.PodNamespace = false, "kube-system"
+				s.Taint.Identity, s.Taint.AgentNamespace = "istio-cni-node-x1", "kube-system"
+				s.Repair.MultusNetwork = "mesh-cni"
+				s.Multus.Enabled, s.Multus.Network, s.Multus.MeshedNamespaces = true, "mesh-cni", true
+				s.Multus.StaticNamespaces, s.Multus.OwnerClusterRole = []string{"default", "bookinfo"}, "istio-cni"
+				s.Multus.LeaseName, s.Multus.RetryPeriod = "l", 4*time.Second
+				s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-x1", "kube-system"
 			},
 		},
 		{
@@ -245,6 +266,11 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"repair with nothing to do", nil, map[string]string{"REPAIR_REPAIR_PODS": "false"}, []string{"REPAIR_ENABLED", "REPAIR_REPAIR_PODS"}},
 		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
 		{"taint effect", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "p", "TAINT_EFFECT": "Never"}, []string{"TAINT_EFFECT", `"Never"`}},
+		{"multus when chained", nil, map[string]string{"MULTUS_ENABLED": "true"}, []string{"MULTUS_ENABLED", "CHAINED_CNI_PLUGIN"}},
+		{"multus network name", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true", "MULTUS_NETWORK_NAME": "Mesh CNI"},
+			[]string{"MULTUS_NETWORK_NAME", `"Mesh CNI"`}},
+		{"multus namespaces without a pod name", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true",
+			"MULTUS_MESHED_NAMESPACES": "true", "POD_NAMESPACE": "kube-system"}, []string{"MULTUS_IDENTITY", "POD_NAME"}},
 		{"every bad value is reported", nil, map[string]string{"MONITORING_PORT": "x", "READINESS_PORT": "y"}, []string{"MONITORING_PORT", `"x"`, "READINESS_PORT", `"y"`}},
 	}
 	for _, tc := range cases {

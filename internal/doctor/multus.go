@@ -2,18 +2,17 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/multus"
 )
 
 // MultusNetworksAnnotation names the extra networks Multus attaches to a pod; on
 // OpenShift Istio's injector adds istio-cni to it.
-const MultusNetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+const MultusNetworksAnnotation = multus.NetworksAnnotation
 
 // MultusCheck is what a standalone (Multus) istio-cni needs per pod: the pod asks
 // for the network, and its NetworkAttachmentDefinition exists.
@@ -37,32 +36,16 @@ type NetworkSelection struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// ParseNetworks reads the Multus annotation in both of its forms: a comma-separated
-// list of [NAMESPACE/]NAME[@IFNAME], or a JSON list of selection objects.
+// ParseNetworks reads the Multus annotation in both of its forms, as the agent's
+// repair controller does (multus.ParseNetworks).
 func ParseNetworks(v string) ([]NetworkSelection, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, nil
-	}
-	if strings.HasPrefix(v, "[") {
-		var out []NetworkSelection
-		if err := json.Unmarshal([]byte(v), &out); err != nil {
-			return nil, fmt.Errorf("annotation %s: not a JSON list of networks: %w", MultusNetworksAnnotation, err)
-		}
-		return out, nil
+	nets, err := multus.ParseNetworks(v)
+	if err != nil {
+		return nil, err
 	}
 	var out []NetworkSelection
-	for _, item := range strings.Split(v, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		item, _, _ = strings.Cut(item, "@")
-		sel := NetworkSelection{Name: item}
-		if ns, name, ok := strings.Cut(item, "/"); ok {
-			sel = NetworkSelection{Namespace: ns, Name: name}
-		}
-		out = append(out, sel)
+	for _, n := range nets {
+		out = append(out, NetworkSelection{Name: n.Name, Namespace: n.Namespace})
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
@@ -102,6 +103,12 @@ type Config struct {
 	// NetnsDirs hold bind-mounted network namespaces to search besides processes
 	// (ours: REPAIR_NETNS_DIRS, comma-separated, default /var/run/netns).
 	NetnsDirs []string
+	// MultusNetwork, when set, says pods join the plugin through Multus by naming
+	// this network in their k8s.v1.cni.cncf.io/networks annotation (the agent's
+	// MULTUS_ENABLED and MULTUS_NETWORK_NAME). A broken pod whose annotation does not
+	// name it is labelled and reported once, never deleted or repaired: the cause
+	// is its annotation, not the race.
+	MultusNetwork string
 }
 
 // DefaultConfig is Istio's default: enabled, repair in place, no node yet.
@@ -146,6 +153,11 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		r.Duration(EnvRetryBase, &c.RetryBase, "200ms or 30s")
 		r.Duration(EnvRetryMax, &c.RetryMax, "200ms or 30s")
 		r.String(EnvProcDir, &c.ProcDir)
+		mode := multus.DefaultMode()
+		mode.Read(r)
+		if mode.Enabled {
+			c.MultusNetwork = mode.Network
+		}
 		if v, ok := lookup(EnvNetnsDirs); ok {
 			c.NetnsDirs = nil
 			for _, d := range strings.Split(v, ",") {
@@ -173,8 +185,9 @@ func (c Config) Validate() error {
 	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
 		p.Add(EnvNodeName, "%q is not a node name: %s", c.NodeName, strings.Join(msgs, "; "))
 	}
-	if c.LabelPods || c.RepairPods {
-		// Repair removes the label again, so it must be a valid key as well.
+	if c.LabelPods || c.RepairPods || c.MultusNetwork != "" {
+		// Repair removes the label again, and a pod missing its Multus network is
+		// labelled whatever the action, so it must be a valid key then too.
 		if msgs := validation.IsQualifiedName(c.LabelKey); len(msgs) > 0 {
 			p.Add(EnvLabelKey, "%q is not a label key: %s", c.LabelKey, strings.Join(msgs, "; "))
 		}

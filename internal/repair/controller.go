@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
@@ -32,6 +34,9 @@ const (
 	ReasonDeleteBrokenPod = "DeleteBrokenPod"
 	ReasonLabelBrokenPod  = "LabelBrokenPod"
 	ReasonRepairGaveUp    = "RepairBrokenPodGaveUp"
+	// ReasonMissingNetwork is ours: a meshed pod that Multus never attaches to the
+	// plugin, because its networks annotation does not name the plugin's network.
+	ReasonMissingNetwork = "MissingMultusNetwork"
 )
 
 // EventComponent is the events' source component.
@@ -92,6 +97,9 @@ type Controller struct {
 	// the kubelet restarts its validation container, and every status change in the
 	// meantime must not search for and program the namespace again.
 	repaired map[string]types.UID
+	// reported remembers, by UID, the pods reported for a missing Multus network:
+	// such a pod stays broken for as long as it lives, and is reported once.
+	reported map[types.UID]bool
 }
 
 // New checks cfg and builds the controller; it starts nothing.
@@ -111,6 +119,7 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 		workers:  deps.Workers,
 		recorder: deps.Recorder,
 		repaired: map[string]types.UID{},
+		reported: map[types.UID]bool{},
 	}
 	c.log = cmp.Or(c.log, slog.Default()).With("controller", "repair", "node", cfg.NodeName)
 	if c.metrics == nil {
@@ -201,6 +210,7 @@ func (c *Controller) onDelete(obj any) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		c.mu.Lock()
 		delete(c.repaired, cache.MetaObjectToName(pod).String())
+		delete(c.reported, pod.UID)
 		c.mu.Unlock()
 	}
 }
@@ -278,7 +288,59 @@ func (c *Controller) reconcile(ctx context.Context, key string, last bool) (*cor
 		return pod, nil
 	}
 	c.metrics.Detected.Add(1)
+	if c.cfg.MultusNetwork != "" {
+		if attached, parseErr := multus.Attaches(pod.Annotations, c.cfg.MultusNetwork); !attached {
+			return pod, c.reportMissingNetwork(ctx, pod, why, parseErr)
+		}
+	}
 	return pod, c.act(ctx, pod, why, last)
+}
+
+// reportMissingNetwork handles a broken pod that Multus never attaches to the
+// plugin: its k8s.v1.cni.cncf.io/networks annotation does not name the network.
+// Repairing it in place would hide the cause, and deleting it would only bring
+// back a pod broken the same way, again and again; so it is reported once (an
+// event and a log line naming the fix) and labelled, and left running. The label
+// is what says "reported" to the next agent (after a restart), the memory what
+// says it to this one while its cache has not seen the label yet, or when the
+// label could not be set.
+func (c *Controller) reportMissingNetwork(ctx context.Context, pod *corev1.Pod, why string, parseErr error) error {
+	labelled := pod.Labels[c.cfg.LabelKey] == c.cfg.LabelValue
+	c.mu.Lock()
+	first := !c.reported[pod.UID] && !labelled
+	c.reported[pod.UID] = true
+	c.mu.Unlock()
+	if first {
+		c.metrics.MissingNetwork.Add(1)
+		msg := missingNetworkMessage(pod, c.cfg.MultusNetwork, why, parseErr) +
+			fmt.Sprintf("; not deleted (its replacement would miss it too) nor repaired: labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
+		c.log.Warn(msg, "pod", cache.MetaObjectToName(pod).String(), "uid", pod.UID)
+		c.recorder.Event(pod, corev1.EventTypeWarning, ReasonMissingNetwork, msg)
+	}
+	_, err := c.setLabel(ctx, pod)
+	return err
+}
+
+// missingNetworkMessage says what is wrong with the pod's annotation and what to add.
+func missingNetworkMessage(pod *corev1.Pod, network, why string, parseErr error) string {
+	value, has := pod.Annotations[multus.NetworksAnnotation]
+	var problem, fix string
+	switch {
+	case !has:
+		problem = fmt.Sprintf("it has no %s annotation", multus.NetworksAnnotation)
+		fix = fmt.Sprintf("%s: %s", multus.NetworksAnnotation, network)
+	case parseErr != nil:
+		problem = fmt.Sprintf("its %s annotation does not parse (%v)", multus.NetworksAnnotation, parseErr)
+		fix = fmt.Sprintf("%s: %s", multus.NetworksAnnotation, network)
+	case strings.HasPrefix(strings.TrimSpace(value), "["):
+		problem = fmt.Sprintf("its %s annotation %q does not name %s", multus.NetworksAnnotation, value, network)
+		fix = fmt.Sprintf(`{"name":%q} to the list in %s`, network, multus.NetworksAnnotation)
+	default:
+		problem = fmt.Sprintf("its %s annotation %q does not name %s", multus.NetworksAnnotation, value, network)
+		fix = fmt.Sprintf("%s: %s,%s", multus.NetworksAnnotation, strings.TrimSpace(value), network)
+	}
+	return fmt.Sprintf("%s: Multus never runs istio-cni for this pod, because %s. Add %s to the pod template "+
+		"(Istio's injector adds it with values.sidecarInjectorWebhook.injectedAnnotations) and recreate the pod", why, problem, fix)
 }
 
 // act applies the configured action to a pod found broken: repair in place, else
@@ -339,32 +401,43 @@ func (c *Controller) deletePod(ctx context.Context, pod *corev1.Pod, why string)
 	}
 }
 
-// labelPod sets the broken-pod label through the pods/status subresource, which
-// may change labels and is a smaller grant than patching pods.
+// labelPod sets the broken-pod label, and says so in an event and the log.
 func (c *Controller) labelPod(ctx context.Context, pod *corev1.Pod, why string) error {
-	key := cache.MetaObjectToName(pod).String()
+	changed, err := c.setLabel(ctx, pod)
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelling failed: %v", why, err)
+		return err
+	}
+	if changed {
+		c.log.Info("labelled broken pod", "pod", cache.MetaObjectToName(pod).String(), "label", c.cfg.LabelKey+"="+c.cfg.LabelValue, "reason", why)
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelled %s=%s", why, c.cfg.LabelKey, c.cfg.LabelValue)
+	}
+	return nil
+}
+
+// setLabel sets the broken-pod label through the pods/status subresource, which
+// may change labels and is a smaller grant than patching pods. It reports whether
+// it changed the pod (false: already labelled, or gone).
+func (c *Controller) setLabel(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if v, ok := pod.Labels[c.cfg.LabelKey]; ok && v == c.cfg.LabelValue {
 		c.metrics.count(ActionLabel, ResultSkip)
-		return nil
+		return false, nil
 	}
 	patch, err := labelPatch(pod.UID, c.cfg.LabelKey, &c.cfg.LabelValue)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		c.metrics.count(ActionLabel, ResultSkip)
-		return nil
+		return false, nil
 	}
 	if err != nil {
 		c.metrics.count(ActionLabel, ResultFail)
-		c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelling failed: %v", why, err)
-		return fmt.Errorf("label broken pod %s: %w", key, err)
+		return false, fmt.Errorf("label broken pod %s: %w", cache.MetaObjectToName(pod).String(), err)
 	}
 	c.metrics.count(ActionLabel, ResultSuccess)
-	c.log.Info("labelled broken pod", "pod", key, "label", c.cfg.LabelKey+"="+c.cfg.LabelValue, "reason", why)
-	c.recorder.Eventf(pod, corev1.EventTypeWarning, ReasonLabelBrokenPod, "%s; labelled %s=%s", why, c.cfg.LabelKey, c.cfg.LabelValue)
-	return nil
+	return true, nil
 }
 
 // repairTimeout bounds one in-place repair (namespace search and apply).

@@ -3,7 +3,9 @@
 // ready on the node, so its istio-validation init container failed) and fixes them:
 // by programming the capture into the running pod's network namespace through the
 // plugin's own path, by deleting the pod so it is recreated with the plugin in
-// place, or by labelling it for an operator.
+// place, or by labelling it for an operator. In Multus mode a pod whose networks
+// annotation does not name the plugin is not the race: it is labelled and reported
+// once, never deleted.
 //
 // It owns the detection rule (Broken), the settings (Config, with Istio's
 // REPAIR_* environment variable names), the controller (an informer limited to

@@ -38,7 +38,7 @@ func rulesFor(cfg Config) []rbacv1.PolicyRule {
 	if cfg.DeletePods {
 		rules = append(rules, rbacDeletePod)
 	}
-	if cfg.LabelPods || cfg.RepairPods {
+	if cfg.LabelPods || cfg.RepairPods || cfg.MultusNetwork != "" {
 		rules = append(rules, rbacLabelPod)
 	}
 	return rules

@@ -38,6 +38,7 @@ const (
 	MetricRetries        = "istio_cni_repair_retries_total"
 	MetricGaveUp         = "istio_cni_repair_gave_up_total"
 	MetricNetnsScans     = "istio_cni_repair_netns_scans_total"
+	MetricMissingNetwork = "istio_cni_repair_missing_multus_network_total"
 )
 
 // Metrics are the controller's counters. They are plain atomics so the agent can
@@ -53,6 +54,9 @@ type Metrics struct {
 	GaveUp atomic.Uint64
 	// NetnsScans counts searches for a pod's network namespace.
 	NetnsScans atomic.Uint64
+	// MissingNetwork counts broken pods reported for a Multus networks annotation
+	// that does not name the plugin's network (once per pod).
+	MissingNetwork atomic.Uint64
 }
 
 func index[T comparable](list []T, v T) int {
@@ -81,6 +85,7 @@ func (m *Metrics) Collect() map[string]float64 {
 		MetricRetries:        float64(m.Retries.Load()),
 		MetricGaveUp:         float64(m.GaveUp.Load()),
 		MetricNetnsScans:     float64(m.NetnsScans.Load()),
+		MetricMissingNetwork: float64(m.MissingNetwork.Load()),
 	}
 	for i, a := range actions {
 		for j, r := range results {

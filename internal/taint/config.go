@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
@@ -26,9 +27,14 @@ const (
 	EnvRenewDeadline  = "TAINT_RENEW_DEADLINE"
 	EnvRetryPeriod    = "TAINT_RETRY_PERIOD"
 	EnvIdentity       = "TAINT_IDENTITY"
-	EnvPodNamespace   = "POD_NAMESPACE" // the default agent and lease namespace
-	EnvPodName        = "POD_NAME"      // the default identity
+	EnvPodNamespace   = "POD_NAMESPACE"  // the default agent and lease namespace
+	EnvPodName        = lease.EnvPodName // the default identity
 )
+
+var leaseEnvs = lease.Envs{
+	LeaseName: EnvLeaseName, LeaseDuration: EnvLeaseDuration, RenewDeadline: EnvRenewDeadline,
+	RetryPeriod: EnvRetryPeriod, Identity: EnvIdentity,
+}
 
 // Defaults, Istio's where Istio has one.
 const (
@@ -59,15 +65,10 @@ type Config struct {
 	// (TAINT_NODE_LABEL_SELECTOR, default all): a node the DaemonSet never reaches
 	// would otherwise stay tainted forever.
 	NodeSelector string
-	// Lease* are the leader election's (TAINT_LEASE_NAME in AgentNamespace,
+	// Config is the leader election's (TAINT_LEASE_NAME in AgentNamespace,
 	// TAINT_LEASE_DURATION, TAINT_RENEW_DEADLINE, TAINT_RETRY_PERIOD; client-go's
-	// usual 15s, 10s and 2s).
-	LeaseName     string
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
-	// Identity names this replica in the lease (TAINT_IDENTITY, default POD_NAME).
-	Identity string
+	// usual 15s, 10s and 2s; TAINT_IDENTITY, default POD_NAME).
+	lease.Config
 }
 
 // DefaultConfig is disabled, with Istio's taint and agent label.
@@ -77,10 +78,12 @@ func DefaultConfig() Config {
 		Effect:         DefaultEffect,
 		AgentNamespace: DefaultAgentNamespace,
 		AgentSelector:  DefaultAgentSelector,
-		LeaseName:      DefaultLeaseName,
-		LeaseDuration:  DefaultLeaseDuration,
-		RenewDeadline:  DefaultRenewDeadline,
-		RetryPeriod:    DefaultRetryPeriod,
+		Config: lease.Config{
+			LeaseName:     DefaultLeaseName,
+			LeaseDuration: DefaultLeaseDuration,
+			RenewDeadline: DefaultRenewDeadline,
+			RetryPeriod:   DefaultRetryPeriod,
+		},
 	}
 }
 
@@ -99,12 +102,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		r.NonEmpty(EnvAgentNamespace, &c.AgentNamespace)
 		r.String(EnvAgentSelector, &c.AgentSelector)
 		r.String(EnvNodeSelector, &c.NodeSelector)
-		r.NonEmpty(EnvLeaseName, &c.LeaseName)
-		r.Duration(EnvLeaseDuration, &c.LeaseDuration, "15s")
-		r.Duration(EnvRenewDeadline, &c.RenewDeadline, "15s")
-		r.Duration(EnvRetryPeriod, &c.RetryPeriod, "15s")
-		r.NonEmpty(EnvPodName, &c.Identity)
-		r.NonEmpty(EnvIdentity, &c.Identity)
+		c.Config.Read(r, leaseEnvs)
 	})
 }
 
@@ -133,21 +131,6 @@ func (c Config) Validate() error {
 	if _, err := labels.Parse(c.NodeSelector); err != nil {
 		p.Add(EnvNodeSelector, "%q is not a label selector: %v", c.NodeSelector, err)
 	}
-	if msgs := validation.IsDNS1123Subdomain(c.LeaseName); len(msgs) > 0 {
-		p.Add(EnvLeaseName, "%q is not a lease name: %s", c.LeaseName, strings.Join(msgs, "; "))
-	}
-	if c.Identity == "" {
-		p.Add(EnvIdentity, "empty (and %s is unset): each replica needs its own name in the lease", EnvPodName)
-	}
-	// client-go's own rules, reported with our names.
-	if c.RetryPeriod <= 0 {
-		p.Add(EnvRetryPeriod, "%s must be positive", c.RetryPeriod)
-	}
-	if c.RenewDeadline <= time.Duration(1.2*float64(c.RetryPeriod)) {
-		p.Add(EnvRenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, EnvRetryPeriod, c.RetryPeriod)
-	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		p.Add(EnvLeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, EnvRenewDeadline, c.RenewDeadline)
-	}
+	c.Config.Check(&p, leaseEnvs)
 	return p.Err()
 }

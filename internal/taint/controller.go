@@ -20,10 +20,9 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
 
@@ -102,38 +101,22 @@ func (c *Controller) Metrics() *Metrics { return c.metrics }
 // right. Losing the lease stops all work (watches included) and campaigns again.
 // The lease is released when ctx ends, so another replica takes over at once.
 func (c *Controller) Run(ctx context.Context) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.AgentNamespace, Name: c.cfg.LeaseName},
-		Client:     c.client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
-	}
-	for ctx.Err() == nil {
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   c.cfg.LeaseDuration,
-			RenewDeadline:   c.cfg.RenewDeadline,
-			RetryPeriod:     c.cfg.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            "istio-cni-taint",
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(leadCtx context.Context) {
-					c.metrics.Leading.Store(true)
-					c.metrics.Elected.Add(1)
-					c.log.Info("leading: keeping node readiness taints", "taint", c.cfg.Key+":"+string(c.cfg.Effect))
-					if err := c.lead(leadCtx); err != nil {
-						c.log.Error("taint controller stopped", "error", err)
-					}
-				},
-				OnStoppedLeading: func() {
-					c.metrics.Leading.Store(false)
-					c.log.Info("not leading")
-				},
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("taint controller: leader election: %w", err)
-		}
-		le.Run(ctx)
+	err := lease.Run(ctx, c.client.CoordinationV1(), c.cfg.AgentNamespace, c.cfg.Config, lease.Callbacks{
+		Lead: func(ctx context.Context) {
+			c.metrics.Leading.Store(true)
+			c.metrics.Elected.Add(1)
+			c.log.Info("leading: keeping node readiness taints", "taint", c.cfg.Key+":"+string(c.cfg.Effect))
+			if err := c.lead(ctx); err != nil {
+				c.log.Error("taint controller stopped", "error", err)
+			}
+		},
+		Stopped: func() {
+			c.metrics.Leading.Store(false)
+			c.log.Info("not leading")
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("taint controller: %w", err)
 	}
 	return nil
 }

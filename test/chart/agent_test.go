@@ -57,6 +57,10 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 			name string
 			args []string
 		}{"no API server features", []string{"--set", "taint.enabled=false", "--set", "repair.enabled=false", "--set", "podCache.enabled=false"}},
+		struct {
+			name string
+			args []string
+		}{"openshift with the chart's namespaces only", []string{"-f", profileFile("openshift"), "--set", "multus.meshedNamespaces=false"}},
 	)
 	const podName, node = "istio-cni-node-x7k2p", "worker-1"
 	for _, v := range all {
@@ -76,6 +80,7 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 			if s.Repair.Enabled && s.Repair.NodeName != node {
 				t.Errorf("repair watches node %q, want %q", s.Repair.NodeName, node)
 			}
+			checkMultusSettings(t, m, s, podName)
 			if !s.Taint.Enabled {
 				return
 			}
@@ -98,9 +103,53 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 	}
 }
 
+// checkMultusSettings: Multus mode follows multus.enabled, and repair knows it; the
+// agent keeps the objects in the namespaces the chart leaves out, names this pod in the
+// Lease the Role istio-cni-multus grants, and makes the chart's own ClusterRole their owner.
+func checkMultusSettings(t *testing.T, m *manifest, s agent.Settings, podName string) {
+	t.Helper()
+	nads := m.all("NetworkAttachmentDefinition")
+	if s.Multus.Enabled != (len(nads) > 0 || s.Multus.MeshedNamespaces) {
+		t.Errorf("MULTUS_ENABLED=%v, with %d NetworkAttachmentDefinitions rendered and the agent's controller %v", s.Multus.Enabled, len(nads), s.Multus.MeshedNamespaces)
+	}
+	if want := map[bool]string{true: s.Multus.Network}[s.Multus.Enabled]; s.Repair.Enabled && s.Repair.MultusNetwork != want {
+		t.Errorf("repair's Multus network %q, want %q", s.Repair.MultusNetwork, want)
+	}
+	for _, d := range nads {
+		if d.name != s.Multus.Network {
+			t.Errorf("%s: the agent's network is %q", d, s.Multus.Network)
+		}
+	}
+	if !s.Multus.MeshedNamespaces {
+		return
+	}
+	var chartNS []string
+	for _, d := range nads {
+		chartNS = append(chartNS, d.ns)
+	}
+	if !slices.Equal(chartNS, s.Multus.StaticNamespaces) {
+		t.Errorf("the agent leaves %v to helm, but the chart creates the object in %v", s.Multus.StaticNamespaces, chartNS)
+	}
+	ds := m.daemonSet(t)
+	if s.Multus.Identity != podName || s.Multus.LeaseNamespace != ds.Namespace {
+		t.Errorf("multus identity %q in namespace %q, want the pod %q in %q", s.Multus.Identity, s.Multus.LeaseNamespace, podName, ds.Namespace)
+	}
+	if !roleGrantsLeaseIn(t, m, "istio-cni-multus", s.Multus.LeaseName) {
+		t.Errorf("the Role istio-cni-multus does not grant get and update of the Lease %q", s.Multus.LeaseName)
+	}
+	if m.find("ClusterRole", s.Multus.OwnerClusterRole) == nil {
+		t.Errorf("the owner ClusterRole %q is not the chart's", s.Multus.OwnerClusterRole)
+	}
+}
+
 func roleGrantsLease(t *testing.T, m *manifest, lease string) bool {
 	t.Helper()
-	d := m.find("Role", "istio-cni-taint")
+	return roleGrantsLeaseIn(t, m, "istio-cni-taint", lease)
+}
+
+func roleGrantsLeaseIn(t *testing.T, m *manifest, role, lease string) bool {
+	t.Helper()
+	d := m.find("Role", role)
 	if d == nil {
 		return false
 	}

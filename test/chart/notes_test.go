@@ -76,7 +76,10 @@ func TestNotesTellWhatWasInstalled(t *testing.T) {
 		{"gke", []string{"-f", profileFile("gke")}, []string{"Binaries: /home/kubernetes/bin"}},
 		{"openshift", []string{"-f", profileFile("openshift")}, []string{
 			"standalone file zz-istio-cni.conf in /etc/cni/multus/net.d", "k8s.v1.cni.cncf.io/networks: istio-cni",
-			"NetworkAttachmentDefinition istio-cni in: default"}},
+			"NetworkAttachmentDefinition istio-cni in: default; the agent adds it to every namespace with meshed pods",
+			"never deleted"}},
+		{"openshift, the chart's namespaces only", []string{"-f", profileFile("openshift"), "--set", "multus.meshedNamespaces=false", "--set", "multus.namespaces={bookinfo}"},
+			[]string{"NetworkAttachmentDefinition istio-cni in: bookinfo)"}},
 		{"seed command", seedArgs, []string{"Excluded namespaces: none"}},
 		{"repair in place", []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false"}, []string{"Repair:   repair in place, else label"}},
 		{"repair off", []string{"--set", "repair.enabled=false"}, []string{"Repair:   off"}},

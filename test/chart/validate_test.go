@@ -75,7 +75,7 @@ func TestProfilesMatchGoldenRenders(t *testing.T) {
 // against the OpenAPI schemas of every supported Kubernetes release
 // (hack/kube/SUPPORTED; each release's api/openapi-spec/v3, hack/tools/k8s-schemas.sh),
 // uses only API versions that release serves (the NetworkAttachmentDefinition is
-// checked against its CRD in testdata/crds), decodes strictly into client-go's types
+// checked against its CRD in test/crds), decodes strictly into client-go's types
 // (unknown fields fail), and holds no combination the API server refuses beyond the
 // schema.
 func TestEveryObjectValidatesOffline(t *testing.T) {
@@ -162,7 +162,7 @@ func releaseSchemas(t *testing.T) []releaseSchema {
 // as its version and the release's own schemas, which it reads before its embedded
 // ones (every group-version the chart uses is in them, which the caller checks).
 func kubectlValidate(bin, file string, rs releaseSchema, m *manifest) error {
-	cmd := exec.Command(bin, file, "--version", "1.30", "--local-schemas", rs.dir, "--local-crds", "testdata/crds", "--output", "json")
+	cmd := exec.Command(bin, file, "--version", "1.30", "--local-schemas", rs.dir, "--local-crds", "../crds", "--output", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()

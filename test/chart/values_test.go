@@ -601,6 +601,23 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 			"kube-system  pods * list", "kube-system  pods * watch",
 		},
 	}, {
+		name: "multus with the chart's namespaces only: repair labels a pod missing the network",
+		args: []string{"--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true", "--set", "multus.meshedNamespaces=false"},
+		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
+	}, {
+		name: "multus in meshed namespaces: one agent creates, never updates or deletes, the NetworkAttachmentDefinitions",
+		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
+		want: concat([]string{podGet}, watchPods, []string{
+			"cluster  namespaces * list", "cluster  namespaces * watch",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
+			"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
+			"kube-system coordination.k8s.io leases * create",
+			"kube-system coordination.k8s.io leases istio-cni-multus get",
+			"kube-system coordination.k8s.io leases istio-cni-multus update",
+		}),
+	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
 		want: []string{podGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
@@ -730,7 +747,28 @@ func TestMultusNetworkAttachmentDefinition(t *testing.T) {
 	}
 	wantIn(t, "env", m.env(t), map[string]string{
 		"CHAINED_CNI_PLUGIN": "false", "CNI_NET_DIR": "/etc/cni/multus/net.d",
+		"MULTUS_ENABLED": "true", "MULTUS_MESHED_NAMESPACES": "true",
+		// The agent leaves the chart's namespaces to helm, and its own objects go with the
+		// chart's ClusterRole.
+		"MULTUS_STATIC_NAMESPACES": "default,bookinfo", "MULTUS_NAD_OWNER_CLUSTERROLE": "istio-cni",
 	})
+	if m.find("ClusterRole", "istio-cni") == nil {
+		t.Error("MULTUS_NAD_OWNER_CLUSTERROLE names istio-cni, but the chart renders no such ClusterRole")
+	}
+	// With the agent off, only the listed namespaces get the object, and the agent is told nothing more.
+	only := mustRender(t, "-f", profileFile("openshift"), "--set", "multus.meshedNamespaces=false")
+	for _, name := range []string{"MULTUS_MESHED_NAMESPACES", "MULTUS_STATIC_NAMESPACES", "MULTUS_NAD_OWNER_CLUSTERROLE"} {
+		if v, set := only.env(t)[name]; set {
+			t.Errorf("multus.meshedNamespaces=false, yet %s=%q", name, v)
+		}
+	}
+	if only.find("Role", "istio-cni-multus") != nil {
+		t.Error("multus.meshedNamespaces=false, yet the Role istio-cni-multus is rendered")
+	}
+	// The agent alone may serve every namespace.
+	if nads := mustRender(t, "-f", profileFile("openshift"), "--set", "multus.namespaces={}").all("NetworkAttachmentDefinition"); len(nads) != 0 {
+		t.Errorf("multus.namespaces={} renders %v", nads)
+	}
 	if name, set := m.env(t)["CNI_CONF_NAME"]; set {
 		t.Errorf("CNI_CONF_NAME=%q: the profile must leave the standalone file's name to the agent's default, which sorts after every network config", name)
 	}
@@ -786,6 +824,11 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"unknown agent log level", []string{"--set", "agentLogLevel=trace"}, []string{"/agentLogLevel", "'trace'"}},
 		{"unknown taint effect", []string{"--set", "taint.effect=Sometimes"}, []string{"/taint/effect", "'Sometimes'"}},
 		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
+		{"multus while chained", []string{"--set", "multus.enabled=true"}, []string{"multus.enabled", "chained", "standalone"}},
+		{"multus with no namespace at all", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={}", "--set", "multus.meshedNamespaces=false"},
+			[]string{"multus.namespaces", "multus.meshedNamespaces", "every meshed pod would fail"}},
+		{"multus namespace that cannot exist", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={Book_Info}"}, []string{"/multus/namespaces/0", "'Book_Info'"}},
+		{"multus agent switch not a boolean", []string{"--set-string", "multus.meshedNamespaces=yes"}, []string{"/multus/meshedNamespaces", "want boolean"}},
 		{"repair image other than the agent's", []string{"--set", "repair.hub=other.example.com/mesh"}, []string{"repair.hub", `"other.example.com/mesh"`}},
 		{"repair tag other than the agent's", []string{"--set", "tag=1.0", "--set", "repair.tag=2.0"}, []string{"repair.tag", `"2.0"`, `"1.0"`}},
 	}

@@ -119,3 +119,27 @@ seed documents' way to exclude nothing) yields a list holding one empty string.
 {{- end }}
 {{- toPrettyJson $conf -}}
 {{- end }}
+
+{{/*
+Multus calls the plugin only through the standalone config: chained, there is no network
+named istio-cni for the NetworkAttachmentDefinition to point at (the agent refuses it too).
+*/}}
+{{- define "istio-cni.checkMultus" -}}
+{{- $m := .Values.multus }}
+{{- if and $m.enabled .Values.chained }}
+{{- fail "multus.enabled is true, but chained is true: Multus reaches the plugin only through its standalone config; set chained=false (the OpenShift profile does), or multus.enabled=false" }}
+{{- end }}
+{{- if and $m.enabled (not $m.meshedNamespaces) (not (include "istio-cni.multusNamespaces" . | fromJsonArray)) }}
+{{- fail "multus.namespaces is empty and multus.meshedNamespaces is false: no namespace would get the NetworkAttachmentDefinition istio-cni, and every meshed pod would fail to start; list the meshed namespaces, or set multus.meshedNamespaces=true" }}
+{{- end }}
+{{- end }}
+
+{{/* The agent keeps the NetworkAttachmentDefinition in meshed namespaces. */}}
+{{- define "istio-cni.multusAgent" -}}
+{{- if and .Values.multus.enabled .Values.multus.meshedNamespaces }}true{{ end -}}
+{{- end }}
+
+{{/* The chart's NetworkAttachmentDefinition namespaces, without empty entries (--set "multus.namespaces={}"). */}}
+{{- define "istio-cni.multusNamespaces" -}}
+{{- compact .Values.multus.namespaces | toJson -}}
+{{- end }}

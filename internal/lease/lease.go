@@ -1,0 +1,129 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/istio-cni/istio-cni/internal/settings"
+)
+
+// EnvPodName is the default identity: each agent pod has its own name.
+const EnvPodName = "POD_NAME"
+
+// Config is one election's settings.
+type Config struct {
+	// LeaseName names the Lease, in the namespace given to Run.
+	LeaseName string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's: how long a
+	// term lasts without renewal, how long the leader keeps trying to renew, and
+	// how often every replica tries to acquire or renew.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Identity names this replica in the Lease (default POD_NAME).
+	Identity string
+}
+
+// Envs are the variables a controller reads an election's settings from.
+type Envs struct {
+	LeaseName, LeaseDuration, RenewDeadline, RetryPeriod, Identity string
+}
+
+// Read sets c from the variables in envs; Identity falls back to POD_NAME.
+func (c *Config) Read(r *settings.Reader, envs Envs) {
+	r.NonEmpty(envs.LeaseName, &c.LeaseName)
+	r.Duration(envs.LeaseDuration, &c.LeaseDuration, "15s")
+	r.Duration(envs.RenewDeadline, &c.RenewDeadline, "10s")
+	r.Duration(envs.RetryPeriod, &c.RetryPeriod, "2s")
+	r.NonEmpty(EnvPodName, &c.Identity)
+	r.NonEmpty(envs.Identity, &c.Identity)
+}
+
+// Check adds to p every bad setting, named by its variable in envs. The timing
+// rules are client-go's, which would otherwise only fail once the election starts.
+func (c Config) Check(p *settings.Problems, envs Envs) {
+	if msgs := validation.IsDNS1123Subdomain(c.LeaseName); len(msgs) > 0 {
+		p.Add(envs.LeaseName, "%q is not a lease name: %s", c.LeaseName, strings.Join(msgs, "; "))
+	}
+	if c.Identity == "" {
+		p.Add(envs.Identity, "empty (and %s is unset): each replica needs its own name in the lease", EnvPodName)
+	}
+	if c.RetryPeriod <= 0 {
+		p.Add(envs.RetryPeriod, "%s must be positive", c.RetryPeriod)
+	}
+	if c.RenewDeadline <= time.Duration(1.2*float64(c.RetryPeriod)) {
+		p.Add(envs.RenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, envs.RetryPeriod, c.RetryPeriod)
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		p.Add(envs.LeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, envs.RenewDeadline, c.RenewDeadline)
+	}
+}
+
+// Callbacks are called around each term this replica holds.
+type Callbacks struct {
+	// Lead does the job; its context ends when the term does. It should return
+	// only then: a Lead that returns early leaves the replica leading idle.
+	Lead func(ctx context.Context)
+	// Stopped, if set, is called after each term, once Lead has returned.
+	Stopped func()
+}
+
+// Run campaigns for the Lease namespace/c.LeaseName until ctx ends, calling
+// cb.Lead for each term won. A term ends (Lead's context is cancelled) when a
+// renewal fails or ctx ends; Run waits for Lead to return before it calls
+// cb.Stopped and campaigns again, so two terms of one replica never overlap. The
+// Lease is released when ctx ends.
+func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespace string, c Config, cb Callbacks) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: c.LeaseName},
+		Client:     client,
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
+	}
+	for ctx.Err() == nil {
+		// client-go starts OnStartedLeading on a goroutine of its own and may return
+		// from Run before that goroutine has begun: term decides, race-free, whether
+		// this term's Lead runs (leading) or never will (over).
+		const idle, leading, over = 0, 1, 2
+		var term atomic.Int32
+		done := make(chan struct{})
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   c.LeaseDuration,
+			RenewDeadline:   c.RenewDeadline,
+			RetryPeriod:     c.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            c.LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					if !term.CompareAndSwap(idle, leading) {
+						return
+					}
+					defer close(done)
+					cb.Lead(ctx)
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election on lease %s/%s: %w", namespace, c.LeaseName, err)
+		}
+		le.Run(ctx)
+		if term.CompareAndSwap(idle, over) {
+			continue
+		}
+		<-done
+		if cb.Stopped != nil {
+			cb.Stopped()
+		}
+	}
+	return nil
+}
