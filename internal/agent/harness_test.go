@@ -5,7 +5,6 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,12 +15,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
 // built holds install-cni and the binaries it installs (istio-cni, istio-iptables),
@@ -159,7 +158,7 @@ func (n *node) env(extra ...string) []string {
 // agentProc is a running install-cni.
 type agentProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *logbuf.Buffer
 	metrics, probe string // http://addr
 	exited         chan struct{}
 	exitErr        error
@@ -169,7 +168,7 @@ type agentProc struct {
 // for its HTTP servers.
 func (n *node) startAgent(t testing.TB, extra ...string) *agentProc {
 	t.Helper()
-	p := &agentProc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &agentProc{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(built.agentBin)
 	p.cmd.Env = n.env(extra...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
@@ -285,23 +284,6 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func writeFile(t testing.TB, path string, data []byte, mode os.FileMode) {

@@ -26,6 +26,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
+	"github.com/istio-cni/istio-cni/test/harness/pods"
 )
 
 const (
@@ -97,7 +98,7 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 	return ps
 }
 
-type podOpt func(*corev1.Pod)
+type podOpt = pods.Option
 
 func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 func withAnnotation(k, v string) podOpt {
@@ -110,27 +111,7 @@ func withoutSidecar(p *corev1.Pod) {
 
 // injectedPod is a pod as Istio's injector shapes it with the CNI enabled.
 func injectedPod(name string, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: testNS,
-			Annotations: map[string]string{"sidecar.istio.io/status": `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: thisNode,
-			InitContainers: []corev1.Container{{
-				Name: "istio-validation", Image: "proxyv2",
-				Args: []string{"istio-iptables", "--run-validation", "--skip-rule-apply"},
-			}},
-			Containers: []corev1.Container{
-				{Name: "app", Image: "app"},
-				{Name: "istio-proxy", Image: "proxyv2", Args: []string{"proxy", "sidecar"}},
-			},
-		},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
+	return pods.Injected(testNS, name, thisNode, opts...)
 }
 
 // createPod creates the pod and, playing the kubelet, reports ip as its address.

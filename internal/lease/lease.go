@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -124,6 +125,48 @@ func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespac
 		if cb.Stopped != nil {
 			cb.Stopped()
 		}
+	}
+	return nil
+}
+
+// Leadership counts one replica's terms, for its controller's metrics.
+type Leadership struct {
+	// Leading is true while this replica holds the Lease.
+	Leading atomic.Bool
+	// Elected counts the times this replica became the leader.
+	Elected atomic.Uint64
+}
+
+// Job is a controller's work that one replica does at a time.
+type Job struct {
+	// Name names the controller in its logs and errors ("taint controller").
+	Name string
+	// Leading is logged, with its attributes, when a term starts.
+	Leading     string
+	LeadingArgs []any
+	// Lead does the work until its context ends; an error is logged and the
+	// replica stays leader, idle, until the term ends.
+	Lead func(ctx context.Context) error
+}
+
+// RunJob is Run for a controller: it keeps l up to date and logs each term.
+func RunJob(ctx context.Context, client coordinationv1client.LeasesGetter, namespace string, c Config, l *Leadership, log *slog.Logger, j Job) error {
+	err := Run(ctx, client, namespace, c, Callbacks{
+		Lead: func(ctx context.Context) {
+			l.Leading.Store(true)
+			l.Elected.Add(1)
+			log.Info(j.Leading, j.LeadingArgs...)
+			if err := j.Lead(ctx); err != nil {
+				log.Error(j.Name+" stopped", "error", err)
+			}
+		},
+		Stopped: func() {
+			l.Leading.Store(false)
+			log.Info("not leading")
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", j.Name, err)
 	}
 	return nil
 }

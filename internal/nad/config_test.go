@@ -9,15 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/test/harness/envmap"
 )
 
-func env(kv ...string) func(string) (string, bool) {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
+var env = envmap.Lookup
 
 func TestConfigFromEnv(t *testing.T) {
 	c, err := ConfigFromEnv(env())

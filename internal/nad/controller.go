@@ -63,10 +63,7 @@ type Metrics struct {
 	Created atomic.Uint64
 	// CreateFailures counts creates that failed (and were retried).
 	CreateFailures atomic.Uint64
-	// Leading is true while this replica holds the Lease.
-	Leading atomic.Bool
-	// Elected counts the times this replica became the leader.
-	Elected atomic.Uint64
+	lease.Leadership
 }
 
 // Collect returns the counters by Prometheus name.
@@ -127,24 +124,9 @@ func (c *Controller) Metrics() *Metrics { return c.metrics }
 // Run campaigns for the Lease until ctx ends and, while leading, creates the
 // missing objects. A standby replica keeps no watch open.
 func (c *Controller) Run(ctx context.Context) error {
-	err := lease.Run(ctx, c.client.CoordinationV1(), c.cfg.LeaseNamespace, c.cfg.Config, lease.Callbacks{
-		Lead: func(ctx context.Context) {
-			c.metrics.Leading.Store(true)
-			c.metrics.Elected.Add(1)
-			c.log.Info("leading: keeping the NetworkAttachmentDefinition in meshed namespaces", "network", c.cfg.Network)
-			if err := c.lead(ctx); err != nil {
-				c.log.Error("multus controller stopped", "error", err)
-			}
-		},
-		Stopped: func() {
-			c.metrics.Leading.Store(false)
-			c.log.Info("not leading")
-		},
+	return lease.RunJob(ctx, c.client.CoordinationV1(), c.cfg.LeaseNamespace, c.cfg.Config, &c.metrics.Leadership, c.log, lease.Job{
+		Name: "multus controller", Leading: "leading: keeping the NetworkAttachmentDefinition in meshed namespaces", LeadingArgs: []any{"network", c.cfg.Network}, Lead: c.lead,
 	})
-	if err != nil {
-		return fmt.Errorf("multus controller: %w", err)
-	}
-	return nil
 }
 
 // Index of the slim pod cache: the namespaces whose pods need the object.

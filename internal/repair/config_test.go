@@ -5,17 +5,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/istio-cni/istio-cni/test/harness/envmap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func env(kv ...string) func(string) (string, bool) {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
+var env = envmap.Lookup
 
 func TestConfigFromEnvDefaultsAreIstios(t *testing.T) {
 	got, err := ConfigFromEnv(env("NODE_NAME", "node-1"))

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/pods"
 )
 
 const testNS = "app"
@@ -72,7 +73,7 @@ func clientWithRules(t testing.TB, cp *controlplane.ControlPlane, name string, r
 	return c
 }
 
-type podOpt func(*corev1.Pod)
+type podOpt = pods.Option
 
 func withoutSidecarStatus(p *corev1.Pod) { delete(p.Annotations, DefaultSidecarAnnotation) }
 func withLabel(k, v string) podOpt {
@@ -90,27 +91,7 @@ func withRestartPolicy(r corev1.RestartPolicy) podOpt {
 // injectedPod is a pod as Istio's injector shapes it with the CNI enabled: the
 // istio-validation init container and an istio-proxy sidecar.
 func injectedPod(name, node string, opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: testNS,
-			Annotations: map[string]string{DefaultSidecarAnnotation: `{"initContainers":["istio-validation"],"containers":["istio-proxy"]}`},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: node,
-			InitContainers: []corev1.Container{{
-				Name: DefaultInitContainerName, Image: "proxyv2",
-				Args: []string{"istio-iptables", "--run-validation", "--skip-rule-apply"},
-			}},
-			Containers: []corev1.Container{
-				{Name: "app", Image: "app"},
-				{Name: "istio-proxy", Image: "proxyv2", Args: []string{"proxy", "sidecar"}},
-			},
-		},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
+	return pods.Injected(testNS, name, node, opts...)
 }
 
 func createPod(t testing.TB, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod {

@@ -1,12 +1,10 @@
 package repair
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
-// lockedBuffer is a log destination the controller's workers share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) linesWith(parts ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// linesWith counts the lines of the log that hold every one of parts.
+func linesWith(log *logbuf.Buffer, parts ...string) int {
 	n := 0
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(log.String(), "\n") {
 		all := true
 		for _, p := range parts {
 			all = all && strings.Contains(line, p)
@@ -63,7 +49,7 @@ func TestPodMissingItsMultusNetworkIsLabelledAndReportedOnceAndNeverDeleted(t *t
 	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, true, true
 	cfg.MultusNetwork = multus.DefaultNetworkName
 	client := clientWithRules(t, cp, "repair-multus", rulesFor(cfg))
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	missing := map[string]string{
@@ -158,11 +144,11 @@ func TestPodMissingItsMultusNetworkIsLabelledAndReportedOnceAndNeverDeleted(t *t
 				t.Errorf("pod %s: event %q does not say %q", name, reports[0], w)
 			}
 		}
-		if n := logs.linesWith("pod="+testNS+"/"+name+" ", "Multus never runs"); n != 1 {
+		if n := linesWith(&logs, "pod="+testNS+"/"+name+" ", "Multus never runs"); n != 1 {
 			t.Errorf("pod %s: %d log lines report it, want 1", name, n)
 		}
 	}
-	if n := logs.linesWith("deleted broken pod", "pod="+testNS+"/raced "); n != 1 {
+	if n := linesWith(&logs, "deleted broken pod", "pod="+testNS+"/raced "); n != 1 {
 		t.Errorf("%d log lines say the pod that names the network was deleted, want 1", n)
 	}
 }

@@ -1,18 +1,13 @@
 package taint
 
 import (
+	"github.com/istio-cni/istio-cni/test/harness/envmap"
 	"strings"
 	"testing"
 	"time"
 )
 
-func env(kv ...string) func(string) (string, bool) {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
+var env = envmap.Lookup
 
 func TestConfigFromEnv(t *testing.T) {
 	c, err := ConfigFromEnv(env(EnvEnabled, "true", EnvPodNamespace, "kube-system", EnvPodName, "taint-7f9"))

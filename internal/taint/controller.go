@@ -33,10 +33,7 @@ type Metrics struct {
 	TaintsRemoved atomic.Uint64
 	// PatchFailures counts node patches that failed (and were retried).
 	PatchFailures atomic.Uint64
-	// Leading is 1 while this replica holds the lease.
-	Leading atomic.Bool
-	// Elected counts the times this replica became the leader.
-	Elected atomic.Uint64
+	lease.Leadership
 }
 
 // Collect returns the counters by Prometheus name.
@@ -101,24 +98,9 @@ func (c *Controller) Metrics() *Metrics { return c.metrics }
 // right. Losing the lease stops all work (watches included) and campaigns again.
 // The lease is released when ctx ends, so another replica takes over at once.
 func (c *Controller) Run(ctx context.Context) error {
-	err := lease.Run(ctx, c.client.CoordinationV1(), c.cfg.AgentNamespace, c.cfg.Config, lease.Callbacks{
-		Lead: func(ctx context.Context) {
-			c.metrics.Leading.Store(true)
-			c.metrics.Elected.Add(1)
-			c.log.Info("leading: keeping node readiness taints", "taint", c.cfg.Key+":"+string(c.cfg.Effect))
-			if err := c.lead(ctx); err != nil {
-				c.log.Error("taint controller stopped", "error", err)
-			}
-		},
-		Stopped: func() {
-			c.metrics.Leading.Store(false)
-			c.log.Info("not leading")
-		},
+	return lease.RunJob(ctx, c.client.CoordinationV1(), c.cfg.AgentNamespace, c.cfg.Config, &c.metrics.Leadership, c.log, lease.Job{
+		Name: "taint controller", Leading: "leading: keeping node readiness taints", LeadingArgs: []any{"taint", c.cfg.Key + ":" + string(c.cfg.Effect)}, Lead: c.lead,
 	})
-	if err != nil {
-		return fmt.Errorf("taint controller: %w", err)
-	}
-	return nil
 }
 
 const nodeIndex = "spec.nodeName"

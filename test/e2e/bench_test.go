@@ -19,6 +19,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -153,7 +154,7 @@ var benchSeq int
 // newNodeB is newNode for a benchmark.
 func newNodeB(b *testing.B) *node {
 	dir := b.TempDir()
-	n := &node{dir: dir, runDir: filepath.Join(dir, "run"), cp: shared, stderr: &lockedBuffer{}}
+	n := &node{dir: dir, runDir: filepath.Join(dir, "run"), cp: shared, stderr: &logbuf.Buffer{}}
 	writeRunDir(b, shared, n.runDir)
 	return n
 }

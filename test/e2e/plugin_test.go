@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	localnode "github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
@@ -154,7 +154,7 @@ type node struct {
 	dir     string
 	runDir  string
 	cni     *libcni.CNIConfig
-	stderr  *lockedBuffer
+	stderr  *logbuf.Buffer
 	subnet  int
 }
 
@@ -165,23 +165,6 @@ type pluginExec struct {
 	version.PluginDecoder
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 var subnetSeq struct {
 	sync.Mutex
 	n int
@@ -190,7 +173,7 @@ var subnetSeq struct {
 func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 	t.Helper()
 	dir := t.TempDir()
-	n := &node{t: t, cp: cp, dir: dir, runDir: filepath.Join(dir, "run"), stderr: &lockedBuffer{}}
+	n := &node{t: t, cp: cp, dir: dir, runDir: filepath.Join(dir, "run"), stderr: &logbuf.Buffer{}}
 	subnetSeq.Lock()
 	subnetSeq.n++
 	n.subnet = subnetSeq.n
