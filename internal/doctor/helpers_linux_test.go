@@ -36,11 +36,7 @@ const (
 
 func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	cp := controlplane.StartForTest(t, controlplane.Options{})
-	if err := cp.EnsureNamespace(t.Context(), testNS); err != nil {
-		t.Fatal(err)
-	}
-	return cp
+	return controlplane.StartForTestWithNamespaces(t, controlplane.Options{}, testNS)
 }
 
 // podSandbox stands in for a pod's sandbox as the repair tests build it: a network

@@ -16,15 +16,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/settings"
@@ -138,8 +137,8 @@ func (c *Controller) lead(ctx context.Context) error {
 		return nil
 	}
 	md := c.client.Metadata()
-	namespaces := newInformer(&metav1.PartialObjectMetadata{}, "", md.Resource(namespaceResource).List, md.Resource(namespaceResource).Watch)
-	pods := newInformer(&metav1.PartialObjectMetadata{}, "", md.Resource(podResource).List, md.Resource(podResource).Watch)
+	namespaces := informer.New(&metav1.PartialObjectMetadata{}, informer.Selector{}, md.Resource(namespaceResource).List, md.Resource(namespaceResource).Watch)
+	pods := informer.New(&metav1.PartialObjectMetadata{}, informer.Selector{}, md.Resource(podResource).List, md.Resource(podResource).Watch)
 	// A cluster's pods: keep only what says whether the pod needs the object.
 	if err := pods.SetTransform(func(obj any) (any, error) { return slimPod(obj, c.cfg.Network), nil }); err != nil {
 		return err
@@ -154,7 +153,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	nads := c.client.Dynamic().Resource(NADResource)
 	byName := fields.OneTermEqualSelector("metadata.name", c.cfg.Network).String()
-	defs := newInformer(&unstructured.Unstructured{}, byName, nads.List, nads.Watch)
+	defs := informer.New(&unstructured.Unstructured{}, informer.Selector{Field: byName}, nads.List, nads.Watch)
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
@@ -200,26 +199,10 @@ func (c *Controller) lead(ctx context.Context) error {
 		return nil
 	}
 	r := &reconciler{c: c, namespaces: namespaces.GetIndexer(), pods: pods.GetIndexer(), defs: defs.GetIndexer()}
-	var worker sync.WaitGroup
-	worker.Go(func() {
-		for {
-			ns, quit := queue.Get()
-			if quit {
-				return
-			}
-			if err := r.reconcile(ctx, ns); err != nil {
-				c.metrics.CreateFailures.Add(1)
-				c.log.Warn("NetworkAttachmentDefinition not created, retrying", "namespace", ns, "error", err)
-				queue.AddRateLimited(ns)
-			} else {
-				queue.Forget(ns)
-			}
-			queue.Done(ns)
-		}
+	informer.Work(ctx, queue, 1, r.reconcile, func(ns string, err error) {
+		c.metrics.CreateFailures.Add(1)
+		c.log.Warn("NetworkAttachmentDefinition not created, retrying", "namespace", ns, "error", err)
 	})
-	<-ctx.Done()
-	queue.ShutDown()
-	worker.Wait()
 	return nil
 }
 
@@ -367,22 +350,4 @@ func (r *reconciler) ownerRef(ctx context.Context) (*metav1.OwnerReference, erro
 		Name: cr.Name, UID: cr.UID,
 	}
 	return r.owner, nil
-}
-
-// newInformer is an informer over list and watch, limited to fieldSelector.
-func newInformer[L runtime.Object](obj runtime.Object, fieldSelector string,
-	list func(context.Context, metav1.ListOptions) (L, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fieldSelector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fieldSelector
-			return watchFn(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }

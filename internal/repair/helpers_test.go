@@ -47,11 +47,7 @@ func rulesFor(cfg Config) []rbacv1.PolicyRule {
 
 func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 	t.Helper()
-	cp := controlplane.StartForTest(t, controlplane.Options{})
-	if err := cp.EnsureNamespace(t.Context(), testNS); err != nil {
-		t.Fatal(err)
-	}
-	return cp
+	return controlplane.StartForTestWithNamespaces(t, controlplane.Options{}, testNS)
 }
 
 // clientWithRules is a client for a ServiceAccount that holds exactly rules.

@@ -14,14 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
@@ -109,8 +108,8 @@ const nodeIndex = "spec.nodeName"
 // context ends). A fresh cache per leadership: a standby replica holds none.
 func (c *Controller) lead(ctx context.Context) error {
 	nodeAPI, podAPI := c.client.CoreV1().Nodes(), c.client.CoreV1().Pods(c.cfg.AgentNamespace)
-	nodes := newInformer(&corev1.Node{}, c.cfg.NodeSelector, nodeAPI.List, nodeAPI.Watch)
-	pods := newInformer(&corev1.Pod{}, c.cfg.AgentSelector, podAPI.List, podAPI.Watch)
+	nodes := informer.New(&corev1.Node{}, informer.Selector{Label: c.cfg.NodeSelector}, nodeAPI.List, nodeAPI.Watch)
+	pods := informer.New(&corev1.Pod{}, informer.Selector{Label: c.cfg.AgentSelector}, podAPI.List, podAPI.Watch)
 	if err := pods.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
@@ -156,50 +155,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		return ctx.Err()
 	}
 	r := &reconciler{c: c, nodes: nodes.GetIndexer(), pods: pods.GetIndexer()}
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				name, quit := queue.Get()
-				if quit {
-					return
-				}
-				if err := r.reconcile(ctx, name); err != nil {
-					c.metrics.PatchFailures.Add(1)
-					c.log.Warn("node taint not updated, retrying", "node", name, "error", err)
-					queue.AddRateLimited(name)
-				} else {
-					queue.Forget(name)
-				}
-				queue.Done(name)
-			}
-		}()
-	}
-	<-ctx.Done()
-	queue.ShutDown()
-	wg.Wait()
+	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error) {
+		c.metrics.PatchFailures.Add(1)
+		c.log.Warn("node taint not updated, retrying", "node", name, "error", err)
+	})
 	return nil
-}
-
-// newInformer is an informer of one resource, limited to the objects that
-// labelSelector matches.
-func newInformer[L runtime.Object](obj runtime.Object, labelSelector string,
-	list func(context.Context, metav1.ListOptions) (L, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = labelSelector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = labelSelector
-			return watchFn(ctx, o)
-		},
-	}
-	return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 }
 
 type reconciler struct {

@@ -28,3 +28,15 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	})
 	return cp
 }
+
+// StartForTestWithNamespaces is StartForTest with namespaces created.
+func StartForTestWithNamespaces(t testing.TB, opts Options, namespaces ...string) *ControlPlane {
+	t.Helper()
+	cp := StartForTest(t, opts)
+	for _, ns := range namespaces {
+		if err := cp.EnsureNamespace(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cp
+}
