@@ -67,16 +67,10 @@ type Metrics struct {
 
 // Collect returns the counters by Prometheus name.
 func (m *Metrics) Collect() map[string]float64 {
-	leading := 0.0
-	if m.Leading.Load() {
-		leading = 1
-	}
-	return map[string]float64{
+	return m.Leadership.Collect("istio_cni_multus", map[string]float64{
 		"istio_cni_multus_nad_created_total":         float64(m.Created.Load()),
 		"istio_cni_multus_nad_create_failures_total": float64(m.CreateFailures.Load()),
-		"istio_cni_multus_leader":                    leading,
-		"istio_cni_multus_elected_total":             float64(m.Elected.Load()),
-	}
+	})
 }
 
 // Deps are optional.

@@ -37,17 +37,11 @@ type Metrics struct {
 
 // Collect returns the counters by Prometheus name.
 func (m *Metrics) Collect() map[string]float64 {
-	leading := 0.0
-	if m.Leading.Load() {
-		leading = 1
-	}
-	return map[string]float64{
+	return m.Leadership.Collect("istio_cni_taint", map[string]float64{
 		"istio_cni_taint_added_total":          float64(m.TaintsAdded.Load()),
 		"istio_cni_taint_removed_total":        float64(m.TaintsRemoved.Load()),
 		"istio_cni_taint_patch_failures_total": float64(m.PatchFailures.Load()),
-		"istio_cni_taint_leader":               leading,
-		"istio_cni_taint_elected_total":        float64(m.Elected.Load()),
-	}
+	})
 }
 
 // Client is the part of the API the controller uses: nodes and pods, and the
