@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -717,4 +718,47 @@ func TestAmbientPodIsRefusedNotStartedUncaptured(t *testing.T) {
 	}
 	serveTraffic(t, n, sb2)
 	expectCaptured(t, n, sb2)
+}
+
+// TestOversizedAnnotationsAreRefusedWithinTheirLimits: an annotation past its limit
+// (a list of 300 ports; a 200 KiB value, about what the API server's 256 KiB bound on
+// a pod's annotations lets through) fails the ADD naming the annotation, the
+// count or size and the limit, quotes no more than the start of the value, and
+// leaves no rules behind.
+func TestOversizedAnnotationsAreRefusedWithinTheirLimits(t *testing.T) {
+	ports := make([]string, 300)
+	for i := range ports {
+		ports[i] = strconv.Itoa(20000 + i)
+	}
+	for _, tc := range []struct {
+		name, value string
+		want        []string
+	}{
+		{"too many ports", strings.Join(ports, ","), []string{"excludeOutboundPorts", "300 items given, at most 256"}},
+		{"a 200 KiB value", strings.Repeat("1,", 100<<10), []string{"excludeOutboundPorts", "204800 bytes, longer than the limit of 16384"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			list := n.chain(n.istioEntry(nil))
+			pod := createPod(t, shared, meshedPod("limits", strings.ToLower(strings.ReplaceAll(tc.name, " ", "-")), map[string]string{
+				"traffic.sidecar.istio.io/excludeOutboundPorts": tc.value,
+			}))
+			sb := n.newSandbox(pod)
+			_, err := n.add(list, sb)
+			if err == nil {
+				t.Fatal("ADD succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%.500s", w, err)
+				}
+			}
+			if len(err.Error()) > 2048 {
+				t.Errorf("the error is %d bytes: the value was echoed", len(err.Error()))
+			}
+			if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
+				t.Errorf("a refused ADD left rules:\n%s", out)
+			}
+		})
+	}
 }
