@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -228,10 +229,13 @@ func containerNames(pod *kube.Pod) string {
 // do not pass K8S_POD_UID match any pod.
 func (a PodArgs) MatchesPod(pod *kube.Pod) error {
 	if pod.Metadata.Namespace != a.Namespace || pod.Metadata.Name != a.Name {
-		return fmt.Errorf("looked up pod %s for sandbox of %s", pod.Key(), a.Key())
+		return fmt.Errorf("%w: looked up pod %s for sandbox of %s", ErrOtherPod, pod.Key(), a.Key())
 	}
 	if a.UID != "" && pod.Metadata.UID != "" && a.UID != pod.Metadata.UID {
-		return fmt.Errorf("pod %s has uid %s, the sandbox is for uid %s (pod recreated?)", a.Key(), pod.Metadata.UID, a.UID)
+		return fmt.Errorf("%w: pod %s has uid %s, the sandbox is for uid %s (pod recreated?)", ErrOtherPod, a.Key(), pod.Metadata.UID, a.UID)
 	}
 	return nil
 }
+
+// ErrOtherPod is a looked-up pod that is not the sandbox's.
+var ErrOtherPod = errors.New("not the sandbox's pod")

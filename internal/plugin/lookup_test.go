@@ -112,3 +112,19 @@ func lookupConfig(t *testing.T, server string, caPEM []byte) *Config {
 	}
 	return &Config{Kubeconfig: path, AgentRunDir: dir}
 }
+
+// TestLookupFailureNamesAPodOfTheSameName: an API server answering with another pod
+// (recreated under the same name) is said to be so, not mistaken for an outage.
+func TestLookupFailureNamesAPodOfTheSameName(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"metadata":{"name":"web","namespace":"app","uid":"new"}}`)
+	}))
+	defer srv.Close()
+	cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	log := pluginlog.New(io.Discard, pluginlog.Options{})
+	defer log.Close()
+	_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "old"}, log, PodLookup{Retries: 2, Interval: 50 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "the API server has another pod of that name") || !strings.Contains(err.Error(), "pod recreated") {
+		t.Fatalf("lookup of a recreated pod = %v, want it named as another pod", err)
+	}
+}

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -49,7 +50,7 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, sb Sandbox) (PodPlan, err
 		// addresses yet, so the families to capture come from what the namespace holds.
 		var err error
 		if addrs, err = netns.Addrs(sb.Netns); err != nil {
-			return pp, fmt.Errorf("pod %s: read the addresses of its network namespace: %w", pod.Key(), err)
+			return pp, fmt.Errorf("pod %s: %w: %w", pod.Key(), ErrNetnsUnreadable, err)
 		}
 	}
 	spec, err := specFromPod(pod, cfg, addrs)
@@ -63,6 +64,10 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, sb Sandbox) (PodPlan, err
 	pp.Spec, pp.Plan = &spec, plan
 	return pp, nil
 }
+
+// ErrNetnsUnreadable is a PlanFor error that is the node's, not the pod's: the
+// addresses of the pod's network namespace could not be read.
+var ErrNetnsUnreadable = errors.New("cannot read the addresses of its network namespace")
 
 // Sandbox is what is known of a pod's network namespace when its rules are planned.
 type Sandbox struct {

@@ -186,7 +186,11 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
 	pp, err = PlanFor(podArgs, cfg, pod, Sandbox{Addrs: ips, Netns: args.Netns})
 	if err != nil {
-		return pp.Decision, nil, podArgs, cniError(types.ErrInvalidNetworkConfig, err)
+		code := uint(types.ErrInvalidNetworkConfig) // the pod's settings are at fault
+		if errors.Is(err, ErrNetnsUnreadable) {
+			code = types.ErrInternal
+		}
+		return pp.Decision, nil, podArgs, cniError(code, err)
 	}
 	return pp.Decision, pp.Plan, podArgs, nil
 }
@@ -275,7 +279,7 @@ func lookupFailure(err error) string {
 		return "the API server's certificate is not trusted"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "the API server did not answer in time"
-	case err != nil && strings.Contains(err.Error(), "looked up pod"), err != nil && strings.Contains(err.Error(), "pod recreated"):
+	case errors.Is(err, ErrOtherPod):
 		return "the API server has another pod of that name"
 	}
 	return "the API server could not be reached"
