@@ -108,10 +108,12 @@ type PodLookup struct {
 }
 
 // Bound is the most the whole lookup may take, requests and waits included:
-// Retries x Interval, 30 s by default. Each request gets at most PodRequestTimeout
-// of it.
+// Retries x Interval (30 s by default), and never less than one request's timeout
+// (PodRequestTimeout): a short interval must not cut off an API server that is
+// slow under a burst of ADDs but answers. Each request gets at most
+// PodRequestTimeout of it.
 func (l PodLookup) Bound() time.Duration {
-	return time.Duration(l.Retries) * l.Interval
+	return max(time.Duration(l.Retries)*l.Interval, PodRequestTimeout)
 }
 
 // MaxPodLookupBound bounds the lookup's bound, well under the runtime's own CNI

@@ -22,7 +22,7 @@ import (
 // no real API server can be made to hang or answer garbage on purpose.
 func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 	const podJSON = `{"metadata":{"name":"web","namespace":"app","uid":"u1"}}`
-	budget := PodLookup{Retries: 3, Interval: 300 * time.Millisecond} // bound 900ms
+	budget := PodLookup{Retries: 3, Interval: 300 * time.Millisecond} // bound 5s: one request's timeout
 	for _, tc := range []struct {
 		name    string
 		handler http.HandlerFunc
@@ -35,7 +35,7 @@ func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 		{"answers slower than the bound", func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
-			case <-time.After(2 * time.Second):
+			case <-time.After(8 * time.Second):
 				io.WriteString(w, podJSON)
 			}
 		}, true, true, []string{"the API server did not answer in time"}},
@@ -76,7 +76,7 @@ func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 			if limit := budget.Bound() + 500*time.Millisecond; took > limit {
 				t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
 			}
-			for _, w := range append(tc.want, "pod app/web", "(bound 900ms)") {
+			for _, w := range append(tc.want, "pod app/web", "(bound 5s)") {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error does not say %q:\n%v", w, err)
 				}

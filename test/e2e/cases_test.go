@@ -348,7 +348,7 @@ func TestAPIServerDownFailsAddAfterTheBudget(t *testing.T) {
 	if err == nil {
 		t.Fatal("ADD succeeded with the API server down")
 	}
-	for _, want := range []string{"down/web", "lookup failed after 3 tries", "could not be reached", "(bound 600ms)"} {
+	for _, want := range []string{"down/web", "lookup failed after 3 tries", "could not be reached", "(bound 5s)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
