@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 )
@@ -46,6 +47,11 @@ type agent struct {
 	recheck   chan struct{}
 
 	ready atomic.Bool
+
+	// tokens keeps the plugin's token fresh (nil without PLUGIN_SERVICE_ACCOUNT).
+	tokens *tokenSource
+	// owner is this agent's DaemonSet, learnt at start for the exit decision.
+	owner atomic.Pointer[owner]
 }
 
 // Run installs the plugin, keeps it installed until ctx ends, then uninstalls it.
@@ -104,7 +110,22 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	}
 	defer stopHTTP()
 
-	stopControllers, err := a.startControllers(ctx)
+	var client *apiClient
+	if s.NeedsAPIServer() {
+		// client-go logs through klog; keep one log stream, in the agent's format.
+		klog.SetSlogLogger(log.With("component", "client-go"))
+		if client, err = newAPIClient(RestConfig(&s)); err != nil {
+			return fmt.Errorf("API client for %s:%d: %w", s.KubeHost, s.KubePort, err)
+		}
+	}
+	if s.PluginServiceAccount != "" {
+		a.tokens = newTokenSource(client.core, &s, log.With("component", "plugin-token"))
+	} else if s.UninstallOnExit != ExitAlways {
+		log.Warn("the plugin's kubeconfig carries this agent's own token, which the API server stops accepting once this pod is deleted: "+
+			"between this agent's exit and the next agent's start the plugin cannot look pods up (pods wait, they are not left uncaptured); "+
+			"set PLUGIN_SERVICE_ACCOUNT (the chart does) for a token that outlives the agent", "uninstallOnExit", s.UninstallOnExit)
+	}
+	stopControllers, err := a.startControllers(ctx, client)
 	if err != nil {
 		return err
 	}
@@ -128,7 +149,60 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	// Uninstall: the watch is closed first so that our own removals are not undone.
 	a.ready.Store(false)
 	a.m.setReady(false)
+	d := a.decideExit(client)
+	if !d.Uninstall {
+		log.Info("exiting with the plugin installed: pods keep being captured until the next agent takes over", "reason", d.Reason,
+			"uninstallOnExit", s.UninstallOnExit)
+		return nil
+	}
+	log.Info("uninstalling", "reason", d.Reason, "uninstallOnExit", s.UninstallOnExit)
 	return a.uninstall()
+}
+
+// decideExit applies UNINSTALL_ON_EXIT; auto asks the API server, within
+// ExitLookupBound.
+func (a *agent) decideExit(client *apiClient) exitDecision {
+	switch a.s.UninstallOnExit {
+	case ExitAlways:
+		return exitDecision{Uninstall: true, Reason: "UNINSTALL_ON_EXIT=always"}
+	case ExitNever:
+		return exitDecision{Reason: "UNINSTALL_ON_EXIT=never"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ExitLookupBound)
+	defer cancel()
+	var o owner
+	if p := a.owner.Load(); p != nil {
+		o = *p
+	}
+	return decideExit(ctx, client, o, a.s.PodNamespace, a.s.PodName, a.s.NodeName)
+}
+
+// learnOwner reads this agent's pod until it has its DaemonSet (retrying every
+// few seconds while the API server does not answer), for the exit decision.
+func (a *agent) learnOwner(ctx context.Context, client *apiClient) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, ExitLookupBound)
+		pod, err := client.getPod(rctx, a.s.PodNamespace, a.s.PodName)
+		cancel()
+		if err == nil {
+			o := owner{known: true, daemonSet: daemonSetOf(pod)}
+			a.owner.Store(&o)
+			if o.daemonSet == nil {
+				a.log.Warn("this agent's pod is not run by a DaemonSet: nothing will start another agent on this node, so the plugin is uninstalled when it exits",
+					"pod", a.s.PodNamespace+"/"+a.s.PodName)
+			} else {
+				a.log.Info("the exit decision watches this agent's DaemonSet", "daemonSet", a.s.PodNamespace+"/"+o.daemonSet.Name)
+			}
+			return nil
+		}
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // dirty marks what an event may have changed.
@@ -230,6 +304,8 @@ func (a *agent) loop(ctx context.Context, w *watcher) {
 			d |= w.classify(ev)
 		case <-a.recheck:
 			d = dirtyConfig
+		case <-a.tokenChanged():
+			d = dirtyKubeconfig
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -251,6 +327,14 @@ func (a *agent) loop(ctx context.Context, w *watcher) {
 			a.reconcile(d)
 		}
 	}
+}
+
+// tokenChanged is the token source's signal, or nil (never ready) without one.
+func (a *agent) tokenChanged() <-chan struct{} {
+	if a.tokens == nil {
+		return nil
+	}
+	return a.tokens.changed
 }
 
 // reconcile puts back whatever d says may be missing, and updates readiness.
@@ -335,6 +419,15 @@ func (a *agent) writeKubeconfig() error {
 	token, ca, err := readCredentials(a.s)
 	if err != nil {
 		return err
+	}
+	if a.tokens != nil {
+		tok := a.tokens.current()
+		if tok == nil {
+			// The kubeconfig a previous agent wrote stays: its token is bound to the node,
+			// not to that agent's pod, and the plugin keeps using it meanwhile.
+			return fmt.Errorf("waiting for the plugin's token (TokenRequest for ServiceAccount %s/%s)", a.s.PodNamespace, a.s.PluginServiceAccount)
+		}
+		token = tok.token
 	}
 	data, err := Kubeconfig(a.s, token, ca)
 	if err != nil {

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -48,8 +48,8 @@ func RestConfig(s *Settings) *rest.Config {
 	return c
 }
 
-// apiClient is the agent's API client: the two typed API groups its controllers
-// call (core, and coordination for the leases), and the dynamic and metadata
+// apiClient is the agent's API client: the three typed API groups it calls (core,
+// coordination for the leases, apps for its own DaemonSet on exit), and the dynamic and metadata
 // clients (NetworkAttachmentDefinitions, pods' and namespaces' metadata). The full
 // clientset would link a typed client and apply configurations for every API group
 // into the binary. It satisfies podcache.Client, repair.Client, taint.Client and
@@ -57,6 +57,7 @@ func RestConfig(s *Settings) *rest.Config {
 type apiClient struct {
 	core         corev1client.CoreV1Interface
 	coordination coordinationv1client.CoordinationV1Interface
+	apps         appsv1client.AppsV1Interface
 	dynamic      dynamic.Interface
 	metadata     metadata.Interface
 }
@@ -86,6 +87,10 @@ func newAPIClient(cfg *rest.Config) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	apps, err := appsv1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
 	if err != nil {
 		return nil, err
@@ -94,7 +99,7 @@ func newAPIClient(cfg *rest.Config) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &apiClient{core: core, coordination: coordination, dynamic: dyn, metadata: md}, nil
+	return &apiClient{core: core, coordination: coordination, apps: apps, dynamic: dyn, metadata: md}, nil
 }
 
 // repairPluginConfig is the plugin's config as the runtime hands it to the plugin:
@@ -160,16 +165,10 @@ var (
 // Errors in the settings the node contradicts (a rule backend that cannot run)
 // are returned; errors while running are logged. stop cancels them and waits, for
 // at most controllerStopWait.
-func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
+func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop func(), err error) {
 	s := a.s
-	if !s.NeedsAPIServer() {
+	if client == nil {
 		return func() {}, nil
-	}
-	// client-go logs through klog; keep one log stream, in the agent's format.
-	klog.SetSlogLogger(a.log.With("component", "client-go"))
-	client, err := newAPIClient(RestConfig(s))
-	if err != nil {
-		return nil, fmt.Errorf("API client for %s:%d: %w", s.KubeHost, s.KubePort, err)
 	}
 
 	type runner struct {
@@ -177,6 +176,13 @@ func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
 		run  func(context.Context) error
 	}
 	var runners []runner
+
+	if a.tokens != nil {
+		runners = append(runners, runner{"plugin token", func(ctx context.Context) error { a.tokens.run(ctx); return nil }})
+	}
+	if s.UninstallOnExit == ExitAuto {
+		runners = append(runners, runner{"exit decision", func(ctx context.Context) error { return a.learnOwner(ctx, client) }})
+	}
 
 	if s.PodCache {
 		pc := podcache.New(client, s.NodeName, a.log.With("component", "pod-cache"))

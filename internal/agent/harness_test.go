@@ -152,6 +152,8 @@ func (n *node) env(extra ...string) []string {
 		// (a later entry in extra wins).
 		"POD_CACHE_ENABLED=false",
 		"REPAIR_ENABLED=false",
+		// No DaemonSet to ask: the tests of a restart set auto or never.
+		"UNINSTALL_ON_EXIT=always",
 	}, extra...)
 }
 

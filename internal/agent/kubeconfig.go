@@ -78,11 +78,13 @@ func checkCA(data []byte) error {
 	return nil
 }
 
-// readCredentials reads the token and, unless TLS verification is skipped, the CA.
+// readCredentials reads the agent's token (when the plugin uses it) and, unless TLS
+// verification is skipped, the CA.
 func readCredentials(s *Settings) (token, ca []byte, err error) {
-	token, err = os.ReadFile(s.TokenFile())
-	if err != nil {
-		return nil, nil, fmt.Errorf("read service account token: %w", err)
+	if s.PluginServiceAccount == "" {
+		if token, err = os.ReadFile(s.TokenFile()); err != nil {
+			return nil, nil, fmt.Errorf("read service account token: %w", err)
+		}
 	}
 	if !s.SkipTLSVerify {
 		if ca, err = os.ReadFile(s.CAFile()); err != nil {

@@ -107,6 +107,20 @@ type Settings struct {
 	// --node-name and KUBERNETES_NODE_NAME count for them too.
 	Repair repair.Config
 	Taint  taint.Config
+	// PodName is this agent's pod (POD_NAME, from the downward API).
+	PodName string
+	// UninstallOnExit says what happens to the entry, the binaries and the kubeconfig
+	// when the agent exits (see ExitMode): auto asks the API server whether another
+	// agent will run on this node (needs PodName, PodNamespace and NodeName).
+	UninstallOnExit ExitMode
+	// PluginServiceAccount, when set, is the ServiceAccount (in PodNamespace) whose
+	// token the plugin's kubeconfig carries, from the TokenRequest API and bound to
+	// the node, renewed at half of PluginTokenLifetime. Empty: the agent's own
+	// projected token, which the API server stops accepting once this agent's pod is
+	// deleted.
+	PluginServiceAccount string
+	PluginTokenLifetime  time.Duration
+
 	// Multus says pods join the plugin through Multus, and whether this agent
 	// campaigns to keep the NetworkAttachmentDefinition in meshed namespaces
 	// (MULTUS_*).
@@ -234,10 +248,42 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "log_as_json", Envs: []string{"AGENT_LOG_AS_JSON"}, Default: "false", Bool: true,
 		Usage: "this agent's log in JSON",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.LogJSON }, parseBool)},
+	{Name: "pod-name", Envs: []string{"POD_NAME"},
+		Usage: "this agent's pod (the downward API's metadata.name): the exit decision and the leases read it",
+		Set:   func(s *Settings, v string) error { s.PodName = strings.TrimSpace(v); return nil }},
+	{Name: "uninstall-on-exit", Envs: []string{"UNINSTALL_ON_EXIT"}, Default: string(ExitAuto),
+		Usage: "on exit, remove the entry, binaries and kubeconfig: auto (only when no agent will run on this node again: the DaemonSet is gone or no longer targets it), always, never",
+		Set:   settings.Field(func(s *Settings) *ExitMode { return &s.UninstallOnExit }, parseExitMode)},
+	{Name: "plugin-service-account", Envs: []string{"PLUGIN_SERVICE_ACCOUNT"},
+		Usage: "ServiceAccount (in POD_NAMESPACE) whose node-bound token the plugin's kubeconfig carries (default: this agent's own token, which dies with its pod)",
+		Set:   setPluginServiceAccount},
+	{Name: "plugin-token-lifetime", Envs: []string{"PLUGIN_TOKEN_LIFETIME"}, Default: DefaultPluginTokenLifetime.String(),
+		Usage: "lifetime of the plugin's token (10m to 8760h); renewed at half of it",
+		Set:   settings.Field(func(s *Settings) *time.Duration { return &s.PluginTokenLifetime }, parseTokenLifetime)},
 	{Name: "pod-cache", Envs: []string{"POD_CACHE_ENABLED"}, Default: "true", Bool: true,
 		Usage: "serve this node's pods to the plugin from a watch (needs NODE_NAME and list/watch pods)",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.PodCache }, parseBool)},
 }}
+
+func setPluginServiceAccount(s *Settings, v string) error {
+	v = strings.TrimSpace(v)
+	if v != "" && !kube.IsDNSSubdomain(v) {
+		return fmt.Errorf("%q is not a ServiceAccount name (a DNS subdomain: lower-case letters, digits, - and .)", v)
+	}
+	s.PluginServiceAccount = v
+	return nil
+}
+
+func parseTokenLifetime(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (like 24h)", v)
+	}
+	if d < MinPluginTokenLifetime || d > MaxPluginTokenLifetime {
+		return 0, fmt.Errorf("%s is outside %s to %s", d, MinPluginTokenLifetime, MaxPluginTokenLifetime)
+	}
+	return d, nil
+}
 
 func absPath(v string) (string, error) {
 	v = strings.TrimSpace(v)
@@ -499,6 +545,22 @@ func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error
 		errs = append(errs, errors.New("NODE_NAME is not set, and POD_CACHE_ENABLED is true: the pod cache watches only this node's pods "+
 			"(set NODE_NAME from the downward API's spec.nodeName, or POD_CACHE_ENABLED=false)"))
 	}
+	if s.UninstallOnExit == ExitAuto {
+		var missing []string
+		for _, v := range []struct{ name, value string }{{"POD_NAME", s.PodName}, {"POD_NAMESPACE", s.PodNamespace}, {"NODE_NAME", s.NodeName}} {
+			if v.value == "" {
+				missing = append(missing, v.name)
+			}
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("UNINSTALL_ON_EXIT=auto tells a restart from a removal by asking the API server about this "+
+				"agent's pod, its DaemonSet and its node, but %s not set (the chart sets them from the downward API; "+
+				"outside Kubernetes set UNINSTALL_ON_EXIT=always or never)", strings.Join(missing, ", ")+map[bool]string{true: " is", false: " are"}[len(missing) == 1]))
+		}
+	}
+	if s.PluginServiceAccount != "" && s.PodNamespace == "" {
+		errs = append(errs, fmt.Errorf("PLUGIN_SERVICE_ACCOUNT=%s needs POD_NAMESPACE, the ServiceAccount's namespace", s.PluginServiceAccount))
+	}
 	var err error
 	if s.Repair, err = repair.ConfigFromEnv(lookup); err != nil {
 		errs = append(errs, fmt.Errorf("repair controller: %w", err))
@@ -520,7 +582,8 @@ func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error
 
 // NeedsAPIServer reports whether a feature that talks to the API server is on.
 func (s *Settings) NeedsAPIServer() bool {
-	return s.PodCache || s.Repair.Enabled || s.Taint.Enabled || s.Multus.MeshedNamespaces
+	return s.PodCache || s.Repair.Enabled || s.Taint.Enabled || s.Multus.MeshedNamespaces ||
+		s.UninstallOnExit == ExitAuto || s.PluginServiceAccount != ""
 }
 
 // validate checks what no single setting can: combinations and requirements.

@@ -24,9 +24,11 @@ func envOf(kv map[string]string) func(string) (string, bool) {
 	}
 }
 
-// minimalEnv is what Kubernetes gives every pod, plus the node's name (the downward
-// API's spec.nodeName), which the default features (pod cache, repair) need.
-var minimalEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "NODE_NAME": "node-0"}
+// minimalEnv is what Kubernetes gives every pod, plus the downward API's node name,
+// pod name and namespace, which the default features (pod cache, repair, the exit
+// decision) need.
+var minimalEnv = map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "NODE_NAME": "node-0",
+	"POD_NAME": "istio-cni-node-0", "POD_NAMESPACE": "kube-system"}
 
 func withEnv(extra map[string]string) map[string]string {
 	out := map[string]string{}
@@ -40,32 +42,39 @@ func withEnv(extra map[string]string) map[string]string {
 }
 
 func defaults() Settings {
-	return Settings{
-		MountedNetDir:     DefaultMountedNetDir,
-		HostNetDir:        DefaultHostNetDir,
-		MountedBinDir:     DefaultMountedBinDir,
-		HostBinDir:        DefaultHostBinDir,
-		BinSourceDir:      DefaultBinSourceDir,
-		UpdateBinaries:    true,
-		Chained:           true,
-		PluginLogLevel:    cli.LevelInfo,
-		KubeconfigMode:    0o600,
-		ServiceAccountDir: DefaultServiceAccountDir,
-		KubeHost:          "10.96.0.1",
-		KubePort:          443,
-		KubeProtocol:      "https",
-		RunDir:            "/var/run/istio-cni",
-		MonitoringPort:    15014,
-		ReadinessPort:     8000,
-		RevertWarnCount:   DefaultRevertWarnCount,
-		RevertWarnWindow:  DefaultRevertWarnWindow,
-		LogLevel:          slog.LevelInfo,
-		NodeName:          "node-0",
-		PodCache:          true,
-		Repair:            repairDefaults("node-0"),
-		Taint:             taint.DefaultConfig(),
-		Multus:            nad.DefaultConfig(),
+	s := Settings{
+		MountedNetDir:       DefaultMountedNetDir,
+		HostNetDir:          DefaultHostNetDir,
+		MountedBinDir:       DefaultMountedBinDir,
+		HostBinDir:          DefaultHostBinDir,
+		BinSourceDir:        DefaultBinSourceDir,
+		UpdateBinaries:      true,
+		Chained:             true,
+		PluginLogLevel:      cli.LevelInfo,
+		KubeconfigMode:      0o600,
+		ServiceAccountDir:   DefaultServiceAccountDir,
+		KubeHost:            "10.96.0.1",
+		KubePort:            443,
+		KubeProtocol:        "https",
+		RunDir:              "/var/run/istio-cni",
+		MonitoringPort:      15014,
+		ReadinessPort:       8000,
+		RevertWarnCount:     DefaultRevertWarnCount,
+		RevertWarnWindow:    DefaultRevertWarnWindow,
+		LogLevel:            slog.LevelInfo,
+		NodeName:            "node-0",
+		PodCache:            true,
+		Repair:              repairDefaults("node-0"),
+		Taint:               taint.DefaultConfig(),
+		Multus:              nad.DefaultConfig(),
+		PodName:             "istio-cni-node-0",
+		PodNamespace:        "kube-system",
+		UninstallOnExit:     ExitAuto,
+		PluginTokenLifetime: DefaultPluginTokenLifetime,
 	}
+	s.Taint.Identity, s.Taint.AgentNamespace = "istio-cni-node-0", "kube-system"
+	s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-0", "kube-system"
+	return s
 }
 
 func repairDefaults(node string) repair.Config {
@@ -160,9 +169,9 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 		},
 		{
 			name: "no node name is fine with every feature that watches this node's pods off",
-			env:  map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false", "REPAIR_ENABLED": "false"},
+			env:  map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false", "REPAIR_ENABLED": "false", "UNINSTALL_ON_EXIT": "never"},
 			want: func(s *Settings) {
-				s.NodeName, s.PodCache = "", false
+				s.NodeName, s.PodCache, s.UninstallOnExit = "", false, ExitNever
 				s.Repair.Enabled, s.Repair.NodeName = false, ""
 			},
 		},
@@ -175,7 +184,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "mesh",
 			},
 			want: func(s *Settings) {
-				s.NodeName, s.PodCache, s.PodNamespace = "node-7", false, "mesh"
+				s.NodeName, s.PodCache, s.PodNamespace, s.PodName = "node-7", false, "mesh", "istio-cni-node-x1"
 				s.Repair.NodeName, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", false, true
 				s.Repair.LabelKey, s.Repair.InitContainerName = "example.com/broken", "mesh-check"
 				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "NoExecute", "istio-cni-node-x1", "mesh"
@@ -191,13 +200,21 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "kube-system",
 			},
 			want: func(s *Settings) {
-				s.Chained, s.PodNamespace = false, "kube-system"
+				s.Chained, s.PodNamespace, s.PodName = false, "kube-system", "istio-cni-node-x1"
 				s.Taint.Identity, s.Taint.AgentNamespace = "istio-cni-node-x1", "kube-system"
 				s.Repair.MultusNetwork = "mesh-cni"
 				s.Multus.Enabled, s.Multus.Network, s.Multus.MeshedNamespaces = true, "mesh-cni", true
 				s.Multus.StaticNamespaces, s.Multus.OwnerClusterRole = []string{"default", "bookinfo"}, "istio-cni"
 				s.Multus.LeaseName, s.Multus.RetryPeriod = "l", 4*time.Second
 				s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-x1", "kube-system"
+			},
+		},
+		{
+			name: "the exit decision and the plugin's own token",
+			env: map[string]string{"UNINSTALL_ON_EXIT": "true", "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin",
+				"PLUGIN_TOKEN_LIFETIME": "2h"},
+			want: func(s *Settings) {
+				s.UninstallOnExit, s.PluginServiceAccount, s.PluginTokenLifetime = ExitAlways, "istio-cni-plugin", 2*time.Hour
 			},
 		},
 		{
@@ -264,13 +281,18 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"no node name for repair", nil, map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false"}, []string{"REPAIR_NODE_NAME", "NODE_NAME"}},
 		{"repair exit code", nil, map[string]string{"REPAIR_INIT_CONTAINER_EXIT_CODE": "300"}, []string{"REPAIR_INIT_CONTAINER_EXIT_CODE", "300"}},
 		{"repair with nothing to do", nil, map[string]string{"REPAIR_REPAIR_PODS": "false"}, []string{"REPAIR_ENABLED", "REPAIR_REPAIR_PODS"}},
-		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
+		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "", "UNINSTALL_ON_EXIT": "never"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
+		{"exit decision without the downward API", nil, map[string]string{"POD_NAME": "", "POD_NAMESPACE": ""}, []string{"UNINSTALL_ON_EXIT=auto", "POD_NAME, POD_NAMESPACE are not set", "always or never"}},
+		{"exit mode", nil, map[string]string{"UNINSTALL_ON_EXIT": "sometimes"}, []string{"UNINSTALL_ON_EXIT", `"sometimes"`, "auto, always or never"}},
+		{"plugin service account name", nil, map[string]string{"PLUGIN_SERVICE_ACCOUNT": "Istio CNI"}, []string{"PLUGIN_SERVICE_ACCOUNT", `"Istio CNI"`}},
+		{"plugin token lifetime too short", nil, map[string]string{"PLUGIN_TOKEN_LIFETIME": "5m"}, []string{"PLUGIN_TOKEN_LIFETIME", "5m0s", "10m0s"}},
+		{"plugin token lifetime not a duration", nil, map[string]string{"PLUGIN_TOKEN_LIFETIME": "1 day"}, []string{"PLUGIN_TOKEN_LIFETIME", `"1 day"`}},
 		{"taint effect", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "p", "TAINT_EFFECT": "Never"}, []string{"TAINT_EFFECT", `"Never"`}},
 		{"multus when chained", nil, map[string]string{"MULTUS_ENABLED": "true"}, []string{"MULTUS_ENABLED", "CHAINED_CNI_PLUGIN"}},
 		{"multus network name", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true", "MULTUS_NETWORK_NAME": "Mesh CNI"},
 			[]string{"MULTUS_NETWORK_NAME", `"Mesh CNI"`}},
 		{"multus namespaces without a pod name", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true",
-			"MULTUS_MESHED_NAMESPACES": "true", "POD_NAMESPACE": "kube-system"}, []string{"MULTUS_IDENTITY", "POD_NAME"}},
+			"MULTUS_MESHED_NAMESPACES": "true", "POD_NAMESPACE": "kube-system", "POD_NAME": "", "UNINSTALL_ON_EXIT": "never"}, []string{"MULTUS_IDENTITY", "POD_NAME"}},
 		{"every bad value is reported", nil, map[string]string{"MONITORING_PORT": "x", "READINESS_PORT": "y"}, []string{"MONITORING_PORT", `"x"`, "READINESS_PORT", `"y"`}},
 	}
 	for _, tc := range cases {

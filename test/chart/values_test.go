@@ -495,8 +495,20 @@ func TestConfigChangeRollsTheAgents(t *testing.T) {
 
 // grants flattens every ClusterRole and Role of the render into "scope group resource
 // name verb" lines (scope "cluster" or the Role's namespace, name "*" for any), and checks
-// each role is bound to the agent's ServiceAccount and nothing else.
+// each role is bound to the agent's ServiceAccount and nothing else; the plugin's own
+// ServiceAccount's grants are checked separately (pluginGrants).
 func grants(t *testing.T, m *manifest) []string {
+	t.Helper()
+	return grantsOf(t, m, "istio-cni")
+}
+
+// pluginGrants are the grants of the plugin's ServiceAccount, istio-cni-plugin.
+func pluginGrants(t *testing.T, m *manifest) []string {
+	t.Helper()
+	return grantsOf(t, m, "istio-cni-plugin")
+}
+
+func grantsOf(t *testing.T, m *manifest, account string) []string {
 	t.Helper()
 	bound := map[string]bool{}
 	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
@@ -509,10 +521,13 @@ func grants(t *testing.T, m *manifest) []string {
 			case *rbacv1.RoleBinding:
 				subjects, ref = b.Subjects, b.RoleRef
 			}
-			if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != "istio-cni" || subjects[0].Namespace != namespace {
-				t.Errorf("%s binds %+v, want only ServiceAccount %s/istio-cni", d, subjects, namespace)
+			if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Namespace != namespace ||
+				subjects[0].Name != "istio-cni" && subjects[0].Name != "istio-cni-plugin" {
+				t.Errorf("%s binds %+v, want only ServiceAccount %s/istio-cni or %s/istio-cni-plugin", d, subjects, namespace, namespace)
 			}
-			bound[ref.Kind+"/"+ref.Name] = true
+			if subjects[0].Name == account {
+				bound[ref.Kind+"/"+ref.Name] = true
+			}
 		}
 	}
 	var out []string
@@ -534,16 +549,14 @@ func grants(t *testing.T, m *manifest) []string {
 		}
 	}
 	for _, d := range m.all("ClusterRole") {
-		if !bound["ClusterRole/"+d.name] {
-			t.Errorf("%s is bound to nothing", d)
+		if bound["ClusterRole/"+d.name] {
+			add("cluster", d.object.(*rbacv1.ClusterRole).Rules)
 		}
-		add("cluster", d.object.(*rbacv1.ClusterRole).Rules)
 	}
 	for _, d := range m.all("Role") {
-		if !bound["Role/"+d.name] {
-			t.Errorf("%s is bound to nothing", d)
+		if bound["Role/"+d.name] {
+			add(d.ns, d.object.(*rbacv1.Role).Rules)
 		}
-		add(d.ns, d.object.(*rbacv1.Role).Rules)
 	}
 	sort.Strings(out)
 	return out
@@ -552,7 +565,11 @@ func grants(t *testing.T, m *manifest) []string {
 // TestRBACGrantsExactlyWhatEnabledFeaturesNeed: the agent's permissions, as a flat list
 // of scope/group/resource/name/verb, for each combination of features.
 func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
+	// Always: on exit the agent reads its pod, its DaemonSet and the node (restart or
+	// removal), and it requests the plugin's token.
 	podGet := "cluster  pods * get"
+	always := []string{podGet, "cluster  nodes * get", "kube-system apps daemonsets istio-cni-node get",
+		"kube-system  serviceaccounts/token istio-cni-plugin create"}
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
 	events := []string{"cluster  events * create", "cluster  events * patch"}
 	deletePods := "cluster  pods * delete"
@@ -563,38 +580,37 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		args []string
 		want []string
 	}{{
-		name: "plugin only: get pods",
+		name: "no optional feature: exit decision and plugin token only",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false"},
-		want: []string{podGet},
+		want: nil,
 	}, {
 		name: "the pod cache watches pods",
 		args: []string{"--set", "repair.enabled=false"},
-		want: concat([]string{podGet}, watchPods),
+		want: concat([]string{}, watchPods),
 	}, {
 		name: "repair without the pod cache watches pods too",
 		args: []string{"--set", "podCache.enabled=false", "--set", "repair.deletePods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{labelPods}, watchPods, events),
 	}, {
 		name: "repair by deleting (the seed's defaults)",
-		want: concat([]string{podGet, deletePods}, watchPods, events),
+		want: concat([]string{deletePods}, watchPods, events),
 	}, {
 		name: "repair by labelling",
 		args: []string{"--set", "repair.deletePods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{labelPods}, watchPods, events),
 	}, {
 		name: "repair in place removes the label of an earlier run",
 		args: []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{labelPods}, watchPods, events),
 	}, {
 		name: "repair in place falls back to deleting",
 		args: []string{"--set", "repair.repairPods=true"},
-		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
+		want: concat([]string{deletePods, labelPods}, watchPods, events),
 	}, {
 		name: "node readiness taints nodes and elects a leader in its namespace",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "taint.enabled=true"},
 		want: []string{
 			"cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
-			podGet,
 			"kube-system coordination.k8s.io leases * create",
 			"kube-system coordination.k8s.io leases istio-cni-taint get",
 			"kube-system coordination.k8s.io leases istio-cni-taint update",
@@ -603,11 +619,11 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "multus with the chart's namespaces only: repair labels a pod missing the network",
 		args: []string{"--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true", "--set", "multus.meshedNamespaces=false"},
-		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
+		want: concat([]string{deletePods, labelPods}, watchPods, events),
 	}, {
 		name: "multus in meshed namespaces: one agent creates, never updates or deletes, the NetworkAttachmentDefinitions",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat([]string{podGet}, watchPods, []string{
+		want: concat([]string{}, watchPods, []string{
 			"cluster  namespaces * list", "cluster  namespaces * watch",
 			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
 			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
@@ -620,17 +636,38 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
-		want: []string{podGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
+		want: []string{"cluster security.openshift.io securitycontextconstraints privileged use"},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := grants(t, mustRender(t, c.args...))
-			want := slices.Clone(c.want)
+			want := concat(always, c.want)
 			sort.Strings(want)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("grants (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestThePluginsServiceAccountMayOnlyGetPods: the token on the node (the plugin's
+// kubeconfig) is of istio-cni-plugin, whatever the agent's features.
+func TestThePluginsServiceAccountMayOnlyGetPods(t *testing.T) {
+	for _, args := range [][]string{nil, {"--set", "taint.enabled=true", "--set", "repair.repairPods=true"}} {
+		m := mustRender(t, args...)
+		if diff := cmp.Diff([]string{"cluster  pods * get"}, pluginGrants(t, m)); diff != "" {
+			t.Errorf("%v: the plugin's grants (-want +got):\n%s", args, diff)
+		}
+		env := map[string]string{}
+		for _, e := range m.daemonSet(t).Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env["PLUGIN_SERVICE_ACCOUNT"] != "istio-cni-plugin" {
+			t.Errorf("%v: the agent's PLUGIN_SERVICE_ACCOUNT is %q, want istio-cni-plugin", args, env["PLUGIN_SERVICE_ACCOUNT"])
+		}
+		if sa := m.find("ServiceAccount", "istio-cni-plugin"); sa == nil {
+			t.Errorf("%v: no ServiceAccount istio-cni-plugin", args)
+		}
 	}
 }
 

@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// ExitMode says what the agent does with what it installed when it exits.
+type ExitMode string
+
+const (
+	// ExitAuto keeps the plugin installed when another agent will take over on this
+	// node (a rolling update, a crash, an eviction, the node shutting down) and
+	// uninstalls it when none will (helm uninstall, the DaemonSet deleted or no
+	// longer targeting the node). It asks the API server; see exitDecision.
+	ExitAuto ExitMode = "auto"
+	// ExitAlways uninstalls on every exit: Istio's sidecar-mode installer does this,
+	// and it leaves a window on every restart in which new pods start without the
+	// plugin.
+	ExitAlways ExitMode = "always"
+	// ExitNever keeps everything on every exit; removing it is left to the operator
+	// (istio-cni-doctor lists what is installed).
+	ExitNever ExitMode = "never"
+)
+
+func parseExitMode(v string) (ExitMode, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto", "":
+		return ExitAuto, nil
+	case "always", "true":
+		return ExitAlways, nil
+	case "never", "false":
+		return ExitNever, nil
+	}
+	return "", fmt.Errorf("%q is not auto, always or never (true and false stand for always and never)", v)
+}
+
+// ExitLookupBound bounds the API requests behind an exit decision, all of them
+// together: the agent has terminationGracePeriodSeconds (5 s in the chart) to
+// decide and, when it must, uninstall.
+const ExitLookupBound = 3 * time.Second
+
+// exitClient is what the exit decision reads.
+type exitClient interface {
+	getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	getDaemonSet(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error)
+	getNode(ctx context.Context, name string) (*corev1.Node, error)
+}
+
+func (c *apiClient) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return c.core.Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *apiClient) getDaemonSet(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error) {
+	return c.apps.DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *apiClient) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	return c.core.Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// exitDecision is whether to uninstall on exit, and why (logged).
+type exitDecision struct {
+	Uninstall bool
+	Reason    string
+}
+
+// decideExit tells a restart from a removal. The agent is going away; the question
+// is whether another agent will run on this node. Only the API server knows:
+//
+//   - this agent's pod names its DaemonSet (the controller owner reference, read at
+//     start so that a force-deleted pod still has an answer; owner is nil when it
+//     could not be read then);
+//   - the DaemonSet is gone or being deleted: removal (helm uninstall, kubectl delete);
+//   - the DaemonSet's pod template no longer fits the node (node selector, required
+//     node affinity, a NoExecute taint it does not tolerate): removal, the DaemonSet
+//     controller will not start another agent here;
+//   - the node is gone: removal;
+//   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
+//     down), the entry, binaries and kubeconfig stay so that pods keep being captured
+//     while no agent runs.
+//
+// The API server answering 401 or 403 is a removal too: helm uninstall deletes the
+// ServiceAccount and RBAC objects of the chart together with the DaemonSet, so by
+// the time this agent is asked to stop its identity may already be gone; the chart
+// always grants what is read here, so a refusal means the grant was taken away.
+// Any other failure (timeout, refused, 5xx) keeps everything: a node left with the
+// plugin installed keeps capturing pods, a node left without it does not.
+func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, nodeName string) exitDecision {
+	keep := func(format string, args ...any) exitDecision {
+		return exitDecision{Reason: fmt.Sprintf(format, args...)}
+	}
+	remove := func(format string, args ...any) exitDecision {
+		return exitDecision{Uninstall: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	ds := o.daemonSet
+	if !o.known {
+		// Not learnt at start (the API server did not answer then): ask now.
+		pod, err := c.getPod(ctx, namespace, podName)
+		switch {
+		case identityGone(err):
+			return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+		case err != nil:
+			return keep("cannot read this agent's pod %s/%s (%v): keeping the plugin installed", namespace, podName, shortAPIError(err))
+		}
+		ds = daemonSetOf(pod)
+	}
+	if ds == nil {
+		return remove("pod %s/%s is not run by a DaemonSet: nothing will start another agent on this node", namespace, podName)
+	}
+	set, err := c.getDaemonSet(ctx, namespace, ds.Name)
+	switch {
+	case identityGone(err):
+		return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+	case apierrors.IsNotFound(err):
+		return remove("DaemonSet %s/%s is deleted", namespace, ds.Name)
+	case err != nil:
+		return keep("cannot read DaemonSet %s/%s (%v): keeping the plugin installed", namespace, ds.Name, shortAPIError(err))
+	case set.DeletionTimestamp != nil:
+		return remove("DaemonSet %s/%s is being deleted", namespace, ds.Name)
+	}
+	node, err := c.getNode(ctx, nodeName)
+	switch {
+	case identityGone(err):
+		return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+	case apierrors.IsNotFound(err):
+		return remove("node %s is deleted", nodeName)
+	case err != nil:
+		return keep("cannot read node %s (%v): keeping the plugin installed", nodeName, shortAPIError(err))
+	}
+	if why := templateFits(&set.Spec.Template.Spec, node); why != "" {
+		return remove("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
+	}
+	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)
+}
+
+// owner is the DaemonSet that runs this agent, as read at start.
+type owner struct {
+	// known says the agent's pod was read; daemonSet is then its controller, nil
+	// when that is not a DaemonSet.
+	known     bool
+	daemonSet *metav1.OwnerReference
+}
+
+// daemonSetOf is the DaemonSet that controls pod, or nil.
+func daemonSetOf(pod *corev1.Pod) *metav1.OwnerReference {
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
+		return ref
+	}
+	return nil
+}
+
+// templateFits says why a DaemonSet with this pod template would not run a pod on
+// node ("" when it would): what the DaemonSet controller checks to place its pods
+// and to keep them (NoExecute taints).
+func templateFits(spec *corev1.PodSpec, node *corev1.Node) string {
+	pod := &corev1.Pod{Spec: *spec}
+	match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
+	if err != nil {
+		// A selector the API server accepted but that does not parse here: not ours to
+		// judge, keep.
+		return ""
+	}
+	if !match {
+		return "its node selector or required node affinity does not match the node's labels"
+	}
+	taint, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, spec.Tolerations,
+		func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
+	if untolerated {
+		return fmt.Sprintf("it does not tolerate the node's NoExecute taint %s=%s", taint.Key, taint.Value)
+	}
+	return ""
+}
+
+// identityGone reports a 401 or 403: the ServiceAccount, its token or its grants
+// are gone.
+func identityGone(err error) bool {
+	return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+}
+
+// shortAPIError is err without client-go's long prefix for a status error.
+func shortAPIError(err error) error {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		s := st.Status()
+		return fmt.Errorf("HTTP %d %s", s.Code, s.Reason)
+	}
+	return err
+}

@@ -1,0 +1,298 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+)
+
+// chartAgentExitRules are the chart's grants for the exit decision and the plugin's
+// token (clusterrole.yaml and role.yaml), here in one ClusterRole.
+var chartAgentExitRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get"}},
+	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node"}, Verbs: []string{"get"}},
+	{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
+}
+
+// exitCluster is a real API server holding what a DaemonSet's agent sees: the node,
+// the DaemonSet, and agent pods it controls (no controller manager runs: the test
+// creates and deletes the pods a DaemonSet controller would).
+type exitCluster struct {
+	cp    *controlplane.ControlPlane
+	admin kubernetes.Interface
+	ds    *appsv1.DaemonSet
+	n     *node
+	env   []string
+}
+
+func newExitCluster(t *testing.T, ctx context.Context) *exitCluster {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	c := &exitCluster{cp: cp, admin: cp.AdminClient()}
+	if _, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni-plugin",
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a",
+		Labels: map[string]string{"kubernetes.io/os": "linux"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"k8s-app": "istio-cni-node"}
+	ds, err := c.admin.AppsV1().DaemonSets("istio-system").Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-system"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+					Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ds = ds
+	var apiEnv []string
+	c.n, apiEnv = newNodeAs(t, ctx, cp, chartAgentExitRules)
+	c.env = append(apiEnv, "CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "NODE_NAME=node-a",
+		"UNINSTALL_ON_EXIT=auto", "PLUGIN_SERVICE_ACCOUNT=istio-cni-plugin", "PLUGIN_TOKEN_LIFETIME=1h")
+	return c
+}
+
+// agentPod creates the pod the DaemonSet controller would, and gives the agent that
+// pod's projected token, bound to the pod as the kubelet's is.
+func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *corev1.Pod {
+	t.Helper()
+	pod, err := c.admin.CoreV1().Pods("istio-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", Labels: c.ds.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: c.ds.Name, UID: c.ds.UID,
+				Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "istio-cni",
+			Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := int64(3600)
+	tr, err := c.admin.CoreV1().ServiceAccounts("istio-system").CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.n.rotateToken(t, tr.Status.Token)
+	return pod
+}
+
+func (c *exitCluster) start(t *testing.T, pod *corev1.Pod) *agentProc {
+	t.Helper()
+	p := c.n.startAgent(t, append(c.env, "POD_NAME="+pod.Name)...)
+	p.waitReady(t)
+	p.waitLog(t, "the agent learnt its DaemonSet", `exit decision watches this agent's DaemonSet`)
+	return p
+}
+
+// pluginClient is a client with the token of the plugin's kubeconfig on the node.
+func (c *exitCluster) pluginClient(t *testing.T) (kubernetes.Interface, string) {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(c.n.kubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := kc.AuthInfos["istio-cni"].Token
+	cfg := c.cp.AdminRESTConfig()
+	cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = nil, nil
+	cfg.BearerToken = token
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, token
+}
+
+// agentClient is a client with the agent's current projected token.
+func (c *exitCluster) agentClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(c.n.saDir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.cp.AdminRESTConfig()
+	cfg.TLSClientConfig.CertData, cfg.TLSClientConfig.KeyData = nil, nil
+	cfg.BearerToken = string(token)
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func (n *node) kubeconfigPath() string { return filepath.Join(n.runDir, "istio-cni-kubeconfig") }
+
+// installed reports what of the plugin is on the node.
+func (n *node) installed() (conf, bin, kubeconfig bool) {
+	_, err := os.Stat(filepath.Join(n.confDir, DefaultStandaloneName))
+	conf = err == nil
+	_, err = os.Stat(filepath.Join(n.binDir, PluginType))
+	bin = err == nil
+	_, err = os.Stat(n.kubeconfigPath())
+	return conf, bin, err == nil
+}
+
+// claims decodes a JWT's payload (not its signature: the API server checks that).
+func claims(t *testing.T, token string) map[string]any {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("token is not a JWT")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestAgentKeepsThePluginAcrossARestartAndItsTokenOutlivesThePod: a rolling update as
+// the DaemonSet controller does it, against a real API server. The old agent gets
+// SIGTERM and keeps the entry, the binaries and the kubeconfig (its DaemonSet still
+// fits the node); its pod is deleted, which kills its own projected token, and the
+// plugin's token (the plugin's ServiceAccount, bound to the node) still reads pods;
+// the new agent takes over without rewriting the config file.
+func TestAgentKeepsThePluginAcrossARestartAndItsTokenOutlivesThePod(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	old := c.agentPod(t, ctx, "istio-cni-node-old")
+	p := c.start(t, old)
+
+	plugin, token := c.pluginClient(t)
+	cl := claims(t, token)
+	if sub := cl["sub"]; sub != "system:serviceaccount:istio-system:istio-cni-plugin" {
+		t.Errorf("the plugin's token is for %v, want the plugin's own ServiceAccount", sub)
+	}
+	k8s, _ := cl["kubernetes.io"].(map[string]any)
+	if nodeClaim, _ := k8s["node"].(map[string]any); nodeClaim["name"] != "node-a" {
+		t.Errorf("the plugin's token is not bound to node-a: kubernetes.io claims %v", k8s)
+	}
+	if _, err := plugin.CoreV1().Pods("istio-system").Get(ctx, old.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the plugin's token cannot get a pod: %v", err)
+	}
+	if _, err := plugin.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the plugin's token may list pods (%v): it must only get them", err)
+	}
+	confPath := filepath.Join(c.n.confDir, DefaultStandaloneName)
+	confBefore, err := os.Stat(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.stop(t)
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*still runs on node node-a`)
+	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
+		t.Fatalf("after a restart's SIGTERM: config %v, binary %v, kubeconfig %v; want all kept", conf, bin, kc)
+	}
+
+	// The DaemonSet controller deletes the old pod: its bound token dies with it.
+	if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	oldClient := c.agentClient(t)
+	eventually(t, 20*time.Second, "the deleted pod's own token is refused", func() bool {
+		_, err := oldClient.CoreV1().Pods("istio-system").Get(ctx, "anything", metav1.GetOptions{})
+		return apierrors.IsUnauthorized(err)
+	})
+	if _, err := plugin.CoreV1().Pods("istio-system").Get(ctx, "istio-cni-node-old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("with no agent running and its pod gone, the plugin's token: %v, want a normal answer (not found)", err)
+	}
+
+	// The new agent: same node, new pod, new projected token.
+	next := c.agentPod(t, ctx, "istio-cni-node-new")
+	p2 := c.start(t, next)
+	p2.waitLog(t, "a new plugin token", `plugin token renewed`)
+	eventually(t, 10*time.Second, "the kubeconfig carries the new agent's token", func() bool {
+		_, tok := c.pluginClient(t)
+		return tok != token
+	})
+	confAfter, err := os.Stat(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(confBefore, confAfter) || !confAfter.ModTime().Equal(confBefore.ModTime()) {
+		t.Errorf("the new agent rewrote the unchanged config file")
+	}
+	if ino := confAfter.Sys().(*syscall.Stat_t).Ino; ino != confBefore.Sys().(*syscall.Stat_t).Ino {
+		t.Errorf("config file replaced (inode %d -> %d)", confBefore.Sys().(*syscall.Stat_t).Ino, ino)
+	}
+	p2.stop(t)
+}
+
+// TestAgentUninstallsWhenNoAgentWillComeBack: each way a DaemonSet stops running on
+// a node ends in a full uninstall, and says why.
+func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
+	cases := []struct {
+		name   string
+		remove func(t *testing.T, ctx context.Context, c *exitCluster)
+		reason string
+	}{
+		{"the DaemonSet no longer selects the node", func(t *testing.T, ctx context.Context, c *exitCluster) {
+			ds, err := c.admin.AppsV1().DaemonSets("istio-system").Get(ctx, c.ds.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds.Spec.Template.Spec.NodeSelector["pool"] = "mesh"
+			if _, err := c.admin.AppsV1().DaemonSets("istio-system").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, `uninstalling.*no longer runs on node node-a: its node selector`},
+		{"the DaemonSet is deleted (helm uninstall)", func(t *testing.T, ctx context.Context, c *exitCluster) {
+			if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, `uninstalling.*DaemonSet istio-system/istio-cni-node is deleted`},
+		{"the agent's grants are deleted first (helm uninstall deletes them with the DaemonSet)", func(t *testing.T, ctx context.Context, c *exitCluster) {
+			if err := c.admin.RbacV1().ClusterRoleBindings().Delete(ctx, "controlplane:istio-system:istio-cni", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			agent := c.agentClient(t)
+			eventually(t, 20*time.Second, "the agent's reads are refused", func() bool {
+				_, err := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+				return apierrors.IsForbidden(err)
+			})
+		}, `uninstalling.*refuses this agent's identity`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			c := newExitCluster(t, ctx)
+			p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-a"))
+			tc.remove(t, ctx, c)
+			p.stop(t)
+			p.waitLog(t, "the agent said why it uninstalled", tc.reason)
+			if conf, bin, kc := c.n.installed(); conf || bin || kc {
+				t.Errorf("after removal: config %v, binary %v, kubeconfig %v left; want none", conf, bin, kc)
+			}
+		})
+	}
+}

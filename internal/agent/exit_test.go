@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+)
+
+// fakeExit answers the exit decision's three reads from fixed objects or errors.
+// The decision's contract with the real API server is tested in
+// controlplane_test.go; this table covers every branch.
+type fakeExit struct {
+	pod                       *corev1.Pod
+	ds                        *appsv1.DaemonSet
+	node                      *corev1.Node
+	podErr, dsErr, nodeErr    error
+	podReads, dsReads, nReads int
+}
+
+func (f *fakeExit) getPod(context.Context, string, string) (*corev1.Pod, error) {
+	f.podReads++
+	return f.pod, f.podErr
+}
+
+func (f *fakeExit) getDaemonSet(context.Context, string, string) (*appsv1.DaemonSet, error) {
+	f.dsReads++
+	return f.ds, f.dsErr
+}
+
+func (f *fakeExit) getNode(context.Context, string) (*corev1.Node, error) {
+	f.nReads++
+	return f.node, f.nodeErr
+}
+
+func TestExitTellsARestartFromARemoval(t *testing.T) {
+	dsRef := &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "istio-cni-node", Controller: ptr.To(true)}
+	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-x", OwnerReferences: []metav1.OwnerReference{*dsRef}}}
+	daemonSet := func(mod func(*corev1.PodSpec)) *appsv1.DaemonSet {
+		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node"}}
+		ds.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "linux"}
+		if mod != nil {
+			mod(&ds.Spec.Template.Spec)
+		}
+		return ds
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{"kubernetes.io/os": "linux", "pool": "mesh"}}}
+	gr := schema.GroupResource{Group: "apps", Resource: "daemonsets"}
+	known := owner{known: true, daemonSet: dsRef}
+	deleting := daemonSet(nil)
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	tainted := node.DeepCopy()
+	tainted.Spec.Taints = []corev1.Taint{{Key: "drain", Value: "now", Effect: corev1.TaintEffectNoExecute}}
+	noSchedule := node.DeepCopy()
+	noSchedule.Spec.Taints = []corev1.Taint{{Key: "cordon", Effect: corev1.TaintEffectNoSchedule}}
+
+	cases := []struct {
+		name      string
+		o         owner
+		f         fakeExit
+		uninstall bool
+		reason    string
+	}{
+		{"rolling update, crash, eviction: the DaemonSet still fits the node", known,
+			fakeExit{ds: daemonSet(nil), node: node}, false, "still runs on node node-a"},
+		{"owner learnt at exit when it was not at start", owner{},
+			fakeExit{pod: agentPod, ds: daemonSet(nil), node: node}, false, "still runs on node node-a"},
+		{"helm uninstall: the DaemonSet is gone", known,
+			fakeExit{dsErr: apierrors.NewNotFound(gr, "istio-cni-node")}, true, "is deleted"},
+		{"kubectl delete with foreground deletion: the DaemonSet is being deleted", known,
+			fakeExit{ds: deleting}, true, "being deleted"},
+		{"helm uninstall deleted the ServiceAccount first", known,
+			fakeExit{dsErr: apierrors.NewUnauthorized("invalid token")}, true, "refuses this agent's identity"},
+		{"helm uninstall deleted the RBAC first", owner{},
+			fakeExit{podErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", nil)}, true, "HTTP 403"},
+		{"the node selector no longer matches", known,
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.NodeSelector["pool"] = "other" }), node: node}, true, "node selector"},
+		{"required node affinity no longer matches", known,
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) {
+				s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+						{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"mesh"}}}}}}}}
+			}), node: node}, true, "affinity"},
+		{"a NoExecute taint the DaemonSet does not tolerate", known,
+			fakeExit{ds: daemonSet(nil), node: tainted}, true, "drain=now"},
+		{"a NoExecute taint the DaemonSet tolerates", known,
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), node: tainted}, false, "still runs"},
+		{"a NoSchedule taint (cordon) does not evict a DaemonSet's pod", known,
+			fakeExit{ds: daemonSet(nil), node: noSchedule}, false, "still runs"},
+		{"the node is deleted", known,
+			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "node-a")}, true, "node node-a is deleted"},
+		{"not run by a DaemonSet", owner{known: true},
+			fakeExit{}, true, "not run by a DaemonSet"},
+		{"API server down: keep", known,
+			fakeExit{dsErr: context.DeadlineExceeded}, false, "keeping the plugin installed"},
+		{"API server failing: keep", owner{},
+			fakeExit{podErr: apierrors.NewInternalError(context.Canceled)}, false, "HTTP 500"},
+		{"pod gone and owner unknown: keep", owner{},
+			fakeExit{podErr: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "istio-cni-node-x")}, false, "keeping"},
+		{"node unreadable: keep", known,
+			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewServiceUnavailable("etcd")}, false, "cannot read node node-a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decideExit(context.Background(), &tc.f, tc.o, "kube-system", "istio-cni-node-x", "node-a")
+			if got.Uninstall != tc.uninstall || !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("decideExit = %+v, want uninstall=%v and a reason with %q", got, tc.uninstall, tc.reason)
+			}
+			if tc.o.known && tc.f.podReads != 0 {
+				t.Errorf("read the agent's pod again although its owner was known")
+			}
+		})
+	}
+}
