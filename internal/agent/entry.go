@@ -62,6 +62,7 @@ func generatedEntry(s *Settings) []byte {
 		PodNamespace      string              `json:"pod_namespace,omitempty"`
 		NativeNftables    bool                `json:"native_nftables,omitempty"`
 		IptablesMode      plugin.IptablesMode `json:"iptables_mode,omitempty"`
+		ConfigSchema      int                 `json:"config_schema"`
 	}{
 		Name:              PluginType,
 		Type:              s.PluginName(),
@@ -71,6 +72,7 @@ func generatedEntry(s *Settings) []byte {
 		PodNamespace:      s.PodNamespace,
 		NativeNftables:    s.NativeNftables,
 		IptablesMode:      s.IptablesMode,
+		ConfigSchema:      plugin.ConfigSchema,
 	}
 	out, _ := json.MarshalIndent(e, "", "  ") // strings and bools only: cannot fail
 	return out

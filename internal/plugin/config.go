@@ -168,6 +168,7 @@ type rawConfig struct {
 	Kubernetes      *rawKubernetes `json:"kubernetes"`
 
 	// Ours.
+	ConfigSchema    *int           `json:"config_schema"`
 	IptablesMode    *string        `json:"iptables_mode"`
 	PodLookup       *rawPodLookup  `json:"pod_lookup"`
 	ExtraBypassUIDs []uint32       `json:"extra_bypass_uids"`
@@ -197,7 +198,19 @@ type rawPodLookup struct {
 func decodeConfig(data []byte) (rawConfig, error) {
 	var raw rawConfig
 	if err := json.Unmarshal(data, &raw); err != nil {
+		// A newer schema may have changed a key's type: say so rather than name the key.
+		var head struct {
+			ConfigSchema *int `json:"config_schema"`
+		}
+		if json.Unmarshal(data, &head) == nil {
+			if err := checkSchema(head.ConfigSchema); err != nil {
+				return rawConfig{}, err
+			}
+		}
 		return rawConfig{}, configJSONError(err)
+	}
+	if err := checkSchema(raw.ConfigSchema); err != nil {
+		return rawConfig{}, err
 	}
 	if k := raw.Kubernetes; k != nil && k.InterceptType != nil {
 		if t := *k.InterceptType; t != "" && t != "iptables" {
@@ -212,6 +225,33 @@ func decodeConfig(data []byte) (rawConfig, error) {
 		raw.podLookupDelay = &d
 	}
 	return raw, nil
+}
+
+// ConfigSchema is the version of the plugin config this binary understands. The
+// agent writes it into the entry it generates ("config_schema"); it goes up when a key
+// is added that a plugin must not ignore (one that changes what is captured). During
+// an upgrade the agent replaces the binary before the config, so a newer config meets
+// an older binary only on a rollback or a partial copy: that binary then refuses the
+// config (fail closed: the runtime retries the pod) instead of ignoring what it does
+// not know. An older config (or one without the key: Istio's, the seed's) is read by
+// a newer binary as before.
+const ConfigSchema = 1
+
+// ErrNewerConfig is returned for a config of a schema newer than ConfigSchema.
+var ErrNewerConfig = errors.New("the config is newer than this istio-cni binary")
+
+func checkSchema(v *int) error {
+	switch {
+	case v == nil:
+		return nil
+	case *v < 1:
+		return fmt.Errorf(`plugin config: "config_schema": %d is not a schema version (1 or more)`, *v)
+	case *v > ConfigSchema:
+		return fmt.Errorf(`plugin config: "config_schema" is %d, this istio-cni binary understands up to %d: %w `+
+			`(the node agent that wrote it installs a matching binary before its config; a rollback or a copied config `+
+			`may leave this state): refusing rather than ignoring settings it does not know`, *v, ConfigSchema, ErrNewerConfig)
+	}
+	return nil
 }
 
 // configJSONError turns encoding/json's errors into ones that name the key.

@@ -2,7 +2,10 @@ package plugin
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,4 +307,45 @@ func TestPrevResultIPsNamesPrevResultOnError(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
+}
+
+// TestConfigSchemaFailsClosedOnANewerConfig: adjacent versions. A config of this
+// binary's schema or older (the key absent: Istio's entries, earlier agents') reads
+// as before; a newer one is refused with ErrNewerConfig, before any other check, so
+// that a key a newer agent added is never silently ignored.
+func TestConfigSchemaFailsClosedOnANewerConfig(t *testing.T) {
+	base := `"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","exclude_namespaces":["istio-system"]`
+	without, err := ParseConfig([]byte(`{` + base + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := ParseConfig([]byte(fmt.Sprintf(`{%s,"config_schema":%d}`, base, ConfigSchema)))
+	if err != nil {
+		t.Fatalf("this binary's own schema: %v", err)
+	}
+	if diff := cmp.Diff(without, with, ignoreKeys); diff != "" {
+		t.Errorf("config_schema changed what the config says (-without +with):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		name, json string
+		newer      bool
+		want       string
+	}{
+		{"a newer schema", fmt.Sprintf(`{%s,"config_schema":%d,"some_new_capture_key":true}`, base, ConfigSchema+1), true,
+			fmt.Sprintf(`"config_schema" is %d, this istio-cni binary understands up to %d`, ConfigSchema+1, ConfigSchema)},
+		{"a newer schema that changed a key's type", fmt.Sprintf(`{%s,"config_schema":%d,"exclude_namespaces":{"istio-system":{}}}`, base, ConfigSchema+1), true,
+			"understands up to"},
+		{"not a version", `{` + base + `,"config_schema":0}`, false, `"config_schema": 0 is not a schema version`},
+		{"not a number", `{` + base + `,"config_schema":"2"}`, false, `"config_schema": got string, want an integer`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.json))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ParseConfig: %v, want an error with %q", err, tc.want)
+			}
+			if got := errors.Is(err, ErrNewerConfig); got != tc.newer {
+				t.Errorf("errors.Is(err, ErrNewerConfig) = %v, want %v", got, tc.newer)
+			}
+		})
+	}
 }

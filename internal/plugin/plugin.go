@@ -78,7 +78,12 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 		// The config may be unreadable; log at info to stderr anyway.
 		l := pluginlog.New(p.Stderr, pluginlog.Options{})
 		l.Error("invalid plugin config", "command", command, "containerID", args.ContainerID, "error", err)
-		return nil, l, cniError(types.ErrInvalidNetworkConfig, err)
+		code := uint(types.ErrInvalidNetworkConfig)
+		if errors.Is(err, ErrNewerConfig) {
+			// The agent is about to install the matching binary: worth a retry.
+			code = types.ErrTryAgainLater
+		}
+		return nil, l, cniError(code, err)
 	}
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
