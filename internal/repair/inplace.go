@@ -43,7 +43,7 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	if err != nil {
 		return false, "", err
 	}
-	pp, err := plugin.PlanFor(plugin.ArgsFor(kp), c.inPlace.Plugin, kp, plugin.Sandbox{})
+	pp, err := plugin.PlanFor(plugin.ArgsFor(kp), c.inPlace.Plugin, kp, nil, plugin.Sandbox{})
 	if err != nil {
 		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "its capture cannot be built: " + err.Error(), nil
