@@ -191,6 +191,13 @@ func (a *agent) startControllers(ctx context.Context) (stop func(), err error) {
 					a.log.Info("pod cache synced: the plugin reads this node's pods from the agent", "socket", sock, "node", s.NodeName)
 				}
 			}()
+			go func() {
+				// Namespaces have their own watch: without it (no RBAC to list them)
+				// pods are still served and the plugin GETs namespaces itself.
+				if cache.WaitForCacheSync(ctx.Done(), pc.NamespacesSynced) {
+					a.log.Info("pod cache: namespaces synced: the plugin reads their labels (ambient mode) from the agent", "socket", sock)
+				}
+			}()
 			return pc.Run(ctx, sock)
 		}})
 	}
