@@ -552,8 +552,12 @@ func grants(t *testing.T, m *manifest) []string {
 // TestRBACGrantsExactlyWhatEnabledFeaturesNeed: the agent's permissions, as a flat list
 // of scope/group/resource/name/verb, for each combination of features.
 func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
+	// The plugin gets the pod and, for ambient mode's label, its namespace.
 	podGet := "cluster  pods * get"
+	nsGet := "cluster  namespaces * get"
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
+	// The pod cache serves namespaces' labels too.
+	watchNamespaces := []string{"cluster  namespaces * list", "cluster  namespaces * watch"}
 	events := []string{"cluster  events * create", "cluster  events * patch"}
 	deletePods := "cluster  pods * delete"
 	// The controller labels through the status subresource, which cannot touch the spec.
@@ -563,38 +567,38 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		args []string
 		want []string
 	}{{
-		name: "plugin only: get pods",
+		name: "plugin only: get pods and their namespaces",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false"},
-		want: []string{podGet},
+		want: []string{podGet, nsGet},
 	}, {
-		name: "the pod cache watches pods",
+		name: "the pod cache watches pods and namespaces",
 		args: []string{"--set", "repair.enabled=false"},
-		want: concat([]string{podGet}, watchPods),
+		want: concat([]string{podGet, nsGet}, watchPods, watchNamespaces),
 	}, {
 		name: "repair without the pod cache watches pods too",
 		args: []string{"--set", "podCache.enabled=false", "--set", "repair.deletePods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, labelPods}, watchPods, events),
 	}, {
 		name: "repair by deleting (the seed's defaults)",
-		want: concat([]string{podGet, deletePods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, deletePods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair by labelling",
 		args: []string{"--set", "repair.deletePods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair in place removes the label of an earlier run",
 		args: []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
-		want: concat([]string{podGet, labelPods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair in place falls back to deleting",
 		args: []string{"--set", "repair.repairPods=true"},
-		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, deletePods, labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "node readiness taints nodes and elects a leader in its namespace",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "taint.enabled=true"},
 		want: []string{
 			"cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
-			podGet,
+			podGet, nsGet,
 			"kube-system coordination.k8s.io leases * create",
 			"kube-system coordination.k8s.io leases istio-cni-taint get",
 			"kube-system coordination.k8s.io leases istio-cni-taint update",
@@ -603,12 +607,24 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "multus with the chart's namespaces only: repair labels a pod missing the network",
 		args: []string{"--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true", "--set", "multus.meshedNamespaces=false"},
-		want: concat([]string{podGet, deletePods, labelPods}, watchPods, events),
+		want: concat([]string{podGet, nsGet, deletePods, labelPods}, watchPods, events),
 	}, {
 		name: "multus in meshed namespaces: one agent creates, never updates or deletes, the NetworkAttachmentDefinitions",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat([]string{podGet}, watchPods, []string{
+		want: concat([]string{podGet, nsGet}, watchPods, []string{
 			"cluster  namespaces * list", "cluster  namespaces * watch",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
+			"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
+			"kube-system coordination.k8s.io leases * create",
+			"kube-system coordination.k8s.io leases istio-cni-multus get",
+			"kube-system coordination.k8s.io leases istio-cni-multus update",
+		}),
+	}, {
+		name: "multus in meshed namespaces with the pod cache: namespaces are listed and watched by one rule",
+		args: []string{"--set", "repair.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
+		want: concat([]string{podGet, nsGet}, watchPods, watchNamespaces, []string{
 			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
 			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
 			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
@@ -620,7 +636,7 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
-		want: []string{podGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
+		want: []string{podGet, nsGet, "cluster security.openshift.io securitycontextconstraints privileged use"},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
