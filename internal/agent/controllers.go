@@ -197,6 +197,13 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 					a.log.Info("pod cache synced: the plugin reads this node's pods from the agent", "socket", sock, "node", s.NodeName)
 				}
 			}()
+			go func() {
+				// Namespaces have their own watch: without it (no RBAC to list them)
+				// pods are still served and the plugin GETs namespaces itself.
+				if cache.WaitForCacheSync(ctx.Done(), pc.NamespacesSynced) {
+					a.log.Info("pod cache: namespaces synced: the plugin reads their labels (ambient mode) from the agent", "socket", sock)
+				}
+			}()
 			return pc.Run(ctx, sock)
 		}})
 	}

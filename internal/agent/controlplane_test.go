@@ -48,14 +48,15 @@ func newNodeAs(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane,
 	return n, []string{"KUBERNETES_SERVICE_HOST=" + u.Hostname(), "KUBERNETES_SERVICE_PORT=" + u.Port()}
 }
 
-func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *testing.T) {
+func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNamespacesAndNothingElse(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	// The agent's ServiceAccount, with the RBAC of Istio's chart for the plugin: get pods.
+	// The agent's ServiceAccount, with the chart's RBAC for the plugin: get pods, and
+	// namespaces (for a pod without a sidecar, its namespace's ambient label decides).
 	n, apiEnv := newNodeAs(t, ctx, cp, []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"get"}},
 	})
 
 	p := n.startAgent(t, append(apiEnv,
@@ -114,6 +115,7 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 	for _, path := range []string{
 		"/api/v1/namespaces/apps/pods",        // list pods
 		"/api/v1/pods",                        // list pods everywhere
+		"/api/v1/namespaces",                  // list namespaces
 		"/api/v1/namespaces/apps/secrets/any", // get a secret
 		"/api/v1/nodes/node-1",                // get a node
 		"/api/v1/namespaces/istio-system/serviceaccounts/istio-cni",
@@ -127,10 +129,11 @@ func TestKubeconfigFromARealServiceAccountLetsThePluginGetPodsAndNothingElse(t *
 }
 
 // The chart's grants for the default features with labelling on: the plugin's get,
-// the pod cache's and the repair controller's list and watch, the label through
-// pods/status, and events.
+// the pod cache's and the repair controller's list and watch (of namespaces too, for
+// their ambient label), the label through pods/status, and events.
 var chartRepairRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 }
@@ -250,6 +253,10 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if _, err := agentClient.GetPod(ctx, "apps", "elsewhere"); !errors.Is(err, kube.ErrNotFound) {
 		t.Errorf("pods.sock for a pod on node-b: %v, want not found", err)
 	}
+	eventually(t, 10*time.Second, "pods.sock answers for namespace apps", func() bool {
+		_, err := agentClient.GetNamespace(ctx, "apps")
+		return err == nil
+	})
 
 	// The plugin asks the cache first.
 	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
@@ -263,8 +270,9 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if _, err := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil).AddNetwork(ctx, conf, rt); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	eventually(t, 10*time.Second, "the plugin reports the pod came from the agent's cache", func() bool {
-		return strings.Contains(p.stdout.String(), "pod found in the agent's cache")
+	eventually(t, 10*time.Second, "the plugin reports the pod and its namespace came from the agent's cache", func() bool {
+		return strings.Contains(p.stdout.String(), "pod found in the agent's cache") &&
+			strings.Contains(p.stdout.String(), "namespace found in the agent's cache")
 	})
 
 	// Repair: one pod repaired in place, one labelled after its attempts ran out.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
@@ -42,7 +43,8 @@ Answers "is this pod's traffic redirected, and if not, why?" with the plugin's o
 
 Commands:
   explain -f POD.yaml   the plugin's decision for a pod manifest (no cluster needed)
-                        and the exact rules it would program
+                        and the exact rules it would program; -namespace NS.yaml
+                        adds the namespace's labels (Istio's ambient label)
   inspect NS/POD        on the pod's node: the live rules in the pod's network
                         namespace compared with what the pod requires (the plugin's
                         CHECK), stray rules, the node's CNI config and Multus wiring
@@ -68,6 +70,8 @@ func explainCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "pod manifest (YAML or JSON, as kubectl get pod -o yaml prints it); - reads stdin")
+	nsFile := fs.String("namespace", "", "the pod's namespace manifest (as kubectl get namespace -o yaml prints it), for its istio.io/dataplane-mode label; "+
+		"needed only for a pod without a sidecar whose own label does not decide")
 	configFile := fs.String("config", "", "the plugin's CNI config (JSON), e.g. the istio-cni entry of the node's conflist; default: Istio's defaults")
 	exclude := fs.String("exclude-namespaces", "", "comma-separated namespaces the plugin skips (overrides the config)")
 	backend := fs.String("backend", "iptables", `rules to show: "iptables" or "nftables"`)
@@ -103,6 +107,20 @@ func explainCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "explain: %s: %v\n", *file, err)
 		return 1
 	}
+	var ns *kube.Namespace
+	if *nsFile != "" {
+		data, err := os.ReadFile(*nsFile)
+		if err == nil {
+			ns, err = DecodeNamespace(data)
+		}
+		if err == nil && ns.Metadata.Name != pod.Metadata.Namespace {
+			err = fmt.Errorf("namespace %s is not the pod's (%s)", ns.Metadata.Name, pod.Metadata.Namespace)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "explain: %s: %v\n", *nsFile, err)
+			return 1
+		}
+	}
 	confJSON := []byte(`{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni"}`)
 	if *configFile != "" {
 		if confJSON, err = os.ReadFile(*configFile); err != nil {
@@ -118,7 +136,7 @@ func explainCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *exclude != "" {
 		cfg.ExcludeNamespaces = strings.Split(*exclude, ",")
 	}
-	ex := Explain(pod, cfg, *backend, nil)
+	ex := Explain(pod, ns, cfg, *backend, nil)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

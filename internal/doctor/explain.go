@@ -45,12 +45,36 @@ func DecodePod(data []byte) (*kube.Pod, error) {
 	return kube.DecodePod(js)
 }
 
+// DecodeNamespace reads a namespace manifest in YAML or JSON, as `kubectl get
+// namespace -o yaml` prints it.
+func DecodeNamespace(data []byte) (*kube.Namespace, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("namespace manifest is not YAML or JSON: %w", err)
+	}
+	var ns struct {
+		Kind string `json:"kind"`
+		kube.Namespace
+	}
+	if err := json.Unmarshal(js, &ns); err != nil {
+		return nil, fmt.Errorf("decode namespace: %w", err)
+	}
+	if ns.Kind != "" && ns.Kind != "Namespace" {
+		return nil, fmt.Errorf("manifest is a %s, not a Namespace", ns.Kind)
+	}
+	if ns.Metadata.Name == "" {
+		return nil, fmt.Errorf("decode namespace: metadata.name is required")
+	}
+	return &ns.Namespace, nil
+}
+
 // Explain runs the plugin's pod-to-rules path (plugin.PlanFor) for pod under cfg and,
 // for a pod it redirects, renders the rules for the backend ("iptables" or
-// "nftables"). podIPs stand in for the sandbox's addresses (nil: the pod's status
-// addresses).
-func Explain(pod *kube.Pod, cfg *plugin.Config, backend string, podIPs []netip.Addr) Explanation {
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{Addrs: podIPs})
+// "nftables"). ns is the pod's namespace, nil when not given: a pod whose
+// namespace decides is then explained as such (rule need-namespace). podIPs stand
+// in for the sandbox's addresses (nil: the pod's status addresses).
+func Explain(pod *kube.Pod, ns *kube.Namespace, cfg *plugin.Config, backend string, podIPs []netip.Addr) Explanation {
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, ns, plugin.Sandbox{Addrs: podIPs})
 	return explanation(pod, pp, err, backend)
 }
 
@@ -174,8 +198,15 @@ func (ex Explanation) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Pod %s\n", ex.Pod)
 	switch {
-	case ex.Error != "":
+	case ex.Error != "" && ex.Decision.Verdict == plugin.Redirect:
 		fmt.Fprintf(&b, "Decision: redirect, but the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", strings.ReplaceAll(ex.Error, "\n", "\n  "))
+		return b.String()
+	case ex.Error != "":
+		fmt.Fprintf(&b, "Decision: REFUSED (rule %s): the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", ex.Decision.Rule, strings.ReplaceAll(ex.Error, "\n", "\n  "))
+		return b.String()
+	case ex.Decision.Rule == plugin.RuleNeedNamespace:
+		fmt.Fprintf(&b, "Decision: depends on the pod's namespace (rule %s): %s\n"+
+			"  Give the namespace to decide: -namespace NS.yaml (kubectl get namespace NS -o yaml)\n", ex.Decision.Rule, ex.Decision.Reason)
 		return b.String()
 	case ex.Decision.Verdict == plugin.Redirect:
 		fmt.Fprintf(&b, "Decision: traffic is redirected to the sidecar (%s)\n", ex.Decision.Reason)

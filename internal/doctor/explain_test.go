@@ -11,8 +11,10 @@ import (
 )
 
 // TestExplainGolden runs `explain` on every pod manifest the plugin's own tests use
-// (meshed, skipped for each reason, invalid) with both backends and both formats, and
-// compares with golden files. The exit code is 1 exactly for pods whose ADD would fail.
+// (meshed, skipped for each reason, invalid, ambient), with its namespace's manifest
+// when the plugin's tests have one, with both backends and both formats, and
+// compares with golden files. The exit code is 1 exactly for pods whose ADD would
+// fail.
 func TestExplainGolden(t *testing.T) {
 	pods, err := filepath.Glob(filepath.Join("..", "plugin", "testdata", "pods", "*.json"))
 	if err != nil || len(pods) < 10 {
@@ -25,8 +27,12 @@ func TestExplainGolden(t *testing.T) {
 		} {
 			t.Run(name+"/"+variant.suffix, func(t *testing.T) {
 				var stdout, stderr bytes.Buffer
-				code := Main([]string{"explain", "-f", pod, "-backend", variant.backend, "-o", variant.format, "-exclude-namespaces", "istio-system,kube-system"}, nil, &stdout, &stderr)
-				wantFail := strings.HasPrefix(name, "bad-")
+				args := []string{"explain", "-f", pod, "-backend", variant.backend, "-o", variant.format, "-exclude-namespaces", "istio-system,kube-system"}
+				if ns := podNamespaceFile(t, pod); ns != "" {
+					args = append(args, "-namespace", ns)
+				}
+				code := Main(args, nil, &stdout, &stderr)
+				wantFail := strings.HasPrefix(name, "bad-") || name == "ambient-namespace" || name == "ambient-pod-label"
 				if (code != 0) != wantFail {
 					t.Errorf("exit code %d (stderr %q)", code, stderr.String())
 				}
@@ -42,6 +48,9 @@ func TestExplainRejectsBadUsage(t *testing.T) {
 	os.WriteFile(notPod, []byte("kind: Service\nmetadata: {name: x}\n"), 0o644)
 	garbage := filepath.Join(dir, "garbage.yaml")
 	os.WriteFile(garbage, []byte("\t: ["), 0o644)
+	podFile := filepath.Join("..", "plugin", "testdata", "pods", "no-sidecar.json")
+	otherNS := filepath.Join(dir, "other.yaml")
+	os.WriteFile(otherNS, []byte("kind: Namespace\nmetadata: {name: other}\n"), 0o644)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -52,6 +61,8 @@ func TestExplainRejectsBadUsage(t *testing.T) {
 		{[]string{"explain", "-f", garbage}, 1, "not YAML or JSON"},
 		{[]string{"explain", "-f", notPod, "-backend", "ebpf"}, 2, `-backend "ebpf"`},
 		{[]string{"explain", "-f", filepath.Join(dir, "missing.yaml")}, 1, "no such file"},
+		{[]string{"explain", "-f", podFile, "-namespace", notPod}, 1, "a Service, not a Namespace"},
+		{[]string{"explain", "-f", podFile, "-namespace", otherNS}, 1, "namespace other is not the pod's (default)"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -60,4 +71,23 @@ func TestExplainRejectsBadUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
 		}
 	}
+}
+
+// podNamespaceFile is the plugin's testdata manifest of the pod's namespace, "" when
+// there is none.
+func podNamespaceFile(t *testing.T, podFile string) string {
+	t.Helper()
+	data, err := os.ReadFile(podFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := DecodePod(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join("..", "plugin", "testdata", "namespaces", pod.Metadata.Namespace+".json")
+	if _, err := os.Stat(file); err != nil {
+		return ""
+	}
+	return file
 }

@@ -157,7 +157,7 @@ func runCapturedPod(t testing.TB, cp *controlplane.ControlPlane, cfg *plugin.Con
 // (plugin.PlanFor) and backend, through capture.Apply.
 func applyCapture(t testing.TB, cfg *plugin.Config, pod *kube.Pod, nsPath string) {
 	t.Helper()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{})
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil, plugin.Sandbox{})
 	if err != nil {
 		t.Fatal(err)
 	}

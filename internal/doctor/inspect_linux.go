@@ -63,10 +63,12 @@ type Inspection struct {
 }
 
 // Inspect compares the live rules in pod's network namespace with what the plugin
-// requires for it. ns is the namespace to enter (held open by the caller); where
+// requires for it. podNS is the pod's Kubernetes namespace, nil when the caller did
+// not look it up (it is needed only when it decides, see plugin.PlanFor). nsPath is
+// the network namespace to enter (held open by the caller); where
 // says, for people, where it was found.
 // problems are found beforehand about the node (the plugin's binary) and Multus.
-func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigSource, multus *MultusCheck, problems []string, nsPath, where string, inode uint64) (*Inspection, error) {
+func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plugin.Config, src ConfigSource, multus *MultusCheck, problems []string, nsPath, where string, inode uint64) (*Inspection, error) {
 	in := &Inspection{Pod: pod.Key(), Node: pod.Spec.NodeName, PodIPs: addrStrings(pod.IPs()), Config: src, Multus: multus,
 		Netns: where, NetnsInode: inode, Live: map[string]string{}, Differences: []string{}, Stray: []string{}}
 	in.Problems = append(append(in.Problems, src.Warnings...), problems...)
@@ -86,7 +88,7 @@ func Inspect(ctx context.Context, pod *kube.Pod, cfg *plugin.Config, src ConfigS
 		return nil, err
 	}
 
-	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, plugin.Sandbox{Netns: nsPath})
+	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, plugin.Sandbox{Netns: nsPath})
 	ex := explanation(pod, pp, perr, "iptables")
 	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
 	plan := pp.Plan

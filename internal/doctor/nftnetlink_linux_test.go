@@ -32,7 +32,7 @@ func TestNetlinkCheckWithoutNftFindsDeletedRulesAndStrayTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := toKubePod(t, injectedPod("web"))
-	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), nftCfg, pod, plugin.Sandbox{})
+	pp, err := plugin.PlanFor(plugin.ArgsFor(pod), nftCfg, pod, nil, plugin.Sandbox{})
 	if err != nil || pp.Plan == nil {
 		t.Fatalf("plan for %s: %v (%s)", pod.Key(), err, pp.Decision.Reason)
 	}

@@ -201,6 +201,20 @@ func (n *Node) GetPod(ctx context.Context, c *kube.Client, namespace, name strin
 	return &pod, nil
 }
 
+// PodNamespace reads the pod's namespace when the plugin's decision needs it (a pod
+// without a sidecar whose own istio.io/dataplane-mode label does not decide: see
+// plugin.PlanFor), as the plugin's ADD does; nil otherwise.
+func (n *Node) PodNamespace(ctx context.Context, c *kube.Client, cfg *plugin.Config, pod *kube.Pod) (*kube.Namespace, error) {
+	if pp, _ := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, nil, plugin.Sandbox{}); pp.Decision.Rule != plugin.RuleNeedNamespace {
+		return nil, nil
+	}
+	var ns kube.Namespace
+	if err := c.Get(ctx, kube.NamespacePath(pod.Metadata.Namespace), &ns); err != nil {
+		return nil, fmt.Errorf("get namespace %s (its %s label decides for pod %s): %w", pod.Metadata.Namespace, plugin.LabelDataplaneMode, pod.Key(), err)
+	}
+	return &ns, nil
+}
+
 // FindNetns finds the pod's network namespace on this node from its addresses.
 func (n *Node) FindNetns(ctx context.Context, pod *kube.Pod) (*repair.Netns, error) {
 	ips := pod.IPs()

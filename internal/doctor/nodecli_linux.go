@@ -99,6 +99,7 @@ type target struct {
 	src      ConfigSource
 	client   *kube.Client
 	pod      *kube.Pod
+	podNS    *kube.Namespace // nil unless the plugin's decision needs it
 	multus   *MultusCheck
 	problems []string
 	ns       *repair.Netns
@@ -116,6 +117,9 @@ func resolve(ctx context.Context, n *Node, namespace, name string) (*target, err
 		return nil, err
 	}
 	if t.pod, err = n.GetPod(ctx, t.client, namespace, name); err != nil {
+		return nil, err
+	}
+	if t.podNS, err = n.PodNamespace(ctx, t.client, t.cfg, t.pod); err != nil {
 		return nil, err
 	}
 	if n.BinDir != "" {
@@ -151,7 +155,7 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 		return exitProblem
 	}
 	defer t.ns.Close()
-	in, err := Inspect(ctx, t.pod, t.cfg, t.src, t.multus, t.problems, t.ns.Path, t.ns.Source, t.ns.Inode)
+	in, err := Inspect(ctx, t.pod, t.podNS, t.cfg, t.src, t.multus, t.problems, t.ns.Path, t.ns.Source, t.ns.Inode)
 	if err != nil {
 		fmt.Fprintf(stderr, "inspect: pod %s: %v\n", t.pod.Key(), err)
 		return exitProblem
@@ -216,7 +220,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		return exitProblem
 	}
 	defer t.ns.Close()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, plugin.Sandbox{Netns: t.ns.Path})
+	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, plugin.Sandbox{Netns: t.ns.Path})
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return exitProblem

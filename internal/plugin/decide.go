@@ -94,22 +94,28 @@ const (
 	RuleNamespaceExcluded Rule = "namespace-excluded"
 	RuleNodeAgent         Rule = "node-agent"
 	RuleNeedPod           Rule = "need-pod"
-	RuleIstioInit         Rule = "istio-init"
-	RuleEnvoyDisabled     Rule = "envoy-disabled"
-	RuleNoIstioProxy      Rule = "no-istio-proxy"
-	RuleNotSidecar        Rule = "not-sidecar"
-	RuleInjectDisabled    Rule = "inject-disabled"
-	RuleNoSidecarStatus   Rule = "no-sidecar-status"
-	RuleSidecar           Rule = "sidecar"
-	// RuleAmbient: the pod asks for ambient capture, which this plugin does not have;
-	// PlanFor refuses it rather than let it start uncaptured.
+	// RuleNeedNamespace: the pod alone does not decide (no sidecar, and its own
+	// istio.io/dataplane-mode label does not say); its namespace's label does.
+	RuleNeedNamespace   Rule = "need-namespace"
+	RuleIstioInit       Rule = "istio-init"
+	RuleEnvoyDisabled   Rule = "envoy-disabled"
+	RuleNoIstioProxy    Rule = "no-istio-proxy"
+	RuleNotSidecar      Rule = "not-sidecar"
+	RuleInjectDisabled  Rule = "inject-disabled"
+	RuleNoSidecarStatus Rule = "no-sidecar-status"
+	RuleSidecar         Rule = "sidecar"
+	// RuleAmbient: the pod asks for ambient capture (by its own label or its
+	// namespace's), which this plugin does not have; PlanFor refuses it rather than
+	// let it start uncaptured.
 	RuleAmbient Rule = "ambient"
 )
 
-// Ambient mode's label (on a pod or its namespace) and value.
+// Ambient mode's label, on a pod or its namespace, and its values: ambient puts the
+// pods in ambient mode; none on a pod keeps it out whatever its namespace says.
 const (
 	LabelDataplaneMode = "istio.io/dataplane-mode"
 	DataplaneAmbient   = "ambient"
+	DataplaneNone      = "none"
 )
 
 // Decision is the verdict, the rule that gave it and a sentence for people (logs,
@@ -152,18 +158,20 @@ func IsNodeAgentPod(args PodArgs, cfg *Config) bool {
 		strings.HasPrefix(args.Name, NodeAgentPodPrefix)
 }
 
-// decideWithPod applies the rules that read the pod, in Istio's order. It assumes
-// decideBeforeLookup returned Lookup.
-func decideWithPod(pod *kube.Pod) Decision {
+// decideWithPod applies the rules that read the pod, in Istio's order, and its
+// namespace's labels when they decide. It assumes decideBeforeLookup returned
+// Lookup. ns is nil when the caller has not looked the namespace up: the decision
+// is then Lookup (RuleNeedNamespace) for a pod whose namespace decides.
+func decideWithPod(pod *kube.Pod, ns *kube.Namespace) Decision {
 	key := pod.Key()
 	if _, _, ok := pod.Container(ContainerIstioInit); ok {
 		return decision(Skip, RuleIstioInit, "pod %s has an istio-init container, which sets up the capture itself", key)
 	}
 	proxy, native, hasProxy := pod.Container(ContainerIstioProxy)
-	// Istio keeps a pod with an injected sidecar out of ambient; any other pod that
-	// asks for ambient would get no capture at all from this plugin.
-	if pod.Metadata.Labels[LabelDataplaneMode] == DataplaneAmbient && !hasProxy {
-		return decision(Skip, RuleAmbient, "pod %s has label %s=%s, but this istio-cni has no ambient mode", key, LabelDataplaneMode, DataplaneAmbient)
+	if !hasProxy {
+		if d, decided := decideAmbient(pod, ns); decided {
+			return d
+		}
 	}
 	// Istio reads DISABLE_ENVOY before checking the proxy exists; without a proxy
 	// there is no environment to read, so the order only matters for the message.
@@ -192,6 +200,32 @@ func decideWithPod(pod *kube.Pod) Decision {
 		kind = "native sidecar (init container)"
 	}
 	return decision(Redirect, RuleSidecar, "pod %s has an injected istio-proxy %s", key, kind)
+}
+
+// decideAmbient says whether a pod without a sidecar is an ambient pod, as Istio's
+// ambient mode selects them: its own istio.io/dataplane-mode label when that is
+// ambient or none, else its namespace's label. A pod with a sidecar is left to the
+// sidecar (Istio keeps it out of ambient) and never comes here. Any pod that ambient
+// would capture gets no capture at all from this plugin, so it is refused.
+// decided is false when ambient does not apply and the other rules go on.
+func decideAmbient(pod *kube.Pod, ns *kube.Namespace) (d Decision, decided bool) {
+	key := pod.Key()
+	switch pod.Metadata.Labels[LabelDataplaneMode] {
+	case DataplaneAmbient:
+		return decision(Skip, RuleAmbient, "pod %s has label %s=%s, but this istio-cni has no ambient mode", key, LabelDataplaneMode, DataplaneAmbient), true
+	case DataplaneNone:
+		// The pod opts out of ambient: its namespace's label does not apply.
+		return Decision{}, false
+	}
+	if ns == nil {
+		return decision(Lookup, RuleNeedNamespace, "pod %s has no sidecar: the %s label of its namespace %s decides whether it is an ambient pod",
+			key, LabelDataplaneMode, pod.Metadata.Namespace), true
+	}
+	if ns.Metadata.Labels[LabelDataplaneMode] == DataplaneAmbient {
+		return decision(Skip, RuleAmbient, "pod %s is in namespace %s, which has label %s=%s, but this istio-cni has no ambient mode",
+			key, pod.Metadata.Namespace, LabelDataplaneMode, DataplaneAmbient), true
+	}
+	return Decision{}, false
 }
 
 // ProxyType is the proxy's role from its arguments ("proxy sidecar", "proxy router"),

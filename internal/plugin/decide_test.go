@@ -121,7 +121,7 @@ func TestDecideBeforeLookup(t *testing.T) {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
 			// PlanFor without a pod stops at the same place.
-			pp, err := PlanFor(tc.args, cfg, nil, Sandbox{})
+			pp, err := PlanFor(tc.args, cfg, nil, nil, Sandbox{})
 			if err != nil || pp.Plan != nil {
 				t.Errorf("PlanFor(nil pod) = plan %v, error %v; want only a decision", pp.Plan, err)
 			}
@@ -131,6 +131,20 @@ func TestDecideBeforeLookup(t *testing.T) {
 		})
 	}
 }
+
+// namespace is the pod's namespace as looked up, with labels.
+func namespace(labels map[string]string) *kube.Namespace {
+	return &kube.Namespace{Metadata: kube.ObjectMeta{Name: "default", Labels: labels}}
+}
+
+// plainNamespace is a namespace without Istio's labels; ambientNamespace is labelled
+// istio.io/dataplane-mode=ambient.
+var (
+	plainNamespace   = namespace(map[string]string{"kubernetes.io/metadata.name": "default"})
+	ambientNamespace = namespace(map[string]string{LabelDataplaneMode: DataplaneAmbient})
+)
+
+func withoutProxy(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }
 
 func TestDecideWithPod(t *testing.T) {
 	for _, tc := range []struct {
@@ -208,7 +222,7 @@ func TestDecideWithPod(t *testing.T) {
 			RuleInjectDisabled, `skip: pod default/web-1 has label sidecar.istio.io/inject="false"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, Sandbox{})
+			pp, _ := PlanFor(webArgs, testConfig(), tc.pod, plainNamespace, Sandbox{})
 			got := pp.Decision
 			wantVerdict := Skip
 			if tc.rule == RuleSidecar {
@@ -223,7 +237,7 @@ func TestDecideWithPod(t *testing.T) {
 
 func TestDecideNeverLooksAtThePodWhenArgsDecide(t *testing.T) {
 	// A pod that would redirect does not override an excluded namespace.
-	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), Sandbox{})
+	pp, _ := PlanFor(PodArgs{Name: "web-1", Namespace: "kube-system"}, testConfig(), injectedPod(), ambientNamespace, Sandbox{})
 	if got := pp.Decision; got.Rule != RuleNamespaceExcluded || pp.Plan != nil {
 		t.Errorf("rule = %s, want %s", got.Rule, RuleNamespaceExcluded)
 	}
@@ -285,12 +299,89 @@ func TestMatchesPodCatchesARecreatedPod(t *testing.T) {
 // TestPlanForRefusesAmbientPods: a pod asking for ambient capture fails its ADD
 // (fail closed) instead of starting with no proxy in its path.
 func TestPlanForRefusesAmbientPods(t *testing.T) {
-	pod := injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
-	pp, err := PlanFor(webArgs, testConfig(), pod, Sandbox{})
+	pod := injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), withoutProxy)
+	pp, err := PlanFor(webArgs, testConfig(), pod, nil, Sandbox{})
 	if err == nil || !strings.Contains(err.Error(), "no ambient mode") || !strings.Contains(err.Error(), "default/web-1") {
 		t.Fatalf("PlanFor(ambient pod) error = %v, want a refusal naming the pod", err)
 	}
 	if pp.Plan != nil || pp.Decision.Rule != RuleAmbient {
 		t.Errorf("PlanFor(ambient pod) = %+v, want no plan and rule %s", pp, RuleAmbient)
+	}
+}
+
+// TestDecideAmbientByPodAndNamespace: a pod without a sidecar is an ambient pod, and
+// refused, when its own istio.io/dataplane-mode label says ambient, or when its
+// namespace's does and its own does not say none; a sidecar pod is left to its
+// sidecar. The namespace is asked for (Lookup, RuleNeedNamespace) only when it
+// decides.
+func TestDecideAmbientByPodAndNamespace(t *testing.T) {
+	const (
+		byPod       = "skip: pod default/web-1 has label istio.io/dataplane-mode=ambient, but this istio-cni has no ambient mode"
+		byNamespace = "skip: pod default/web-1 is in namespace default, which has label istio.io/dataplane-mode=ambient, but this istio-cni has no ambient mode"
+		noProxy     = "skip: pod default/web-1 has no istio-proxy container (has app, istio-validation)"
+		needNS      = "lookup: pod default/web-1 has no sidecar: the istio.io/dataplane-mode label of its namespace default decides whether it is an ambient pod"
+		sidecar     = "redirect: pod default/web-1 has an injected istio-proxy container"
+	)
+	for _, tc := range []struct {
+		name    string
+		pod     *kube.Pod
+		ns      *kube.Namespace
+		verdict Verdict
+		rule    Rule
+		want    string
+	}{
+		{"no sidecar, namespace not looked up: it is needed", injectedPod(withoutProxy), nil, Lookup, RuleNeedNamespace, needNS},
+		{"no sidecar in an ambient namespace: refused", injectedPod(withoutProxy), ambientNamespace, Skip, RuleAmbient, byNamespace},
+		{"no sidecar in a plain namespace: not meshed", injectedPod(withoutProxy), plainNamespace, Skip, RuleNoIstioProxy, noProxy},
+		{"no sidecar in a namespace labelled none: not meshed", injectedPod(withoutProxy),
+			namespace(map[string]string{LabelDataplaneMode: DataplaneNone}), Skip, RuleNoIstioProxy, noProxy},
+		{"no sidecar in a namespace without labels: not meshed", injectedPod(withoutProxy), namespace(nil), Skip, RuleNoIstioProxy, noProxy},
+		{"pod label none overrides the ambient namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneNone)),
+			ambientNamespace, Skip, RuleNoIstioProxy, noProxy},
+		{"pod label none needs no namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneNone)),
+			nil, Skip, RuleNoIstioProxy, noProxy},
+		{"pod label ambient needs no namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneAmbient)),
+			nil, Skip, RuleAmbient, byPod},
+		{"pod label ambient overrides a plain namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneAmbient)),
+			plainNamespace, Skip, RuleAmbient, byPod},
+		// Istio's values are ambient and none; any other value leaves it to the namespace.
+		{"another pod label value leaves it to the namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, "sidecar")),
+			ambientNamespace, Skip, RuleAmbient, byNamespace},
+		{"another pod label value still needs the namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, "")),
+			nil, Lookup, RuleNeedNamespace, needNS},
+		{"namespace label value other than ambient: not meshed", injectedPod(withoutProxy),
+			namespace(map[string]string{LabelDataplaneMode: "Ambient"}), Skip, RuleNoIstioProxy, noProxy},
+		{"sidecar pod in an ambient namespace is left to its sidecar", injectedPod(), ambientNamespace, Redirect, RuleSidecar, sidecar},
+		{"sidecar pod needs no namespace", injectedPod(), nil, Redirect, RuleSidecar, sidecar},
+		{"native sidecar pod in an ambient namespace is left to its sidecar", injectedPod(nativeSidecar), ambientNamespace, Redirect, RuleSidecar,
+			"redirect: pod default/web-1 has an injected istio-proxy native sidecar (init container)"},
+		{"istio-init pod needs no namespace", injectedPod(withoutProxy, func(p *kube.Pod) {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, kube.Container{Name: ContainerIstioInit})
+		}), nil, Skip, RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pp, err := PlanFor(webArgs, testConfig(), tc.pod, tc.ns, Sandbox{})
+			if diff := cmp.Diff(Decision{tc.verdict, tc.rule, tc.want}, pp.Decision); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+			if refused := err != nil; refused != (tc.rule == RuleAmbient) {
+				t.Errorf("PlanFor error = %v; want one exactly for an ambient pod", err)
+			}
+			if tc.verdict != Redirect && pp.Plan != nil {
+				t.Errorf("PlanFor built a plan for a %s decision", tc.verdict)
+			}
+		})
+	}
+}
+
+// TestPlanForRefusesPodsOfAnAmbientNamespace: the refusal names the pod, the
+// namespace and its label, and says how to keep the pod out of ambient.
+func TestPlanForRefusesPodsOfAnAmbientNamespace(t *testing.T) {
+	_, err := PlanFor(webArgs, testConfig(), injectedPod(withoutProxy), ambientNamespace, Sandbox{})
+	for _, want := range []string{"pod default/web-1", "namespace default", "istio.io/dataplane-mode=ambient", "no ambient mode",
+		"refusing to start it without traffic capture", "label the pod istio.io/dataplane-mode=none"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("PlanFor(pod of an ambient namespace) error = %v, want it to say %q", err, want)
+		}
 	}
 }

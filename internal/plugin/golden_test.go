@@ -32,6 +32,11 @@ var goldenRules = map[string]Rule{
 	"disable-envoy":                RuleEnvoyDisabled,
 	"excluded-namespace":           RuleNamespaceExcluded,
 	"node-agent":                   RuleNodeAgent,
+	"ambient-pod-label":            RuleAmbient,
+	"ambient-namespace":            RuleAmbient,
+	"ambient-namespace-opt-out":    RuleNoIstioProxy,
+	"ambient-namespace-sidecar":    RuleSidecar,
+	"namespace-not-looked-up":      RuleNeedNamespace,
 }
 
 // goldenSpec shows the interception mode by name.
@@ -47,7 +52,8 @@ type goldenDecision struct {
 	Error    string      `json:"error,omitempty"`
 }
 
-// TestGoldenDecisions runs each API-server-shaped pod in testdata/pods through the
+// TestGoldenDecisions runs each API-server-shaped pod in testdata/pods, with its
+// namespace from testdata/namespaces (none there: not looked up), through the
 // selection and, when selected, the spec builder, with testdata/config.json, and
 // compares with testdata/decisions/<pod>.json.
 func TestGoldenDecisions(t *testing.T) {
@@ -76,7 +82,8 @@ func TestGoldenDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pp, err := PlanFor(ArgsFor(pod), cfg, pod, Sandbox{})
+			ns := goldenNamespace(t, pod.Metadata.Namespace)
+			pp, err := PlanFor(ArgsFor(pod), cfg, pod, ns, Sandbox{})
 			got := goldenDecision{Pod: pod.Key(), Decision: pp.Decision}
 			if want, ok := goldenRules[name]; !ok {
 				t.Errorf("pod %s has no expected rule in goldenRules", name)
@@ -101,4 +108,22 @@ func TestGoldenDecisions(t *testing.T) {
 			t.Errorf("goldenRules lists %s but testdata/pods/%s.json is missing", name, name)
 		}
 	}
+}
+
+// goldenNamespace is testdata/namespaces/<name>.json as the API server serves it,
+// nil when there is none (the caller has not looked the namespace up).
+func goldenNamespace(t *testing.T, name string) *kube.Namespace {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "namespaces", name+".json"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns kube.Namespace
+	if err := json.Unmarshal(data, &ns); err != nil || ns.Metadata.Name != name {
+		t.Fatalf("testdata namespace %s: %v (name %q)", name, err, ns.Metadata.Name)
+	}
+	return &ns
 }

@@ -7,11 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
@@ -126,5 +130,120 @@ func TestLookupFailureNamesAPodOfTheSameName(t *testing.T) {
 	_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "old"}, log, PodLookup{Retries: 2, Interval: 50 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "the API server has another pod of that name") || !strings.Contains(err.Error(), "pod recreated") {
 		t.Fatalf("lookup of a recreated pod = %v, want it named as another pod", err)
+	}
+}
+
+// TestNamespaceLookupIsBoundedAndSaysWhatHappened: the namespace's lookup has the
+// pod lookup's bound and classification, and its error names the pod and the
+// namespace.
+func TestNamespaceLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
+	budget := PodLookup{Retries: 3, Interval: 300 * time.Millisecond}
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    []string
+	}{
+		{"hangs", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+			[]string{"lookup failed after 1 tries", "the API server did not answer in time"}},
+		{"forbidden", status(403, "Forbidden", `namespaces "app" is forbidden: User "x" cannot get resource "namespaces"`),
+			[]string{"lookup failed after 3 tries", "the API server refused with HTTP 403", `cannot get resource "namespaces"`}},
+		{"not found", status(404, "NotFound", `namespaces "app" not found`),
+			[]string{"the namespace does not exist"}},
+		{"garbage", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>proxy error</html>") },
+			[]string{"the API server's answer is not a namespace"}},
+		{"another object", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"metadata":{"name":"web","namespace":"app"}}`)
+		},
+			[]string{"the API server's answer is not a namespace", `asked for "app", the answer is "web"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewTLSServer(tc.handler)
+			t.Cleanup(srv.Close)
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			start := time.Now()
+			_, err := (&Plugin{}).lookupNamespace(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("lookup succeeded")
+			}
+			if limit := budget.Bound() + 500*time.Millisecond; took > limit {
+				t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
+			}
+			for _, w := range append(tc.want, "pod app/web: namespace app: lookup failed", "(bound 5s)") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestDecideLooksUpTheNamespaceOnlyWhenItDecides: against an API server holding the
+// pod and its namespace labelled ambient, a sidecar-less pod is refused after one GET
+// of the namespace; a sidecar pod, or one labelled dataplane-mode=none, costs no
+// namespace GET; a failed namespace GET fails the decision (closed), naming it.
+func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
+	sidecarPod := `{"metadata":{"name":"web","namespace":"app"},"spec":{"containers":[{"name":"app"},{"name":"istio-proxy"}]},` +
+		`"status":{"podIP":"10.0.0.9"}}`
+	plainPod := func(labels string) string {
+		return `{"metadata":{"name":"web","namespace":"app","labels":{` + labels + `}},"spec":{"containers":[{"name":"app"}]}}`
+	}
+	ambientNS := `{"metadata":{"name":"app","labels":{"istio.io/dataplane-mode":"ambient"}}}`
+	for _, tc := range []struct {
+		name, pod string
+		ns        http.HandlerFunc
+		wantNSGet int
+		wantRule  Rule
+		wantErr   string
+	}{
+		{"no sidecar in an ambient namespace", plainPod(""), nil, 1, RuleAmbient, "is in namespace app, which has label istio.io/dataplane-mode=ambient"},
+		{"no sidecar, labelled none", plainPod(`"istio.io/dataplane-mode":"none"`), nil, 0, RuleNoIstioProxy, ""},
+		{"sidecar pod", strings.Replace(sidecarPod, `"metadata":{`, `"metadata":{"annotations":{"sidecar.istio.io/status":"{}"},`, 1), nil, 0, RuleSidecar, ""},
+		{"namespace GET forbidden", plainPod(""), status(403, "Forbidden", `cannot get resource "namespaces"`), 2, "",
+			"pod app/web: namespace app: lookup failed after 2 tries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var nsGets atomic.Int32
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/api/v1/namespaces/app/pods/web":
+					io.WriteString(w, tc.pod)
+				case "/api/v1/namespaces/app":
+					nsGets.Add(1)
+					if tc.ns != nil {
+						tc.ns(w, r)
+						return
+					}
+					io.WriteString(w, ambientNS)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			args := &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/none", Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web"}
+			d, _, _, err := (&Plugin{}).decide(context.Background(), cfg, args, log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
+				[]netip.Addr{netip.MustParseAddr("10.0.0.9")})
+			if got := int(nsGets.Load()); got != tc.wantNSGet {
+				t.Errorf("namespace GETs = %d, want %d", got, tc.wantNSGet)
+			}
+			if d.Rule != tc.wantRule {
+				t.Errorf("rule = %q, want %q (%s)", d.Rule, tc.wantRule, d.Reason)
+			}
+			if tc.wantErr == "" && tc.wantRule != RuleAmbient {
+				if err != nil {
+					t.Errorf("decide: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("decide error = %v, want it to say %q", err, tc.wantErr)
+			}
+		})
 	}
 }

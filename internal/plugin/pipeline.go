@@ -25,21 +25,29 @@ type PodPlan struct {
 // call it, so none of them can disagree with another about a pod.
 //
 // pod may be nil when the caller has not looked it up: the plan then holds only a
-// decision that needs no lookup (Skip), or Lookup. sb says what is known of the pod's
-// network namespace; its addresses decide IPv6 capture (see Sandbox).
+// decision that needs no lookup (Skip), or Lookup (RuleNeedPod). ns is the pod's
+// Kubernetes namespace, nil when the caller has not looked it up: it is needed only
+// for a pod without a sidecar whose own istio.io/dataplane-mode label does not
+// decide, and then the plan holds Lookup (RuleNeedNamespace); the caller looks the
+// namespace up and calls again. sb says what is known of the pod's network
+// namespace; its addresses decide IPv6 capture (see Sandbox).
 //
 // An error means the pod needs redirection and its capture cannot be built (a bad
 // annotation, for example); it names the pod, the annotation and the value, and the
 // returned plan still carries the decision.
-func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, sb Sandbox) (PodPlan, error) {
+func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sandbox) (PodPlan, error) {
 	d := decideBeforeLookup(args, cfg)
 	if d.Verdict != Lookup || pod == nil {
 		return PodPlan{Decision: d}, nil
 	}
-	pp := PodPlan{Decision: decideWithPod(pod)}
+	pp := PodPlan{Decision: decideWithPod(pod, ns)}
 	if pp.Decision.Rule == RuleAmbient {
 		// It needs capture that this plugin cannot give: fail closed.
-		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or remove the label)", pp.Decision.Reason)
+		fix := "remove the label"
+		if pod.Metadata.Labels[LabelDataplaneMode] != DataplaneAmbient {
+			fix = fmt.Sprintf("label the pod %s=%s to keep it out of ambient", LabelDataplaneMode, DataplaneNone)
+		}
+		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or %s)", pp.Decision.Reason, fix)
 	}
 	if pp.Decision.Verdict != Redirect {
 		return pp, nil

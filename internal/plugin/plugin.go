@@ -170,15 +170,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return p.print(res, cfg.CNIVersion)
 }
 
-// decide runs the selection and, for a pod to redirect, builds its plan. lookup
-// bounds the pod lookup's retries.
+// decide runs the selection and, for a pod to redirect, builds its plan. It looks
+// the pod up, and its namespace only when the namespace decides (RuleNeedNamespace);
+// lookup bounds each lookup's retries.
 func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, PodArgs, error) {
 	podArgs, err := ParsePodArgs(args.Args)
 	if err != nil {
 		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
 	}
 	l.Logger = l.With("pod", podArgs.Key())
-	pp, _ := PlanFor(podArgs, cfg, nil, Sandbox{})
+	pp, _ := PlanFor(podArgs, cfg, nil, nil, Sandbox{})
 	if pp.Decision.Verdict != Lookup {
 		return pp.Decision, nil, podArgs, nil
 	}
@@ -189,7 +190,19 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
-	pp, err = PlanFor(podArgs, cfg, pod, Sandbox{Addrs: ips, Netns: args.Netns})
+	sb := Sandbox{Addrs: ips, Netns: args.Netns}
+	pp, err = PlanFor(podArgs, cfg, pod, nil, sb)
+	if err == nil && pp.Decision.Rule == RuleNeedNamespace {
+		// Only a pod without a sidecar that its own label does not place gets here.
+		l.Debug("looking up the namespace", "reason", pp.Decision.Reason)
+		nsStart := time.Now()
+		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup)
+		if nsErr != nil {
+			return Decision{}, nil, podArgs, nsErr
+		}
+		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
+		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
+	}
 	if err != nil {
 		code := uint(types.ErrInvalidNetworkConfig) // the pod's settings are at fault
 		if errors.Is(err, ErrNetnsUnreadable) {
@@ -203,49 +216,91 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 // lookup gets the pod, retrying within the configured budget: right after creation a
 // pod may not be visible yet, and the API server may be briefly unreachable.
 func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Pod, error) {
-	// The node agent's cache of this node's pods answers in well under a millisecond;
-	// anything it cannot answer for sure (absent, other UID, no agent) goes to the API
-	// server, which stays the authority.
+	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Pod]{
+		kind: "pod", errPrefix: "pod " + args.Key(),
+		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
+			return c.GetPod(ctx, args.Namespace, args.Name)
+		},
+		path:  kube.PodPath(args.Namespace, args.Name),
+		match: args.MatchesPod,
+	})
+}
+
+// lookupNamespace gets the pod's namespace, for its labels, within the same bounds
+// as the pod's lookup (its own budget, asked only once the pod is found).
+func (p *Plugin) lookupNamespace(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Namespace, error) {
+	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Namespace]{
+		kind: "namespace", errPrefix: fmt.Sprintf("pod %s: namespace %s", args.Key(), args.Namespace),
+		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Namespace, error) {
+			return c.GetNamespace(ctx, args.Namespace)
+		},
+		path: kube.NamespacePath(args.Namespace),
+		match: func(ns *kube.Namespace) error {
+			if ns.Metadata.Name != args.Namespace {
+				return fmt.Errorf("%w: asked for %q, the answer is %q", errOtherNamespace, args.Namespace, ns.Metadata.Name)
+			}
+			return nil
+		},
+	})
+}
+
+// errOtherNamespace is a looked-up namespace that is not the one asked for.
+var errOtherNamespace = errors.New("not the namespace asked for")
+
+// lookupTarget is one object the plugin looks up: from the agent's cache, else from
+// the API server at path. match refuses an answer that is not the object wanted.
+type lookupTarget[T any] struct {
+	kind      string // "pod", "namespace": in logs and errors
+	errPrefix string // names the pod (and the object) in errors
+	fromAgent func(context.Context, *kube.AgentClient) (*T, error)
+	path      string
+	match     func(*T) error
+}
+
+// lookupObject gets what target names. The node agent's cache answers in well under
+// a millisecond; anything it cannot answer for sure (absent, other UID, no agent)
+// goes to the API server, which stays the authority, retried within budget's one
+// bound (each request and the waits between them inside it).
+func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger, budget PodLookup, target lookupTarget[T]) (*T, error) {
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
-		pod, err := kube.NewAgentClient(sock, 200*time.Millisecond).GetPod(ctx, args.Namespace, args.Name)
+		obj, err := target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
 		if err == nil {
-			if err = args.MatchesPod(pod); err == nil {
-				log.Debug("pod found in the agent's cache")
-				return pod, nil
+			if err = target.match(obj); err == nil {
+				log.Debug(target.kind + " found in the agent's cache")
+				return obj, nil
 			}
 		}
-		log.Debug("agent's pod cache could not answer; asking the API server", "error", err)
+		log.Debug("agent's pod cache could not answer; asking the API server", "object", target.kind, "error", err)
 	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
 	if err != nil {
-		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))
+		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
 	if cfg.K8sAPIRoot != "" {
 		kc.Server = cfg.K8sAPIRoot
 	}
-	// One bound for the whole lookup, each request and the waits between them inside it.
 	bound := budget.Bound()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	client, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
 	if err != nil {
-		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: cannot look it up: %w", args.Key(), err))
+		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
 	start := time.Now()
 	tries := 0
 	var lastErr error
 	for {
 		tries++
-		var pod kube.Pod
-		err := client.Get(ctx, kube.PodPath(args.Namespace, args.Name), &pod)
+		obj := new(T)
+		err := client.Get(ctx, target.path, obj)
 		if err == nil {
-			if err = args.MatchesPod(&pod); err == nil {
-				return &pod, nil
+			if err = target.match(obj); err == nil {
+				return obj, nil
 			}
 		}
 		lastErr = err
-		log.Debug("pod lookup failed", "try", tries, "error", err)
+		log.Debug(target.kind+" lookup failed", "try", tries, "error", err)
 		if tries >= max(1, budget.Retries) {
 			break
 		}
@@ -259,27 +314,28 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 			break
 		}
 	}
-	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("pod %s: lookup failed after %d tries in %s (bound %s): %s: %w",
-		args.Key(), tries, time.Since(start).Round(time.Millisecond), bound, lookupFailure(lastErr), lastErr))
+	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: lookup failed after %d tries in %s (bound %s): %s: %w",
+		target.errPrefix, tries, time.Since(start).Round(time.Millisecond), bound, lookupFailure(lastErr, target.kind), lastErr))
 }
 
-// PodRequestTimeout bounds one GET of the pod; the lookup's bound (PodLookup.Bound)
-// bounds them all.
+// PodRequestTimeout bounds one GET of the pod (or its namespace); the lookup's bound
+// (PodLookup.Bound) bounds them all.
 const PodRequestTimeout = 5 * time.Second
 
-// lookupFailure says in words why a lookup's last try failed.
-func lookupFailure(err error) string {
+// lookupFailure says in words why a lookup's last try failed; kind is what was
+// looked up ("pod", "namespace").
+func lookupFailure(err error, kind string) string {
 	var status *kube.StatusError
 	var decode *kube.DecodeError
 	var cert *tls.CertificateVerificationError
 	var netErr net.Error
 	switch {
 	case errors.Is(err, kube.ErrNotFound):
-		return "the pod does not exist"
+		return "the " + kind + " does not exist"
 	case errors.As(err, &status):
 		return fmt.Sprintf("the API server refused with HTTP %d", status.Code)
-	case errors.As(err, &decode):
-		return "the API server's answer is not a pod"
+	case errors.As(err, &decode), errors.Is(err, errOtherNamespace):
+		return "the API server's answer is not a " + kind
 	case errors.As(err, &cert):
 		return "the API server's certificate is not trusted"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():

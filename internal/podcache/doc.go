@@ -5,6 +5,15 @@
 // starts off the API server. The agent watches only its own node's pods (a field
 // selector on spec.nodeName), so its memory does not grow with the cluster.
 //
+// It also serves the cluster's namespaces (name and labels only): for a pod without
+// a sidecar, the namespace's istio.io/dataplane-mode label decides whether it is an
+// ambient pod, which the plugin refuses. Namespaces are few, so watching them all
+// costs little, and the plugin's common path then makes no API request.
+//
 // The cache is an accelerator, never the authority: a pod the cache does not hold
-// (not yet seen, or another UID than the sandbox's) is read from the API server.
+// (not yet seen, or another UID than the sandbox's), or a namespace it does not hold
+// (not yet seen, or its watch not synced, e.g. without RBAC to list namespaces), is
+// read from the API server. Like any watch it may lag a change by moments: a label
+// added to a namespace applies to the pods the plugin sets up once the watch has
+// seen it, as with Istio's own node agent.
 package podcache

@@ -24,11 +24,15 @@ import (
 // SocketName is the socket's name in the agent's run directory.
 const SocketName = "pods.sock"
 
-// Server answers GET /v1/pods/NAMESPACE/NAME from an informer of one node's pods.
+// Server answers GET /v1/pods/NAMESPACE/NAME from an informer of one node's pods,
+// and GET /v1/namespaces/NAME from an informer of the cluster's namespaces (their
+// labels decide whether a pod is an ambient pod; they are few and change rarely).
 type Server struct {
-	lister   cache.Indexer
 	informer cache.SharedIndexInformer
-	log      *slog.Logger
+	// namespaces is separate from the pods' informer: an agent whose ClusterRole
+	// cannot list namespaces still serves pods (the plugin then GETs namespaces).
+	namespaces cache.SharedIndexInformer
+	log        *slog.Logger
 }
 
 // Client is the part of the API the server uses. A kubernetes.Interface clientset
@@ -56,16 +60,31 @@ func New(client Client, nodeName string, log *slog.Logger) *Server {
 	// Only what the plugin reads is kept: managed fields and status conditions are
 	// dropped, which keeps memory per pod small.
 	_ = inf.SetTransform(trim)
-	return &Server{informer: inf, lister: inf.GetIndexer(), log: log}
+
+	namespaces := client.CoreV1().Namespaces()
+	nsInf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return namespaces.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return namespaces.Watch(ctx, o)
+		},
+	}, &corev1.Namespace{}, 0, cache.Indexers{})
+	_ = nsInf.SetTransform(trimNamespace)
+	return &Server{informer: inf, namespaces: nsInf, log: log}
 }
 
 // Synced reports whether the informer has listed the node's pods once.
 func (s *Server) Synced() bool { return s.informer.HasSynced() }
 
+// NamespacesSynced reports whether the informer has listed the namespaces once.
+func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
+
 // Run serves on the unix socket at path until ctx ends. The socket is readable only
 // by root (the plugin runs as root; pod data must not leak to other users).
 func (s *Server) Run(ctx context.Context, path string) error {
 	go s.informer.Run(ctx.Done())
+	go s.namespaces.Run(ctx.Done())
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("pod cache: remove stale socket %s: %w", path, err)
 	}
@@ -89,21 +108,35 @@ func (s *Server) Run(ctx context.Context, path string) error {
 	return nil
 }
 
-// ServeHTTP implements GET /v1/pods/NAMESPACE/NAME.
+// ServeHTTP implements GET /v1/pods/NAMESPACE/NAME and GET /v1/namespaces/NAME.
+// Until an informer has listed once it answers 503, and 404 for what it does not
+// hold: the plugin then asks the API server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "want GET", http.StatusMethodNotAllowed)
+		return
+	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/v1/namespaces/"); ok && name != "" && !strings.Contains(name, "/") {
+		s.serve(w, s.namespaces, name, "namespace")
+		return
+	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/pods/")
 	ns, name, ok2 := strings.Cut(rest, "/")
-	if r.Method != http.MethodGet || !ok || !ok2 || ns == "" || name == "" {
-		http.Error(w, "want GET /v1/pods/NAMESPACE/NAME", http.StatusBadRequest)
+	if !ok || !ok2 || ns == "" || name == "" {
+		http.Error(w, "want GET /v1/pods/NAMESPACE/NAME or /v1/namespaces/NAME", http.StatusBadRequest)
 		return
 	}
-	if !s.informer.HasSynced() {
-		http.Error(w, "pod cache not synced yet", http.StatusServiceUnavailable)
+	s.serve(w, s.informer, ns+"/"+name, "pod")
+}
+
+func (s *Server) serve(w http.ResponseWriter, inf cache.SharedIndexInformer, key, kind string) {
+	if !inf.HasSynced() {
+		http.Error(w, kind+" cache not synced yet", http.StatusServiceUnavailable)
 		return
 	}
-	obj, exists, err := s.lister.GetByKey(ns + "/" + name)
+	obj, exists, err := inf.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
-		http.Error(w, "pod not in the node's cache", http.StatusNotFound)
+		http.Error(w, kind+" not in the agent's cache", http.StatusNotFound)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -116,6 +149,17 @@ func trim(obj any) (any, error) {
 	if p, ok := obj.(*corev1.Pod); ok {
 		p.ManagedFields = nil
 		p.Status.Conditions = nil
+	}
+	return obj, nil
+}
+
+// trimNamespace keeps what the plugin reads of a namespace, its name and labels
+// (and what the informer needs), so the cluster's namespaces cost little memory.
+func trimNamespace(obj any) (any, error) {
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name: ns.Name, UID: ns.UID, ResourceVersion: ns.ResourceVersion, Labels: ns.Labels,
+		}}, nil
 	}
 	return obj, nil
 }

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
@@ -68,6 +71,113 @@ func TestServesOnlyThisNodesPods(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket left behind after stop: %v", err)
+	}
+}
+
+// TestServesNamespaceLabels: against a real API server, the cache answers for the
+// cluster's namespaces with their labels (and nothing else of them), including a
+// namespace created after it started and a label added later, and says "not found"
+// for a namespace that does not exist.
+func TestServesNamespaceLabels(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	namespaces := cp.AdminClient().CoreV1().Namespaces()
+	create := func(name string, labels map[string]string) {
+		t.Helper()
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{"note": "not served"}}}
+		if _, err := namespaces.Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("mesh", map[string]string{"istio.io/dataplane-mode": "ambient"})
+	create("plain", nil)
+	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	srv := podcache.New(cp.AdminClient(), "node-a", nil)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx, sock) }()
+	waitFor(t, func() bool { return srv.Synced() && srv.NamespacesSynced() })
+	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	c := kube.NewAgentClient(sock, time.Second)
+
+	mode := func(name string) (string, error) {
+		ns, err := c.GetNamespace(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		if ns.Metadata.Name != name || len(ns.Metadata.Annotations) != 0 {
+			t.Errorf("GetNamespace(%s) = %+v, want its name and labels only", name, ns.Metadata)
+		}
+		return ns.Metadata.Labels["istio.io/dataplane-mode"], nil
+	}
+	if got, err := mode("mesh"); err != nil || got != "ambient" {
+		t.Errorf("mesh: dataplane-mode %q, %v; want ambient", got, err)
+	}
+	if got, err := mode("plain"); err != nil || got != "" {
+		t.Errorf("plain: dataplane-mode %q, %v; want none", got, err)
+	}
+	if _, err := c.GetNamespace(ctx, "missing"); !errors.Is(err, kube.ErrNotFound) {
+		t.Errorf("GetNamespace(missing) error = %v, want not found", err)
+	}
+	create("later", map[string]string{"istio.io/dataplane-mode": "ambient"})
+	waitFor(t, func() bool { got, _ := mode("later"); return got == "ambient" })
+	plain, err := namespaces.Get(ctx, "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Labels["istio.io/dataplane-mode"] = "ambient"
+	if _, err := namespaces.Update(ctx, plain, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { got, _ := mode("plain"); return got == "ambient" })
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestServesPodsWithoutRightsToListNamespaces: an agent whose ClusterRole lets it
+// watch pods but not namespaces (an older chart) still serves pods, and answers
+// for namespaces with an error that is not "not found", so the plugin asks the API
+// server.
+func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := cp.AdminClient().CoreV1().Pods("default").Create(ctx, pod("mine", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "old-agent", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	srv := podcache.New(client, "node-a", nil)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx, sock) }()
+	waitFor(t, func() bool { return srv.Synced() })
+	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	c := kube.NewAgentClient(sock, time.Second)
+	if _, err := c.GetPod(ctx, "default", "mine"); err != nil {
+		t.Errorf("GetPod(mine) without rights on namespaces: %v", err)
+	}
+	_, err = c.GetNamespace(ctx, "default")
+	if err == nil || errors.Is(err, kube.ErrNotFound) || srv.NamespacesSynced() {
+		t.Errorf("GetNamespace without rights to list them = %v (synced %v), want an error that is not \"not found\"", err, srv.NamespacesSynced())
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 

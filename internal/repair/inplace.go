@@ -43,7 +43,11 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	if err != nil {
 		return false, "", err
 	}
-	pp, err := plugin.PlanFor(plugin.ArgsFor(kp), c.inPlace.Plugin, kp, plugin.Sandbox{})
+	// No namespace: only a pod without a sidecar needs it (for ambient mode's label),
+	// and such a pod has no istio-validation to fail; were one to come here, its
+	// decision (need-namespace) is not Redirect, so it is not repaired: the plugin
+	// would not capture it either.
+	pp, err := plugin.PlanFor(plugin.ArgsFor(kp), c.inPlace.Plugin, kp, nil, plugin.Sandbox{})
 	if err != nil {
 		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "its capture cannot be built: " + err.Error(), nil

@@ -571,6 +571,8 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	always := []string{podGet, "cluster  nodes * get", "kube-system apps daemonsets istio-cni-node get",
 		"kube-system  serviceaccounts/token istio-cni-plugin create"}
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
+	// The pod cache serves namespaces' labels too.
+	watchNamespaces := []string{"cluster  namespaces * list", "cluster  namespaces * watch"}
 	events := []string{"cluster  events * create", "cluster  events * patch"}
 	deletePods := "cluster  pods * delete"
 	// The controller labels through the status subresource, which cannot touch the spec.
@@ -584,28 +586,28 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false"},
 		want: nil,
 	}, {
-		name: "the pod cache watches pods",
+		name: "the pod cache watches pods and namespaces",
 		args: []string{"--set", "repair.enabled=false"},
-		want: concat([]string{}, watchPods),
+		want: concat([]string{}, watchPods, watchNamespaces),
 	}, {
 		name: "repair without the pod cache watches pods too",
 		args: []string{"--set", "podCache.enabled=false", "--set", "repair.deletePods=false"},
 		want: concat([]string{labelPods}, watchPods, events),
 	}, {
 		name: "repair by deleting (the seed's defaults)",
-		want: concat([]string{deletePods}, watchPods, events),
+		want: concat([]string{deletePods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair by labelling",
 		args: []string{"--set", "repair.deletePods=false"},
-		want: concat([]string{labelPods}, watchPods, events),
+		want: concat([]string{labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair in place removes the label of an earlier run",
 		args: []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
-		want: concat([]string{labelPods}, watchPods, events),
+		want: concat([]string{labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "repair in place falls back to deleting",
 		args: []string{"--set", "repair.repairPods=true"},
-		want: concat([]string{deletePods, labelPods}, watchPods, events),
+		want: concat([]string{deletePods, labelPods}, watchPods, events, watchNamespaces),
 	}, {
 		name: "node readiness taints nodes and elects a leader in its namespace",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "taint.enabled=true"},
@@ -634,6 +636,18 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 			"kube-system coordination.k8s.io leases istio-cni-multus update",
 		}),
 	}, {
+		name: "multus in meshed namespaces with the pod cache: namespaces are listed and watched by one rule",
+		args: []string{"--set", "repair.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
+		want: concat([]string{}, watchPods, watchNamespaces, []string{
+			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
+			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
+			"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
+			"kube-system coordination.k8s.io leases * create",
+			"kube-system coordination.k8s.io leases istio-cni-multus get",
+			"kube-system coordination.k8s.io leases istio-cni-multus update",
+		}),
+	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
 		want: []string{"cluster security.openshift.io securitycontextconstraints privileged use"},
@@ -650,12 +664,12 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}
 }
 
-// TestThePluginsServiceAccountMayOnlyGetPods: the token on the node (the plugin's
-// kubeconfig) is of istio-cni-plugin, whatever the agent's features.
-func TestThePluginsServiceAccountMayOnlyGetPods(t *testing.T) {
+// TestThePluginsServiceAccountMayOnlyGetPodsAndNamespaces: the token on the node (the
+// plugin's kubeconfig) is of istio-cni-plugin, whatever the agent's features.
+func TestThePluginsServiceAccountMayOnlyGetPodsAndNamespaces(t *testing.T) {
 	for _, args := range [][]string{nil, {"--set", "taint.enabled=true", "--set", "repair.repairPods=true"}} {
 		m := mustRender(t, args...)
-		if diff := cmp.Diff([]string{"cluster  pods * get"}, pluginGrants(t, m)); diff != "" {
+		if diff := cmp.Diff([]string{"cluster  namespaces * get", "cluster  pods * get"}, pluginGrants(t, m)); diff != "" {
 			t.Errorf("%v: the plugin's grants (-want +got):\n%s", args, diff)
 		}
 		env := map[string]string{}

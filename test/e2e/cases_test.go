@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/google/go-cmp/cmp"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
@@ -643,7 +646,7 @@ func startPodCache(t testing.TB, n *node) {
 	sock := filepath.Join(n.runDir, podcache.SocketName)
 	go func() { errc <- srv.Run(ctx, sock) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for !srv.Synced() || !exists(sock) {
+	for !srv.Synced() || !srv.NamespacesSynced() || !exists(sock) {
 		if time.Now().After(deadline) {
 			t.Fatal("pod cache did not start")
 		}
@@ -718,6 +721,133 @@ func TestAmbientPodIsRefusedNotStartedUncaptured(t *testing.T) {
 	}
 	serveTraffic(t, n, sb2)
 	expectCaptured(t, n, sb2)
+}
+
+// TestAmbientNamespaceRefusesPodsWithoutASidecar: in a namespace labelled
+// istio.io/dataplane-mode=ambient (Istio's ambient mode, which this plugin does not
+// have), a pod without a sidecar fails its ADD with a message that names the pod,
+// the namespace and its label, and its network namespace holds none of our rules; a
+// pod there labelled istio.io/dataplane-mode=none is left alone, and a sidecar pod is
+// captured as a sidecar pod. The namespace's labels come from the API server, or
+// from the agent's cache when it runs: then the plugin's identity may not even get
+// namespaces, so every answer about one came from the cache. Without the cache, an
+// identity that may not get namespaces fails the ADD closed, saying so.
+func TestAmbientNamespaceRefusesPodsWithoutASidecar(t *testing.T) {
+	noSidecar := func(p *corev1.Pod) { p.Annotations, p.Spec.Containers = nil, p.Spec.Containers[:1] }
+	for _, tc := range []struct {
+		name, ns string
+		cache    bool
+	}{
+		{"namespace from the API server", "ambient-ns-api", false},
+		{"namespace from the agent's cache, no API request", "ambient-ns-cache", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			labelNamespace(t, tc.ns, map[string]string{"istio.io/dataplane-mode": "ambient"})
+			plainNS := tc.ns + "-plain"
+			labelNamespace(t, plainNS, nil)
+			n := newNode(t, shared)
+			if tc.cache {
+				startPodCache(t, n)
+				usePodsOnlyIdentity(t, n)
+			}
+			list := n.chain(n.istioEntry(nil))
+
+			pod := createPod(t, shared, meshedPod(tc.ns, "web", nil, noSidecar))
+			sb := n.newSandbox(pod)
+			_, err := n.add(list, sb)
+			for _, want := range []string{"pod " + tc.ns + "/web", "namespace " + tc.ns, "istio.io/dataplane-mode=ambient", "no ambient mode",
+				"label the pod istio.io/dataplane-mode=none"} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("ADD of a sidecar-less pod in an ambient namespace = %v, want a refusal saying %q", err, want)
+				}
+			}
+			wantNoRules(t, sb, "a refused ADD")
+
+			optedOut := createPod(t, shared, meshedPod(tc.ns, "opted-out", nil, noSidecar, func(p *corev1.Pod) {
+				p.Labels = map[string]string{"istio.io/dataplane-mode": "none"}
+			}))
+			sb2 := n.newSandbox(optedOut)
+			if _, err := n.add(list, sb2); err != nil {
+				t.Fatalf("ADD of a pod labelled dataplane-mode=none in an ambient namespace: %v", err)
+			}
+			wantNoRules(t, sb2, "the ADD of a pod labelled none")
+			serveTraffic(t, n, sb2)
+			expectNotCaptured(t, n, sb2)
+
+			sidecar := createPod(t, shared, meshedPod(tc.ns, "sidecar", nil))
+			sb3 := n.newSandbox(sidecar)
+			if _, err := n.add(list, sb3); err != nil {
+				t.Fatalf("ADD of a sidecar pod in an ambient namespace: %v", err)
+			}
+			serveTraffic(t, n, sb3)
+			expectCaptured(t, n, sb3)
+
+			// The common case: a pod without a sidecar in a namespace without the label.
+			plain := createPod(t, shared, meshedPod(plainNS, "plain", nil, noSidecar))
+			sb4 := n.newSandbox(plain)
+			if _, err := n.add(list, sb4); err != nil {
+				t.Fatalf("ADD of a sidecar-less pod in a namespace without the label: %v", err)
+			}
+			wantNoRules(t, sb4, "the ADD of a pod in a plain namespace")
+			if tc.cache && !strings.Contains(n.stderr.String(), "namespace found in the agent's cache") {
+				t.Errorf("the plugin did not read the namespace from the agent's cache")
+			}
+		})
+	}
+	t.Run("a plugin that may not get namespaces fails closed", func(t *testing.T) {
+		const ns = "ambient-ns-rbac"
+		labelNamespace(t, ns, nil)
+		n := newNode(t, shared)
+		usePodsOnlyIdentity(t, n)
+		list := n.chain(n.istioEntry(map[string]any{"pod_lookup": map[string]any{"retries": 2, "interval": "100ms"}}))
+		sb := n.newSandbox(createPod(t, shared, meshedPod(ns, "web", nil, noSidecar)))
+		_, err := n.add(list, sb)
+		for _, want := range []string{"pod " + ns + "/web: namespace " + ns + ": lookup failed after 2 tries", "the API server refused with HTTP 403"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("ADD without get on namespaces = %v, want it to say %q", err, want)
+			}
+		}
+		wantNoRules(t, sb, "a failed ADD")
+	})
+}
+
+// usePodsOnlyIdentity gives the node's plugin a kubeconfig of a ServiceAccount that
+// may get pods and nothing else (no namespaces), as an older chart granted.
+func usePodsOnlyIdentity(t *testing.T, n *node) {
+	t.Helper()
+	kc, err := shared.ServiceAccountKubeconfig(t.Context(), "istio-system", "istio-cni-pods-only",
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.runDir, "istio-cni-kubeconfig"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// labelNamespace creates the namespace (with its default ServiceAccount) and sets its
+// labels.
+func labelNamespace(t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	if err := shared.EnsureNamespace(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	namespaces := shared.AdminClient().CoreV1().Namespaces()
+	ns, err := namespaces.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	maps.Copy(ns.Labels, labels)
+	if _, err := namespaces.Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestOversizedAnnotationsAreRefusedWithinTheirLimits: an annotation past its limit

@@ -140,8 +140,9 @@ func repoRoot() (string, error) {
 	}
 }
 
-// getPodsOnly is the plugin's RBAC: it may get pods and nothing else.
-var getPodsOnly = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+// pluginRBAC is the plugin's RBAC, as the chart grants it: it may get pods and
+// namespaces (ambient mode's namespace label) and nothing else.
+var pluginRBAC = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "namespaces"}, Verbs: []string{"get"}}}
 
 // node is one simulated node: a namespace playing the host, a CNI config, and the
 // plugin's run directory with its kubeconfig.
@@ -200,13 +201,13 @@ func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 
 // writeRunDir makes the agent's run directory holding the plugin's kubeconfig, as
 // the agent would write it: the ServiceAccount istio-system/istio-cni of cp, which
-// may only get pods.
+// may only get pods and namespaces.
 func writeRunDir(tb testing.TB, cp *controlplane.ControlPlane, runDir string) {
 	tb.Helper()
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	kc, err := cp.ServiceAccountKubeconfig(tb.Context(), "istio-system", "istio-cni", getPodsOnly)
+	kc, err := cp.ServiceAccountKubeconfig(tb.Context(), "istio-system", "istio-cni", pluginRBAC)
 	if err != nil {
 		tb.Fatal(err)
 	}
