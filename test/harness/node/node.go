@@ -98,6 +98,9 @@ type Node struct {
 	client       kubernetes.Interface
 	kubeconfig   string
 	versions     Versions
+	// kubeBin and kubeletCAFile are what Reboot needs to start kubelet and
+	// kube-proxy again.
+	kubeBin, kubeletCAFile string
 
 	upDur    time.Duration
 	downOnce sync.Once
@@ -344,6 +347,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.step("containerd ready, pause image imported (%s)", since(t))
 
+	n.kubeBin, n.kubeletCAFile = kubeBin, kubeletCAFile
 	t = time.Now()
 	if err := n.startControllers(ctx, kubeBin, caFile); err != nil {
 		return nil, err
