@@ -64,7 +64,7 @@ func defaultChurn() churnScenario {
 		Sample:      10,
 		Validation:  2,
 		Residents:   4,
-		MaxInFlight: 70,
+		MaxInFlight: 40,
 		StartBound:  150 * time.Second,
 	}
 }
@@ -702,6 +702,11 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { deleteAllPods(tb, churnNamespace) })
+	defer func() {
+		if tb.Failed() { // a phase could not run: what was seen until then
+			tb.Logf("outcomes so far (pods still starting count as never started):\n%s", t.result().table())
+		}
+	}()
 	if err := t.createResidents(ctx); err != nil {
 		tb.Fatal(err)
 	}

@@ -99,6 +99,17 @@ func (n *Node) Reboot(ctx context.Context, volatile ...string) error {
 	if err := n.startContainerd(ctx); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
+	// Its socket answers before its CRI service has loaded what the metadata
+	// holds, and a kubelet started then exits at once (systemd would restart it).
+	if err := poll(ctx, n.containerd, "containerd's CRI service", func() (bool, string) {
+		conds, err := n.RuntimeStatus(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return conds["RuntimeReady"].Status, fmt.Sprint(conds)
+	}); err != nil {
+		return fmt.Errorf("node: reboot: %w", err)
+	}
 	if err := n.startKubelet(ctx, n.kubeBin, n.kubeletCAFile); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
