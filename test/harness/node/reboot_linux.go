@@ -110,13 +110,14 @@ func (n *Node) Reboot(ctx context.Context, volatile ...string) error {
 	}); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
+	kubeletStart := time.Now()
 	if err := n.startKubelet(ctx, n.kubeBin, n.kubeletCAFile); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
 	if err := n.startKubeProxy(n.kubeBin); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.waitReady(ctx, kubeletStart); err != nil {
 		return fmt.Errorf("node: reboot: %w", err)
 	}
 	n.step("reboot: node %s Ready again (%s after the restart, %s in all)", n.opts.NodeName, since(t), since(began))
