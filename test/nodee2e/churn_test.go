@@ -429,14 +429,15 @@ func (t *churnTracker) waitFor(ctx context.Context, what string, cond func() (bo
 }
 
 // create makes pods at the scenario's rate, each counted for the phase current at
-// its creation, until ctx ends.
-func (t *churnTracker) create(ctx context.Context) {
+// its creation, until stop ends; the API calls run under ctx, so that the last
+// pod is created or not, never left in doubt.
+func (t *churnTracker) create(ctx, stop context.Context) {
 	tick := time.NewTicker(time.Duration(float64(time.Second) / t.sc.Rate))
 	defer tick.Stop()
 	var seq int
 	for {
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 			return
 		case <-tick.C:
 		}
@@ -459,7 +460,7 @@ func (t *churnTracker) create(ctx context.Context) {
 		}
 		r := t.add(p, phase, false, validation, t.sc.Sample > 0 && seq%t.sc.Sample == 0)
 		_, err := theNode.Client().CoreV1().Pods(churnNamespace).Create(ctx, p, metav1.CreateOptions{})
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			t.mu.Lock()
 			r.createErr = err
 			t.mu.Unlock()
@@ -741,7 +742,8 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult
 	t.setPhase(churnPhases[0])
 	cctx, stopCreator := context.WithCancel(ctx)
 	defer stopCreator()
-	go t.create(cctx)
+	created := make(chan struct{})
+	go func() { t.create(ctx, cctx); close(created) }()
 
 	for _, phase := range churnPhases {
 		t.setPhase(phase)
@@ -773,7 +775,10 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult
 		}
 	}
 	stopCreator()
-	if err := t.waitSettled(ctx); err != nil {
+	<-created
+	sctx, cancelSettle := context.WithTimeout(ctx, sc.StartBound+time.Minute)
+	defer cancelSettle()
+	if err := t.waitSettled(sctx); err != nil {
 		tb.Fatal(err)
 	}
 	res := t.result()
