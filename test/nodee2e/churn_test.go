@@ -857,7 +857,9 @@ func killAgent(ctx context.Context, tb testing.TB) error {
 // agent as the node sees it: its probes go unanswered, its sockets accept but never
 // answer; the liveness probe (3 failures, 5 s apart) has the kubelet restart the
 // container within the freeze, which is part of what this phase shows (the log
-// says whether it happened).
+// says whether it happened). SIGSTOP rather than the cgroup freezer (ctr tasks
+// pause): a process in a frozen cgroup v1 does not die of SIGKILL until it is
+// thawed, so the kubelet's restart would hang, which no real hang does.
 func freezeAgent(ctx context.Context, tb testing.TB, d time.Duration) error {
 	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
 	if err != nil {
