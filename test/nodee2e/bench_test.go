@@ -199,8 +199,13 @@ func BenchmarkMeshedPodsThroughAgentChurn(b *testing.B) {
 	if churnOnce == nil {
 		s := session(b)
 		s.Out = discard{}
-		churnOnce = runChurn(b, s, defaultChurn())
+		// The table first: a benchmark's log is cut after 10 lines.
+		var phases []string
+		churnOnce = runChurn(b, s, defaultChurn(), func(format string, args ...any) {
+			phases = append(phases, fmt.Sprintf(format, args...))
+		})
 		b.Logf("outcomes per phase:\n%s", churnOnce.table())
+		b.Logf("%s", strings.Join(phases, "\n"))
 		if churnOnce.Uninstall != nil {
 			b.Logf("helm uninstall left the CNI dirs changed: %v", churnOnce.Uninstall)
 		}

@@ -700,10 +700,10 @@ func (r *churnResult) table() string {
 }
 
 // runChurn plays the scenario on the test node with the chart installed and
-// uninstalled by it, and returns what it measured. It fails tb only when the
+// uninstalled by it, and returns what it measured; logf gets a line per phase. It fails tb only when the
 // scenario itself cannot run (the agent never comes back, a tool fails); what
 // became of the pods is in the result, for the caller to judge.
-func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult {
+func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario, logf func(format string, args ...any)) *churnResult {
 	tb.Helper()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -756,9 +756,9 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult
 		case phaseUpgrade:
 			err = upgradeAgent(ctx, tb, s, base, nextTag, nextDigest)
 		case phaseKill:
-			err = killAgent(ctx, tb)
+			err = killAgent(ctx)
 		case phaseStop:
-			err = freezeAgent(ctx, tb, sc.Freeze)
+			err = freezeAgent(ctx, sc.Freeze, logf)
 		case phaseReboot:
 			err = t.reboot(ctx)
 		}
@@ -768,7 +768,7 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario) *churnResult
 		t.mu.Lock()
 		during := t.perPhase[phase]
 		t.mu.Unlock()
-		tb.Logf("phase %s: disruption over and the agent Ready after %s, %d pods created so far in the phase",
+		logf("phase %s: disruption over and the agent Ready after %s, %d pods created so far in the phase",
 			phase, time.Since(began).Round(100*time.Millisecond), during)
 		if err := t.waitCreated(ctx, phase, during+sc.After); err != nil {
 			tb.Fatal(err)
@@ -831,7 +831,7 @@ func upgradeAgent(ctx context.Context, tb testing.TB, s *meshnode.Session, base 
 
 // killAgent kills the agent container's process with SIGKILL and waits until the
 // kubelet has restarted it in the same pod and it is Ready.
-func killAgent(ctx context.Context, tb testing.TB) error {
+func killAgent(ctx context.Context) error {
 	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
 	if err != nil {
 		return err
@@ -860,7 +860,7 @@ func killAgent(ctx context.Context, tb testing.TB) error {
 // says whether it happened). SIGSTOP rather than the cgroup freezer (ctr tasks
 // pause): a process in a frozen cgroup v1 does not die of SIGKILL until it is
 // thawed, so the kubelet's restart would hang, which no real hang does.
-func freezeAgent(ctx context.Context, tb testing.TB, d time.Duration) error {
+func freezeAgent(ctx context.Context, d time.Duration, logf func(format string, args ...any)) error {
 	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
 	if err != nil {
 		return err
@@ -901,7 +901,7 @@ func freezeAgent(ctx context.Context, tb testing.TB, d time.Duration) error {
 	defer cancel()
 	now, err := waitAgent(wctx, "Ready after the freeze", func(*corev1.Pod) bool { return true })
 	if err == nil {
-		tb.Logf("phase stop: %d processes stopped for %s; the kubelet restarted the agent container %d times meanwhile",
+		logf("phase stop: %d processes stopped for %s; the kubelet restarted the agent container %d times meanwhile",
 			len(pids), d, restartCount(now, "install-cni")-restarts)
 	}
 	return err

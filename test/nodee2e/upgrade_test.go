@@ -16,7 +16,7 @@ import (
 // phase is logged whether it passes or not.
 func TestMeshedPodsStartCapturedThroughAgentUpgradeKillStopAndNodeReboot(t *testing.T) {
 	s := session(t)
-	res := runChurn(t, s, defaultChurn())
+	res := runChurn(t, s, defaultChurn(), t.Logf)
 	t.Logf("outcomes per phase:\n%s", res.table())
 	if len(res.Problems) > 0 {
 		const show = 40
