@@ -183,3 +183,45 @@ func pluginAddTimes(tb testing.TB, namespace string) []time.Duration {
 	slices.Sort(took)
 	return took
 }
+
+// churnOnce holds the one run of the churn scenario that every call of
+// BenchmarkMeshedPodsThroughAgentChurn reports: the scenario takes minutes and
+// means nothing per b.N, and the testing package calls a benchmark more than once
+// (b.N=1 first, then the -benchtime count).
+var churnOnce *churnResult
+
+// BenchmarkMeshedPodsThroughAgentChurn plays the upgrade/kill/stop/reboot scenario
+// of TestMeshedPodsStartCapturedThroughAgentUpgradeKillStopAndNodeReboot once and
+// reports its counts (pods per outcome, over every phase and the residents) and
+// the longest a pod waited for the plugin (created -> sandbox ready); the table
+// per phase goes to the log. It asserts nothing.
+func BenchmarkMeshedPodsThroughAgentChurn(b *testing.B) {
+	if churnOnce == nil {
+		s := session(b)
+		s.Out = discard{}
+		// The table first: a benchmark's log is cut after 10 lines.
+		var phases []string
+		churnOnce = runChurn(b, s, defaultChurn(), func(format string, args ...any) {
+			phases = append(phases, fmt.Sprintf(format, args...))
+		})
+		b.Logf("outcomes per phase:\n%s", churnOnce.table())
+		b.Logf("%s", strings.Join(phases, "\n"))
+		if churnOnce.Uninstall != nil {
+			b.Logf("helm uninstall left the CNI dirs changed: %v", churnOnce.Uninstall)
+		}
+	}
+	r := churnOnce
+	var pods, trafficFailed int
+	for _, row := range r.Rows {
+		pods += row.Created
+		trafficFailed += row.TrafficFailed
+	}
+	b.ReportMetric(float64(pods), "pods")
+	for o, unit := range map[outcome]string{captured: "captured", retried: "refused-retried", repaired: "repaired",
+		unprotected: "unprotected", neverStarted: "never-started"} {
+		b.ReportMetric(float64(r.total(o)), unit)
+	}
+	b.ReportMetric(float64(trafficFailed), "traffic-failed")
+	b.ReportMetric(ms(r.MaxWait), "max-wait-ms")
+	b.ReportMetric(0, "ns/op")
+}

@@ -137,7 +137,7 @@ func TestStandaloneModeWritesItsOwnConfAndLeavesThePrimaryAlone(t *testing.T) {
 }
 
 // confDir is meshnode.ConfDir of the test's node.
-func confDir(t *testing.T) map[string]string {
+func confDir(t testing.TB) map[string]string {
 	t.Helper()
 	c, err := meshnode.ConfDir(theNode)
 	if err != nil {

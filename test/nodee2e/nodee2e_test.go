@@ -230,22 +230,27 @@ func checkCapturedTraffic(t *testing.T, s *meshnode.Session, client, app *corev1
 // passed it on from passthrough (its inbound passthrough address).
 func checkRequestThroughProxies(t *testing.T, s *meshnode.Session, client, app *corev1.Pod, dst, passthrough string) {
 	t.Helper()
-	ctx := context.Background()
+	if err := requestThroughProxies(context.Background(), s, client, app, dst, passthrough); err != nil {
+		t.Error(err)
+	}
+}
+
+// requestThroughProxies is checkRequestThroughProxies returning what is wrong.
+func requestThroughProxies(ctx context.Context, s *meshnode.Session, client, app *corev1.Pod, dst, passthrough string) error {
 	answer, err := s.RequestTo(ctx, client, dst)
 	if err != nil {
-		t.Fatalf("request %s -> %s: %v", client.Name, dst, err)
+		return fmt.Errorf("request %s -> %s: %w", client.Name, dst, err)
 	}
 	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, passthrough) {
-		t.Errorf("answer %q: want the app's name, seen from %s (its proxy's inbound passthrough)", answer, passthrough)
+		return fmt.Errorf("request %s -> %s: answer %q: want the app's name, seen from %s (its proxy's inbound passthrough)", client.Name, dst, answer, passthrough)
 	}
-	clientLog, _ := s.ProxyLog(ctx, client)
-	if !contains(meshnode.Forwarded(clientLog, "outbound"), dst) {
-		t.Errorf("client proxy log has no outbound %s:\n%s", dst, clientLog)
+	if log, _ := s.ProxyLog(ctx, client); !contains(meshnode.Forwarded(log, "outbound"), dst) {
+		return fmt.Errorf("request %s -> %s: the client's proxy log has no outbound %s:\n%s", client.Name, dst, dst, log)
 	}
-	appLog, _ := s.ProxyLog(ctx, app)
-	if !contains(meshnode.Forwarded(appLog, "inbound"), dst) {
-		t.Errorf("app proxy log has no inbound %s:\n%s", dst, appLog)
+	if log, _ := s.ProxyLog(ctx, app); !contains(meshnode.Forwarded(log, "inbound"), dst) {
+		return fmt.Errorf("request %s -> %s: the app's proxy log has no inbound %s:\n%s", client.Name, dst, dst, log)
 	}
+	return nil
 }
 
 func checkUntouched(t *testing.T, s *meshnode.Session, p, app *corev1.Pod) {

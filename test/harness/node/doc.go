@@ -27,6 +27,10 @@
 // is stopped and removed through CRI, then containerd and its shims, then the
 // apiserver before etcd, and last the mounts and files.
 //
+// Reboot does to a running node what a machine reboot does (see its doc): every
+// container, shim, mount and /run-like state goes, then containerd, kubelet and
+// kube-proxy start again and the kubelet re-creates the pods in new sandboxes.
+//
 // Images are made locally: the sandbox (pause) image is a tiny static Go program
 // (hack/node/tools) packed by hack/image and imported with ctr; ImportImage does the
 // same for any set of files.

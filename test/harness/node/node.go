@@ -98,6 +98,9 @@ type Node struct {
 	client       kubernetes.Interface
 	kubeconfig   string
 	versions     Versions
+	// kubeBin and kubeletCAFile are what Reboot needs to start kubelet and
+	// kube-proxy again.
+	kubeBin, kubeletCAFile string
 
 	upDur    time.Duration
 	downOnce sync.Once
@@ -344,6 +347,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.step("containerd ready, pause image imported (%s)", since(t))
 
+	n.kubeBin, n.kubeletCAFile = kubeBin, kubeletCAFile
 	t = time.Now()
 	if err := n.startControllers(ctx, kubeBin, caFile); err != nil {
 		return nil, err
@@ -354,7 +358,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.startKubeProxy(kubeBin); err != nil {
 		return nil, err
 	}
-	if err := n.waitReady(ctx); err != nil {
+	if err := n.waitReady(ctx, time.Time{}); err != nil {
 		return nil, err
 	}
 	n.step("node %s Ready (%s)", opts.NodeName, since(t))
@@ -510,8 +514,10 @@ func (n *Node) startKubeProxy(kubeBin string) error {
 
 // waitReady waits for the node to be Ready without NoSchedule taints, for
 // kube-proxy to have programmed the Services, and for the controller-manager to
-// have published the CA config map pods' token volumes need.
-func (n *Node) waitReady(ctx context.Context) error {
+// have published the CA config map pods' token volumes need. A non-zero since
+// also wants the kubelet's Ready condition posted at or after it (the API keeps
+// the last status of a kubelet that has since stopped).
+func (n *Node) waitReady(ctx context.Context, since time.Time) error {
 	ready := func() (bool, string) {
 		for _, p := range []*childproc.Process{n.kubelet, n.scheduler, n.kcm, n.containerd, n.kubeProxy} {
 			if !p.Running() {
@@ -525,6 +531,10 @@ func (n *Node) waitReady(ctx context.Context) error {
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 				return false, fmt.Sprintf("node %s: Ready=%s: %s", node.Name, c.Status, c.Message)
+			}
+			// Heartbeats have a resolution of a second.
+			if c.Type == corev1.NodeReady && c.LastHeartbeatTime.Time.Before(since.Truncate(time.Second)) {
+				return false, fmt.Sprintf("node %s: Ready, but posted at %s, before the kubelet's start", node.Name, c.LastHeartbeatTime.Time)
 			}
 		}
 		for _, t := range node.Spec.Taints {

@@ -35,6 +35,8 @@ type Images struct {
 	AgentDigest string // sha256:...
 	DemoDigest  string
 	archives    map[string]string // ref -> archive
+	agentSpec   image.Spec
+	dir         string
 }
 
 // RepoRoot is the repository's root: the nearest parent holding go.mod.
@@ -75,7 +77,7 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 		},
 		Entrypoint: []string{"proxy-standin"},
 	}
-	im := &Images{archives: map[string]string{}}
+	im := &Images{archives: map[string]string{}, agentSpec: agentSpec, dir: dir}
 	for _, s := range []struct {
 		spec   image.Spec
 		digest *string
@@ -96,6 +98,34 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 		im.archives[s.spec.Ref] = archive
 	}
 	return im, nil
+}
+
+// RebuildAgent builds the agent image again as Hub/install-cni:tag, the same
+// binaries with a build label of its own (ISTIO_CNI_BUILD=tag in the image's
+// environment), so that it has another digest as a rebuilt release has, imports it
+// into the node's containerd and returns its digest: what a helm upgrade to a new
+// image needs.
+func (im *Images) RebuildAgent(ctx context.Context, n *node.Node, tag string) (string, error) {
+	spec := im.agentSpec
+	spec.Ref = Hub + "/install-cni:" + tag
+	spec.Env = append(append([]string(nil), spec.Env...), "ISTIO_CNI_BUILD="+tag)
+	img, err := image.Build(spec)
+	if err != nil {
+		return "", err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	archive := filepath.Join(im.dir, "install-cni_"+tag+".oci.tar")
+	if err := image.WriteArchive(archive, spec.Ref, img); err != nil {
+		return "", err
+	}
+	defer os.Remove(archive)
+	if err := image.Import(ctx, n.Ctr(), n.ContainerdSocket(), archive, spec.Ref); err != nil {
+		return "", err
+	}
+	return d.String(), nil
 }
 
 // Archives are the OCI archives' paths, sorted.
@@ -194,15 +224,23 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 		"--set", "cniBinDir=" + n.CNIBinDir(),
 		"--set", "cniConfDir=" + n.CNIConfDir(),
 		// Per node, not the host's /var/run/istio-cni: other nodes may share this machine.
-		"--set", "cniAgentRunDir=" + filepath.Join(n.StateDir(), "istio-cni-run"),
+		"--set", "cniAgentRunDir=" + AgentRunDir(n),
 		// Per node too: the kubelet would create the host's /var/run/netns for the
 		// hostPath (DirectoryOrCreate).
-		"--set", "cniNetnsDir=" + filepath.Join(n.StateDir(), "netns"),
+		"--set", "cniNetnsDir=" + NetnsDir(n),
 		"--set", "logLevel=info",
 		"--set", "monitoringPort=" + strconv.Itoa(metrics),
 		"--set", "probes.port=" + strconv.Itoa(probes),
 	}, nil
 }
+
+// AgentRunDir is the chart's cniAgentRunDir on n: the node's stand-in for
+// /var/run/istio-cni, which is on tmpfs on a real node (node.Reboot empties it).
+func AgentRunDir(n *node.Node) string { return filepath.Join(n.StateDir(), "istio-cni-run") }
+
+// NetnsDir is the chart's cniNetnsDir on n, the stand-in for /var/run/netns (tmpfs
+// on a real node too).
+func NetnsDir(n *node.Node) string { return filepath.Join(n.StateDir(), "netns") }
 
 // Run runs a command with KUBECONFIG set to the node's and returns its combined output.
 func Run(ctx context.Context, n *node.Node, name string, args ...string) (string, error) {
