@@ -368,7 +368,17 @@ func (t *churnTracker) checkTraffic(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return requestThroughProxies(ctx, t.s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
+	// The pod is Ready once its proxy is (the app container has no probe), so its app
+	// may not listen yet: a request is tried again for a few seconds. Only a request
+	// that went through both proxies counts.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err = requestThroughProxies(ctx, t.s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func residentName(i int) string { return fmt.Sprintf("resident-%d", i) }
