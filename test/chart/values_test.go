@@ -577,6 +577,16 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	deletePods := "cluster  pods * delete"
 	// The controller labels through the status subresource, which cannot touch the spec.
 	labelPods := "cluster  pods/status * patch"
+	// The Multus leader creates NetworkAttachmentDefinitions, owned by the ClusterRole.
+	multusNADs := []string{
+		"cluster k8s.cni.cncf.io network-attachment-definitions * create",
+		"cluster k8s.cni.cncf.io network-attachment-definitions * list",
+		"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
+		"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
+		"kube-system coordination.k8s.io leases * create",
+		"kube-system coordination.k8s.io leases istio-cni-multus get",
+		"kube-system coordination.k8s.io leases istio-cni-multus update",
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -625,28 +635,11 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "multus in meshed namespaces: one agent creates, never updates or deletes, the NetworkAttachmentDefinitions",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat([]string{}, watchPods, []string{
-			"cluster  namespaces * list", "cluster  namespaces * watch",
-			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
-			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
-			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
-			"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
-			"kube-system coordination.k8s.io leases * create",
-			"kube-system coordination.k8s.io leases istio-cni-multus get",
-			"kube-system coordination.k8s.io leases istio-cni-multus update",
-		}),
+		want: concat(watchPods, watchNamespaces, multusNADs),
 	}, {
 		name: "multus in meshed namespaces with the pod cache: namespaces are listed and watched by one rule",
 		args: []string{"--set", "repair.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat([]string{}, watchPods, watchNamespaces, []string{
-			"cluster k8s.cni.cncf.io network-attachment-definitions * create",
-			"cluster k8s.cni.cncf.io network-attachment-definitions * list",
-			"cluster k8s.cni.cncf.io network-attachment-definitions * watch",
-			"cluster rbac.authorization.k8s.io clusterroles istio-cni get",
-			"kube-system coordination.k8s.io leases * create",
-			"kube-system coordination.k8s.io leases istio-cni-multus get",
-			"kube-system coordination.k8s.io leases istio-cni-multus update",
-		}),
+		want: concat(watchPods, watchNamespaces, multusNADs),
 	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
