@@ -180,10 +180,17 @@ func (a *agent) decideExit(client *apiClient) exitDecision {
 // learnOwner reads this agent's pod until it has its DaemonSet (retrying every
 // few seconds while the API server does not answer), for the exit decision.
 func (a *agent) learnOwner(ctx context.Context, client *apiClient) error {
+	var reported string
 	for {
 		rctx, cancel := context.WithTimeout(ctx, ExitLookupBound)
 		pod, err := client.getPod(rctx, a.s.PodNamespace, a.s.PodName)
 		cancel()
+		if err != nil && ctx.Err() == nil && err.Error() != reported {
+			// Once per distinct error: the exit decision then reads the pod on exit.
+			reported = err.Error()
+			a.log.Warn("cannot read this agent's pod to learn its DaemonSet; retrying every 5s", "pod", a.s.PodNamespace+"/"+a.s.PodName,
+				"error", shortAPIError(err))
+		}
 		if err == nil {
 			o := owner{known: true, daemonSet: daemonSetOf(pod)}
 			a.owner.Store(&o)

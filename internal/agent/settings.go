@@ -553,9 +553,13 @@ func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error
 			}
 		}
 		if len(missing) > 0 {
+			verb := "are"
+			if len(missing) == 1 {
+				verb = "is"
+			}
 			errs = append(errs, fmt.Errorf("UNINSTALL_ON_EXIT=auto tells a restart from a removal by asking the API server about this "+
-				"agent's pod, its DaemonSet and its node, but %s not set (the chart sets them from the downward API; "+
-				"outside Kubernetes set UNINSTALL_ON_EXIT=always or never)", strings.Join(missing, ", ")+map[bool]string{true: " is", false: " are"}[len(missing) == 1]))
+				"agent's pod, its DaemonSet and its node, but %s %s not set (the chart sets them from the downward API; "+
+				"outside Kubernetes set UNINSTALL_ON_EXIT=always or never)", strings.Join(missing, ", "), verb))
 		}
 	}
 	if s.PluginServiceAccount != "" && s.PodNamespace == "" {
