@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -23,13 +24,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// File is one entry of the image's layer: a copy of a host file, or a symlink.
+// File is one entry of the image's layer: a copy of a host file, given bytes, or a
+// symlink.
 type File struct {
 	// Path in the image, absolute.
 	Path string
 	// Source is the host file copied in; its mode keeps only the x bit (0755 or 0644).
 	Source string
-	// Link, when set instead of Source, makes Path a symlink to Link.
+	// Data, when set instead of Source, is the file's content, with mode Mode.
+	Data []byte
+	Mode int64
+	// Link, when set instead of Source or Data, makes Path a symlink to Link.
 	Link string
 }
 
@@ -42,12 +47,29 @@ type Spec struct {
 	Cmd        []string
 	// Env is the config's environment; empty means a PATH of /usr/local/bin:/usr/bin:/bin.
 	Env []string
+	// Arch is the image's architecture (GOARCH's names); empty means amd64.
+	Arch string
+	// Packages are the Debian packages some of Files come from, for the SBOM.
+	Packages []LockedPackage
+}
+
+// platform is the OCI platform of an image for arch: arm64 images are of the
+// ARMv8 variant, as containerd and registries name them.
+func platform(arch string) v1.Platform {
+	if arch == "" {
+		arch = "amd64"
+	}
+	p := v1.Platform{OS: "linux", Architecture: arch}
+	if arch == "arm64" {
+		p.Variant = "v8"
+	}
+	return p
 }
 
 // epoch is every timestamp of the image: the same inputs give the same digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// Build makes a linux/amd64 single-layer OCI image from spec.
+// Build makes a single-layer OCI image for linux/spec.Arch from spec.
 func Build(spec Spec) (v1.Image, error) {
 	if _, err := name.NewTag(spec.Ref, name.StrictValidation); err != nil {
 		if _, err2 := name.NewTag(spec.Ref); err2 != nil {
@@ -78,7 +100,8 @@ func Build(spec Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("image %s: read config: %w", spec.Ref, err)
 	}
 	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = "amd64", "linux"
+	p := platform(spec.Arch)
+	cfg.Architecture, cfg.OS, cfg.Variant = p.Architecture, p.OS, p.Variant
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config.Entrypoint = spec.Entrypoint
 	cfg.Config.Cmd = spec.Cmd
@@ -122,10 +145,20 @@ func layerTarball(files []File) ([]byte, error) {
 			}
 		}
 		switch {
-		case f.Link != "" && f.Source != "":
-			return nil, fmt.Errorf("%s: both a source and a link", f.Path)
+		case f.Link != "" && (f.Source != "" || f.Data != nil), f.Source != "" && f.Data != nil:
+			return nil, fmt.Errorf("%s: more than one of a source, data and a link", f.Path)
 		case f.Link != "":
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: f.Link, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+		case f.Source == "":
+			if f.Mode&^0o7777 != 0 || f.Mode == 0 {
+				return nil, fmt.Errorf("%s: mode %o is not a file's permission bits", f.Path, f.Mode)
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+			if _, err := tw.Write(f.Data); err != nil {
 				return nil, err
 			}
 		default:
@@ -168,10 +201,43 @@ func ContainerdName(ref string) string {
 	return "docker.io/" + first + "/" + rest
 }
 
-// WriteArchive writes img as an OCI image-layout archive (what `ctr images import`
-// reads) to file, by rename. The image is named ref in the archive's index.
-// The archive's bytes depend only on the image and ref.
-func WriteArchive(file, ref string, img v1.Image) error {
+// BuildIndex makes an OCI image index of one image per spec, each listed with its
+// platform (linux/<Arch>), in the order given: what a registry serves for a
+// multi-architecture name, and what a runtime picks its platform's image from.
+func BuildIndex(specs []Spec) (v1.ImageIndex, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("image index: no images")
+	}
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	seen := map[string]bool{}
+	for _, spec := range specs {
+		p := platform(spec.Arch)
+		if seen[p.Architecture] {
+			return nil, fmt.Errorf("image index %s: two images for %s", spec.Ref, p.Architecture)
+		}
+		seen[p.Architecture] = true
+		img, err := Build(spec)
+		if err != nil {
+			return nil, err
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+	}
+	return idx, nil
+}
+
+// Artifact is what WriteArchive writes: a v1.Image or a v1.ImageIndex.
+type Artifact interface {
+	Digest() (v1.Hash, error)
+	MediaType() (types.MediaType, error)
+	RawManifest() ([]byte, error)
+}
+
+// WriteArchive writes img (an image or an index) as an OCI image-layout archive
+// (what `ctr images import` reads) to file, by rename. It is named ref in the
+// archive's index.json, its only entry; every blob (manifests, configs, layers) is
+// under blobs/sha256, written in digest order. The archive's bytes depend only on
+// the artifact and ref.
+func WriteArchive(file, ref string, img Artifact) error {
 	manifest, err := img.RawManifest()
 	if err != nil {
 		return fmt.Errorf("image %s: manifest: %w", ref, err)
@@ -180,21 +246,13 @@ func WriteArchive(file, ref string, img v1.Image) error {
 	if err != nil {
 		return fmt.Errorf("image %s: digest: %w", ref, err)
 	}
-	config, err := img.RawConfigFile()
-	if err != nil {
-		return fmt.Errorf("image %s: config: %w", ref, err)
-	}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		return fmt.Errorf("image %s: config digest: %w", ref, err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return fmt.Errorf("image %s: layers: %w", ref, err)
-	}
 	mt, err := img.MediaType()
 	if err != nil {
 		return err
+	}
+	blobs := map[v1.Hash]blob{}
+	if err := collectBlobs(img, blobs); err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
 	}
 	tag := ref
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
@@ -233,30 +291,22 @@ func WriteArchive(file, ref string, img v1.Image) error {
 			return err
 		}
 	}
-	if err := add("blobs/sha256/"+cfgName.Hex, config); err != nil {
-		return err
+	digests := make([]v1.Hash, 0, len(blobs))
+	for d := range blobs {
+		digests = append(digests, d)
 	}
-	for _, l := range layers {
-		d, err := l.Digest()
+	sort.Slice(digests, func(i, j int) bool { return digests[i].Hex < digests[j].Hex })
+	for _, d := range digests {
+		b := blobs[d]
+		rc, err := b.open()
 		if err != nil {
-			return err
+			return fmt.Errorf("image %s: blob %s: %w", ref, d, err)
 		}
-		size, err := l.Size()
-		if err != nil {
-			return err
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		err = writeEntry(tw, "blobs/sha256/"+d.Hex, size, rc)
+		err = writeEntry(tw, "blobs/sha256/"+d.Hex, b.size, rc)
 		rc.Close()
 		if err != nil {
-			return fmt.Errorf("image %s: layer %s: %w", ref, d, err)
+			return fmt.Errorf("image %s: blob %s: %w", ref, d, err)
 		}
-	}
-	if err := add("blobs/sha256/"+digest.Hex, manifest); err != nil {
-		return err
 	}
 	if err := add("index.json", indexJSON); err != nil {
 		return err
@@ -273,6 +323,74 @@ func WriteArchive(file, ref string, img v1.Image) error {
 	return os.Rename(tmp, file)
 }
 
+// blob is one content-addressed file of an OCI layout.
+type blob struct {
+	size int64
+	open func() (io.ReadCloser, error)
+}
+
+func bytesBlob(data []byte) blob {
+	return blob{int64(len(data)), func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+}
+
+// collectBlobs adds the blobs of an image (manifest, config, layers) or an index
+// (its manifest and each image's blobs) to blobs.
+func collectBlobs(a Artifact, blobs map[v1.Hash]blob) error {
+	manifest, err := a.RawManifest()
+	if err != nil {
+		return err
+	}
+	d, err := a.Digest()
+	if err != nil {
+		return err
+	}
+	blobs[d] = bytesBlob(manifest)
+	switch a := a.(type) {
+	case v1.ImageIndex:
+		m, err := a.IndexManifest()
+		if err != nil {
+			return err
+		}
+		for _, desc := range m.Manifests {
+			img, err := a.Image(desc.Digest)
+			if err != nil {
+				return fmt.Errorf("index entry %s: %w", desc.Digest, err)
+			}
+			if err := collectBlobs(img, blobs); err != nil {
+				return err
+			}
+		}
+	case v1.Image:
+		config, err := a.RawConfigFile()
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		cfgName, err := a.ConfigName()
+		if err != nil {
+			return fmt.Errorf("config digest: %w", err)
+		}
+		blobs[cfgName] = bytesBlob(config)
+		layers, err := a.Layers()
+		if err != nil {
+			return fmt.Errorf("layers: %w", err)
+		}
+		for _, l := range layers {
+			ld, err := l.Digest()
+			if err != nil {
+				return err
+			}
+			size, err := l.Size()
+			if err != nil {
+				return err
+			}
+			blobs[ld] = blob{size, l.Compressed}
+		}
+	default:
+		return fmt.Errorf("%T is neither an image nor an index", a)
+	}
+	return nil
+}
+
 func writeEntry(tw *tar.Writer, name string, size int64, r io.Reader) error {
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 		return err
@@ -281,11 +399,12 @@ func writeEntry(tw *tar.Writer, name string, size int64, r io.Reader) error {
 	return err
 }
 
-// Import loads an archive WriteArchive wrote for ref, with the ctr at ctrPath,
-// into the containerd at socket, in the CRI's namespace (k8s.io), under its tag and
-// as <repository>@<manifest digest> (what a registry resolves a digest reference
-// to), so pods can run it by tag or by digest with imagePullPolicy IfNotPresent or
-// Never. containerd 2.x's `ctr images import --digests` names the archive's index
+// Import loads an archive WriteArchive wrote for ref (an image or an image index),
+// with the ctr at ctrPath, into the containerd at socket, in the CRI's namespace
+// (k8s.io), for this machine's platform, under its tag and as <repository>@<digest
+// of the image or index> (what a registry resolves a digest reference to), so pods
+// can run it by tag or by digest with imagePullPolicy IfNotPresent or Never.
+// containerd 2.x's `ctr images import --digests` names the archive's index.json
 // instead, which a pod's digest reference does not match: the digest name is made
 // with `ctr images tag`.
 func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
@@ -307,14 +426,14 @@ func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
 		}
 		return nil
 	}
-	if err := ctr("import", "--base-name", repo, "--platform", "linux/amd64", archive); err != nil {
+	if err := ctr("import", "--base-name", repo, "--platform", "linux/"+runtime.GOARCH, archive); err != nil {
 		return err
 	}
 	return ctr("tag", "--force", tag, repo+"@"+digest)
 }
 
-// archiveManifestDigest reads the digest of the one manifest an OCI archive's
-// index.json lists.
+// archiveManifestDigest reads the digest of the one manifest (an image's or an
+// index's) an OCI archive's index.json lists.
 func archiveManifestDigest(archive string) (string, error) {
 	f, err := os.Open(archive)
 	if err != nil {
@@ -346,17 +465,17 @@ func archiveManifestDigest(archive string) (string, error) {
 }
 
 // GoBuild builds the main packages pkgs (import paths or ./relative to moduleDir)
-// into outDir as static, stripped, reproducible linux/amd64 binaries: CGO off,
-// -trimpath, no build id and no VCS stamp, so the same sources give the same bytes
-// wherever the checkout is. It returns binary name -> path.
-func GoBuild(ctx context.Context, moduleDir, outDir string, pkgs ...string) (map[string]string, error) {
+// into outDir as static, stripped, reproducible linux/<arch> binaries (GOARCH's
+// names): CGO off, -trimpath, no build id and no VCS stamp, so the same sources
+// give the same bytes wherever the checkout is. It returns binary name -> path.
+func GoBuild(ctx context.Context, moduleDir, outDir, arch string, pkgs ...string) (map[string]string, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", outDir + "/"}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %w\n%s", strings.Join(pkgs, " "), err, out)
 	}
@@ -376,33 +495,82 @@ func GoBuild(ctx context.Context, moduleDir, outDir string, pkgs ...string) (map
 var AgentBinaries = []string{"./cmd/install-cni", "./cmd/istio-cni", "./cmd/istio-iptables", "./cmd/istio-cni-doctor"}
 
 // AgentPath is the agent image's PATH: our binaries, then the iptables and nft
-// tools (see HostTools).
+// tools.
 const AgentPath = "/usr/local/bin:/usr/sbin:/usr/bin"
 
-// AgentSpec lays out the install-cni image from the binaries GoBuild made of
-// AgentBinaries: the plugin in /opt/cni/bin (the agent's CNI_BIN_SOURCE_DIR, every
-// file of which it installs on the node), everything on PATH in /usr/local/bin, and
-// the iptables and nft tools the backends run inside the container (HostTools).
-func AgentSpec(ref string, bins map[string]string) (Spec, error) {
+// AgentSpec lays out the install-cni image for arch from the binaries GoBuild made
+// of AgentBinaries for that arch: the plugin in /opt/cni/bin (the agent's
+// CNI_BIN_SOURCE_DIR, every file of which it installs on the node), everything on
+// PATH in /usr/local/bin, and the operating-system files: the Debian packages of
+// debian.lock for arch (DebianFiles), which hold the iptables and nft tools the
+// backends run inside the container (repair in place and the doctor), and the
+// names the backends run them by.
+func AgentSpec(ctx context.Context, ref, arch string, bins map[string]string) (Spec, error) {
 	for _, b := range []string{"install-cni", "istio-cni", "istio-iptables", "istio-cni-doctor"} {
 		if bins[b] == "" {
 			return Spec{}, fmt.Errorf("agent image: no %s binary", b)
 		}
 	}
-	tools, err := HostTools("/")
+	lock, err := LoadDebianLock()
 	if err != nil {
 		return Spec{}, err
 	}
+	osFiles, pkgs, err := DebianFiles(ctx, lock, arch)
+	if err != nil {
+		return Spec{}, err
+	}
+	files := []File{
+		{Path: "/opt/cni/bin/istio-cni", Source: bins["istio-cni"]},
+		{Path: "/usr/local/bin/istio-cni", Link: "/opt/cni/bin/istio-cni"},
+		{Path: "/usr/local/bin/install-cni", Source: bins["install-cni"]},
+		{Path: "/usr/local/bin/istio-iptables", Source: bins["istio-iptables"]},
+		{Path: "/usr/local/bin/istio-cni-doctor", Source: bins["istio-cni-doctor"]},
+	}
+	// The names without a flavour are Debian's alternatives (update-alternatives,
+	// run by iptables' postinst, which does not run here): the nft flavour, as on
+	// current distributions.
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			files = append(files, File{Path: "/usr/sbin/" + fam + suffix, Link: fam + "-nft" + suffix})
+		}
+	}
 	return Spec{
-		Ref: ref,
-		Files: append([]File{
-			{Path: "/opt/cni/bin/istio-cni", Source: bins["istio-cni"]},
-			{Path: "/usr/local/bin/istio-cni", Link: "/opt/cni/bin/istio-cni"},
-			{Path: "/usr/local/bin/install-cni", Source: bins["install-cni"]},
-			{Path: "/usr/local/bin/istio-iptables", Source: bins["istio-iptables"]},
-			{Path: "/usr/local/bin/istio-cni-doctor", Source: bins["istio-cni-doctor"]},
-		}, tools...),
+		Ref:        ref,
+		Arch:       arch,
+		Files:      append(files, osFiles...),
 		Entrypoint: []string{"install-cni"},
 		Env:        []string{"PATH=" + AgentPath},
+		Packages:   pkgs,
 	}, nil
+}
+
+// DebianFiles downloads (or takes from the cache) the packages debian.lock pins for
+// arch, checks that each is the package the lock names, and lays them out as
+// image files with dpkg's database (installDebs).
+func DebianFiles(ctx context.Context, lock *DebianLock, arch string) ([]File, []LockedPackage, error) {
+	locked := lock.Packages[arch]
+	if len(locked) == 0 {
+		return nil, nil, fmt.Errorf("debian.lock: no packages for architecture %q (have %v)", arch, DebianArches)
+	}
+	var debs []*debPackage
+	for _, lp := range locked {
+		file, err := FetchDeb(ctx, lp)
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := readDeb(file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("debian package %s %s: %w", lp.Name, lp.Version, err)
+		}
+		got := [3]string{p.Name(), p.Control.Get("Version"), p.Control.Get("Architecture")}
+		if got != [3]string{lp.Name, lp.Version, lp.Arch} {
+			return nil, nil, fmt.Errorf("debian package %s: %s is %v, the lock says %s %s %s", lp.Name, lp.URL, got, lp.Name, lp.Version, lp.Arch)
+		}
+		debs = append(debs, p)
+	}
+	files, err := installDebs(debs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return files, locked, nil
 }
