@@ -209,6 +209,17 @@ func parseDepends(field string) ([][]dependency, error) {
 		var alts []dependency
 		for _, alt := range strings.Split(entry, "|") {
 			alt = strings.TrimSpace(alt)
+			// Architecture restrictions ("[amd64]") and build profiles ("<!nocheck>")
+			// come last; binary packages' fields do not use them, source ones do.
+			for {
+				if strings.HasSuffix(alt, "]") && strings.LastIndex(alt, "[") > 0 {
+					alt = strings.TrimSpace(alt[:strings.LastIndex(alt, "[")])
+				} else if strings.HasSuffix(alt, ">") && strings.LastIndex(alt, "<") > 0 && !strings.HasSuffix(alt, ")") {
+					alt = strings.TrimSpace(alt[:strings.LastIndex(alt, "<")])
+				} else {
+					break
+				}
+			}
 			d := dependency{}
 			name := alt
 			if i := strings.IndexByte(alt, '('); i >= 0 {
@@ -227,9 +238,6 @@ func parseDepends(field string) ([][]dependency, error) {
 				if d.Op == "" || d.Version == "" {
 					return nil, fmt.Errorf("dependency %q: relation %q is not <op> <version>", alt, rel)
 				}
-			}
-			if i := strings.IndexAny(name, " ["); i >= 0 { // architecture or profile restrictions
-				name = name[:i]
 			}
 			name, _, _ = strings.Cut(name, ":")
 			if name == "" {

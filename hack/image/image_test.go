@@ -21,59 +21,123 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// The agent image built twice, from two separate builds of the binaries in two
-// different directories, has the same digest and the same archive bytes.
-func TestAgentImageBuiltTwiceHasTheSameDigest(t *testing.T) {
+// builtAgent is the first build of TestAgentIndexBuiltTwiceHasTheSameDigest,
+// which the tests after it inspect: the archive and SBOM Agent.Write wrote.
+var builtAgent struct {
+	*Agent
+	archive, sbom string
+}
+
+// agentBuild returns the agent image built by the reproducibility test, building
+// it here when that test did not run (go test -run).
+func agentBuild(t *testing.T) (*Agent, string, string) {
+	t.Helper()
+	if builtAgent.Agent == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		dir := testTempDir(t)
+		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		archive, sbom, err := a.Write(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		builtAgent.Agent, builtAgent.archive, builtAgent.sbom = a, archive, sbom
+	}
+	return builtAgent.Agent, builtAgent.archive, builtAgent.sbom
+}
+
+// sharedDir holds what several tests of this package read (the agent build); it is
+// removed when they end (TestMain).
+var sharedDir string
+
+func testTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp(sharedDir, "build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestMain(m *testing.M) {
+	var err error
+	if sharedDir, err = os.MkdirTemp("", "istio-cni-image-test-"); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(sharedDir)
+	os.Exit(code)
+}
+
+// The agent image index built twice, from two separate builds of the binaries for
+// both architectures in two different directories, has the same digest, the same
+// archive bytes and the same SBOM bytes.
+func TestAgentIndexBuiltTwiceHasTheSameDigest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var digests []string
-	var archives [][32]byte
-	var builds []map[string]string
-	for i := 0; i < 2; i++ {
-		dir := t.TempDir()
-		bins, err := GoBuild(ctx, repoRoot(t), filepath.Join(dir, "bin"), AgentBinaries...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		builds = append(builds, bins)
-		spec, err := AgentSpec("istio-cni.local/install-cni:test", bins)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := Build(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := img.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		digests = append(digests, d.String())
-		archive := filepath.Join(dir, "image.tar")
-		if err := WriteArchive(archive, spec.Ref, img); err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(archive)
-		if err != nil {
-			t.Fatal(err)
-		}
-		archives = append(archives, sha256.Sum256(data))
+	type build struct {
+		digest        string
+		archive, sbom [32]byte
+		agent         *Agent
 	}
-	if digests[0] != digests[1] {
+	var builds []build
+	for i := 0; i < 2; i++ {
+		dir := testTempDir(t)
+		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := a.Index.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		archive, sbom, err := a.Write(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			builtAgent.Agent, builtAgent.archive, builtAgent.sbom = a, archive, sbom
+		}
+		ad, err := os.ReadFile(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd, err := os.ReadFile(sbom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds = append(builds, build{d.String(), sha256.Sum256(ad), sha256.Sum256(sd), a})
+		t.Logf("build %d: index %s, archive %d bytes, sbom %d bytes", i+1, d, len(ad), len(sd))
+	}
+	if builds[0].digest != builds[1].digest {
 		var differ []string
-		for name, path := range builds[0] {
-			a, _ := os.ReadFile(path)
-			b, _ := os.ReadFile(builds[1][name])
-			if !bytes.Equal(a, b) {
-				differ = append(differ, name)
+		for i, s := range builds[0].agent.Specs {
+			for _, f := range s.Files {
+				if f.Source == "" {
+					continue
+				}
+				for _, g := range builds[1].agent.Specs[i].Files {
+					if g.Path == f.Path {
+						a, _ := os.ReadFile(f.Source)
+						b, _ := os.ReadFile(g.Source)
+						if !bytes.Equal(a, b) {
+							differ = append(differ, s.Arch+":"+f.Path)
+						}
+					}
+				}
 			}
 		}
-		t.Errorf("two builds gave two digests: %s and %s; binaries that differ: %v (sources edited during the test?)", digests[0], digests[1], differ)
+		t.Errorf("two builds gave two digests: %s and %s; binaries that differ: %v (sources edited during the test?)", builds[0].digest, builds[1].digest, differ)
 	}
-	if archives[0] != archives[1] {
+	if builds[0].archive != builds[1].archive {
 		t.Errorf("two builds gave different archive bytes")
 	}
-	t.Logf("agent image digest %s", digests[0])
+	if builds[0].sbom != builds[1].sbom {
+		t.Errorf("two builds gave different SBOM bytes")
+	}
 }
 
 // The layer holds exactly the listed entries, sorted, parents first, root-owned and

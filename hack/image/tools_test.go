@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -94,7 +95,7 @@ func TestAgentImageToolsRunInsideTheImage(t *testing.T) {
 	}
 	// Any file does for the binaries: only the tools are run.
 	bins := map[string]string{"install-cni": self, "istio-cni": self, "istio-iptables": self, "istio-cni-doctor": self}
-	spec, err := AgentSpec("istio-cni.local/install-cni:tools", bins)
+	spec, err := AgentSpec(context.Background(), "istio-cni.local/install-cni:tools", "amd64", bins)
 	if err != nil {
 		t.Fatal(err)
 	}
