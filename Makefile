@@ -57,8 +57,9 @@ bench: prereqs
 demo: deps
 	$(GO) run ./hack/demo
 
-# image builds the install-cni image (and the demo's) as reproducible OCI archives in
-# bin/images, without a Docker engine, and prints their digests.
+# image builds the install-cni image index (linux/amd64 and linux/arm64, its SPDX
+# SBOM beside it) and the demo's image as reproducible OCI archives in bin/images,
+# without a Docker engine, and prints their digests.
 image:
 	$(GO) run ./hack/demo -images $(BIN)/images
 

@@ -52,7 +52,7 @@ func main() {
 }
 
 // buildImages writes the agent and demo images as OCI archives (ctr images import
-// reads them) into dir.
+// reads them) into dir, and the agent's SBOM beside its archive.
 func buildImages(ctx context.Context, dir string) error {
 	root, err := meshnode.RepoRoot()
 	if err != nil {
@@ -69,6 +69,7 @@ func buildImages(ctx context.Context, dir string) error {
 	for _, a := range im.Archives() {
 		fmt.Println(a)
 	}
+	fmt.Println(im.AgentSBOM)
 	return nil
 }
 
@@ -111,7 +112,7 @@ func run(ctx context.Context) (failed int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	fmt.Printf("  %s@%s  (install-cni, istio-cni, istio-iptables, istio-cni-doctor: static, reproducible)\n", meshnode.AgentRef, im.AgentDigest)
+	fmt.Printf("  %s@%s  (an index for linux/amd64 and linux/arm64: install-cni, istio-cni, istio-iptables, istio-cni-doctor, static; iptables and nft from Debian packages; reproducible; SBOM %s)\n", meshnode.AgentRef, im.AgentDigest, filepath.Base(im.AgentSBOM))
 	fmt.Printf("  %s@%s  (the istio-proxy stand-in and the sample app)\n", meshnode.DemoImage, im.DemoDigest)
 	fmt.Printf("  built in %s\n", time.Since(t).Round(100*time.Millisecond))
 

@@ -105,7 +105,7 @@ func (n *Node) nodetool(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// ImportImage builds a single-layer linux/amd64 image named name (for example
+// ImportImage builds a single-layer image for this machine's architecture named name (for example
 // "istio-cni.local/echo:v1") from files (path in the image -> path on this host;
 // executables keep their x bit) with entrypoint, and imports it into the node's
 // containerd, where pods can use it with imagePullPolicy IfNotPresent or Never.
@@ -114,7 +114,7 @@ func (n *Node) ImportImage(ctx context.Context, name string, files map[string]st
 	if len(files) == 0 {
 		return fmt.Errorf("node: image %s: no files", name)
 	}
-	spec := image.Spec{Ref: name, Entrypoint: entrypoint}
+	spec := image.Spec{Ref: name, Entrypoint: entrypoint, Arch: runtime.GOARCH}
 	for dst, src := range files {
 		spec.Files = append(spec.Files, image.File{Path: dst, Source: src})
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,11 +33,15 @@ const (
 
 // Images are the built images, as archives ready for Import.
 type Images struct {
+	// AgentDigest is the agent's image index (linux/amd64 and linux/arm64): what a
+	// registry resolves the agent's name to and what the chart's pods run.
 	AgentDigest string // sha256:...
 	DemoDigest  string
-	archives    map[string]string // ref -> archive
-	agentSpec   image.Spec
-	dir         string
+	// AgentSBOM is the agent image's SPDX document, beside its archive.
+	AgentSBOM string
+	archives  map[string]string // ref -> archive
+	agent     *image.Agent
+	dir       string
 }
 
 // RepoRoot is the repository's root: the nearest parent holding go.mod.
@@ -57,19 +62,33 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// BuildImages builds the agent image (install-cni, istio-cni, istio-iptables,
-// istio-cni-doctor) and the demo image (proxy-standin) into dir.
+// BuildImages builds the agent image index (install-cni, istio-cni,
+// istio-iptables, istio-cni-doctor and the Debian packages of hack/image, for
+// linux/amd64 and linux/arm64) with its SBOM, and the demo image (proxy-standin,
+// for this machine's architecture) into dir.
 func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
-	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin"), append(append([]string(nil), image.AgentBinaries...), "./test/harness/cmd/proxy-standin")...)
+	agent, err := image.BuildAgent(ctx, root, filepath.Join(dir, "bin"), AgentRef)
 	if err != nil {
 		return nil, err
 	}
-	agentSpec, err := image.AgentSpec(AgentRef, bins)
+	im := &Images{archives: map[string]string{}, agent: agent, dir: dir}
+	agentArchive, sbom, err := agent.Write(dir)
+	if err != nil {
+		return nil, err
+	}
+	d, err := agent.Index.Digest()
+	if err != nil {
+		return nil, err
+	}
+	im.AgentDigest, im.AgentSBOM, im.archives[AgentRef] = d.String(), sbom, agentArchive
+
+	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin", "demo"), runtime.GOARCH, "./test/harness/cmd/proxy-standin", "./cmd/istio-iptables")
 	if err != nil {
 		return nil, err
 	}
 	demoSpec := image.Spec{
-		Ref: DemoImage,
+		Ref:  DemoImage,
+		Arch: runtime.GOARCH,
 		Files: []image.File{
 			{Path: "/usr/local/bin/proxy-standin", Source: bins["proxy-standin"]},
 			// The validation init container's program, as in Istio's proxy image.
@@ -77,26 +96,19 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 		},
 		Entrypoint: []string{"proxy-standin"},
 	}
-	im := &Images{archives: map[string]string{}, agentSpec: agentSpec, dir: dir}
-	for _, s := range []struct {
-		spec   image.Spec
-		digest *string
-	}{{agentSpec, &im.AgentDigest}, {demoSpec, &im.DemoDigest}} {
-		img, err := image.Build(s.spec)
-		if err != nil {
-			return nil, err
-		}
-		d, err := img.Digest()
-		if err != nil {
-			return nil, err
-		}
-		*s.digest = d.String()
-		archive := filepath.Join(dir, filepath.Base(strings.ReplaceAll(s.spec.Ref, ":", "_"))+".oci.tar")
-		if err := image.WriteArchive(archive, s.spec.Ref, img); err != nil {
-			return nil, err
-		}
-		im.archives[s.spec.Ref] = archive
+	img, err := image.Build(demoSpec)
+	if err != nil {
+		return nil, err
 	}
+	if d, err = img.Digest(); err != nil {
+		return nil, err
+	}
+	im.DemoDigest = d.String()
+	archive := filepath.Join(dir, filepath.Base(strings.ReplaceAll(DemoImage, ":", "_"))+".oci.tar")
+	if err := image.WriteArchive(archive, DemoImage, img); err != nil {
+		return nil, err
+	}
+	im.archives[DemoImage] = archive
 	return im, nil
 }
 
@@ -106,23 +118,21 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 // into the node's containerd and returns its digest: what a helm upgrade to a new
 // image needs.
 func (im *Images) RebuildAgent(ctx context.Context, n *node.Node, tag string) (string, error) {
-	spec := im.agentSpec
-	spec.Ref = Hub + "/install-cni:" + tag
-	spec.Env = append(append([]string(nil), spec.Env...), "ISTIO_CNI_BUILD="+tag)
-	img, err := image.Build(spec)
+	ref := Hub + "/install-cni:" + tag
+	agent, err := im.agent.WithRef(ref).WithEnv("ISTIO_CNI_BUILD=" + tag)
 	if err != nil {
 		return "", err
 	}
-	d, err := img.Digest()
+	d, err := agent.Index.Digest()
 	if err != nil {
 		return "", err
 	}
 	archive := filepath.Join(im.dir, "install-cni_"+tag+".oci.tar")
-	if err := image.WriteArchive(archive, spec.Ref, img); err != nil {
+	if err := image.WriteArchive(archive, ref, agent.Index); err != nil {
 		return "", err
 	}
 	defer os.Remove(archive)
-	if err := image.Import(ctx, n.Ctr(), n.ContainerdSocket(), archive, spec.Ref); err != nil {
+	if err := image.Import(ctx, n.Ctr(), n.ContainerdSocket(), archive, ref); err != nil {
 		return "", err
 	}
 	return d.String(), nil
