@@ -114,33 +114,72 @@ func readAr(data []byte) (map[string][]byte, error) {
 }
 
 func decompress(suffix string, body []byte) ([]byte, error) {
-	var r io.Reader
+	r, done, err := decompressor(suffix, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return readAllLimit(r, maxDebUnpacked)
+}
+
+// decompressor reads a .deb member compressed as its name's suffix says; done
+// releases it.
+func decompressor(suffix string, r io.Reader) (out io.Reader, done func(), err error) {
 	switch suffix {
 	case ".xz":
-		xr, err := xz.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		r = xr
+		xr, err := xz.NewReader(r)
+		return xr, func() {}, err
 	case ".zst":
-		zr, err := zstd.NewReader(bytes.NewReader(body))
+		zr, err := zstd.NewReader(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		defer zr.Close()
-		r = zr
+		return zr, zr.Close, nil
 	case ".gz":
-		gr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		r = gr
+		gr, err := gzip.NewReader(r)
+		return gr, func() {}, err
 	case "":
-		r = bytes.NewReader(body)
-	default:
-		return nil, fmt.Errorf("compression %q is not one dpkg writes", suffix)
+		return r, func() {}, nil
 	}
-	return readAllLimit(r, maxDebUnpacked)
+	return nil, nil, fmt.Errorf("compression %q is not one dpkg writes", suffix)
+}
+
+// extractDebFile returns one regular file of a .deb's data.tar, reading the
+// archive as a stream (for packages too large to unpack whole in memory).
+func extractDebFile(file, want string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	members, err := readAr(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	for name, body := range members {
+		base, comp, _ := strings.Cut(name, ".tar")
+		if base != "data" {
+			continue
+		}
+		r, done, err := decompressor(comp, bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", file, name, err)
+		}
+		defer done()
+		tr := tar.NewReader(r)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return nil, fmt.Errorf("%s: no %s", file, want)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", file, name, err)
+			}
+			if path.Clean("/"+h.Name) == want && h.Typeflag == tar.TypeReg {
+				return readAllLimit(tr, maxDebUnpacked)
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s: no data.tar", file)
 }
 
 func readAllLimit(r io.Reader, limit int64) ([]byte, error) {

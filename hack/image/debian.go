@@ -43,6 +43,15 @@ var DebianExcluded = map[string]string{
 // DebianArches are the image index's architectures, as Debian and Go both name them.
 var DebianArches = []string{"amd64", "arm64"}
 
+// DebianTestTools are packages the tests of this package use, for the build
+// machine's architecture (amd64), never put in an image: qemu-user-static runs the
+// arm64 image's tools once, without registering anything with the host's kernel
+// (binfmt_misc).
+var DebianTestTools = []string{"qemu-user-static"}
+
+// testToolsArch is the architecture of DebianTestTools' packages.
+const testToolsArch = "amd64"
+
 // DebianLock is debian.lock: where the packages come from and each one pinned.
 type DebianLock struct {
 	// Distro is the distribution's ID and VERSION_ID (os-release), as package
@@ -55,6 +64,8 @@ type DebianLock struct {
 	Sources []string `json:"sources"`
 	// Packages are the pinned packages per architecture, sorted by name.
 	Packages map[string][]LockedPackage `json:"packages"`
+	// TestTools are DebianTestTools and their dependencies, for amd64.
+	TestTools []LockedPackage `json:"testTools"`
 }
 
 // LockedPackage is one .deb: where it is and what its bytes hash to.
@@ -117,6 +128,11 @@ func parseDebianLock(data []byte) (*DebianLock, error) {
 			}
 		}
 	}
+	for _, p := range l.TestTools {
+		if p.Arch != testToolsArch && p.Arch != "all" || p.URL == "" || len(p.SHA256) != 64 {
+			return nil, fmt.Errorf("debian.lock: test tool %s: arch %q, url %q, sha256 %q", p.Name, p.Arch, p.URL, p.SHA256)
+		}
+	}
 	for arch := range l.Packages {
 		if !slices.Contains(DebianArches, arch) {
 			return nil, fmt.Errorf("debian.lock: architecture %q is not one of %v", arch, DebianArches)
@@ -146,9 +162,9 @@ func CacheDir() string {
 	return "/var/cache/istio-cni"
 }
 
-// maxDebSize bounds one .deb download; the largest locked one (libc6) is under
-// 3 MB.
-const maxDebSize = 64 << 20
+// maxDebSize bounds one .deb download; the largest locked one is the tests'
+// qemu-user-static, 63 MB (of the image's, libc6, under 3 MB).
+const maxDebSize = 128 << 20
 
 // debDownloadTimeout bounds one .deb download.
 const debDownloadTimeout = 5 * time.Minute

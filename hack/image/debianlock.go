@@ -172,6 +172,20 @@ func WriteDebianLock(ctx context.Context, file, distro string, sources []AptSour
 			}
 			lock.Packages[arch] = append(lock.Packages[arch], lp)
 		}
+		if arch != testToolsArch {
+			continue
+		}
+		tools, err := resolveDebian(ix, DebianTestTools, nil)
+		if err != nil {
+			return fmt.Errorf("test tools: %w", err)
+		}
+		for _, p := range tools {
+			lp, err := lockedFrom(p)
+			if err != nil {
+				return fmt.Errorf("test tools: %w", err)
+			}
+			lock.TestTools = append(lock.TestTools, lp)
+		}
 	}
 	data, err := json.MarshalIndent(lock, "", "  ")
 	if err != nil {
