@@ -16,16 +16,16 @@ func TestCompareVersions(t *testing.T) {
 		{"1.0", "1.0", 0},
 		{"1.0", "1.1", -1},
 		{"1.10", "1.9", 1},
-		{"1.0~rc1", "1.0", -1},   // a tilde sorts before the end
-		{"1.0~rc1", "1.0~", 1},   // and before anything else
-		{"1.0a", "1.0", 1},       // a letter after the end
-		{"1.0a", "1.0+", -1},     // letters before other characters
-		{"1:1.0", "2.0", 1},      // the epoch first
-		{"0:1.0", "1.0", 0},      // epoch 0 is no epoch
-		{"1.0-1", "1.0-2", -1},   // the revision last
-		{"1.0-10", "1.0-9", 1},   // numerically
-		{"1.0-1", "1.0", 1},      // a revision after none
-		{"001.2", "1.2", 0},      // leading zeros do not count
+		{"1.0~rc1", "1.0", -1}, // a tilde sorts before the end
+		{"1.0~rc1", "1.0~", 1}, // and before anything else
+		{"1.0a", "1.0", 1},     // a letter after the end
+		{"1.0a", "1.0+", -1},   // letters before other characters
+		{"1:1.0", "2.0", 1},    // the epoch first
+		{"0:1.0", "1.0", 0},    // epoch 0 is no epoch
+		{"1.0-1", "1.0-2", -1}, // the revision last
+		{"1.0-10", "1.0-9", 1}, // numerically
+		{"1.0-1", "1.0", 1},    // a revision after none
+		{"001.2", "1.2", 0},    // leading zeros do not count
 		{"2.36-9+deb12u14", "2.36-9+deb12u7", 1},
 		{"2.36-9+deb12u7", "2.36-9", 1},
 		{"1.8.9-2", "1.8.9-2~bpo11+1", 1},

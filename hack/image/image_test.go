@@ -33,7 +33,7 @@ var builtAgent struct {
 func agentBuild(t *testing.T) (*Agent, string, string) {
 	t.Helper()
 	if builtAgent.Agent == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a first build for arm64 compiles every dependency
 		defer cancel()
 		dir := testTempDir(t)
 		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test")
@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 // both architectures in two different directories, has the same digest, the same
 // archive bytes and the same SBOM bytes.
 func TestAgentIndexBuiltTwiceHasTheSameDigest(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a first build for arm64 compiles every dependency
 	defer cancel()
 	type build struct {
 		digest        string

@@ -108,8 +108,8 @@ func SBOM(ref, distro string, index v1.ImageIndex, specs []Spec) ([]byte, error)
 	indexID := "SPDXRef-Image-index"
 	doc.Packages = append(doc.Packages, spdxPackage{
 		SPDXID: indexID, Name: ref, VersionInfo: digest.String(), DownloadLocation: noAssertion,
-		Checksums:             []spdxChecksum{{"SHA256", digest.Hex}},
-		LicenseConcluded:      noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
+		Checksums:        []spdxChecksum{{"SHA256", digest.Hex}},
+		LicenseConcluded: noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
 		PrimaryPackagePurpose: "CONTAINER",
 		ExternalRefs:          []spdxExternalRef{{"PACKAGE-MANAGER", "purl", ociPurl(digest, "")}},
 	})
@@ -123,8 +123,8 @@ func SBOM(ref, distro string, index v1.ImageIndex, specs []Spec) ([]byte, error)
 		imageID := "SPDXRef-Image-" + arch
 		doc.Packages = append(doc.Packages, spdxPackage{
 			SPDXID: imageID, Name: ref + " linux/" + arch, VersionInfo: desc.Digest.String(), DownloadLocation: noAssertion,
-			Checksums:             []spdxChecksum{{"SHA256", desc.Digest.Hex}},
-			LicenseConcluded:      noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
+			Checksums:        []spdxChecksum{{"SHA256", desc.Digest.Hex}},
+			LicenseConcluded: noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
 			PrimaryPackagePurpose: "CONTAINER",
 			ExternalRefs:          []spdxExternalRef{{"PACKAGE-MANAGER", "purl", ociPurl(desc.Digest, arch)}},
 		})
