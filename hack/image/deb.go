@@ -43,16 +43,9 @@ const maxDebUnpacked = 256 << 20
 // readDeb reads a .deb (deb(5): an ar archive of debian-binary, control.tar.* and
 // data.tar.*, each compressed with xz, zstd, gzip or not at all).
 func readDeb(file string) (*debPackage, error) {
-	data, err := os.ReadFile(file)
+	members, err := debMembers(file)
 	if err != nil {
 		return nil, err
-	}
-	members, err := readAr(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if v := strings.TrimSpace(string(members["debian-binary"])); !strings.HasPrefix(v, "2.") {
-		return nil, fmt.Errorf("%s: debian-binary %q, want 2.x", file, v)
 	}
 	pkg := &debPackage{}
 	var sawControl, sawData bool
@@ -80,6 +73,22 @@ func readDeb(file string) (*debPackage, error) {
 		return nil, fmt.Errorf("%s: not a binary package (control.tar %v, data.tar %v, Package %q)", file, sawControl, sawData, pkg.Name())
 	}
 	return pkg, nil
+}
+
+// debMembers reads a .deb's ar members, checking its format version.
+func debMembers(file string) (map[string][]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	members, err := readAr(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if v := strings.TrimSpace(string(members["debian-binary"])); !strings.HasPrefix(v, "2.") {
+		return nil, fmt.Errorf("%s: debian-binary %q, want 2.x", file, v)
+	}
+	return members, nil
 }
 
 // readAr splits a common-format ar archive into its members.
@@ -147,13 +156,9 @@ func decompressor(suffix string, r io.Reader) (out io.Reader, done func(), err e
 // extractDebFile returns one regular file of a .deb's data.tar, reading the
 // archive as a stream (for packages too large to unpack whole in memory).
 func extractDebFile(file, want string) ([]byte, error) {
-	data, err := os.ReadFile(file)
+	members, err := debMembers(file)
 	if err != nil {
 		return nil, err
-	}
-	members, err := readAr(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	for name, body := range members {
 		base, comp, _ := strings.Cut(name, ".tar")
