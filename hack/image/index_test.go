@@ -248,8 +248,9 @@ func TestScannerListsTheImagePackages(t *testing.T) {
 	fromSBOM := runSyft(t, "convert", sbom, "-o", "syft-json")
 	for _, arch := range DebianArches {
 		r := runSyft(t, "scan", "oci-archive:"+archive, "--platform", "linux/"+arch, "-o", "syft-json", "-q")
-		if r.Distro.ID != "debian" || r.Distro.VersionID != "12" {
-			t.Errorf("%s: syft finds distro %+v, want debian 12", arch, r.Distro)
+		// syft takes the point release from /etc/debian_version (12.15).
+		if r.Distro.ID+"-"+r.Distro.VersionID != lock.Distro && !strings.HasPrefix(r.Distro.ID+"-"+r.Distro.VersionID, lock.Distro+".") {
+			t.Errorf("%s: syft finds distro %+v, want %s", arch, r.Distro, lock.Distro)
 		}
 		var want []string
 		for _, p := range lock.Packages[arch] {

@@ -163,18 +163,19 @@ func SBOM(ref, distro string, index v1.ImageIndex, specs []Spec) ([]byte, error)
 }
 
 // DebPurl is the package URL of a Debian package, as vulnerability scanners and
-// databases write it: the version percent-encoded ("+" as %2B), the epoch kept.
+// databases write it: the version percent-encoded ("+" as %2B, the epoch's ":" as
+// %3A).
 func DebPurl(p LockedPackage, distro string) string {
 	return "pkg:deb/debian/" + p.Name + "@" + purlEscape(p.Version) + "?arch=" + p.Arch + "&distro=" + distro
 }
 
 // purlEscape percent-encodes what the package-URL spec does not allow as is in a
-// version: anything but letters, digits and . - _ ~ :.
+// version: anything but letters, digits and . - _ ~.
 func purlEscape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(".-_~:", c) >= 0 {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(".-_~", c) >= 0 {
 			b.WriteByte(c)
 		} else {
 			fmt.Fprintf(&b, "%%%02X", c)
