@@ -139,6 +139,8 @@ const (
 	maxPackagesXZ    = 64 << 20
 	maxPackagesPlain = 512 << 20
 	indexTimeout     = 10 * time.Minute
+	// gpgvTimeout bounds checking one InRelease signature (milliseconds here).
+	gpgvTimeout = time.Minute
 )
 
 // WriteDebianLock reads the Packages indexes of sources for each of DebianArches,
@@ -244,6 +246,8 @@ func readPackagesIndex(ctx context.Context, s AptSource, arch string) ([]stanza,
 // verifyInRelease checks a clear-signed InRelease file with gpgv and returns the
 // signed text.
 func verifyInRelease(ctx context.Context, signed []byte, keyring string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, gpgvTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, "gpgv", "--keyring", keyring, "--output", "-", "-")
 	cmd.Stdin = bytes.NewReader(signed)
 	var stderr bytes.Buffer

@@ -207,8 +207,10 @@ type syftReport struct {
 func runSyft(t *testing.T, args ...string) syftReport {
 	t.Helper()
 	cmd := exec.Command(syftTool(t), args...)
-	// syft checks for a newer release and reads its config from the home directory.
-	cmd.Env = append(os.Environ(), "SYFT_CHECK_FOR_APP_UPDATE=false", "HOME="+t.TempDir())
+	// syft checks for a newer release, reads its config from the home directory
+	// and unpacks the archive under TMPDIR: all kept to the test.
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "SYFT_CHECK_FOR_APP_UPDATE=false", "HOME="+tmp, "TMPDIR="+tmp)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
