@@ -5,10 +5,12 @@ second release in the same cluster would fight over the node's CNI config anyway
 */}}
 {{- define "istio-cni.name" -}}istio-cni{{- end }}
 
-{{/* Labels of every object: the common ones and Istio's revision and owner. */}}
+{{/* Labels of every object: the common ones and Istio's revision and owner, when set. */}}
 {{- define "istio-cni.labels" -}}
 {{ include "istio-cni.commonLabels" . }}
-istio.io/rev: {{ .Values.revision | default "default" | quote }}
+{{- with .Values.revision }}
+istio.io/rev: {{ . | quote }}
+{{- end }}
 {{- with .Values.ownerName }}
 install.operator.istio.io/owning-resource: {{ . | quote }}
 {{- end }}

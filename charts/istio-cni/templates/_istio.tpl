@@ -107,6 +107,11 @@ stays this chart's: a repository path under hub.
 {{- $gl := $g.logging | default dict -}}
 {{- $l := $v.logging | default dict -}}
 {{- include "istio-cni.splitImageReference" . -}}
+{{- /* Empty hub: Istio's "not set here"; the chart's default (never global.hub). */ -}}
+{{- $_ := set $v "hub" ($v.hub | default $v.defaultHub) -}}
+{{- /* Istio's tag may be a YAML number (1.24 is one). */ -}}
+{{- $_ := set $v "tag" (toString ($v.tag | default "")) -}}
+{{- $_ := set $v.repair "tag" (toString ($v.repair.tag | default "")) -}}
 {{- /* Pull policy: pullPolicy, global.imagePullPolicy, Always. */ -}}
 {{- $_ := set $v "pullPolicy" ($v.pullPolicy | default $g.imagePullPolicy | default "Always") -}}
 {{- /* The agent's log: agentLogLevel, logging.level, global.logging.level, info. */ -}}
@@ -117,8 +122,8 @@ stays this chart's: a repository path under hub.
 {{- $_ := set $v "agentLogLevel" "info" -}}
 {{- end -}}
 {{- end -}}
-{{- $_ := set $v "agentLogAsJson" (or $v.agentLogAsJson $g.logAsJson) -}}
-{{- $_ := set $v "nativeNftables" (or $v.nativeNftables $g.nativeNftables) -}}
+{{- $_ := set $v "agentLogAsJson" (or $v.agentLogAsJson $g.logAsJson false) -}}
+{{- $_ := set $v "nativeNftables" (or $v.nativeNftables $g.nativeNftables false) -}}
 {{- /* resources, or global.defaultResources when resources is empty (Istio's rule). */ -}}
 {{- if and (not $v.resources) $g.defaultResources -}}
 {{- $_ := set $v "resources" $g.defaultResources -}}
