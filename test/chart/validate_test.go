@@ -57,11 +57,18 @@ var variants = []struct {
 }
 
 // TestLintStrictPassesForEveryProfile: helm lint --strict (warnings are failures) on the
-// chart with each platform profile.
+// chart with each platform profile and each of Istio's values files (testdata/istio).
 func TestLintStrictPassesForEveryProfile(t *testing.T) {
+	files := map[string]string{}
 	for _, p := range profiles {
-		t.Run(p, func(t *testing.T) {
-			out, err := helm(t, "lint", "--strict", chartDir, "-f", profileFile(p))
+		files[p] = profileFile(p)
+	}
+	for _, f := range istioFiles {
+		files["istio "+f] = istioFile(f)
+	}
+	for name, file := range files {
+		t.Run(name, func(t *testing.T) {
+			out, err := helm(t, "lint", "--strict", chartDir, "-f", file)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}

@@ -879,17 +879,21 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"repair tag other than the agent's", []string{"--set", "tag=1.0", "--set", "repair.tag=2.0"}, []string{"repair.tag", `"2.0"`, `"1.0"`}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := render(t, c.args...)
-			if err == nil {
-				t.Fatalf("helm template %v succeeded, want it refused", c.args)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not name %s:\n%v", w, err)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, c.want) })
+	}
+}
+
+// wantRefused: rendering with args fails with an error holding every string of want.
+func wantRefused(t *testing.T, args, want []string) {
+	t.Helper()
+	_, err := render(t, args...)
+	if err == nil {
+		t.Fatalf("helm template %v succeeded, want it refused", args)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not name %s:\n%v", w, err)
+		}
 	}
 }
 
