@@ -419,3 +419,61 @@ func TestNotesSayWhyIstiosGlobalImageIsNotUsed(t *testing.T) {
 		t.Errorf("notes speak of global.hub without it set:\n%s", notes)
 	}
 }
+
+// TestHardenedSecurityContext: the agent's container is hardened by default (seccomp
+// RuntimeDefault, read-only root filesystem, no privilege escalation) and the AppArmor,
+// SELinux and seccomp values reach it; istio-cni-doctor gets a writable /tmp.
+func TestHardenedSecurityContext(t *testing.T) {
+	seccomp := securityOf(func(sc *corev1.SecurityContext) any { return sc.SeccompProfile })
+	readOnly := securityOf(func(sc *corev1.SecurityContext) any { return *sc.ReadOnlyRootFilesystem })
+	noEscalation := securityOf(func(sc *corev1.SecurityContext) any {
+		return sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
+	})
+	appArmor := securityOf(func(sc *corev1.SecurityContext) any { return sc.AppArmorProfile })
+	annotation := dsOf(func(ds *appsv1.DaemonSet) any {
+		return ds.Spec.Template.Annotations["container.apparmor.security.beta.kubernetes.io/install-cni"]
+	})
+	tmp := func(t *testing.T, m *manifest) any {
+		for _, vm := range m.agent(t).VolumeMounts {
+			if vm.MountPath == "/tmp" {
+				for _, v := range m.daemonSet(t).Spec.Template.Spec.Volumes {
+					if v.Name == vm.Name && v.EmptyDir != nil {
+						return "emptyDir " + v.EmptyDir.SizeLimit.String()
+					}
+				}
+			}
+		}
+		return ""
+	}
+	cases := []struct {
+		name string
+		args []string
+		got  func(t *testing.T, m *manifest) any
+		want any
+	}{
+		{"seccomp RuntimeDefault by default", nil, seccomp, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		{"seccomp off on request", []string{"--set", "seccompProfile.type=Unconfined"}, seccomp, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}},
+		{"read-only root filesystem by default", nil, readOnly, true},
+		{"read-only root filesystem with troubleshooting", []string{"--set", "troubleshooting.enabled=true"}, readOnly, true},
+		{"writable root filesystem on request", []string{"--set", "readOnlyRootFilesystem=false"}, readOnly, false},
+		{"no privilege escalation by default", nil, noEscalation, true},
+		{"no /tmp without troubleshooting", nil, tmp, ""},
+		{"the doctor's /tmp", []string{"--set", "troubleshooting.enabled=true"}, tmp, "emptyDir 16Mi"},
+		{"no AppArmor profile by default", nil, appArmor, (*corev1.AppArmorProfile)(nil)},
+		{"AppArmor profile as the field", []string{"--set", "appArmorProfile.type=RuntimeDefault"}, appArmor, &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}},
+		{"AppArmor profile as the annotation", []string{"--set", "appArmorProfile.type=Localhost", "--set", "appArmorProfile.localhostProfile=istio-cni", "--set", "useAppArmorAnnotation=true"},
+			annotation, "localhost/istio-cni"},
+		{"AppArmor annotation instead of the field", []string{"--set", "appArmorProfile.type=Unconfined", "--set", "useAppArmorAnnotation=true"}, appArmor, (*corev1.AppArmorProfile)(nil)},
+		{"SELinux type as given", []string{"--set", "seLinuxOptions.type=container_t", "--set", "seLinuxOptions.level=s0"},
+			securityOf(func(sc *corev1.SecurityContext) any { return sc.SELinuxOptions }), &corev1.SELinuxOptions{Type: "container_t", Level: "s0"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := mustRender(t, c.args...)
+			if diff := cmp.Diff(c.want, c.got(t, m)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			checkSecurityContextRules(t, m)
+		})
+	}
+}
