@@ -422,7 +422,7 @@ func TestNotesSayWhyIstiosGlobalImageIsNotUsed(t *testing.T) {
 
 // TestHardenedSecurityContext: the agent's container is hardened by default (seccomp
 // RuntimeDefault, read-only root filesystem, no privilege escalation) and the AppArmor,
-// SELinux and seccomp values reach it; istio-cni-doctor gets a writable /tmp.
+// SELinux and seccomp values reach it.
 func TestHardenedSecurityContext(t *testing.T) {
 	seccomp := securityOf(func(sc *corev1.SecurityContext) any { return sc.SeccompProfile })
 	readOnly := securityOf(func(sc *corev1.SecurityContext) any { return *sc.ReadOnlyRootFilesystem })
@@ -433,18 +433,6 @@ func TestHardenedSecurityContext(t *testing.T) {
 	annotation := dsOf(func(ds *appsv1.DaemonSet) any {
 		return ds.Spec.Template.Annotations["container.apparmor.security.beta.kubernetes.io/install-cni"]
 	})
-	tmp := func(t *testing.T, m *manifest) any {
-		for _, vm := range m.agent(t).VolumeMounts {
-			if vm.MountPath == "/tmp" {
-				for _, v := range m.daemonSet(t).Spec.Template.Spec.Volumes {
-					if v.Name == vm.Name && v.EmptyDir != nil {
-						return "emptyDir " + v.EmptyDir.SizeLimit.String()
-					}
-				}
-			}
-		}
-		return ""
-	}
 	cases := []struct {
 		name string
 		args []string
@@ -457,8 +445,6 @@ func TestHardenedSecurityContext(t *testing.T) {
 		{"read-only root filesystem with troubleshooting", []string{"--set", "troubleshooting.enabled=true"}, readOnly, true},
 		{"writable root filesystem on request", []string{"--set", "readOnlyRootFilesystem=false"}, readOnly, false},
 		{"no privilege escalation by default", nil, noEscalation, true},
-		{"no /tmp without troubleshooting", nil, tmp, ""},
-		{"the doctor's /tmp", []string{"--set", "troubleshooting.enabled=true"}, tmp, "emptyDir 16Mi"},
 		{"no AppArmor profile by default", nil, appArmor, (*corev1.AppArmorProfile)(nil)},
 		{"AppArmor profile as the field", []string{"--set", "appArmorProfile.type=RuntimeDefault"}, appArmor, &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}},
 		{"AppArmor profile as the annotation", []string{"--set", "appArmorProfile.type=Localhost", "--set", "appArmorProfile.localhostProfile=istio-cni", "--set", "useAppArmorAnnotation=true"},
