@@ -45,14 +45,30 @@ var variants = []struct {
 	{"repair labels", []string{"--set", "repair.deletePods=false"}},
 	{"probes on the monitoring port", []string{"--set", "probes.port=15014"}},
 	{"openshift in several namespaces", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={default,bookinfo}"}},
+	{"istio default values", []string{"-f", istioFile("default")}},
+	{"istio nested cni values", []string{"-f", istioFile("nested-cni")}},
+	{"istio private registry", []string{"-f", istioFile("private-registry")}},
+	{"istio openshift", []string{"-f", istioFile("openshift")}},
+	{"istio gke", []string{"-f", istioFile("gke")}},
+	{"istio resources and seccomp", []string{"-f", istioFile("resources-seccomp")}},
+	{"istio repair", []string{"-f", istioFile("repair")}},
+	{"hardened: apparmor field", []string{"--set", "appArmorProfile.type=RuntimeDefault"}},
+	{"hardened: apparmor annotation", []string{"--set", "appArmorProfile.type=Localhost", "--set", "appArmorProfile.localhostProfile=istio-cni", "--set", "useAppArmorAnnotation=true"}},
 }
 
 // TestLintStrictPassesForEveryProfile: helm lint --strict (warnings are failures) on the
-// chart with each platform profile.
+// chart with each platform profile and each of Istio's values files (testdata/istio).
 func TestLintStrictPassesForEveryProfile(t *testing.T) {
+	files := map[string]string{}
 	for _, p := range profiles {
-		t.Run(p, func(t *testing.T) {
-			out, err := helm(t, "lint", "--strict", chartDir, "-f", profileFile(p))
+		files[p] = profileFile(p)
+	}
+	for _, f := range istioFiles {
+		files["istio "+f] = istioFile(f)
+	}
+	for name, file := range files {
+		t.Run(name, func(t *testing.T) {
+			out, err := helm(t, "lint", "--strict", chartDir, "-f", file)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}

@@ -587,6 +587,8 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		"kube-system coordination.k8s.io leases istio-cni-multus get",
 		"kube-system coordination.k8s.io leases istio-cni-multus update",
 	}
+	// Multus means OpenShift in practice, whose admission wants the SCC for the agent pod.
+	scc := "cluster security.openshift.io securitycontextconstraints privileged use"
 	cases := []struct {
 		name string
 		args []string
@@ -631,19 +633,19 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	}, {
 		name: "multus with the chart's namespaces only: repair labels a pod missing the network",
 		args: []string{"--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true", "--set", "multus.meshedNamespaces=false"},
-		want: concat([]string{deletePods, labelPods}, watchPods, events),
+		want: concat([]string{deletePods, labelPods, scc}, watchPods, events),
 	}, {
 		name: "multus in meshed namespaces: one agent creates, never updates or deletes, the NetworkAttachmentDefinitions",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat(watchPods, watchNamespaces, multusNADs),
+		want: concat([]string{scc}, watchPods, watchNamespaces, multusNADs),
 	}, {
 		name: "multus in meshed namespaces with the pod cache: namespaces are listed and watched by one rule",
 		args: []string{"--set", "repair.enabled=false", "--set", "chained=false", "--set", "multus.enabled=true"},
-		want: concat(watchPods, watchNamespaces, multusNADs),
+		want: concat([]string{scc}, watchPods, watchNamespaces, multusNADs),
 	}, {
 		name: "privileged (OpenShift) may use the privileged SCC",
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "privileged=true"},
-		want: []string{"cluster security.openshift.io securitycontextconstraints privileged use"},
+		want: []string{scc},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -877,17 +879,21 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"repair tag other than the agent's", []string{"--set", "tag=1.0", "--set", "repair.tag=2.0"}, []string{"repair.tag", `"2.0"`, `"1.0"`}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := render(t, c.args...)
-			if err == nil {
-				t.Fatalf("helm template %v succeeded, want it refused", c.args)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not name %s:\n%v", w, err)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, c.want) })
+	}
+}
+
+// wantRefused: rendering with args fails with an error holding every string of want.
+func wantRefused(t *testing.T, args, want []string) {
+	t.Helper()
+	_, err := render(t, args...)
+	if err == nil {
+		t.Fatalf("helm template %v succeeded, want it refused", args)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not name %s:\n%v", w, err)
+		}
 	}
 }
 

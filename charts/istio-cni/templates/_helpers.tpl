@@ -5,7 +5,22 @@ second release in the same cluster would fight over the node's CNI config anyway
 */}}
 {{- define "istio-cni.name" -}}istio-cni{{- end }}
 
+{{/* Labels of every object: the common ones and Istio's revision and owner, when set. */}}
 {{- define "istio-cni.labels" -}}
+{{ include "istio-cni.commonLabels" . }}
+{{- with .Values.revision }}
+istio.io/rev: {{ . | quote }}
+{{- end }}
+{{- with .Values.ownerName }}
+install.operator.istio.io/owning-resource: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the agent pods too. Not istio.io/rev: Istio's injection webhooks select pods
+by it.
+*/}}
+{{- define "istio-cni.commonLabels" -}}
 app.kubernetes.io/name: istio-cni
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -142,4 +157,13 @@ named istio-cni for the NetworkAttachmentDefinition to point at (the agent refus
 {{/* The chart's NetworkAttachmentDefinition namespaces, without empty entries (--set "multus.namespaces={}"). */}}
 {{- define "istio-cni.multusNamespaces" -}}
 {{- compact .Values.multus.namespaces | toJson -}}
+{{- end }}
+
+{{/* appArmorProfile as the value of the container.apparmor.security.beta.kubernetes.io annotation. */}}
+{{- define "istio-cni.appArmorAnnotation" -}}
+{{- $p := .Values.appArmorProfile -}}
+{{- if eq $p.type "RuntimeDefault" -}}runtime/default
+{{- else if eq $p.type "Unconfined" -}}unconfined
+{{- else -}}localhost/{{ $p.localhostProfile }}
+{{- end -}}
 {{- end }}

@@ -1,0 +1,194 @@
+{{/*
+Istio's istio-cni values, read next to this chart's own (README: Istio's values).
+
+Every template starts with `$_ := include "istio-cni.init" .`: the first call rewrites
+.Values in place (helm shares one .Values between the templates of a chart), the others
+find it done. After it, templates read only this chart's names:
+  1. The nested `cni:` block (Istio's chart up to 1.23, IstioOperator's values.cni) is laid
+     over the top-level values, key by key: cni.X wins over X, as in Istio's chart. An
+     empty string or null under cni: means "not set" (IstioOperator writes them).
+  2. Where Istio has another name for one of this chart's settings, the value is resolved
+     into this chart's name; this chart's own name wins when set, then Istio's top-level
+     name, then Istio's global.<name>, then the default.
+  3. Istio settings for features this chart does not have are refused, naming the value.
+*/}}
+{{- define "istio-cni.init" -}}
+{{- if not (hasKey .Values "__istioValuesResolved") -}}
+{{- $_ := set .Values "__istioValuesResolved" true -}}
+{{- include "istio-cni.refuseIstioInternals" . -}}
+{{- with .Values.cni -}}
+{{- include "istio-cni.overlay" (list $.Values .) -}}
+{{- end -}}
+{{- include "istio-cni.resolveIstioNames" . -}}
+{{- include "istio-cni.refuseIstioFeatures" . -}}
+{{- end -}}
+{{- end }}
+
+{{/* overlay (list dst src): sets every key of src in dst, descending into maps both have. */}}
+{{- define "istio-cni.overlay" -}}
+{{- $dst := index . 0 -}}
+{{- $src := index . 1 -}}
+{{- range $k, $v := $src -}}
+{{- if and (kindIs "map" $v) (kindIs "map" (get $dst $k)) -}}
+{{- include "istio-cni.overlay" (list (get $dst $k) $v) -}}
+{{- else if not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v ""))) -}}
+{{- $_ := set $dst $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* Blocks of Istio's own chart machinery, which a user's values file must not hold. */}}
+{{- define "istio-cni.refuseIstioInternals" -}}
+{{- range $k := list "_internal_defaults_do_not_set" "defaults" -}}
+{{- if hasKey $.Values $k -}}
+{{- fail (printf "%s is the block of built-in defaults inside Istio's own chart, not a user setting (Istio refuses it too): move the keys under it to the top level" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- $cni := .Values.cni | default dict -}}
+{{- if and (hasKey $cni "enabled") (not $cni.enabled) -}}
+{{- fail "cni.enabled is false: IstioOperator's switch for installing istio-cni at all; this chart is istio-cni, so do not install it instead (or set cni.enabled=true)" -}}
+{{- end -}}
+{{- if and (hasKey .Values "enabled") (not .Values.enabled) -}}
+{{- fail "enabled is false: IstioOperator's switch for installing istio-cni at all; this chart is istio-cni, so do not install it instead (or set enabled=true)" -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+agentLogLevel from Istio's logging.level ("info", or scopes "default:info,cni:debug"): the
+most verbose level named, so that nothing asked for is lost. Istio's fatal and none are
+quieter than this agent can be: they become error.
+*/}}
+{{- define "istio-cni.agentLevelOf" -}}
+{{- $rank := dict "debug" 0 "info" 1 "warn" 2 "error" 3 "fatal" 3 "none" 3 -}}
+{{- $names := list "debug" "info" "warn" "error" -}}
+{{- $best := 3 -}}
+{{- range $part := splitList "," (toString .) -}}
+{{- $lvl := $part | trim | splitList ":" | last | trim | lower -}}
+{{- if not (hasKey $rank $lvl) -}}
+{{- fail (printf "logging.level %q: %q is not one of Istio's levels debug, info, warn, error, fatal, none" (toString $) $lvl) -}}
+{{- end -}}
+{{- $best = min $best (get $rank $lvl) -}}
+{{- end -}}
+{{- index $names (int $best) -}}
+{{- end }}
+
+{{/*
+Istio's image reference in `image` ("registry.example.com/mesh/install-cni:1.2", the whole
+reference, as Istio's chart takes an image holding "/"): split into hub, image, tag and
+digest. A path without a registry host and without tag or digest ("mesh/install-cni")
+stays this chart's: a repository path under hub.
+*/}}
+{{- define "istio-cni.splitImageReference" -}}
+{{- $ref := .Values.image -}}
+{{- $first := $ref | splitList "/" | first -}}
+{{- $hasHost := and (contains "/" $ref) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $last := $ref | splitList "/" | last -}}
+{{- $hasVersion := or (contains "@" $ref) (contains ":" $last) -}}
+{{- if and (contains "/" $ref) (or $hasHost $hasVersion) -}}
+{{- $name := $ref -}}
+{{- if contains "@" $ref -}}
+{{- $name = $ref | splitList "@" | first -}}
+{{- $_ := set .Values "digest" ($ref | splitList "@" | last) -}}
+{{- end -}}
+{{- $nameLast := $name | splitList "/" | last -}}
+{{- if contains ":" $nameLast -}}
+{{- $_ := set .Values "tag" ($nameLast | splitList ":" | last) -}}
+{{- $name = trimSuffix (printf ":%s" .Values.tag) $name -}}
+{{- end -}}
+{{- $parts := splitList "/" $name -}}
+{{- $_ := set .Values "hub" (join "/" (initial $parts)) -}}
+{{- $_ := set .Values "image" (last $parts) -}}
+{{- end -}}
+{{- end }}
+
+{{- define "istio-cni.resolveIstioNames" -}}
+{{- $v := .Values -}}
+{{- $g := $v.global | default dict -}}
+{{- $gl := $g.logging | default dict -}}
+{{- $l := $v.logging | default dict -}}
+{{- include "istio-cni.splitImageReference" . -}}
+{{- /* Empty hub: Istio's "not set here"; the chart's default (never global.hub). */ -}}
+{{- $_ := set $v "hub" ($v.hub | default $v.defaultHub) -}}
+{{- /* Istio's tag may be a YAML number (1.24 is one). */ -}}
+{{- $_ := set $v "tag" (toString ($v.tag | default "")) -}}
+{{- $_ := set $v.repair "tag" (toString ($v.repair.tag | default "")) -}}
+{{- /* Pull policy: pullPolicy, global.imagePullPolicy, Always. */ -}}
+{{- $_ := set $v "pullPolicy" ($v.pullPolicy | default $g.imagePullPolicy | default "Always") -}}
+{{- /* The agent's log: agentLogLevel, logging.level, global.logging.level, info. */ -}}
+{{- if not $v.agentLogLevel -}}
+{{- with (coalesce $l.level $gl.level) -}}
+{{- $_ := set $v "agentLogLevel" (include "istio-cni.agentLevelOf" .) -}}
+{{- else -}}
+{{- $_ := set $v "agentLogLevel" "info" -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $v "agentLogAsJson" (or $v.agentLogAsJson $g.logAsJson false) -}}
+{{- $_ := set $v "nativeNftables" (or $v.nativeNftables $g.nativeNftables false) -}}
+{{- /* resources, or global.defaultResources when resources is empty (Istio's rule). */ -}}
+{{- if and (not $v.resources) $g.defaultResources -}}
+{{- $_ := set $v "resources" $g.defaultResources -}}
+{{- end -}}
+{{- /* Istio's chart before 1.26: rollingMaxUnavailable. */ -}}
+{{- if and (hasKey $v "rollingMaxUnavailable") (not (kindIs "invalid" $v.rollingMaxUnavailable)) (ne (toString $v.rollingMaxUnavailable) "") -}}
+{{- $us := $v.updateStrategy | default dict -}}
+{{- if and $us.type (ne $us.type "RollingUpdate") -}}
+{{- fail (printf "rollingMaxUnavailable %v is set, but updateStrategy.type is %s: a DaemonSet has no rolling update then; remove one of them" $v.rollingMaxUnavailable $us.type) -}}
+{{- end -}}
+{{- $_ := set $us "type" "RollingUpdate" -}}
+{{- $ru := $us.rollingUpdate | default dict -}}
+{{- $_ := set $ru "maxUnavailable" $v.rollingMaxUnavailable -}}
+{{- $_ := set $us "rollingUpdate" $ru -}}
+{{- $_ := set $v "updateStrategy" $us -}}
+{{- end -}}
+{{- /* Istio's provider: "multus" is this chart's multus.enabled. */ -}}
+{{- $provider := $v.provider | default "default" -}}
+{{- if not (has $provider (list "default" "multus")) -}}
+{{- fail (printf "provider %q: Istio's CNI providers are default and multus; this istio-cni has no other (ambient is not supported: it captures sidecar pods only)" $provider) -}}
+{{- end -}}
+{{- if eq $provider "multus" -}}
+{{- $_ := set $v.multus "enabled" true -}}
+{{- end -}}
+{{- /* Empty directories are Istio's "use the default": its GKE detection for the binaries. */ -}}
+{{- if not $v.cniBinDir -}}
+{{- $_ := set $v "cniBinDir" (ternary "/home/kubernetes/bin" "/opt/cni/bin" (contains "-gke" .Capabilities.KubeVersion.GitVersion)) -}}
+{{- end -}}
+{{- $_ := set $v "cniConfDir" ($v.cniConfDir | default "/etc/cni/net.d") -}}
+{{- $_ := set $v "cniNetnsDir" ($v.cniNetnsDir | default "/var/run/netns") -}}
+{{- /* imagePullSecrets of the ServiceAccount: this chart's and Istio's global ones. */ -}}
+{{- $_ := set $v "imagePullSecrets" (concat ($v.imagePullSecrets | default list) ($g.imagePullSecrets | default list) | uniq) -}}
+{{- end }}
+
+{{/* Istio settings of features this istio-cni does not have. */}}
+{{- define "istio-cni.refuseIstioFeatures" -}}
+{{- $v := .Values -}}
+{{- $g := $v.global | default dict -}}
+{{- with $v.variant -}}
+{{- fail (printf "variant %q: this chart's image comes in one variant (a minimal image); Istio's debug and distroless variants do not exist for it: remove variant" .) -}}
+{{- end -}}
+{{- with $v.repair.image -}}
+{{- if ne . $v.image -}}
+{{- fail (printf "repair.image %q differs from image %q: the repair controller runs inside the install-cni agent and uses its image; leave repair.image empty or equal to image" . $v.image) -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.istioOwnedCNIConfig -}}
+{{- fail "istioOwnedCNIConfig is true, but this istio-cni has no Istio-owned copy of the primary config: chained, it adds itself to the primary network's file (cniConfFileName); set istioOwnedCNIConfig=false" -}}
+{{- end -}}
+{{- range $name, $p := dict "profile" $v.profile "global.profile" $g.profile -}}
+{{- if eq (toString $p) "ambient" -}}
+{{- fail (printf "%s is ambient, but this istio-cni has no ambient mode (it captures sidecar pods only): use Istio's own istio-cni for ambient, or another profile" $name) -}}
+{{- end -}}
+{{- if and $p (not (has (toString $p) (list "default" "demo" "minimal" "empty" "preview" "remote" "stable"))) -}}
+{{- fail (printf "%s %q is not one of Istio's profiles (default, demo, minimal, empty, preview, remote, stable)" $name (toString $p)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $p := dict "platform" $v.platform "global.platform" $g.platform -}}
+{{- with $p -}}
+{{- fail (printf "%s is %q: this chart has no platform switch; install with its profile instead (-f charts/istio-cni/profiles/<default|gke|openshift>.yaml), or with Istio's manifests/helm-profiles/platform-%s.yaml, whose cni: block it reads" $name (toString .) (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- with $g.resourceScope -}}
+{{- if ne . "all" -}}
+{{- fail (printf "global.resourceScope is %q: this chart installs its cluster-wide and namespaced objects together; set global.resourceScope=all" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
