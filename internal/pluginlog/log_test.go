@@ -79,3 +79,70 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 		t.Error("the newest record is not in the log file")
 	}
 }
+
+// TestReportReachesTheAgentWhateverTheLevel: an event goes out as one datagram of
+// its own even when the level hides every record, and reads back as an event,
+// while a log record does not.
+func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "plugin-log.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	l := New(io.Discard, Options{Level: slog.LevelError, Socket: sock})
+	l.Info("hidden")
+	want := Event{Command: "ADD", Outcome: OutcomeFailed, Reason: ReasonApply, Seconds: 0.25}
+	l.Report(want)
+	l.Close()
+	buf := make([]byte, 4096)
+	ln.SetReadDeadline(time.Now().Add(time.Second))
+	n, err := ln.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := ParseEvent(buf[:n])
+	if !ok || got != want {
+		t.Errorf("datagram %s read as %+v %v, want %+v", buf[:n], got, ok, want)
+	}
+	if _, ok := ParseEvent([]byte(`{"time":"t","level":"INFO","msg":"ADD","event":"x"}`)); ok {
+		t.Error("a log record with an event field read as an event")
+	}
+	// No agent: nothing is sent and nothing fails.
+	New(io.Discard, Options{Socket: filepath.Join(t.TempDir(), "absent.sock")}).Report(want)
+}
+
+// TestReportToAStuckAgentReturnsWithinItsBound: an agent that stopped reading
+// (its socket's buffer full) costs each Report at most WriteBound, so the ADD's
+// result is never held up by it.
+func TestReportToAStuckAgentReturnsWithinItsBound(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "plugin-log.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	l := New(io.Discard, Options{Socket: sock})
+	defer l.Close()
+	e := Event{Command: "ADD", Outcome: OutcomeRedirected, Seconds: 0.01}
+	var slowest time.Duration
+	waited := 0
+	// Until the socket's queue (net.unix.max_dgram_qlen datagrams) is full and a
+	// few Reports have waited for it.
+	for i := 0; i < 5000 && waited < 5; i++ {
+		start := time.Now()
+		l.Report(e)
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		if took >= WriteBound/2 {
+			waited++
+		}
+	}
+	if waited == 0 {
+		t.Fatal("the socket's queue never filled: the test did not see a stuck agent")
+	}
+	if slowest > WriteBound+50*time.Millisecond {
+		t.Errorf("a Report to a stuck agent took %s, want at most about %s", slowest, WriteBound)
+	}
+	t.Logf("slowest Report to a stuck agent: %s", slowest)
+}
