@@ -364,4 +364,3 @@ func (p *agentProc) scrape(t testing.TB) []byte {
 	}
 	return b
 }
-
