@@ -364,3 +364,138 @@ func (p *agentProc) scrape(t testing.TB) []byte {
 	}
 	return b
 }
+
+// dashboardFile is the chart's Grafana dashboard.
+const dashboardFile = "../../charts/istio-cni/dashboards/istio-cni.json"
+
+// promQLWords are the PromQL functions, aggregations and keywords the dashboard's
+// queries may use; any other bare name in a query is a metric without a selector,
+// which this check refuses (every metric is written name{...} so that it can be
+// found and checked).
+var promQLWords = map[string]bool{
+	"sum": true, "count": true, "max": true, "min": true, "avg": true, "by": true, "without": true, "or": true, "and": true,
+	"unless": true, "rate": true, "increase": true, "irate": true, "histogram_quantile": true, "vector": true, "le": true,
+}
+
+var (
+	// selectorRE finds metric names: an identifier followed by its label selector.
+	selectorRE = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{`)
+	// stripRE drops what is no name of a metric: quoted strings, label selectors,
+	// range durations and grouping label lists.
+	stripRE   = regexp.MustCompile(`"[^"]*"|\{[^}]*\}|\[[^\]]*\]|\b(by|without)\s*\([^)]*\)`)
+	wordRE    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	variRE    = regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)`)
+	labelUsed = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+)
+
+// dashboard is the part of Grafana's dashboard JSON model checked here.
+type dashboard struct {
+	Title         string `json:"title"`
+	UID           string `json:"uid"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []struct {
+			Name  string          `json:"name"`
+			Type  string          `json:"type"`
+			Query json.RawMessage `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		GridPos struct {
+			X, Y, W, H int
+		} `json:"gridPos"`
+		Datasource struct {
+			Type string `json:"type"`
+			UID  string `json:"uid"`
+		} `json:"datasource"`
+		Targets []struct {
+			RefID        string `json:"refId"`
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// checkDashboard validates the chart's dashboard: Grafana's JSON model (title, uid,
+// panels with unique ids on the 24-column grid, a Prometheus data source, targets
+// with refIds and queries, every $variable defined), and every metric its queries
+// name is a series of scrape, the live /metrics of an agent.
+func checkDashboard(t *testing.T, scrape []byte) {
+	t.Helper()
+	data, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	if d.Title == "" || d.UID == "" || d.SchemaVersion < 30 || len(d.Panels) == 0 {
+		t.Errorf("dashboard title %q uid %q schemaVersion %d, %d panels", d.Title, d.UID, d.SchemaVersion, len(d.Panels))
+	}
+	exported := map[string]bool{}
+	for line := range strings.SplitSeq(string(scrape), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			exported[wordRE.FindString(line)] = true
+		}
+	}
+	vars := map[string]bool{"__rate_interval": true, "__interval": true}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		where := "panel " + p.Title
+		if p.ID == 0 || ids[p.ID] {
+			t.Errorf("%s: id %d missing or repeated", where, p.ID)
+		}
+		ids[p.ID] = true
+		if p.Title == "" || (p.Type != "timeseries" && p.Type != "stat") {
+			t.Errorf("%s: type %q", where, p.Type)
+		}
+		if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("%s: gridPos %+v off Grafana's 24-column grid", where, g)
+		}
+		if p.Datasource.Type != "prometheus" {
+			t.Errorf("%s: data source %+v, want prometheus", where, p.Datasource)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("%s: no query", where)
+		}
+		refs := map[string]bool{}
+		for _, q := range p.Targets {
+			if q.RefID == "" || refs[q.RefID] || q.Expr == "" {
+				t.Errorf("%s: target %+v: refId missing or repeated, or no expr", where, q)
+			}
+			refs[q.RefID] = true
+			for _, m := range variRE.FindAllStringSubmatch(q.Expr+p.Datasource.UID, -1) {
+				if !vars[m[1]] {
+					t.Errorf("%s: $%s is not a dashboard variable", where, m[1])
+				}
+			}
+			names := selectorRE.FindAllStringSubmatch(q.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("%s: %q names no metric", where, q.Expr)
+			}
+			for _, m := range names {
+				if !exported[m[1]] {
+					t.Errorf("%s: %q asks for %s, which the agent does not export", where, q.Expr, m[1])
+				}
+			}
+			for _, w := range wordRE.FindAllString(stripRE.ReplaceAllString(q.Expr, " "), -1) {
+				if !promQLWords[w] {
+					t.Errorf("%s: %q: %q is neither a PromQL word nor a metric with a selector", where, q.Expr, w)
+				}
+			}
+			for _, m := range labelUsed.FindAllStringSubmatch(q.LegendFormat, -1) {
+				if m[1] != "instance" && !strings.Contains(q.Expr, m[1]) {
+					t.Errorf("%s: legend {{%s}} is no label the query keeps", where, m[1])
+				}
+			}
+		}
+	}
+}
