@@ -23,7 +23,7 @@ const (
 
 // Protocols of istio_cni_plugin_log_records_total: the channel a record came in on.
 const (
-	protocolDatagram = "datagram" // this plugin, on plugin-log.sock
+	protocolDatagram = "datagram" // this plugin, on plog.sock
 	protocolHTTP     = "http"     // Istio's plugin, on log.sock
 )
 

@@ -23,7 +23,7 @@ import (
 
 // The agent reads the plugin's log records on two sockets in its run dir:
 //
-//   - plugin-log.sock (unix datagrams): this project's plugin, one JSON record or
+//   - plog.sock (unix datagrams): this project's plugin, one JSON record or
 //     event (pluginlog.Event) per datagram;
 //   - log.sock (unix stream, HTTP): Istio's plugin, which POSTs /log with a JSON
 //     array of JSON-encoded records at the end of each command.

@@ -128,8 +128,9 @@ const (
 	DefaultAgentRunDir = "/var/run/istio-cni"
 	KubeconfigName     = "istio-cni-kubeconfig"
 	// LogSocketName is the agent's datagram socket for this plugin's log records
-	// and events; Istio's plugin posts to IstioLogSocketName instead.
-	LogSocketName = "plugin-log.sock"
+	// and events; Istio's plugin posts to IstioLogSocketName instead. Short: a unix
+	// socket's path is at most 107 bytes.
+	LogSocketName = "plog.sock"
 	// IstioLogSocketName is the socket Istio's plugin posts its log lines to, over
 	// HTTP (POST /log, a JSON array of JSON-encoded records); the agent serves it so
 	// that an Istio plugin still running during a switch loses no log line.

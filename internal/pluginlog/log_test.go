@@ -84,7 +84,7 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 // its own even when the level hides every record, and reads back as an event,
 // while a log record does not.
 func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "plugin-log.sock")
+	sock := filepath.Join(t.TempDir(), "plog.sock")
 	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
 // (its socket's buffer full) costs each Report at most WriteBound, so the ADD's
 // result is never held up by it.
 func TestReportToAStuckAgentReturnsWithinItsBound(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "plugin-log.sock")
+	sock := filepath.Join(t.TempDir(), "plog.sock")
 	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
