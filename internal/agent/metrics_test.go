@@ -380,9 +380,9 @@ var promQLWords = map[string]bool{
 var (
 	// selectorRE finds metric names: an identifier followed by its label selector.
 	selectorRE = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{`)
-	// stripRE drops what is no name of a metric: quoted strings, label selectors,
-	// range durations and grouping label lists.
-	stripRE   = regexp.MustCompile(`"[^"]*"|\{[^}]*\}|\[[^\]]*\]|\b(by|without)\s*\([^)]*\)`)
+	// stripRE drops metrics with their selectors (checked by selectorRE), quoted
+	// strings, range durations and grouping label lists: what is left must be PromQL.
+	stripRE   = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\}|"[^"]*"|\[[^\]]*\]|\b(by|without)\s*\([^)]*\)`)
 	wordRE    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	variRE    = regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)`)
 	labelUsed = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
