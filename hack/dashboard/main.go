@@ -444,6 +444,10 @@ func (c *canvas) panel(p panel, series []line) {
 			}
 			px, py, first = x, y, false
 		}
+		if lx+16+7*len(s.name) > r.Max.X-8 { // no room left on the legend's line
+			c.text(lx, r.Max.Y-11, "...", text, 1)
+			continue
+		}
 		c.rect(image.Rect(lx, r.Max.Y-18, lx+12, r.Max.Y-14), col)
 		c.text(lx+16, r.Max.Y-11, s.name, text, 1)
 		lx += 16 + 7*len(s.name) + 16
@@ -504,10 +508,10 @@ func format(v float64, unit string) string {
 	case "bytes":
 		return fmt.Sprintf("%.1f MiB", v/(1<<20))
 	case "ops":
-		return fmt.Sprintf("%.2f/s", v)
+		return strconv.FormatFloat(v, 'g', 3, 64) + "/s"
 	}
 	if v == math.Trunc(v) {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 3, 64)
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
