@@ -187,7 +187,7 @@ func istioPluginPost(t testing.TB, sock string, records ...string) *http.Respons
 		}},
 		Timeout: time.Second, // Istio's client's
 	}
-	resp, err := c.Post("http://unix"+IstioLogPath, "application/json", bytes.NewReader(body))
+	resp, err := c.Post("http://unix"+pluginlog.IstioLogPath, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("post to %s as Istio's plugin does: %v", sock, err)
 	}

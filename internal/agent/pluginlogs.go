@@ -144,9 +144,6 @@ func classifyPluginRecord(rec []byte) (command, outcome string, ok bool) {
 	return "", "", false
 }
 
-// IstioLogPath is the HTTP path Istio's plugin posts its log lines to.
-const IstioLogPath = "/log"
-
 // MaxIstioLogBody bounds one POST from Istio's plugin (all the lines of one
 // command, a few KiB); a larger body is refused with 413.
 const MaxIstioLogBody = 1 << 20
@@ -170,7 +167,7 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+IstioLogPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+pluginlog.IstioLogPath, func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIstioLogBody))
 		if err != nil {
 			http.Error(w, fmt.Sprintf("body over %d bytes or unreadable: %v", MaxIstioLogBody, err), http.StatusRequestEntityTooLarge)

@@ -85,7 +85,8 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 		}
 		return nil, l, cniError(code, err)
 	}
-	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON})
+	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
+		IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	return cfg, l, nil
 }

@@ -5,13 +5,16 @@
 package pluginlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -25,7 +28,20 @@ type Options struct {
 	Socket string
 	// JSON writes stderr as JSON lines (the file and the socket always are).
 	JSON bool
+	// IstioSocket is where Istio's node agent takes its plugin's log lines (HTTP on
+	// a unix socket). Used only when Socket is set but absent and IstioSocket
+	// exists, i.e. on a node where Istio's agent runs instead of ours (a switch
+	// back): the records are then posted there at Close, in Istio's format, as
+	// Istio's plugin does, within IstioPostBound.
+	IstioSocket string
 }
+
+// IstioPostBound bounds the post of the records to Istio's agent at Close (its own
+// plugin's client gives up after 1 s too).
+const IstioPostBound = time.Second
+
+// IstioLogPath is the HTTP path Istio's agent takes its plugin's log lines on.
+const IstioLogPath = "/log"
 
 // New returns the logger and a function that closes its outputs.
 func New(stderr io.Writer, o Options) *Logger {
@@ -49,6 +65,10 @@ func New(stderr io.Writer, o Options) *Logger {
 			events = &datagramWriter{c}
 			handlers = append(handlers, slog.NewJSONHandler(events, hopts))
 			closers = append(closers, c)
+		} else if st, err := os.Stat(o.IstioSocket); o.IstioSocket != "" && err == nil && st.Mode().Type() == os.ModeSocket {
+			p := &istioPoster{socket: o.IstioSocket}
+			handlers = append(handlers, slog.NewJSONHandler(p, &slog.HandlerOptions{Level: o.Level, ReplaceAttr: istioLevel}))
+			closers = append(closers, p)
 		}
 	}
 	return &Logger{Logger: slog.New(fanout(handlers)), closers: closers, events: events}
@@ -171,6 +191,48 @@ func (w *datagramWriter) Write(p []byte) (int, error) {
 		return len(p), nil // the agent may be gone; logging must not fail the plugin
 	}
 	return len(p), nil
+}
+
+// istioLevel writes the level as Istio's agent reads it: lower case ("warn"),
+// else it drops the line.
+func istioLevel(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.LevelKey {
+		return slog.String(slog.LevelKey, strings.ToLower(a.Value.String()))
+	}
+	return a
+}
+
+// istioPoster collects the JSON records and posts them to Istio's agent at Close:
+// POST /log with a JSON array of the records, each a string.
+type istioPoster struct {
+	socket  string
+	records []string
+}
+
+func (p *istioPoster) Write(b []byte) (int, error) {
+	p.records = append(p.records, strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func (p *istioPoster) Close() error {
+	if len(p.records) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(p.records)
+	if err != nil {
+		return nil
+	}
+	c := http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", p.socket)
+		}},
+		Timeout: IstioPostBound,
+	}
+	if resp, err := c.Post("http://unix"+IstioLogPath, "application/json", bytes.NewReader(body)); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return nil // the agent may be gone; logging must not fail the plugin
 }
 
 type fanout []slog.Handler
