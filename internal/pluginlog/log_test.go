@@ -212,3 +212,22 @@ func TestUnderIstiosAgentTheRecordsArePostedInIstiosFormat(t *testing.T) {
 		t.Fatal("nothing was posted to Istio's agent")
 	}
 }
+
+// TestJSONWritesStderrAsJSONLines: with JSON (the config's log_as_json) every
+// stderr line is one JSON record; without it, text.
+func TestJSONWritesStderrAsJSONLines(t *testing.T) {
+	for _, asJSON := range []bool{true, false} {
+		var stderr bytes.Buffer
+		l := New(&stderr, Options{JSON: asJSON})
+		l.Info("ADD: pod passed through", "pod", "kube-system/coredns-1")
+		l.Close()
+		var rec map[string]any
+		err := json.Unmarshal(stderr.Bytes(), &rec)
+		if asJSON && (err != nil || rec["pod"] != "kube-system/coredns-1" || rec["level"] != "INFO") {
+			t.Errorf("JSON stderr = %q (%v)", stderr.String(), err)
+		}
+		if !asJSON && (err == nil || !strings.Contains(stderr.String(), "pod=kube-system/coredns-1")) {
+			t.Errorf("text stderr = %q", stderr.String())
+		}
+	}
+}
