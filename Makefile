@@ -24,7 +24,7 @@ prereqs: deps
 	@hack/runtime-binaries.sh >/dev/null
 	@hack/cni-plugins.sh >/dev/null
 	@hack/tools/install.sh >/dev/null
-	@hack/tools/promtool.sh >/dev/null
+	@hack/tools/install.sh promtool >/dev/null
 
 # test runs every test, including the real-kernel and real-control-plane ones (root),
 # and fails if the run left the host changed (hack/test.sh, hack/hostcheck).

@@ -18,7 +18,7 @@ hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller
 hack/runtime-binaries.sh >/dev/null
 hack/cni-plugins.sh >/dev/null
 hack/tools/install.sh >/dev/null
-hack/tools/promtool.sh >/dev/null
+hack/tools/install.sh promtool >/dev/null
 
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}
 mkdir -p "$cache/hostcheck"

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds the pinned developer tools (helm v3, kubectl-validate) from the Go module
+# Builds the pinned developer tools (helm v3, kubectl-validate, syft) from the Go module
 # proxy into a cache directory outside the repository, keyed by their versions, and
 # prints that directory. Only the first run builds (a few minutes on 2 cores); later
 # runs print the directory at once. Each tool has its own go.mod and go.sum under
 # hack/tools/<tool>/, so the versions and checksums are pinned in the repository.
 #   dir=$(hack/tools/install.sh) && "$dir/helm" version
+# With the argument syft it builds only syft (the scanner the image tests run) into a
+# directory of its own and prints that one:
+#   dir=$(hack/tools/install.sh syft) && "$dir/syft" version
+# With the argument promtool, the same for promtool (the metrics tests run `promtool
+# check metrics`; Prometheus is a large module: about 30 minutes on a busy 2 cores):
+#   dir=$(hack/tools/install.sh promtool) && "$dir/promtool" check metrics < metrics.txt
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -15,6 +21,44 @@ pinned() {
   [[ -n $v ]] || { echo "install.sh: no version of $2 in hack/tools/$1/go.mod" >&2; exit 1; }
   echo "$v"
 }
+
+# build <tool dir> <package> <binary name> <version>
+build() {
+  local dir=$1 pkg=$2 bin=$3 version=$4
+  [[ -x "$cache/$bin" ]] && return 0
+  echo "tools: building $bin $version into $cache (first run only)..." >&2
+  local start; start=$(date +%s)
+  local ldflags=""
+  [[ $bin == helm ]] && ldflags="-X helm.sh/helm/v3/internal/version.version=${version} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor}"
+  # syft reports the version its release build sets here.
+  [[ $bin == syft ]] && ldflags="-X main.version=${version#v}"
+  (cd "$here/$dir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOBIN="$cache/.tmp" \
+    go install -trimpath -ldflags "$ldflags" "$pkg")
+  mv "$cache/.tmp/$(basename "$pkg")" "$cache/$bin"
+  rmdir "$cache/.tmp" 2>/dev/null || true
+  echo "tools: $bin built in $(( $(date +%s) - start ))s" >&2
+}
+if [[ ${1:-} == syft ]]; then
+  syft_version=$(pinned syft github.com/anchore/syft)
+  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-syft-${syft_version}
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+  build syft github.com/anchore/syft/cmd/syft syft "$syft_version"
+  echo "$cache"
+  exit 0
+fi
+if [[ ${1:-} == promtool ]]; then
+  promtool_version=$(pinned promtool github.com/prometheus/prometheus)
+  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-promtool-${promtool_version}
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+  build promtool github.com/prometheus/prometheus/cmd/promtool promtool "$promtool_version"
+  echo "$cache"
+  exit 0
+fi
+
 helm_version=$(pinned helm helm.sh/helm/v3)
 kv_version=$(pinned kubectl-validate sigs.k8s.io/kubectl-validate)
 # helm's default Kubernetes version (what `helm template` checks a chart's
@@ -28,20 +72,6 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
 
-# build <tool dir> <package> <binary name> <version>
-build() {
-  local dir=$1 pkg=$2 bin=$3 version=$4
-  [[ -x "$cache/$bin" ]] && return 0
-  echo "tools: building $bin $version into $cache (first run only)..." >&2
-  local start; start=$(date +%s)
-  local ldflags=""
-  [[ $bin == helm ]] && ldflags="-X helm.sh/helm/v3/internal/version.version=${version} -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor}"
-  (cd "$here/$dir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOBIN="$cache/.tmp" \
-    go install -trimpath -ldflags "$ldflags" "$pkg")
-  mv "$cache/.tmp/$(basename "$pkg")" "$cache/$bin"
-  rmdir "$cache/.tmp" 2>/dev/null || true
-  echo "tools: $bin built in $(( $(date +%s) - start ))s" >&2
-}
 build helm helm.sh/helm/v3/cmd/helm helm "$helm_version"
 build kubectl-validate sigs.k8s.io/kubectl-validate kubectl-validate "$kv_version"
 echo "$cache"

@@ -35,7 +35,7 @@ var promtoolOnce struct {
 }
 
 // promtool returns the pinned promtool, built into the cache on first use by
-// hack/tools/promtool.sh (as make test does beforehand).
+// `hack/tools/install.sh promtool` (as make test does beforehand).
 func promtool(t testing.TB) string {
 	t.Helper()
 	promtoolOnce.Do(func() {
@@ -44,14 +44,14 @@ func promtool(t testing.TB) string {
 			promtoolOnce.err = err
 			return
 		}
-		cmd := exec.Command(filepath.Join(root, "hack/tools/promtool.sh"))
+		cmd := exec.Command(filepath.Join(root, "hack/tools/install.sh"), "promtool")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
-		promtoolOnce.path, promtoolOnce.err, promtoolOnce.out = strings.TrimSpace(string(out)), err, stderr.Bytes()
+		promtoolOnce.path, promtoolOnce.err, promtoolOnce.out = filepath.Join(strings.TrimSpace(string(out)), "promtool"), err, stderr.Bytes()
 	})
 	if promtoolOnce.err != nil {
-		t.Fatalf("hack/tools/promtool.sh: %v\n%s", promtoolOnce.err, promtoolOnce.out)
+		t.Fatalf("hack/tools/install.sh promtool: %v\n%s", promtoolOnce.err, promtoolOnce.out)
 	}
 	return promtoolOnce.path
 }
