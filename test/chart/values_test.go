@@ -477,11 +477,7 @@ func TestValuesReachTheObjects(t *testing.T) {
 			}
 		},
 	}, {
-		name: "logAsJson turns JSON on for the agent and, through it, the plugin",
-		args: []string{"--set", "logAsJson=true"},
-		env:  map[string]string{"AGENT_LOG_AS_JSON": "true"},
-	}, {
-		name: "agentLogAsJson, the seed's name, still works",
+		name: "agentLogAsJson turns JSON on for the agent and, through it, the plugin",
 		args: []string{"--set", "agentLogAsJson=true"},
 		env:  map[string]string{"AGENT_LOG_AS_JSON": "true"},
 	}, {
