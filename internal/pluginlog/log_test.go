@@ -231,3 +231,28 @@ func TestJSONWritesStderrAsJSONLines(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReport is what an ADD's report to a reading agent costs the plugin: one
+// JSON encoding and one datagram.
+func BenchmarkReport(b *testing.B) {
+	sock := filepath.Join(b.TempDir(), "plog.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := ln.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	l := New(io.Discard, Options{Socket: sock})
+	defer l.Close()
+	e := Event{Command: "ADD", Outcome: OutcomeRedirected, Seconds: 0.0123}
+	for b.Loop() {
+		l.Report(e)
+	}
+}
