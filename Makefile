@@ -25,6 +25,7 @@ prereqs: deps
 	@hack/cni-plugins.sh >/dev/null
 	@hack/tools/install.sh >/dev/null
 	@hack/tools/install.sh syft >/dev/null
+	@hack/tools/install.sh promtool >/dev/null
 
 # test runs every test, including the real-kernel and real-control-plane ones (root),
 # and fails if the run left the host changed (hack/test.sh, hack/hostcheck).

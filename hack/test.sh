@@ -13,12 +13,17 @@ step() { echo "== make test: $* ($(( $(date +%s) - began ))s)" >&2; }
 
 step "installing Debian packages when missing"
 hack/install-deps.sh
-step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate, syft when not cached (first run: about 20 minutes on 2 cores)"
+step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate, syft, promtool when not cached (first run: about 20 minutes on 2 cores)"
+# syft and promtool (large modules, each in a cache dir and lock of its own) build
+# beside the Kubernetes binaries: module downloads and links overlap the other builds.
+hack/tools/install.sh syft >/dev/null & syft_build=$!
+hack/tools/install.sh promtool >/dev/null & promtool_build=$!
 hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl >/dev/null
 hack/runtime-binaries.sh >/dev/null
 hack/cni-plugins.sh >/dev/null
 hack/tools/install.sh >/dev/null
-hack/tools/install.sh syft >/dev/null
+wait "$syft_build" || { echo "make test: building syft failed" >&2; exit 1; }
+wait "$promtool_build" || { echo "make test: building promtool failed" >&2; exit 1; }
 
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}
 mkdir -p "$cache/hostcheck"

@@ -8,6 +8,9 @@
 # With the argument syft it builds only syft (the scanner the image tests run) into a
 # directory of its own and prints that one:
 #   dir=$(hack/tools/install.sh syft) && "$dir/syft" version
+# With the argument promtool, the same for promtool (the metrics tests run `promtool
+# check metrics`; Prometheus is a large module: about 30 minutes on a busy 2 cores):
+#   dir=$(hack/tools/install.sh promtool) && "$dir/promtool" check metrics < metrics.txt
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -42,6 +45,16 @@ if [[ ${1:-} == syft ]]; then
   exec 9>"$cache/.lock"
   flock 9
   build syft github.com/anchore/syft/cmd/syft syft "$syft_version"
+  echo "$cache"
+  exit 0
+fi
+if [[ ${1:-} == promtool ]]; then
+  promtool_version=$(pinned promtool github.com/prometheus/prometheus)
+  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-promtool-${promtool_version}
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  flock 9
+  build promtool github.com/prometheus/prometheus/cmd/promtool promtool "$promtool_version"
   echo "$cache"
   exit 0
 fi

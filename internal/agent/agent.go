@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -92,17 +94,23 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		}
 	}
 
+	sink := &pluginLogSink{out: stdout, m: a.m}
 	logConn, err := listenPluginLogs(s.LogSocketPath())
 	if err != nil {
 		return err
 	}
 	logsDone := make(chan struct{})
-	go func() { servePluginLogs(logConn, stdout, a.m, log); close(logsDone) }()
+	go func() { servePluginLogs(logConn, sink, log); close(logsDone) }()
 	defer func() {
 		logConn.Close()
 		<-logsDone
 		os.Remove(s.LogSocketPath())
 	}()
+	stopIstioLogs, err := serveIstioPluginLogs(s.IstioLogSocketPath(), sink, log)
+	if err != nil {
+		return err
+	}
+	defer stopIstioLogs()
 
 	stopHTTP, err := a.serveHTTP()
 	if err != nil {
@@ -359,7 +367,7 @@ func (a *agent) reconcile(d dirty) {
 			var invalid *cniconf.InvalidError
 			if !errors.As(err, &invalid) || a.settled("config", err) {
 				a.report("config", err, "waiting for the next change to the config dir")
-				a.m.add("istio_cni_install_errors_total", "stage", "config")
+				a.m.installFailed(installConfigFailure)
 			}
 		case res == configInstalled:
 			a.clearReport("config")
@@ -384,13 +392,13 @@ func (a *agent) reconcileBinaries() {
 			key := "bin:" + filepath.Join(dir, b.name)
 			if err != nil {
 				ok = false
-				a.m.add("istio_cni_install_errors_total", "stage", "binaries")
+				a.m.installFailed(installBinariesFailure)
 				a.report(key, err, hintForWriteError(err))
 				continue
 			}
 			a.clearReport(key)
 			if changed {
-				a.m.add("istio_cni_binary_installs_total")
+				a.m.binaryInstalls.Inc()
 				verb := "installed"
 				if a.binsInstalled {
 					verb = "restored"
@@ -414,7 +422,7 @@ func (a *agent) reconcileKubeconfig() {
 	err := a.writeKubeconfig()
 	if err != nil {
 		a.kubeOK = false
-		a.m.add("istio_cni_install_errors_total", "stage", "kubeconfig")
+		a.m.installFailed(installKubeconfigFailed)
 		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes")
 		return
 	}
@@ -455,7 +463,7 @@ func (a *agent) writeKubeconfig() error {
 	if err := cniconf.WriteAtomic(path, data, a.s.KubeconfigMode); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	a.m.add("istio_cni_kubeconfig_writes_total")
+	a.m.kubeconfigWrites.Inc()
 	verb := "wrote"
 	if a.kubeconfigWritten {
 		verb = "rewrote (token or CA changed)"
@@ -576,6 +584,12 @@ func (a *agent) uninstall() error {
 }
 
 // listen opens a TCP listener on port (0: any free port).
-func listen(port uint16) (net.Listener, error) {
-	return net.Listen("tcp", fmt.Sprintf(":%d", port))
+// listen listens on port at addr, or at every address of the host's network
+// namespace when addr is not set.
+func listen(addr netip.Addr, port uint16) (net.Listener, error) {
+	host := ""
+	if addr.IsValid() {
+		host = addr.String()
+	}
+	return net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(int(port))))
 }

@@ -127,13 +127,13 @@ func (a *agent) moveFrom(now string) {
 // re-insert: something dropped the entry. When that happens too often the agent warns:
 // every pod created between a rewrite and the re-insert is missed.
 func (a *agent) noteInstall(path string) {
-	a.m.add("istio_cni_installs_total")
+	a.m.installs.WithLabelValues(installSuccess).Inc()
 	if !a.cfg.installed {
 		a.cfg.installed = true
 		return
 	}
 	now := time.Now()
-	a.m.add("istio_cni_config_reinserts_total")
+	a.m.reinserts.Inc()
 	kept := a.cfg.reverts[:0]
 	for _, t := range a.cfg.reverts {
 		if now.Sub(t) < a.s.RevertWarnWindow {

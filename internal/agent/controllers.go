@@ -128,34 +128,6 @@ func repairPluginConfig(entry []byte) (*plugin.Config, error) {
 	return cfg, nil
 }
 
-// Metric families of the parts that keep their own counters.
-var (
-	podCacheFamilies = []metricFamily{
-		{"istio_cni_pod_cache_synced", "gauge", "1 once the pod cache has listed this node's pods (the plugin asks the API server until then)."},
-	}
-	repairFamilies = []metricFamily{
-		{repair.MetricPodsRepaired, "counter", "Broken pods acted on, by action (type: repair, delete, label) and result (success, fail, skip)."},
-		{repair.MetricBrokenDetected, "counter", "Reconciles of pods found broken (a pod counts again on each change until it is fixed)."},
-		{repair.MetricRetries, "counter", "Repair attempts re-queued after a failure."},
-		{repair.MetricGaveUp, "counter", "Broken pods given up on after REPAIR_MAX_RETRIES attempts."},
-		{repair.MetricNetnsScans, "counter", "Searches for a broken pod's network namespace (repair in place)."},
-		{repair.MetricMissingNetwork, "counter", "Broken pods reported (once each) for a Multus networks annotation that does not name the plugin."},
-	}
-	taintFamilies = []metricFamily{
-		{"istio_cni_taint_added_total", "counter", "Nodes given the readiness taint."},
-		{"istio_cni_taint_removed_total", "counter", "Nodes whose readiness taint was removed."},
-		{"istio_cni_taint_patch_failures_total", "counter", "Node taint patches that failed (and were retried)."},
-		{"istio_cni_taint_leader", "gauge", "1 while this agent holds the node readiness lease."},
-		{"istio_cni_taint_elected_total", "counter", "Times this agent became the node readiness leader."},
-	}
-	multusFamilies = []metricFamily{
-		{"istio_cni_multus_nad_created_total", "counter", "NetworkAttachmentDefinitions created in meshed namespaces."},
-		{"istio_cni_multus_nad_create_failures_total", "counter", "NetworkAttachmentDefinition creates that failed (and were retried)."},
-		{"istio_cni_multus_leader", "gauge", "1 while this agent holds the Multus lease."},
-		{"istio_cni_multus_elected_total", "counter", "Times this agent became the Multus leader."},
-	}
-)
-
 // startControllers starts what talks to the API server: the pod cache, the repair
 // controller and the node readiness controller, each when enabled. None of them
 // gates readiness: the plugin falls back to the API server when the cache cannot
@@ -186,9 +158,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 
 	if s.PodCache {
 		pc := podcache.New(client, s.NodeName, a.log.With("component", "pod-cache"))
-		a.m.addCollector(collector{families: podCacheFamilies, collect: func() map[string]float64 {
-			return map[string]float64{"istio_cni_pod_cache_synced": boolGauge(pc.Synced())}
-		}})
+		a.m.register(podCacheMetrics(pc.Synced)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
 		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
 			go func() {
@@ -232,7 +202,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		if err != nil {
 			return nil, err
 		}
-		a.m.addCollector(collector{families: repairFamilies, collect: rc.Metrics().Collect})
+		a.m.register(repairMetrics(rc.Metrics())...)
 		runners = append(runners, runner{"repair controller", rc.Run})
 	}
 
@@ -241,7 +211,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		if err != nil {
 			return nil, err
 		}
-		a.m.addCollector(collector{families: taintFamilies, collect: tc.Metrics().Collect})
+		a.m.register(taintMetrics(tc.Metrics())...)
 		runners = append(runners, runner{"node readiness controller", tc.Run})
 	}
 
@@ -250,7 +220,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		if err != nil {
 			return nil, err
 		}
-		a.m.addCollector(collector{families: multusFamilies, collect: mc.Metrics().Collect})
+		a.m.register(multusMetrics(mc.Metrics())...)
 		runners = append(runners, runner{"multus controller", mc.Run})
 	}
 
@@ -277,11 +247,4 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 			a.log.Warn("API server features did not stop in time; going on with the uninstall", "waited", controllerStopWait)
 		}
 	}, nil
-}
-
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

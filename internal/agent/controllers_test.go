@@ -4,18 +4,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/internal/repair"
-	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
 // TestRepairUsesThePluginConfigTheAgentInstalls: a repair in place programs a pod with
@@ -146,26 +141,5 @@ func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(n.runDir, plugin.PodCacheSocketName)); !os.IsNotExist(err) {
 		t.Errorf("pods.sock left behind: %v", err)
-	}
-}
-
-// TestEveryControllerCounterHasItsFamily: each series a controller's Collect returns
-// is documented in its family list, so the agent exposes it with help and type.
-func TestEveryControllerCounterHasItsFamily(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		collect  map[string]float64
-		families []metricFamily
-	}{
-		{"repair", (&repair.Metrics{}).Collect(), repairFamilies},
-		{"taint", (&taint.Metrics{}).Collect(), taintFamilies},
-		{"multus", (&nad.Metrics{}).Collect(), multusFamilies},
-	} {
-		for series := range tc.collect {
-			name, _, _ := strings.Cut(series, "{")
-			if !slices.ContainsFunc(tc.families, func(f metricFamily) bool { return f.name == name }) {
-				t.Errorf("%s: %s has no family", tc.name, name)
-			}
-		}
 	}
 }

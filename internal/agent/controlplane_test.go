@@ -338,6 +338,8 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if v := p.metric(t, "istio_cni_install_ready"); v != 1 {
 		t.Errorf("istio_cni_install_ready = %v, want 1", v)
 	}
+	// The chart's dashboard asks only for series this agent (repair on) exports.
+	checkDashboard(t, p.scrape(t))
 	if rss, err := statusField(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS"); err == nil {
 		t.Logf("agent with the pod cache and repair running: RSS %.0f KiB", rss) // a figure for the README, not asserted
 	}

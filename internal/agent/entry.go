@@ -52,6 +52,8 @@ func prefixNote(s *Settings) string {
 
 // generatedEntry is Istio's current entry format. exclude_namespaces is always
 // present so that an empty list means "none" rather than a legacy fallback.
+// log_as_json follows the agent's own --log_as_json: one switch makes every log of
+// the component JSON.
 func generatedEntry(s *Settings) []byte {
 	e := struct {
 		Name              string              `json:"name"`
@@ -62,6 +64,7 @@ func generatedEntry(s *Settings) []byte {
 		PodNamespace      string              `json:"pod_namespace,omitempty"`
 		NativeNftables    bool                `json:"native_nftables,omitempty"`
 		IptablesMode      plugin.IptablesMode `json:"iptables_mode,omitempty"`
+		LogAsJSON         bool                `json:"log_as_json,omitempty"`
 		ConfigSchema      int                 `json:"config_schema"`
 	}{
 		Name:              PluginType,
@@ -72,6 +75,7 @@ func generatedEntry(s *Settings) []byte {
 		PodNamespace:      s.PodNamespace,
 		NativeNftables:    s.NativeNftables,
 		IptablesMode:      s.IptablesMode,
+		LogAsJSON:         s.LogJSON,
 		ConfigSchema:      plugin.ConfigSchema,
 	}
 	out, _ := json.MarshalIndent(e, "", "  ") // strings and bools only: cannot fail

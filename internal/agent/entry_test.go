@@ -61,7 +61,7 @@ func TestEntryFromSettingsAndTemplatesIsWhatThePluginAccepts(t *testing.T) {
 		{"generated-defaults", nil, ""},
 		{"generated-every-field", map[string]string{
 			"EXCLUDE_NAMESPACES": "kube-system,istio-system", "POD_NAMESPACE": "istio-system", "PLUGIN_LOG_LEVEL": "debug",
-			"NATIVE_NFTABLES": "true", "IPTABLES_MODE": "nft", "CNI_AGENT_RUN_DIR": "/run/istio-cni",
+			"NATIVE_NFTABLES": "true", "IPTABLES_MODE": "nft", "CNI_AGENT_RUN_DIR": "/run/istio-cni", "AGENT_LOG_AS_JSON": "true",
 		}, ""},
 		{"generated-maistra-prefix", map[string]string{"CNI_BINARIES_PREFIX": "v2-4-"}, ""},
 		{"legacy-template", map[string]string{"PLUGIN_LOG_LEVEL": "warn", "NODE_NAME": "node-a", "CNI_BIN_DIR": "/home/kubernetes/bin"}, legacyTemplate},
@@ -205,45 +205,5 @@ func TestKubeconfigRefusesWhatWouldFailEveryLookup(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestMetricsExpositionListsEveryMetricWithHelpAndType(t *testing.T) {
-	m := newMetrics()
-	m.setReady(true)
-	m.add("istio_cni_installs_total")
-	m.add("istio_cni_config_reinserts_total")
-	m.add("istio_cni_config_reinserts_total")
-	m.add("istio_cni_install_errors_total", "stage", "config")
-	m.add("istio_cni_plugin_events_total", "command", "ADD", "outcome", "redirected")
-	m.add("istio_cni_plugin_events_total", "command", "DEL", "outcome", `we"ird`)
-	var b strings.Builder
-	if err := m.write(&b); err != nil {
-		t.Fatal(err)
-	}
-	checkGolden(t, "metrics.txt", []byte(b.String()))
-}
-
-func TestClassifyPluginRecordReadsTheOutcomeOfAddAndDel(t *testing.T) {
-	cases := []struct {
-		rec              string
-		command, outcome string
-		isEvent          bool
-	}{
-		{`{"level":"INFO","msg":"ADD: traffic redirected to the sidecar","command":"ADD","pod":"a/b"}`, "ADD", "redirected", true},
-		{`{"level":"INFO","msg":"ADD: pod passed through","command":"ADD","decision":"namespace-excluded"}`, "ADD", "passed_through", true},
-		{`{"level":"ERROR","msg":"ADD failed","command":"ADD","error":"x"}`, "ADD", "failed", true},
-		{`{"level":"DEBUG","msg":"pod lookup failed, retrying","command":"ADD"}`, "", "", false},
-		{`{"level":"INFO","msg":"DEL: done","command":"DEL"}`, "DEL", "done", true},
-		{`{"level":"DEBUG","msg":"DEL: network namespace already gone","command":"DEL"}`, "DEL", "nothing_to_do", true},
-		{`{"level":"WARN","msg":"DEL: cleanup incomplete","command":"DEL"}`, "", "", false},
-		{`{"level":"INFO","msg":"CHECK: rules match","command":"CHECK"}`, "", "", false},
-		{`not json`, "", "", false},
-	}
-	for _, tc := range cases {
-		cmd, outcome, ok := classifyPluginRecord([]byte(tc.rec))
-		if cmd != tc.command || outcome != tc.outcome || ok != tc.isEvent {
-			t.Errorf("%s: got %q %q %v, want %q %q %v", tc.rec, cmd, outcome, ok, tc.command, tc.outcome, tc.isEvent)
-		}
 	}
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // serveHTTP starts the monitoring server (/metrics, plus the probes) and the
@@ -17,19 +21,21 @@ func (a *agent) serveHTTP() (stop func(), err error) {
 	a.probeHandlers(probes)
 	monitoring := http.NewServeMux()
 	a.probeHandlers(monitoring)
-	monitoring.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = a.m.write(w)
-	})
+	monitoring.Handle("/metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(a.log.Handler(), slog.LevelError),
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
 
 	type server struct {
 		what string
+		addr netip.Addr
 		port uint16
 		mux  *http.ServeMux
 	}
-	servers := []server{{"metrics", a.s.MonitoringPort, monitoring}}
+	servers := []server{{"metrics", a.s.MonitoringAddress, a.s.MonitoringPort, monitoring}}
 	if a.s.ReadinessPort != a.s.MonitoringPort || a.s.ReadinessPort == 0 {
-		servers = append(servers, server{"probes", a.s.ReadinessPort, probes})
+		servers = append(servers, server{"probes", a.s.ReadinessAddress, a.s.ReadinessPort, probes})
 	}
 	var started []*http.Server
 	stop = func() {
@@ -40,10 +46,10 @@ func (a *agent) serveHTTP() (stop func(), err error) {
 		}
 	}
 	for _, s := range servers {
-		l, err := listen(s.port)
+		l, err := listen(s.addr, s.port)
 		if err != nil {
 			stop()
-			return nil, portError(s.what, s.port, err)
+			return nil, portError(s.what, s.addr, s.port, err)
 		}
 		srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
 		started = append(started, srv)
@@ -53,14 +59,17 @@ func (a *agent) serveHTTP() (stop func(), err error) {
 	return stop, nil
 }
 
-func portError(what string, port uint16, err error) error {
-	setting := "MONITORING_PORT"
+func portError(what string, addr netip.Addr, port uint16, err error) error {
+	setting, addrSetting := "MONITORING_PORT", "MONITORING_ADDRESS"
 	if what == "probes" {
-		setting = "READINESS_PORT"
+		setting, addrSetting = "READINESS_PORT", "READINESS_ADDRESS"
 	}
 	var op *net.OpError
 	if errors.As(err, &op) {
 		err = op.Err
+	}
+	if addr.IsValid() {
+		return fmt.Errorf("%s %d on %s %s: cannot listen: %w", setting, port, addrSetting, addr, err)
 	}
 	return fmt.Errorf("%s %d: cannot listen: %w", setting, port, err)
 }

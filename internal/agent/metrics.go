@@ -1,151 +1,228 @@
 package agent
 
 import (
-	"fmt"
-	"io"
 	"slices"
-	"strings"
-	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/istio-cni/istio-cni/internal/lease"
+	"github.com/istio-cni/istio-cni/internal/nad"
+	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/internal/repair"
+	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
-// metrics are the agent's Prometheus metrics, written in the text exposition
-// format by hand: a handful of counters do not justify client_golang's dependency
-// tree in a binary that sits on every node.
+// Results of istio_cni_installs_total: Istio's label values.
+const (
+	installSuccess          = "SUCCESS"
+	installBinariesFailure  = "COPY_BINARIES_FAILURE"
+	installKubeconfigFailed = "CREATE_KUBECONFIG_FAILURE"
+	installConfigFailure    = "CREATE_CNI_CONFIG_FAILURE"
+)
+
+// Protocols of istio_cni_plugin_log_records_total: the channel a record came in on.
+const (
+	protocolDatagram = "datagram" // this plugin, on plog.sock
+	protocolHTTP     = "http"     // Istio's plugin, on log.sock
+)
+
+// addDurationBuckets are the ADD latency histogram's upper bounds, in seconds: an
+// ADD answered from the agent's pod cache takes a few milliseconds; one that asks
+// the API server, tens; a pod lookup that retries, seconds up to its bound
+// (plugin.MaxPodLookupBound).
+var addDurationBuckets = []float64{0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// otherValue stands for a label value from a plugin's report that is outside the
+// known set, so that a stray sender cannot grow the number of series.
+const otherValue = "other"
+
+// metrics are the agent's Prometheus metrics, in their own registry (no global
+// state): Istio's names and labels where Istio has the metric, plus the Go
+// runtime's and the process's.
 type metrics struct {
-	mu       sync.Mutex
-	ready    bool
-	counters map[string]float64 // series ("name" or `name{labels}`) -> value
-	// collectors are other parts' metrics (the pod cache, the repair and taint
-	// controllers), read at each scrape.
-	collectors []collector
+	reg *prometheus.Registry
+
+	ready            prometheus.Gauge
+	installs         *prometheus.CounterVec
+	reinserts        prometheus.Counter
+	binaryInstalls   prometheus.Counter
+	kubeconfigWrites prometheus.Counter
+	pluginEvents     *prometheus.CounterVec
+	pluginRecords    *prometheus.CounterVec
+	addDuration      *prometheus.HistogramVec
+	addFailures      *prometheus.CounterVec
 }
 
-// collector is a set of metrics kept elsewhere: collect returns every series by its
-// Prometheus name (`name` or `name{labels}`), families documents each name.
-type collector struct {
-	families []metricFamily
-	collect  func() map[string]float64
-}
-
-type metricFamily struct{ name, typ, help string }
-
-// metricHelp documents every metric; only these are exposed, each always (a
-// counter that is absent cannot be told from a broken scrape).
-var metricHelp = []metricFamily{
-	{"istio_cni_install_ready", "gauge", "1 when the CNI config holds the istio-cni entry and the watch is running."},
-	{"istio_cni_installs_total", "counter", "Times the istio-cni entry was written into a CNI config that lacked it (first install included)."},
-	{"istio_cni_config_reinserts_total", "counter", "Times the entry had to be put back after something removed it."},
-	{"istio_cni_binary_installs_total", "counter", "Binaries copied into a CNI bin dir (first install and restores)."},
-	{"istio_cni_kubeconfig_writes_total", "counter", "Times the plugin's kubeconfig was written (first install and token rotations)."},
-	{"istio_cni_install_errors_total", "counter", "Failed install steps, by stage."},
-	{"istio_cni_plugin_events_total", "counter", "Plugin ADD/DEL outcomes reported over the log socket."},
-	{"istio_cni_plugin_log_records_total", "counter", "Log records received from the plugin."},
-}
-
-func newMetrics() *metrics { return &metrics{counters: map[string]float64{}} }
-
-// addCollector exposes c's metrics after the agent's own. Families that c does not
-// return at a scrape are left out of it.
-func (m *metrics) addCollector(c collector) {
-	m.mu.Lock()
-	m.collectors = append(m.collectors, c)
-	m.mu.Unlock()
-}
-
-func (m *metrics) add(name string, labels ...string) {
-	m.mu.Lock()
-	m.counters[series(name, labels...)]++
-	m.mu.Unlock()
-}
-
-func (m *metrics) setReady(ready bool) {
-	m.mu.Lock()
-	m.ready = ready
-	m.mu.Unlock()
-}
-
-// value is for tests and logs.
-func (m *metrics) value(name string, labels ...string) float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.counters[series(name, labels...)]
-}
-
-// series renders name{k="v",...} from alternating keys and values.
-func series(name string, labels ...string) string {
-	if len(labels) == 0 {
-		return name
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_install_ready",
+			Help: "1 when the CNI config holds the istio-cni entry, the binaries and the kubeconfig are in place, and the watch is running.",
+		}),
+		installs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_installs_total",
+			Help: "Install steps by result: SUCCESS counts writes of the istio-cni entry into a CNI config that lacked it (first install and re-inserts); COPY_BINARIES_FAILURE, CREATE_KUBECONFIG_FAILURE and CREATE_CNI_CONFIG_FAILURE count failed attempts.",
+		}, []string{"result"}),
+		reinserts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_config_reinserts_total",
+			Help: "Times the istio-cni entry had to be put back after something removed it from the CNI config.",
+		}),
+		binaryInstalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_binary_installs_total",
+			Help: "Binaries copied into a CNI bin dir (first install and restores).",
+		}),
+		kubeconfigWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_kubeconfig_writes_total",
+			Help: "Times the plugin's kubeconfig was written (first install and token rotations).",
+		}),
+		pluginEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_plugin_events_total",
+			Help: "Plugin command outcomes: ADD from the plugin's reports (redirected, passed_through, failed), DEL from its log records (done; nothing_to_do when the plugin logs at debug).",
+		}, []string{"command", "outcome"}),
+		pluginRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_plugin_log_records_total",
+			Help: "Plugin log records received, by protocol: datagram (this plugin) or http (Istio's plugin).",
+		}, []string{"protocol"}),
+		addDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "istio_cni_plugin_add_duration_seconds",
+			Help:    "Run time of the plugin's ADD, from its start to its result, by outcome, as the plugin reports it.",
+			Buckets: addDurationBuckets,
+		}, []string{"outcome"}),
+		addFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_plugin_add_failures_total",
+			Help: "Failed plugin ADDs by the step that failed (reason).",
+		}, []string{"reason"}),
 	}
-	var b strings.Builder
-	b.WriteString(name)
-	b.WriteByte('{')
-	for i := 0; i+1 < len(labels); i += 2 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%s=\"%s\"", labels[i], escapeLabel(labels[i+1]))
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites,
+		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures,
+	)
+	// Every series an operator alerts on exists from the start at 0: a counter that
+	// is absent cannot be told from a broken scrape.
+	for _, r := range []string{installSuccess, installBinariesFailure, installKubeconfigFailed, installConfigFailure} {
+		m.installs.WithLabelValues(r)
 	}
-	b.WriteByte('}')
-	return b.String()
+	for _, p := range []string{protocolDatagram, protocolHTTP} {
+		m.pluginRecords.WithLabelValues(p)
+	}
+	for _, o := range addOutcomes {
+		m.pluginEvents.WithLabelValues("ADD", o)
+		m.addDuration.WithLabelValues(o)
+	}
+	for _, r := range pluginlog.Reasons {
+		m.addFailures.WithLabelValues(r)
+	}
+	return m
 }
 
-func escapeLabel(v string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+var addOutcomes = []string{pluginlog.OutcomeRedirected, pluginlog.OutcomePassedThrough, pluginlog.OutcomeFailed}
+
+func (m *metrics) setReady(ready bool) { m.ready.Set(boolGauge(ready)) }
+
+// installFailed counts a failed install step (one of the install*Failure results).
+func (m *metrics) installFailed(result string) { m.installs.WithLabelValues(result).Inc() }
+
+// pluginEvent counts one ADD reported by the plugin. Values outside the known sets
+// are counted as "other".
+func (m *metrics) pluginEvent(e pluginlog.Event) {
+	if e.Command != "ADD" {
+		return
+	}
+	outcome := known(e.Outcome, addOutcomes)
+	m.pluginEvents.WithLabelValues("ADD", outcome).Inc()
+	if e.Seconds >= 0 {
+		m.addDuration.WithLabelValues(outcome).Observe(e.Seconds)
+	}
+	if outcome == pluginlog.OutcomeFailed {
+		m.addFailures.WithLabelValues(known(e.Reason, pluginlog.Reasons)).Inc()
+	}
 }
 
-// write renders every metric in the text exposition format (version 0.0.4).
-func (m *metrics) write(w io.Writer) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, h := range metricHelp {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", h.name, h.help, h.name, h.typ)
-		if h.name == "istio_cni_install_ready" {
-			v := 0
-			if m.ready {
-				v = 1
-			}
-			fmt.Fprintf(&b, "%s %d\n", h.name, v)
-			continue
-		}
-		var keys []string
-		for k := range m.counters {
-			if k == h.name || strings.HasPrefix(k, h.name+"{") {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		if len(keys) == 0 && !strings.HasSuffix(h.name, "_errors_total") && h.name != "istio_cni_plugin_events_total" {
-			keys = []string{h.name} // unlabelled counters start at 0
-		}
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s %g\n", k, m.counters[k])
-		}
+func known(v string, set []string) string {
+	if slices.Contains(set, v) {
+		return v
 	}
-	for _, c := range m.collectors {
-		writeCollected(&b, c.families, c.collect())
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return otherValue
 }
 
-// writeCollected writes the series of each family in values, sorted, under its HELP
-// and TYPE lines.
-func writeCollected(b *strings.Builder, families []metricFamily, values map[string]float64) {
-	for _, f := range families {
-		var keys []string
-		for k := range values {
-			if k == f.name || strings.HasPrefix(k, f.name+"{") {
-				keys = append(keys, k)
-			}
-		}
-		if len(keys) == 0 {
-			continue
-		}
-		slices.Sort(keys)
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.typ)
-		for _, k := range keys {
-			fmt.Fprintf(b, "%s %g\n", k, values[k])
+// register adds a controller's metrics; each family is exposed only while its
+// controller runs.
+func (m *metrics) register(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
+
+func counterFunc(name, help string, v func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+}
+
+func gaugeFunc(name, help string, v func() bool) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return boolGauge(v()) })
+}
+
+// leadershipMetrics are <prefix>_leader and <prefix>_elected_total of a leased
+// controller.
+func leadershipMetrics(prefix, what string, l *lease.Leadership) []prometheus.Collector {
+	return []prometheus.Collector{
+		gaugeFunc(prefix+"_leader", "1 while this agent holds the "+what+" lease.", l.Leading.Load),
+		counterFunc(prefix+"_elected_total", "Times this agent became the "+what+" leader.", l.Elected.Load),
+	}
+}
+
+func podCacheMetrics(synced func() bool) []prometheus.Collector {
+	return []prometheus.Collector{gaugeFunc("istio_cni_pod_cache_synced",
+		"1 once the pod cache has listed this node's pods (the plugin asks the API server until then).", synced)}
+}
+
+func repairMetrics(r *repair.Metrics) []prometheus.Collector {
+	return []prometheus.Collector{
+		repairedCollector{r},
+		counterFunc(repair.MetricBrokenDetected, "Reconciles of pods found broken (a pod counts again on each change until it is fixed).", r.Detected.Load),
+		counterFunc(repair.MetricRetries, "Repair attempts re-queued after a failure.", r.Retries.Load),
+		counterFunc(repair.MetricGaveUp, "Broken pods given up on after REPAIR_MAX_RETRIES attempts.", r.GaveUp.Load),
+		counterFunc(repair.MetricNetnsScans, "Searches for a broken pod's network namespace (repair in place).", r.NetnsScans.Load),
+		counterFunc(repair.MetricMissingNetwork, "Broken pods reported (once each) for a Multus networks annotation that does not name the plugin.", r.MissingNetwork.Load),
+	}
+}
+
+// repairedCollector exposes Istio's istio_cni_repair_pods_repaired_total{type,result}
+// from the repair controller's counters, every pair always.
+type repairedCollector struct{ m *repair.Metrics }
+
+var repairedDesc = prometheus.NewDesc(repair.MetricPodsRepaired,
+	"Broken pods acted on by the repair controller, by action (type: repair, delete, label) and result (success, fail, skip).",
+	[]string{"type", "result"}, nil)
+
+func (c repairedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- repairedDesc }
+
+func (c repairedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, a := range repair.Actions {
+		for _, r := range repair.Results {
+			ch <- prometheus.MustNewConstMetric(repairedDesc, prometheus.CounterValue,
+				float64(c.m.PodsRepaired(a, r)), string(a), string(r))
 		}
 	}
+}
+
+func taintMetrics(t *taint.Metrics) []prometheus.Collector {
+	return append([]prometheus.Collector{
+		counterFunc("istio_cni_taint_added_total", "Nodes given the readiness taint.", t.TaintsAdded.Load),
+		counterFunc("istio_cni_taint_removed_total", "Nodes whose readiness taint was removed.", t.TaintsRemoved.Load),
+		counterFunc("istio_cni_taint_patch_failures_total", "Node taint patches that failed (and were retried).", t.PatchFailures.Load),
+	}, leadershipMetrics("istio_cni_taint", "node readiness", &t.Leadership)...)
+}
+
+func multusMetrics(n *nad.Metrics) []prometheus.Collector {
+	return append([]prometheus.Collector{
+		counterFunc("istio_cni_multus_nad_created_total", "NetworkAttachmentDefinitions created in meshed namespaces.", n.Created.Load),
+		counterFunc("istio_cni_multus_nad_create_failures_total", "NetworkAttachmentDefinition creates that failed (and were retried).", n.CreateFailures.Load),
+	}, leadershipMetrics("istio_cni_multus", "Multus", &n.Leadership)...)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

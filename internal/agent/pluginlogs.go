@@ -1,48 +1,99 @@
 package agent
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
 
-// listenPluginLogs opens the unix datagram socket the plugin sends its log records
-// to. A socket file left by a previous agent is replaced; any other file there is
-// an error rather than something to delete.
+// The agent reads the plugin's log records on two sockets in its run dir:
+//
+//   - plog.sock (unix datagrams): this project's plugin, one JSON record or
+//     event (pluginlog.Event) per datagram;
+//   - log.sock (unix stream, HTTP): Istio's plugin, which POSTs /log with a JSON
+//     array of JSON-encoded records at the end of each command.
+//
+// Both end up on the agent's stdout, one JSON line per record, so that during a
+// switch between Istio's DaemonSet and this one a plugin of the other kind that is
+// still running loses no line.
+
+// prepareSocket makes path free for a new socket: a socket left by a previous agent
+// is removed; any other file there is an error rather than something to delete.
+func prepareSocket(what, path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s %s: a %s is in the way", what, path, fi.Mode().Type())
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("%s %s: remove the stale socket: %w", what, path, err)
+	}
+	return nil
+}
+
+// onlyRoot makes a socket writable by root alone: the runtime running the plugin
+// is root, and nobody else may inject records.
+func onlyRoot(what, path string, c io.Closer) error {
+	if err := os.Chmod(path, 0o600); err != nil {
+		c.Close()
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// listenPluginLogs opens the unix datagram socket the plugin sends its log records to.
 func listenPluginLogs(path string) (*net.UnixConn, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("plugin log socket %s: a %s is in the way", path, fi.Mode().Type())
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("plugin log socket %s: remove the stale socket: %w", path, err)
-		}
+	const what = "plugin log socket"
+	if err := prepareSocket(what, path); err != nil {
+		return nil, err
 	}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
-		return nil, fmt.Errorf("plugin log socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	// Only root (the runtime running the plugin) may inject records.
-	if err := os.Chmod(path, 0o600); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("plugin log socket: %w", err)
-	}
-	return conn, nil
+	return conn, onlyRoot(what, path, conn)
 }
 
 // maxRecord bounds one datagram; the plugin's records are far smaller.
 const maxRecord = 64 << 10
 
-// servePluginLogs prints every record to out, one line each, so that `kubectl logs`
-// of the agent shows the plugin's decisions, and counts ADD/DEL outcomes. It
-// returns when conn is closed.
-func servePluginLogs(conn *net.UnixConn, out io.Writer, m *metrics, log *slog.Logger) {
+// pluginLogSink writes plugin records to the agent's stdout, one line each, whole
+// lines only (records arrive on several goroutines).
+type pluginLogSink struct {
+	mu  sync.Mutex
+	out io.Writer
+	m   *metrics
+}
+
+func (s *pluginLogSink) writeLine(rec []byte) {
+	line := make([]byte, 0, len(rec)+1)
+	line = append(append(line, rec...), '\n')
+	s.mu.Lock()
+	_, _ = s.out.Write(line)
+	s.mu.Unlock()
+}
+
+// servePluginLogs prints every record to the sink, so that `kubectl logs` of the
+// agent shows the plugin's decisions, and counts the plugin's events and DEL
+// outcomes. It returns when conn is closed.
+func servePluginLogs(conn *net.UnixConn, sink *pluginLogSink, log *slog.Logger) {
 	buf := make([]byte, maxRecord)
 	for {
 		n, _, err := conn.ReadFromUnix(buf)
@@ -60,46 +111,154 @@ func servePluginLogs(conn *net.UnixConn, out io.Writer, m *metrics, log *slog.Lo
 		if n == 0 {
 			continue
 		}
-		m.add("istio_cni_plugin_log_records_total")
-		line := make([]byte, 0, n+1)
-		line = append(append(line, rec...), '\n')
-		_, _ = out.Write(line)
+		if e, ok := pluginlog.ParseEvent(rec); ok {
+			sink.m.pluginEvent(e)
+			continue
+		}
+		sink.m.pluginRecords.WithLabelValues(protocolDatagram).Inc()
+		sink.writeLine(rec)
 		if cmd, outcome, ok := classifyPluginRecord(rec); ok {
-			m.add("istio_cni_plugin_events_total", "command", cmd, "outcome", outcome)
+			sink.m.pluginEvents.WithLabelValues(cmd, outcome).Inc()
 		}
 	}
 }
 
-// classifyPluginRecord reads the outcome of an ADD or DEL from the plugin's final
-// record of that command. Other records (progress, debug) are no event. It follows
-// the messages internal/plugin writes; DEL's "nothing to do" outcomes are logged
-// at debug and so counted only when the plugin logs at debug.
+// classifyPluginRecord reads the outcome of a DEL from the plugin's final record of
+// it. Other records (progress, debug) are no event; ADD outcomes come from the
+// plugin's events, which do not depend on its log level. DEL's "nothing to do"
+// outcomes are logged at debug and so counted only when the plugin logs at debug.
 func classifyPluginRecord(rec []byte) (command, outcome string, ok bool) {
 	var r struct {
-		Level   string `json:"level"`
 		Msg     string `json:"msg"`
 		Command string `json:"command"`
 	}
-	if json.Unmarshal(rec, &r) != nil {
+	if json.Unmarshal(rec, &r) != nil || r.Command != "DEL" {
 		return "", "", false
 	}
-	switch r.Command {
-	case "ADD":
-		switch {
-		case strings.HasPrefix(r.Msg, "ADD: traffic redirected"):
-			return "ADD", "redirected", true
-		case strings.HasPrefix(r.Msg, "ADD: pod passed through"):
-			return "ADD", "passed_through", true
-		case r.Level == "ERROR":
-			return "ADD", "failed", true
-		}
-	case "DEL":
-		switch r.Msg {
-		case "DEL: done":
-			return "DEL", "done", true
-		case "DEL: no network namespace, nothing to do", "DEL: network namespace already gone":
-			return "DEL", "nothing_to_do", true
-		}
+	switch r.Msg {
+	case "DEL: done":
+		return "DEL", "done", true
+	case "DEL: no network namespace, nothing to do", "DEL: network namespace already gone":
+		return "DEL", "nothing_to_do", true
 	}
 	return "", "", false
+}
+
+// MaxIstioLogBody bounds one POST from Istio's plugin (all the lines of one
+// command, a few KiB); a larger body is refused with 413.
+const MaxIstioLogBody = 1 << 20
+
+// istioLogTimeout bounds reading one request from Istio's plugin, whose client
+// gives up after 1 s itself.
+const istioLogTimeout = 5 * time.Second
+
+// serveIstioPluginLogs serves Istio's plugin log protocol on a unix stream socket
+// at path until stop is called.
+func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
+	const what = "Istio plugin log socket"
+	if err := prepareSocket(what, path); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := onlyRoot(what, path, l); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pluginlog.IstioLogPath, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIstioLogBody))
+		if err != nil {
+			http.Error(w, fmt.Sprintf("body over %d bytes or unreadable: %v", MaxIstioLogBody, err), http.StatusRequestEntityTooLarge)
+			return
+		}
+		lines, err := istioRecords(body)
+		if err != nil {
+			log.Warn("Istio plugin log post not understood", "error", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, line := range lines {
+			sink.m.pluginRecords.WithLabelValues(protocolHTTP).Inc()
+			sink.writeLine(line)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: istioLogTimeout, ReadTimeout: istioLogTimeout}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what, "error", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+		os.Remove(path)
+	}, nil
+}
+
+// istioLevels maps the levels of Istio's plugin (zap, lower case) to slog's names.
+var istioLevels = map[string]string{"debug": "DEBUG", "info": "INFO", "warn": "WARN", "error": "ERROR"}
+
+// istioRecords turns the body Istio's plugin posts, a JSON array of strings each
+// holding one JSON record {"level","time","msg",...fields}, into the agent's lines:
+// time, level and msg first under slog's names, the record's other fields after
+// them, and "plugin":"istio" to tell them from this plugin's. A string that is not
+// such a record is passed on as the msg of a record of its own.
+func istioRecords(body []byte) ([][]byte, error) {
+	var posted []string
+	if err := json.Unmarshal(body, &posted); err != nil {
+		return nil, fmt.Errorf("not a JSON array of strings (Istio's plugin log format): %w", err)
+	}
+	var lines [][]byte
+	for _, p := range posted {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal([]byte(p), &fields) != nil {
+			fields = map[string]json.RawMessage{"msg": mustJSON(strings.TrimSpace(p))}
+		}
+		var level string
+		_ = json.Unmarshal(fields["level"], &level)
+		if l, ok := istioLevels[level]; ok {
+			fields["level"] = mustJSON(l)
+		}
+		if _, ok := fields["time"]; !ok {
+			fields["time"] = mustJSON(time.Now().UTC().Format(time.RFC3339Nano))
+		}
+		fields["plugin"] = mustJSON("istio")
+		var b strings.Builder
+		b.WriteByte('{')
+		first := []string{"time", "level", "msg"}
+		rest := slices.Sorted(maps.Keys(fields))
+		rest = slices.DeleteFunc(rest, func(k string) bool { return slices.Contains(first, k) })
+		n := 0
+		for _, k := range append(first, rest...) {
+			v, ok := fields[k]
+			if !ok {
+				continue
+			}
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			n++
+			b.Write(mustJSON(k))
+			b.WriteByte(':')
+			b.Write(v)
+		}
+		b.WriteByte('}')
+		var line bytes.Buffer
+		if err := json.Compact(&line, []byte(b.String())); err != nil {
+			return nil, fmt.Errorf("record %q: %w", p, err)
+		}
+		lines = append(lines, line.Bytes())
+	}
+	return lines, nil
+}
+
+func mustJSON(v string) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
 }

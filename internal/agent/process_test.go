@@ -76,7 +76,7 @@ func TestAgentInstallsThenSIGTERMLeavesTheConfDirAsItWas(t *testing.T) {
 			if err != nil || kc.Token != "token-1" || kc.Server != "https://127.0.0.1:6443" || !bytes.Equal(kc.CAData, n.ca) {
 				t.Errorf("kubeconfig as the plugin reads it: %+v, %v", kc, err)
 			}
-			if v := p.metric(t, "istio_cni_installs_total"); v != 1 {
+			if v := p.metric(t, `istio_cni_installs_total{result="SUCCESS"}`); v != 1 {
 				t.Errorf("istio_cni_installs_total = %v, want 1", v)
 			}
 			if v := p.metric(t, "istio_cni_install_ready"); v != 1 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,6 +89,11 @@ type Settings struct {
 	// and /readyz. 0 picks a free port (logged); the same port serves everything.
 	MonitoringPort uint16
 	ReadinessPort  uint16
+	// MonitoringAddress and ReadinessAddress are the addresses the two servers
+	// listen on; unset (the zero Addr) is every address. With hostNetwork that is
+	// every address of the node.
+	MonitoringAddress netip.Addr
+	ReadinessAddress  netip.Addr
 
 	// RevertWarnCount and RevertWarnWindow: more re-inserts than RevertWarnCount
 	// within RevertWarnWindow log a warning with a hint.
@@ -236,6 +242,12 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "readiness-port", Envs: []string{"READINESS_PORT"}, Default: strconv.Itoa(DefaultReadinessPort),
 		Usage: "port of /healthz and /readyz (0: any free port)",
 		Set:   settings.Field(func(s *Settings) *uint16 { return &s.ReadinessPort }, port(true))},
+	{Name: "monitoring-address", Envs: []string{"MONITORING_ADDRESS"},
+		Usage: "IP address /metrics listens on (empty: every address)",
+		Set:   settings.Field(func(s *Settings) *netip.Addr { return &s.MonitoringAddress }, bindAddress)},
+	{Name: "readiness-address", Envs: []string{"READINESS_ADDRESS"},
+		Usage: "IP address /healthz and /readyz listen on (empty: every address)",
+		Set:   settings.Field(func(s *Settings) *netip.Addr { return &s.ReadinessAddress }, bindAddress)},
 	{Name: "revert-warn-count", Envs: []string{"REVERT_WARN_COUNT"}, Default: strconv.Itoa(DefaultRevertWarnCount),
 		Usage: "warn when the config loses our entry more often than this within --revert-warn-window",
 		Set:   setRevertWarnCount},
@@ -246,7 +258,7 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 		Usage: "this agent's log level: debug, info, warn, error (Istio's scope:level form is accepted)",
 		Set:   setAgentLogLevel},
 	{Name: "log_as_json", Envs: []string{"AGENT_LOG_AS_JSON"}, Default: "false", Bool: true,
-		Usage: "this agent's log in JSON",
+		Usage: "logs in JSON: this agent's, and the plugin's on its stderr (log_as_json in the generated entry)",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.LogJSON }, parseBool)},
 	{Name: "pod-name", Envs: []string{"POD_NAME"},
 		Usage: "this agent's pod (the downward API's metadata.name): the exit decision and the leases read it",
@@ -316,6 +328,19 @@ func port(zeroOK bool) func(string) (uint16, error) {
 		}
 		return uint16(n), nil
 	}
+}
+
+// bindAddress is an IP address to listen on; empty is every address.
+func bindAddress(v string) (netip.Addr, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address (empty: every address)", v)
+	}
+	return a, nil
 }
 
 // fileNameChars are the characters allowed in a binary prefix and a config file
@@ -607,6 +632,11 @@ func (s *Settings) validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is the source dir CNI_BIN_SOURCE_DIR: the binaries would be copied onto themselves", d.name, d.dir))
 		}
 	}
+	if s.MonitoringPort == s.ReadinessPort && s.MonitoringPort != 0 && s.MonitoringAddress != s.ReadinessAddress {
+		errs = append(errs, fmt.Errorf("MONITORING_PORT and READINESS_PORT are both %d but MONITORING_ADDRESS %q and READINESS_ADDRESS %q differ: "+
+			"one port is one server on one address; give the ports different numbers or the same address",
+			s.MonitoringPort, addrOrEvery(s.MonitoringAddress), addrOrEvery(s.ReadinessAddress)))
+	}
 	if s.MountedNetDir == s.RunDir {
 		errs = append(errs, fmt.Errorf("CNI_AGENT_RUN_DIR %q is the CNI config dir: the runtime would see the agent's files", s.RunDir))
 	}
@@ -624,6 +654,12 @@ func (s *Settings) KubeconfigPath() string { return filepath.Join(s.RunDir, plug
 // LogSocketPath is the unix datagram socket the plugin sends its log records to.
 func (s *Settings) LogSocketPath() string { return filepath.Join(s.RunDir, plugin.LogSocketName) }
 
+// IstioLogSocketPath is the unix stream socket Istio's plugin posts its log lines
+// to (HTTP).
+func (s *Settings) IstioLogSocketPath() string {
+	return filepath.Join(s.RunDir, plugin.IstioLogSocketName)
+}
+
 // CAFile is the CA written into the plugin's kubeconfig.
 func (s *Settings) CAFile() string {
 	if s.KubeCAFile != "" {
@@ -634,6 +670,13 @@ func (s *Settings) CAFile() string {
 
 // TokenFile is the agent's ServiceAccount token.
 func (s *Settings) TokenFile() string { return filepath.Join(s.ServiceAccountDir, "token") }
+
+func addrOrEvery(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
 
 // PluginName is the installed plugin binary's name and its entry's type.
 func (s *Settings) PluginName() string { return s.BinariesPrefix + PluginType }

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -218,6 +219,21 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			},
 		},
 		{
+			name: "bind addresses of the two servers",
+			env:  map[string]string{"MONITORING_ADDRESS": " 10.0.0.5 ", "READINESS_ADDRESS": "::1"},
+			want: func(s *Settings) {
+				s.MonitoringAddress, s.ReadinessAddress = netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("::1")
+			},
+		},
+		{
+			name: "one server on one address when the ports are the same",
+			env:  map[string]string{"MONITORING_PORT": "9000", "READINESS_PORT": "9000", "MONITORING_ADDRESS": "127.0.0.1", "READINESS_ADDRESS": "127.0.0.1"},
+			want: func(s *Settings) {
+				s.MonitoringPort, s.ReadinessPort = 9000, 9000
+				s.MonitoringAddress, s.ReadinessAddress = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.1")
+			},
+		},
+		{
 			name: "a bracketed IPv6 API server address",
 			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "[fd00::1]"},
 			want: func(s *Settings) { s.KubeHost = "fd00::1" },
@@ -231,7 +247,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			}
 			want := defaults()
 			tc.want(&want)
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("settings (-want +got):\n%s", diff)
 			}
 		})
@@ -293,6 +309,10 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 			[]string{"MULTUS_NETWORK_NAME", `"Mesh CNI"`}},
 		{"multus namespaces without a pod name", nil, map[string]string{"CHAINED_CNI_PLUGIN": "false", "MULTUS_ENABLED": "true",
 			"MULTUS_MESHED_NAMESPACES": "true", "POD_NAMESPACE": "kube-system", "POD_NAME": "", "UNINSTALL_ON_EXIT": "never"}, []string{"MULTUS_IDENTITY", "POD_NAME"}},
+		{"bind address not an IP", nil, map[string]string{"MONITORING_ADDRESS": "node-a"}, []string{"MONITORING_ADDRESS", `"node-a"`, "not an IP address"}},
+		{"bind address with a zone", []string{"--readiness-address=fe80::1%eth0"}, nil, []string{"--readiness-address", `"fe80::1%eth0"`}},
+		{"one port on two addresses", nil, map[string]string{"MONITORING_PORT": "9000", "READINESS_PORT": "9000", "READINESS_ADDRESS": "127.0.0.1"},
+			[]string{"MONITORING_PORT and READINESS_PORT are both 9000", `READINESS_ADDRESS "127.0.0.1"`}},
 		{"every bad value is reported", nil, map[string]string{"MONITORING_PORT": "x", "READINESS_PORT": "y"}, []string{"MONITORING_PORT", `"x"`, "READINESS_PORT", `"y"`}},
 	}
 	for _, tc := range cases {

@@ -137,18 +137,6 @@ type Leadership struct {
 	Elected atomic.Uint64
 }
 
-// Collect adds the leadership's series to m: <prefix>_leader (1 while leading) and
-// <prefix>_elected_total.
-func (l *Leadership) Collect(prefix string, m map[string]float64) map[string]float64 {
-	leading := 0.0
-	if l.Leading.Load() {
-		leading = 1
-	}
-	m[prefix+"_leader"] = leading
-	m[prefix+"_elected_total"] = float64(l.Elected.Load())
-	return m
-}
-
 // Job is a controller's work that one replica does at a time.
 type Job struct {
 	// Name names the controller in its logs and errors ("taint controller").

@@ -65,14 +65,6 @@ type Metrics struct {
 	lease.Leadership
 }
 
-// Collect returns the counters by Prometheus name.
-func (m *Metrics) Collect() map[string]float64 {
-	return m.Leadership.Collect("istio_cni_multus", map[string]float64{
-		"istio_cni_multus_nad_created_total":         float64(m.Created.Load()),
-		"istio_cni_multus_nad_create_failures_total": float64(m.CreateFailures.Load()),
-	})
-}
-
 // Deps are optional.
 type Deps struct {
 	Logger  *slog.Logger

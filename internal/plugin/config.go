@@ -77,6 +77,9 @@ type Config struct {
 	LogSocket string
 	// LogFile is a file logs are appended to as well; empty means none.
 	LogFile string
+	// LogJSON writes the plugin's stderr (the runtime's journal) as JSON lines, as
+	// Istio's plugin does; the file and the socket are JSON either way.
+	LogJSON bool
 
 	// keys maps a Config field to the config key its value came from, so that
 	// validation errors name what the user wrote.
@@ -122,9 +125,16 @@ const MaxPodLookupBound = time.Minute
 
 // Defaults, Istio's where Istio has one.
 const (
-	DefaultAgentRunDir      = "/var/run/istio-cni"
-	KubeconfigName          = "istio-cni-kubeconfig"
-	LogSocketName           = "log.sock"
+	DefaultAgentRunDir = "/var/run/istio-cni"
+	KubeconfigName     = "istio-cni-kubeconfig"
+	// LogSocketName is the agent's datagram socket for this plugin's log records
+	// and events; Istio's plugin posts to IstioLogSocketName instead. Short: a unix
+	// socket's path is at most 107 bytes.
+	LogSocketName = "plog.sock"
+	// IstioLogSocketName is the socket Istio's plugin posts its log lines to, over
+	// HTTP (POST /log, a JSON array of JSON-encoded records); the agent serves it so
+	// that an Istio plugin still running during a switch loses no log line.
+	IstioLogSocketName      = "log.sock"
 	LogFileName             = "istio-cni.log"
 	DefaultLogLevel         = cli.LevelInfo
 	DefaultPodLookupRetries = 30
@@ -174,6 +184,7 @@ type rawConfig struct {
 	ExtraBypassUIDs []uint32       `json:"extra_bypass_uids"`
 	LogSocket       *string        `json:"log_socket"`
 	LogFile         *string        `json:"log_file"`
+	LogAsJSON       *bool          `json:"log_as_json"`
 	podLookupDelay  *time.Duration // parsed pod_lookup.interval
 }
 
@@ -372,6 +383,9 @@ func (r rawConfig) withDefaults() Config {
 		c.LogFile, c.keys["LogFile"] = *r.LogFile, "log_file"
 	} else {
 		c.LogFile = path.Join(c.AgentRunDir, LogFileName)
+	}
+	if r.LogAsJSON != nil {
+		c.LogJSON, c.keys["LogJSON"] = *r.LogAsJSON, "log_as_json"
 	}
 	return c
 }

@@ -27,7 +27,7 @@ func defaults() Config {
 		Kubeconfig:  "/var/run/istio-cni/istio-cni-kubeconfig",
 		Backend:     BackendIptables,
 		PodLookup:   PodLookup{Retries: 30, Interval: time.Second},
-		LogSocket:   "/var/run/istio-cni/log.sock",
+		LogSocket:   "/var/run/istio-cni/plog.sock",
 		LogFile:     "/var/run/istio-cni/istio-cni.log",
 	}
 }
@@ -56,7 +56,7 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
 				c.PodNamespace = "istio-system"
 				c.Backend = BackendNftables
-				c.LogSocket = "/run/istio-cni/log.sock"
+				c.LogSocket = "/run/istio-cni/plog.sock"
 				c.LogFile = "/run/istio-cni/istio-cni.log"
 			},
 		},
@@ -104,8 +104,9 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 			name: "our additions",
 			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","iptables_mode":"legacy",
 				"pod_lookup":{"retries":5,"interval":"200ms"},"extra_bypass_uids":[1337,1000660000,1337],
-				"log_socket":"/run/x.sock","log_file":""}`,
+				"log_socket":"/run/x.sock","log_file":"","log_as_json":true}`,
 			want: func(c *Config) {
+				c.LogJSON = true
 				c.IptablesMode = IptablesLegacy
 				c.PodLookup = PodLookup{Retries: 5, Interval: 200 * time.Millisecond}
 				c.ExtraBypassUIDs = []uint32{1337, 1000660000}

@@ -85,7 +85,8 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 		}
 		return nil, l, cniError(code, err)
 	}
-	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket})
+	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
+		IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	return cfg, l, nil
 }
@@ -123,51 +124,92 @@ func (p *Plugin) print(r types.Result, cniVersion string) error {
 // Add programs the pod's redirection, or passes the pod through, and prints the
 // previous result. It never reports success for a pod that needs redirection and
 // did not get it: a failed lookup or apply fails the ADD (fail closed).
-func (p *Plugin) Add(args *skel.CmdArgs) error {
+func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
+	start := time.Now()
 	cfg, log, err := p.setup(args, "ADD")
-	defer log.Close()
+	// The agent's metrics get the ADD's outcome and run time: one datagram, sent
+	// after the work, bounded by pluginlog.WriteBound.
+	ev := pluginlog.Event{Command: "ADD", Reason: pluginlog.ReasonConfig}
+	defer func() {
+		ev.Seconds = time.Since(start).Seconds()
+		if err != nil {
+			ev.Outcome = pluginlog.OutcomeFailed
+		} else {
+			ev.Reason = ""
+		}
+		log.Report(ev)
+		log.Close()
+	}()
 	if err != nil {
 		return err
 	}
+	ev.Reason = pluginlog.ReasonPrevResult
 	res, err := result(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
-	start := time.Now()
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
 	if err != nil {
-		log.Error("ADD failed", "error", err)
+		ev.Reason, err = failedStep(err)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason)
 		return err
 	}
+	ev.Reason = pluginlog.ReasonOutput
 	if d.Verdict != Redirect {
+		ev.Outcome = pluginlog.OutcomePassedThrough
 		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start))
 		logPeakMemory(log)
 		return p.print(res, cfg.CNIVersion)
 	}
+	ev.Reason = pluginlog.ReasonBackend
 	b, err := NewBackend(cfg)
 	if err != nil {
-		log.Error("ADD failed", "error", err)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason)
 		return cniError(types.ErrInternal, err)
 	}
+	ev.Reason = pluginlog.ReasonApply
 	applyStart := time.Now()
 	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
-		log.Error("ADD failed", "error", err)
 		if _, serr := os.Stat(args.Netns); serr != nil {
+			ev.Reason = pluginlog.ReasonNetnsGone
+			log.Error("ADD failed", "error", err, "reason", ev.Reason)
 			return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (network namespace %s is gone)", err, args.Netns))
 		}
+		log.Error("ADD failed", "error", err, "reason", ev.Reason)
 		return cniError(types.ErrInternal, err)
 	}
+	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start))
 	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
+}
+
+// stepError is an error of decide marked with the step that failed (a
+// pluginlog.Reason*), for the ADD's metrics; failedStep takes the mark off, so the
+// runtime gets the CNI error itself.
+type stepError struct {
+	reason string
+	err    error
+}
+
+func (e *stepError) Error() string { return e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func failedAt(reason string, err error) error { return &stepError{reason: reason, err: err} }
+
+func failedStep(err error) (reason string, cause error) {
+	if se, ok := err.(*stepError); ok {
+		return se.reason, se.err
+	}
+	return pluginlog.ReasonPodSettings, err
 }
 
 // decide runs the selection and, for a pod to redirect, builds its plan. It looks
@@ -176,7 +218,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, PodArgs, error) {
 	podArgs, err := ParsePodArgs(args.Args)
 	if err != nil {
-		return Decision{}, nil, podArgs, cniError(types.ErrInvalidEnvironmentVariables, err)
+		return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonCNIArgs, cniError(types.ErrInvalidEnvironmentVariables, err))
 	}
 	l.Logger = l.With("pod", podArgs.Key())
 	pp, _ := PlanFor(podArgs, cfg, nil, nil, Sandbox{})
@@ -186,7 +228,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	lookupStart := time.Now()
 	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
 	if err != nil {
-		return Decision{}, nil, podArgs, err
+		return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonPodLookup, err)
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
@@ -198,7 +240,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		nsStart := time.Now()
 		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup)
 		if nsErr != nil {
-			return Decision{}, nil, podArgs, nsErr
+			return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonPodLookup, nsErr)
 		}
 		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
@@ -402,6 +444,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
 	if err != nil {
+		_, err = failedStep(err)
 		return err
 	}
 	if d.Verdict != Redirect {

@@ -5,12 +5,16 @@
 package pluginlog
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -22,13 +26,34 @@ type Options struct {
 	// Socket, when set and present, is the agent's unix datagram socket; each record
 	// is sent as one JSON datagram. A missing or dead agent never slows the plugin.
 	Socket string
+	// JSON writes stderr as JSON lines (the file and the socket always are).
+	JSON bool
+	// IstioSocket is where Istio's node agent takes its plugin's log lines (HTTP on
+	// a unix socket). Used only when Socket is set but absent and IstioSocket
+	// exists, i.e. on a node where Istio's agent runs instead of ours (a switch
+	// back): the records are then posted there at Close, in Istio's format, as
+	// Istio's plugin does, within IstioPostBound.
+	IstioSocket string
 }
+
+// IstioPostBound bounds the post of the records to Istio's agent at Close (its own
+// plugin's client gives up after 1 s too).
+const IstioPostBound = time.Second
+
+// IstioLogPath is the HTTP path Istio's agent takes its plugin's log lines on.
+const IstioLogPath = "/log"
 
 // New returns the logger and a function that closes its outputs.
 func New(stderr io.Writer, o Options) *Logger {
 	hopts := &slog.HandlerOptions{Level: o.Level}
-	handlers := []slog.Handler{slog.NewTextHandler(stderr, hopts)}
+	var handlers []slog.Handler
+	if o.JSON {
+		handlers = append(handlers, slog.NewJSONHandler(stderr, hopts))
+	} else {
+		handlers = append(handlers, slog.NewTextHandler(stderr, hopts))
+	}
 	var closers []io.Closer
+	var events *datagramWriter
 	if o.File != "" {
 		if f, err := openBounded(o.File); err == nil {
 			handlers = append(handlers, slog.NewJSONHandler(f, hopts))
@@ -37,11 +62,16 @@ func New(stderr io.Writer, o Options) *Logger {
 	}
 	if o.Socket != "" {
 		if c, err := net.DialTimeout("unixgram", o.Socket, 50*time.Millisecond); err == nil {
-			handlers = append(handlers, slog.NewJSONHandler(&datagramWriter{c}, hopts))
+			events = &datagramWriter{c}
+			handlers = append(handlers, slog.NewJSONHandler(events, hopts))
 			closers = append(closers, c)
+		} else if st, err := os.Stat(o.IstioSocket); o.IstioSocket != "" && err == nil && st.Mode().Type() == os.ModeSocket {
+			p := &istioPoster{socket: o.IstioSocket}
+			handlers = append(handlers, slog.NewJSONHandler(p, &slog.HandlerOptions{Level: o.Level, ReplaceAttr: istioLevel}))
+			closers = append(closers, p)
 		}
 	}
-	return &Logger{Logger: slog.New(fanout(handlers)), closers: closers}
+	return &Logger{Logger: slog.New(fanout(handlers)), closers: closers, events: events}
 }
 
 // MaxFileBytes bounds the log file (it lives in the agent's run dir, a tmpfs, so in
@@ -64,6 +94,78 @@ func openBounded(path string) (*os.File, error) {
 type Logger struct {
 	*slog.Logger
 	closers []io.Closer
+	// events is the agent's socket, nil when there is none.
+	events *datagramWriter
+}
+
+// Event is the outcome of one plugin command, sent to the agent for its metrics
+// whatever the log level. It travels on the log socket as one datagram of its own:
+// a JSON object with "event" and no "msg", which tells it from a log record.
+type Event struct {
+	// Command is ADD (the only one reported today).
+	Command string `json:"event"`
+	// Outcome is one of the Outcome* values.
+	Outcome string `json:"outcome"`
+	// Reason is the failed step (one of the Reason* values) when Outcome is
+	// OutcomeFailed.
+	Reason string `json:"reason,omitempty"`
+	// Seconds is the command's run time in the plugin, from its start to its
+	// result.
+	Seconds float64 `json:"seconds"`
+}
+
+// Outcomes of an ADD.
+const (
+	OutcomeRedirected    = "redirected"
+	OutcomePassedThrough = "passed_through"
+	OutcomeFailed        = "failed"
+)
+
+// Reasons an ADD failed: the step that failed. The agent counts each by name, so
+// the list is closed: Reasons holds every one.
+const (
+	ReasonConfig      = "config"       // the network config on stdin
+	ReasonPrevResult  = "prev_result"  // the previous plugin's result
+	ReasonCNIArgs     = "cni_args"     // CNI_ARGS lacks the pod's name or namespace
+	ReasonPodLookup   = "pod_lookup"   // the pod (or its namespace) could not be read
+	ReasonPodSettings = "pod_settings" // the pod's annotations or the config make no valid plan
+	ReasonBackend     = "backend"      // the rule backend could not be set up
+	ReasonApply       = "apply"        // programming the rules in the pod's netns failed
+	ReasonNetnsGone   = "netns_gone"   // the pod's netns disappeared during the ADD
+	ReasonOutput      = "output"       // the result could not be printed
+)
+
+// Reasons lists every Reason*, for the agent to pre-create its series.
+var Reasons = []string{ReasonConfig, ReasonPrevResult, ReasonCNIArgs, ReasonPodLookup, ReasonPodSettings,
+	ReasonBackend, ReasonApply, ReasonNetnsGone, ReasonOutput}
+
+// Report sends e to the agent: one datagram, never blocking for longer than the
+// socket's write bound, dropped when there is no agent. The ADD's result does not
+// depend on it.
+func (l *Logger) Report(e Event) {
+	if l.events == nil {
+		return
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	_, _ = l.events.Write(b)
+}
+
+// ParseEvent reads a datagram from the log socket: ok is false for a log record.
+func ParseEvent(datagram []byte) (e Event, ok bool) {
+	var probe struct {
+		Event *string          `json:"event"`
+		Msg   *json.RawMessage `json:"msg"`
+	}
+	if json.Unmarshal(datagram, &probe) != nil || probe.Event == nil || probe.Msg != nil {
+		return Event{}, false
+	}
+	if json.Unmarshal(datagram, &e) != nil {
+		return Event{}, false
+	}
+	return e, true
 }
 
 // Close closes the file and socket outputs.
@@ -75,15 +177,62 @@ func (l *Logger) Close() error {
 	return errors.Join(errs...)
 }
 
-// datagramWriter sends each Write (one JSON record) as one datagram, never blocking.
+// WriteBound bounds one send to the agent's socket: a full socket buffer (an agent
+// that stopped reading) costs the plugin at most this per record.
+const WriteBound = 20 * time.Millisecond
+
+// datagramWriter sends each Write (one JSON record) as one datagram, never blocking
+// for longer than WriteBound.
 type datagramWriter struct{ c net.Conn }
 
 func (w *datagramWriter) Write(p []byte) (int, error) {
-	w.c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	w.c.SetWriteDeadline(time.Now().Add(WriteBound))
 	if _, err := w.c.Write(p); err != nil {
 		return len(p), nil // the agent may be gone; logging must not fail the plugin
 	}
 	return len(p), nil
+}
+
+// istioLevel writes the level as Istio's agent reads it: lower case ("warn"),
+// else it drops the line.
+func istioLevel(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.LevelKey {
+		return slog.String(slog.LevelKey, strings.ToLower(a.Value.String()))
+	}
+	return a
+}
+
+// istioPoster collects the JSON records and posts them to Istio's agent at Close:
+// POST /log with a JSON array of the records, each a string.
+type istioPoster struct {
+	socket  string
+	records []string
+}
+
+func (p *istioPoster) Write(b []byte) (int, error) {
+	p.records = append(p.records, strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func (p *istioPoster) Close() error {
+	if len(p.records) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(p.records)
+	if err != nil {
+		return nil
+	}
+	c := http.Client{
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", p.socket)
+		}},
+		Timeout: IstioPostBound,
+	}
+	if resp, err := c.Post("http://unix"+IstioLogPath, "application/json", bytes.NewReader(body)); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return nil // the agent may be gone; logging must not fail the plugin
 }
 
 type fanout []slog.Handler

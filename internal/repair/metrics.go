@@ -24,9 +24,10 @@ const (
 	ResultSkip    Result = "skip"
 )
 
+// Actions and Results are every value of the labels, in the counters' order.
 var (
-	actions = []Action{ActionRepair, ActionDelete, ActionLabel}
-	results = []Result{ResultSuccess, ResultFail, ResultSkip}
+	Actions = []Action{ActionRepair, ActionDelete, ActionLabel}
+	Results = []Result{ResultSuccess, ResultFail, ResultSkip}
 )
 
 // MetricPodsRepaired is Istio's counter name, with labels type and result.
@@ -41,8 +42,8 @@ const (
 	MetricMissingNetwork = "istio_cni_repair_missing_multus_network_total"
 )
 
-// Metrics are the controller's counters. They are plain atomics so the agent can
-// export them with whatever registry it uses (Collect gives Prometheus names).
+// Metrics are the controller's counters. They are plain atomics; the agent exports
+// them under the Metric* names.
 type Metrics struct {
 	repaired [3][3]atomic.Uint64 // [action][result]
 	// Detected counts reconciles of broken pods (a pod is seen again on each change
@@ -69,28 +70,10 @@ func index[T comparable](list []T, v T) int {
 }
 
 func (m *Metrics) count(a Action, r Result) {
-	m.repaired[index(actions, a)][index(results, r)].Add(1)
+	m.repaired[index(Actions, a)][index(Results, r)].Add(1)
 }
 
 // PodsRepaired is the istio_cni_repair_pods_repaired_total counter for a and r.
 func (m *Metrics) PodsRepaired(a Action, r Result) uint64 {
-	return m.repaired[index(actions, a)][index(results, r)].Load()
-}
-
-// Collect returns every counter by its Prometheus series name, e.g.
-// istio_cni_repair_pods_repaired_total{result="success",type="delete"}.
-func (m *Metrics) Collect() map[string]float64 {
-	out := map[string]float64{
-		MetricBrokenDetected: float64(m.Detected.Load()),
-		MetricRetries:        float64(m.Retries.Load()),
-		MetricGaveUp:         float64(m.GaveUp.Load()),
-		MetricNetnsScans:     float64(m.NetnsScans.Load()),
-		MetricMissingNetwork: float64(m.MissingNetwork.Load()),
-	}
-	for i, a := range actions {
-		for j, r := range results {
-			out[fmt.Sprintf(`%s{result=%q,type=%q}`, MetricPodsRepaired, r, a)] = float64(m.repaired[i][j].Load())
-		}
-	}
-	return out
+	return m.repaired[index(Actions, a)][index(Results, r)].Load()
 }

@@ -35,15 +35,6 @@ type Metrics struct {
 	lease.Leadership
 }
 
-// Collect returns the counters by Prometheus name.
-func (m *Metrics) Collect() map[string]float64 {
-	return m.Leadership.Collect("istio_cni_taint", map[string]float64{
-		"istio_cni_taint_added_total":          float64(m.TaintsAdded.Load()),
-		"istio_cni_taint_removed_total":        float64(m.TaintsRemoved.Load()),
-		"istio_cni_taint_patch_failures_total": float64(m.PatchFailures.Load()),
-	})
-}
-
 // Client is the part of the API the controller uses: nodes and pods, and the
 // lease. A kubernetes.Interface clientset satisfies it; the agent passes clients
 // of these two groups alone, so that its binary does not link a client for every

@@ -1,7 +1,9 @@
 package chart
 
 import (
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -9,6 +11,8 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/agent"
 )
+
+var envRef = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
 
 // podEnv resolves the agent's environment as the kubelet would for a pod of the
 // DaemonSet on node: literal values, the downward API and the ConfigMap, plus the
@@ -21,7 +25,13 @@ func podEnv(t *testing.T, m *manifest, podName, node string) map[string]string {
 	for _, e := range m.agent(t).Env {
 		switch {
 		case e.ValueFrom == nil:
-			env[e.Name] = e.Value
+			// $(NAME) of an earlier variable is expanded, as the kubelet does.
+			env[e.Name] = envRef.ReplaceAllStringFunc(e.Value, func(ref string) string {
+				if v, ok := env[ref[2:len(ref)-1]]; ok {
+					return v
+				}
+				return ref
+			})
 		case e.ValueFrom.ConfigMapKeyRef != nil:
 			env[e.Name] = cm.Data[e.ValueFrom.ConfigMapKeyRef.Key]
 		case e.ValueFrom.FieldRef != nil:
@@ -32,6 +42,8 @@ func podEnv(t *testing.T, m *manifest, podName, node string) map[string]string {
 				env[e.Name] = podName
 			case "spec.nodeName":
 				env[e.Name] = node
+			case "status.hostIP":
+				env[e.Name] = "192.0.2.10"
 			default:
 				t.Fatalf("env %s: the test does not resolve field %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
@@ -81,6 +93,9 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 				t.Errorf("repair watches node %q, want %q", s.Repair.NodeName, node)
 			}
 			checkMultusSettings(t, m, s, podName)
+			if got := s.MonitoringAddress.String(); strings.Contains(strings.Join(v.args, " "), "monitoringBindAddress=hostIP") && got != "192.0.2.10" {
+				t.Errorf("MONITORING_ADDRESS resolves to %s, want the node's address 192.0.2.10", got)
+			}
 			if !s.Taint.Enabled {
 				return
 			}

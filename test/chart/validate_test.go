@@ -43,7 +43,10 @@ var variants = []struct {
 	{"all features", []string{"-f", "testdata/values/all-features.yaml"}},
 	{"repair off", []string{"--set", "repair.enabled=false"}},
 	{"repair labels", []string{"--set", "repair.deletePods=false"}},
-	{"probes on the monitoring port", []string{"--set", "probes.port=15014"}},
+	{"probes on the monitoring port", []string{"--set", "probes.port=15014", "--set", "probes.bindAddress="}},
+	{"prometheus operator and dashboard", []string{"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.podMonitor.enabled=true",
+		"--set", "monitoring.serviceMonitor.interval=30s", "--set", "monitoring.podMonitor.scrapeTimeout=10s",
+		"--set", "monitoring.serviceMonitor.labels.release=prom", "--set", "dashboard.enabled=true", "--set", "monitoringBindAddress=hostIP"}},
 	{"openshift in several namespaces", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={default,bookinfo}"}},
 	{"istio default values", []string{"-f", istioFile("default")}},
 	{"istio nested cni values", []string{"-f", istioFile("nested-cni")}},
@@ -106,6 +109,8 @@ func TestEveryObjectValidatesOffline(t *testing.T) {
 			for _, d := range m.docs {
 				switch {
 				case d.object != nil:
+				case d.kind == "ServiceMonitor" || d.kind == "PodMonitor":
+					// Checked by kubectl-validate against the CRD in test/crds.
 				case d.kind == "NetworkAttachmentDefinition":
 					if err := checkNetworkAttachmentDefinition(d.raw); err != nil {
 						t.Errorf("%s: %v", d, err)
@@ -123,7 +128,7 @@ func TestEveryObjectValidatesOffline(t *testing.T) {
 					t.Error(err)
 				}
 				for _, d := range m.docs {
-					if d.kind != "NetworkAttachmentDefinition" && !rs.serves(d.apiVersion) {
+					if !crdKinds[d.kind] && !rs.serves(d.apiVersion) {
 						t.Errorf("%s: Kubernetes %s does not serve %s", d, rs.version, d.apiVersion)
 					}
 				}
@@ -132,6 +137,10 @@ func TestEveryObjectValidatesOffline(t *testing.T) {
 		})
 	}
 }
+
+// crdKinds are the kinds the chart renders that come from a CRD (test/crds), not
+// from a Kubernetes release.
+var crdKinds = map[string]bool{"NetworkAttachmentDefinition": true, "ServiceMonitor": true, "PodMonitor": true}
 
 // releaseSchema is one Kubernetes release's OpenAPI schemas in kubectl-validate's
 // --local-schemas layout.

@@ -425,11 +425,68 @@ func TestValuesReachTheObjects(t *testing.T) {
 			}
 		},
 	}, {
-		name: "probes may share the monitoring port",
-		args: []string{"--set", "probes.port=15014"},
+		name: "probes may share the monitoring port on its address",
+		args: []string{"--set", "probes.port=15014", "--set", "probes.bindAddress="},
+		env:  map[string]string{"MONITORING_ADDRESS": "", "READINESS_ADDRESS": ""},
 		check: func(t *testing.T, m *manifest) {
 			if n := len(m.agent(t).Ports); n != 1 {
 				t.Errorf("%d container ports, want 1 (the same port twice is refused)", n)
+			}
+		},
+	}, {
+		name:  "by default the probes listen on the node's loopback and metrics on every address",
+		env:   map[string]string{"MONITORING_ADDRESS": "", "READINESS_ADDRESS": "127.0.0.1"},
+		unset: []string{"HOST_IP"},
+		check: func(t *testing.T, m *manifest) {
+			c := m.agent(t)
+			for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+				if p.HTTPGet.Host != "127.0.0.1" {
+					t.Errorf("%s probe host %q, want 127.0.0.1 (where the agent listens)", name, p.HTTPGet.Host)
+				}
+			}
+		},
+	}, {
+		name: "hostIP binds to the node's primary address from the downward API",
+		args: []string{"--set", "monitoringBindAddress=hostIP", "--set", "probes.bindAddress=hostIP"},
+		env:  map[string]string{"MONITORING_ADDRESS": "$(HOST_IP)", "READINESS_ADDRESS": "$(HOST_IP)"},
+		check: func(t *testing.T, m *manifest) {
+			c := m.agent(t)
+			hostIP := -1
+			for i, e := range c.Env {
+				if e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP" {
+					hostIP = i
+				}
+				if (e.Name == "MONITORING_ADDRESS" || e.Name == "READINESS_ADDRESS") && (hostIP < 0 || i < hostIP) {
+					t.Errorf("%s refers to $(HOST_IP) before HOST_IP is defined (Kubernetes expands only earlier variables)", e.Name)
+				}
+			}
+			if hostIP < 0 {
+				t.Error("no HOST_IP from status.hostIP")
+			}
+			if h := c.ReadinessProbe.HTTPGet.Host; h != "" {
+				t.Errorf("readiness probe host %q, want none (the kubelet probes the pod IP, the node's)", h)
+			}
+		},
+	}, {
+		name: "an IP address is passed on and probed there",
+		args: []string{"--set", "monitoringBindAddress=10.1.2.3", "--set", "probes.bindAddress=fd00::1"},
+		env:  map[string]string{"MONITORING_ADDRESS": "10.1.2.3", "READINESS_ADDRESS": "fd00::1"},
+		check: func(t *testing.T, m *manifest) {
+			if h := m.agent(t).LivenessProbe.HTTPGet.Host; h != "fd00::1" {
+				t.Errorf("liveness probe host %q, want fd00::1", h)
+			}
+		},
+	}, {
+		name: "agentLogAsJson turns JSON on for the agent and, through it, the plugin",
+		args: []string{"--set", "agentLogAsJson=true"},
+		env:  map[string]string{"AGENT_LOG_AS_JSON": "true"},
+	}, {
+		name: "no Prometheus Operator objects or dashboard by default",
+		check: func(t *testing.T, m *manifest) {
+			for _, d := range m.docs {
+				if d.kind == "ServiceMonitor" || d.kind == "PodMonitor" || d.kind == "Service" || strings.HasSuffix(d.name, "-dashboard") {
+					t.Errorf("%s rendered by default", d)
+				}
 			}
 		},
 	}}
@@ -849,6 +906,12 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"conf file name with a directory", []string{"--set", "cniConfFileName=../10-x.conflist"}, []string{"/cniConfFileName", "'../10-x.conflist'"}},
 		{"negative monitoring port", []string{"--set", "monitoringPort=-1"}, []string{"/monitoringPort", "got -1"}},
 		{"zero probe port", []string{"--set", "probes.port=0"}, []string{"/probes/port", "got 0"}},
+		{"bind address not an IP", []string{"--set", "monitoringBindAddress=node-a"}, []string{"/monitoringBindAddress", "'node-a'"}},
+		{"probe bind address not an IP", []string{"--set", "probes.bindAddress=256.1.1.1"}, []string{"/probes/bindAddress", "'256.1.1.1'"}},
+		{"shared port on two addresses", []string{"--set", "probes.port=15014"},
+			[]string{"probes.port and monitoringPort are both 15014", `probes.bindAddress "127.0.0.1"`, `monitoringBindAddress ""`}},
+		{"scrape interval not a duration", []string{"--set-string", "monitoring.serviceMonitor.interval=30"}, []string{"/monitoring/serviceMonitor/interval", "'30'"}},
+		{"misspelt monitor key", []string{"--set", "monitoring.podMonitor.enable=true"}, []string{"/monitoring/podMonitor", "'enable'"}},
 		{"negative grace period", []string{"--set", "terminationGracePeriodSeconds=-5"}, []string{"/terminationGracePeriodSeconds", "got -5"}},
 		{"negative maxUnavailable", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=-1"}, []string{"/updateStrategy/rollingUpdate/maxUnavailable", "got -1"}},
 		{"unknown top-level key", []string{"--set", "excludeNamespace={foo}"}, []string{"additional properties 'excludeNamespace' not allowed"}},
