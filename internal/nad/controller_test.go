@@ -14,18 +14,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 )
 
 const (
@@ -77,15 +76,7 @@ func newTestClient(t *testing.T, cfg *rest.Config) *testClient {
 // agentClient is a client of a ServiceAccount holding only multusRules.
 func agentClient(t *testing.T, cp *controlplane.ControlPlane, name string) *testClient {
 	t.Helper()
-	path, err := cp.ServiceAccountKubeconfig(t.Context(), agentNS, name, multusRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newTestClient(t, cfg)
+	return newTestClient(t, cp.ServiceAccountConfigForTest(t, agentNS, name, multusRules))
 }
 
 // installCRD serves the NetworkAttachmentDefinition API from the repository's CRD
@@ -145,12 +136,7 @@ func start(t *testing.T, cfg Config, client Client) (*Controller, func()) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	poll.Until(t, 30*time.Second, 20*time.Millisecond, what, cond)
 }
 
 func namespace(t *testing.T, cp *controlplane.ControlPlane, name string, labels map[string]string) {

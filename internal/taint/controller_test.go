@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
@@ -36,19 +35,7 @@ func testConfig(identity string) Config {
 
 func clientWithRules(t *testing.T, cp *controlplane.ControlPlane, name string) kubernetes.Interface {
 	t.Helper()
-	path, err := cp.ServiceAccountKubeconfig(t.Context(), agentNS, name, taintRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cp.ServiceAccountClientForTest(t, agentNS, name, taintRules)
 }
 
 // start runs a controller until the returned stop is called (or the test ends).
