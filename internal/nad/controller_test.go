@@ -1,7 +1,7 @@
 package nad
 
 import (
-	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/poll"
@@ -58,16 +59,10 @@ func (c *testClient) Metadata() metadata.Interface { return c.md }
 
 func newTestClient(t *testing.T, cfg *rest.Config) *testClient {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
+	cs, errCore := kubernetes.NewForConfig(cfg)
+	dyn, errDynamic := dynamic.NewForConfig(cfg)
+	md, errMetadata := metadata.NewForConfig(cfg)
+	if err := errors.Join(errCore, errDynamic, errMetadata); err != nil {
 		t.Fatal(err)
 	}
 	return &testClient{coordination: cs.CoordinationV1(), dyn: dyn, md: md}
@@ -119,19 +114,7 @@ func start(t *testing.T, cfg Config, client Client) (*Controller, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, background.Run(t, c.Run)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

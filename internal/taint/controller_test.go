@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
@@ -45,19 +46,7 @@ func start(t *testing.T, cfg Config, client kubernetes.Interface) (*Controller, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	var once bool
-	stop := func() {
-		if !once {
-			once = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, background.Run(t, c.Run)
 }
 
 func createNode(t *testing.T, c kubernetes.Interface, name string, taints ...corev1.Taint) {
