@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -173,14 +172,29 @@ func ContainerdName(ref string) string {
 // reads) to file, by rename. The image is named ref in the archive's index.
 // The archive's bytes depend only on the image and ref.
 func WriteArchive(file, ref string, img v1.Image) error {
-	manifest, errManifest := img.RawManifest()
-	digest, errDigest := img.Digest()
-	config, errConfig := img.RawConfigFile()
-	cfgName, errConfigName := img.ConfigName()
-	layers, errLayers := img.Layers()
-	mt, errMediaType := img.MediaType()
-	if err := errors.Join(errManifest, errDigest, errConfig, errConfigName, errLayers, errMediaType); err != nil {
-		return fmt.Errorf("image %s: manifest, config or layers: %w", ref, err)
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("image %s: manifest: %w", ref, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return fmt.Errorf("image %s: digest: %w", ref, err)
+	}
+	config, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("image %s: config: %w", ref, err)
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return fmt.Errorf("image %s: config digest: %w", ref, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("image %s: layers: %w", ref, err)
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
 	}
 	tag := ref
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
