@@ -7,8 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 
 	"github.com/istio-cni/istio-cni/internal/agent"
@@ -16,13 +14,8 @@ import (
 )
 
 func main() {
-	s, err := agent.Parse(os.Args[1:], os.LookupEnv)
-	if errors.Is(err, agent.ErrHelp) {
-		fmt.Print(agent.Usage())
-		return
-	}
-	cli.Exit("install-cni", err, 1)
+	s := cli.Parse("install-cni", agent.Parse, agent.ErrHelp, agent.Usage)
 	log := cli.Logger(s.LogLevel, s.LogJSON)
-	err = cli.RunUntilSignal(func(ctx context.Context) error { return agent.Run(ctx, s, os.Stdout, log) })
+	err := cli.RunUntilSignal(func(ctx context.Context) error { return agent.Run(ctx, s, os.Stdout, log) })
 	cli.Exit("install-cni", err, 1)
 }

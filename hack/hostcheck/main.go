@@ -25,10 +25,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -295,19 +297,19 @@ func processes() []string {
 }
 
 func compare(before, after *record) (diffs, notes []string) {
-	for _, p := range sortedKeys(after.Paths) {
+	for _, p := range slices.Sorted(maps.Keys(after.Paths)) {
 		if t, ok := before.Paths[p]; !ok {
 			diffs = append(diffs, fmt.Sprintf("path appeared: %s (%s)", p, after.Paths[p]))
 		} else if t != after.Paths[p] {
 			diffs = append(diffs, fmt.Sprintf("path changed type: %s (%s -> %s)", p, t, after.Paths[p]))
 		}
 	}
-	for _, p := range sortedKeys(before.Paths) {
+	for _, p := range slices.Sorted(maps.Keys(before.Paths)) {
 		if _, ok := after.Paths[p]; !ok && !strings.HasPrefix(p, "/tmp/") {
 			diffs = append(diffs, fmt.Sprintf("path removed: %s (%s)", p, before.Paths[p]))
 		}
 	}
-	for _, k := range sortedKeys(before.Sysctls) {
+	for _, k := range slices.Sorted(maps.Keys(before.Sysctls)) {
 		if v, ok := after.Sysctls[k]; ok && v != before.Sysctls[k] {
 			diffs = append(diffs, fmt.Sprintf("sysctl %s: %q -> %q", strings.ReplaceAll(k, "/", "."), before.Sysctls[k], v))
 		}
@@ -350,7 +352,7 @@ func setDiff(before, after []string) (added, removed []string) {
 	for _, a := range after {
 		count[a]--
 	}
-	for _, k := range sortedKeys(count) {
+	for _, k := range slices.Sorted(maps.Keys(count)) {
 		for ; count[k] < 0; count[k]++ {
 			added = append(added, k)
 		}
@@ -359,13 +361,4 @@ func setDiff(before, after []string) (added, removed []string) {
 		}
 	}
 	return added, removed
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

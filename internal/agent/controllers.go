@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -79,27 +80,17 @@ func newAPIClient(cfg *rest.Config) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := corev1client.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
+	c := &apiClient{}
+	var errs [5]error
+	c.core, errs[0] = corev1client.NewForConfigAndClient(cfg, httpClient)
+	c.coordination, errs[1] = coordinationv1client.NewForConfigAndClient(cfg, httpClient)
+	c.apps, errs[2] = appsv1client.NewForConfigAndClient(cfg, httpClient)
+	c.dynamic, errs[3] = dynamic.NewForConfigAndClient(cfg, httpClient)
+	c.metadata, errs[4] = metadata.NewForConfigAndClient(cfg, httpClient)
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
-	coordination, err := coordinationv1client.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	apps, err := appsv1client.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	return &apiClient{core: core, coordination: coordination, apps: apps, dynamic: dyn, metadata: md}, nil
+	return c, nil
 }
 
 // repairPluginConfig is the plugin's config as the runtime hands it to the plugin:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -119,13 +120,13 @@ func renderTemplate(s *Settings, template string) ([]byte, error) {
 	}
 	vals := placeholders(s)
 	var pairs []string
-	for _, p := range sortedKeys(vals) {
+	for _, p := range slices.Sorted(maps.Keys(vals)) {
 		q, _ := json.Marshal(vals[p])
 		pairs = append(pairs, p, string(q[1:len(q)-1]))
 	}
 	out := strings.NewReplacer(pairs...).Replace(template)
 	if left := placeholderRE.FindAllString(out, -1); len(left) > 0 {
-		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: unknown placeholder %s (supported: %s)", left[0], strings.Join(sortedKeys(vals), ", "))
+		return nil, fmt.Errorf("CNI_NETWORK_CONFIG: unknown placeholder %s (supported: %s)", left[0], strings.Join(slices.Sorted(maps.Keys(vals)), ", "))
 	}
 	var obj map[string]json.RawMessage
 	dec := json.NewDecoder(strings.NewReader(out))
@@ -149,13 +150,4 @@ func errOr(err error, s string) string {
 		return err.Error()
 	}
 	return s
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

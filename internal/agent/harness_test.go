@@ -21,6 +21,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 )
 
 // built holds install-cni and the binaries it installs (istio-cni, istio-iptables),
@@ -279,13 +280,7 @@ func (p *agentProc) waitLog(t testing.TB, what string, re string) string {
 // eventually polls cond (the test's polling; the agent itself never polls).
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 2*time.Millisecond, what, cond)
 }
 
 func writeFile(t testing.TB, path string, data []byte, mode os.FileMode) {

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,6 +33,19 @@ func RunUntilSignal(f func(ctx context.Context) error) error {
 	err := f(ctx)
 	stop()
 	return err
+}
+
+// Parse reads a command's settings from its arguments and environment with
+// parse. Asked for help (parse returns help), it prints usage and exits 0; a bad
+// setting exits 1, reported as Exit does.
+func Parse[S any](name string, parse func(args []string, lookupEnv func(string) (string, bool)) (S, error), help error, usage func() string) S {
+	s, err := parse(os.Args[1:], os.LookupEnv)
+	if errors.Is(err, help) {
+		fmt.Print(usage())
+		os.Exit(0)
+	}
+	Exit(name, err, 1)
+	return s
 }
 
 // Exit reports err on stderr prefixed with the command's name and exits with code;

@@ -32,15 +32,9 @@ type Explanation struct {
 
 // DecodePod reads a pod manifest in YAML or JSON, as `kubectl get pod -o yaml` prints it.
 func DecodePod(data []byte) (*kube.Pod, error) {
-	js, err := yaml.YAMLToJSON(data)
+	js, err := manifestJSON(data, "Pod")
 	if err != nil {
-		return nil, fmt.Errorf("pod manifest is not YAML or JSON: %w", err)
-	}
-	var kind struct {
-		Kind string `json:"kind"`
-	}
-	if err := json.Unmarshal(js, &kind); err == nil && kind.Kind != "" && kind.Kind != "Pod" {
-		return nil, fmt.Errorf("manifest is a %s, not a Pod", kind.Kind)
+		return nil, err
 	}
 	return kube.DecodePod(js)
 }
@@ -48,24 +42,34 @@ func DecodePod(data []byte) (*kube.Pod, error) {
 // DecodeNamespace reads a namespace manifest in YAML or JSON, as `kubectl get
 // namespace -o yaml` prints it.
 func DecodeNamespace(data []byte) (*kube.Namespace, error) {
-	js, err := yaml.YAMLToJSON(data)
+	js, err := manifestJSON(data, "Namespace")
 	if err != nil {
-		return nil, fmt.Errorf("namespace manifest is not YAML or JSON: %w", err)
+		return nil, err
 	}
-	var ns struct {
-		Kind string `json:"kind"`
-		kube.Namespace
-	}
+	var ns kube.Namespace
 	if err := json.Unmarshal(js, &ns); err != nil {
 		return nil, fmt.Errorf("decode namespace: %w", err)
-	}
-	if ns.Kind != "" && ns.Kind != "Namespace" {
-		return nil, fmt.Errorf("manifest is a %s, not a Namespace", ns.Kind)
 	}
 	if ns.Metadata.Name == "" {
 		return nil, fmt.Errorf("decode namespace: metadata.name is required")
 	}
-	return &ns.Namespace, nil
+	return &ns, nil
+}
+
+// manifestJSON converts a manifest in YAML or JSON to JSON, refusing one of
+// another kind than want (a manifest that names no kind is taken as one).
+func manifestJSON(data []byte, want string) ([]byte, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s manifest is not YAML or JSON: %w", strings.ToLower(want), err)
+	}
+	var kind struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(js, &kind); err == nil && kind.Kind != "" && kind.Kind != want {
+		return nil, fmt.Errorf("manifest is a %s, not a %s", kind.Kind, want)
+	}
+	return js, nil
 }
 
 // Explain runs the plugin's pod-to-rules path (plugin.PlanFor) for pod under cfg and,

@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 
+	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/test/harness/golden"
 	"github.com/istio-cni/istio-cni/test/harness/pods"
 )
@@ -200,11 +200,7 @@ func checkGolden(t *testing.T, path, got string) {
 // toKubePod converts a pod manifest to the plugin's view of it.
 func toKubePod(t testing.TB, p *corev1.Pod) *kube.Pod {
 	t.Helper()
-	data, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := kube.DecodePod(data)
+	kp, err := repair.KubePod(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,30 +147,39 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
+	return onTarget("inspect", nf, namespace, name, stderr, func(ctx context.Context, t *target) int {
+		in, err := Inspect(ctx, t.pod, t.podNS, t.cfg, t.src, t.multus, t.problems, t.ns.Path, t.ns.Source, t.ns.Inode)
+		if err != nil {
+			fmt.Fprintf(stderr, "inspect: pod %s: %v\n", t.pod.Key(), err)
+			return exitProblem
+		}
+		if err := write(stdout, *nf.output, in, in.Text); err != nil {
+			fmt.Fprintf(stderr, "inspect: %v\n", err)
+			return exitProblem
+		}
+		switch in.Status {
+		case StatusOK:
+			return exitOK
+		case StatusNotMeshed:
+			return exitNotMeshed
+		}
+		return exitProblem
+	})
+}
+
+// onTarget resolves the pod namespace/name on the node nf describes, within the
+// node flags' timeout, and runs cmd's work on it; it prints cmd's failure to
+// resolve and closes the pod's namespace after run.
+func onTarget(cmd string, nf *nodeFlags, namespace, name string, stderr io.Writer, run func(ctx context.Context, t *target) int) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *nf.timeout)
 	defer cancel()
 	t, err := resolve(ctx, nf.node(), namespace, name)
 	if err != nil {
-		fmt.Fprintf(stderr, "inspect: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitProblem
 	}
 	defer t.ns.Close()
-	in, err := Inspect(ctx, t.pod, t.podNS, t.cfg, t.src, t.multus, t.problems, t.ns.Path, t.ns.Source, t.ns.Inode)
-	if err != nil {
-		fmt.Fprintf(stderr, "inspect: pod %s: %v\n", t.pod.Key(), err)
-		return exitProblem
-	}
-	if err := write(stdout, *nf.output, in, in.Text); err != nil {
-		fmt.Fprintf(stderr, "inspect: %v\n", err)
-		return exitProblem
-	}
-	switch in.Status {
-	case StatusOK:
-		return exitOK
-	case StatusNotMeshed:
-		return exitNotMeshed
-	}
-	return exitProblem
+	return run(ctx, t)
 }
 
 func write(w io.Writer, format string, v any, text func() string) error {
@@ -212,42 +221,36 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probe: bad flag: %v\n", err)
 		return exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *nf.timeout)
-	defer cancel()
-	t, err := resolve(ctx, nf.node(), namespace, name)
-	if err != nil {
-		fmt.Fprintf(stderr, "probe: %v\n", err)
-		return exitProblem
-	}
-	defer t.ns.Close()
-	pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, plugin.Sandbox{Netns: t.ns.Path})
-	if err != nil {
-		fmt.Fprintf(stderr, "probe: %v\n", err)
-		return exitProblem
-	}
-	if pp.Spec == nil {
-		// Nothing would capture its traffic, so there is no capture to probe;
-		// `inspect` shows that the namespace holds none of our rules.
-		fmt.Fprintf(stderr, "probe: pod %s is not captured by the plugin (%s); use inspect to check it holds no rules\n", t.pod.Key(), pp.Decision.Reason)
-		return exitProblem
-	}
-	spec := *pp.Spec
-	if *appUID == 0 {
-		o.AppUID = defaultAppUID(t.pod)
-	}
-	res, err := Probe(ctx, t.pod.Key(), t.ns.Path, t.ns.Source, spec, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "probe: %v\n", err)
-		return exitProblem
-	}
-	if err := write(stdout, *nf.output, res, res.Text); err != nil {
-		fmt.Fprintf(stderr, "probe: %v\n", err)
-		return exitProblem
-	}
-	if !res.Redirected {
-		return exitProblem
-	}
-	return exitOK
+	return onTarget("probe", nf, namespace, name, stderr, func(ctx context.Context, t *target) int {
+		pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, plugin.Sandbox{Netns: t.ns.Path})
+		if err != nil {
+			fmt.Fprintf(stderr, "probe: %v\n", err)
+			return exitProblem
+		}
+		if pp.Spec == nil {
+			// Nothing would capture its traffic, so there is no capture to probe;
+			// `inspect` shows that the namespace holds none of our rules.
+			fmt.Fprintf(stderr, "probe: pod %s is not captured by the plugin (%s); use inspect to check it holds no rules\n", t.pod.Key(), pp.Decision.Reason)
+			return exitProblem
+		}
+		spec := *pp.Spec
+		if *appUID == 0 {
+			o.AppUID = defaultAppUID(t.pod)
+		}
+		res, err := Probe(ctx, t.pod.Key(), t.ns.Path, t.ns.Source, spec, o)
+		if err != nil {
+			fmt.Fprintf(stderr, "probe: %v\n", err)
+			return exitProblem
+		}
+		if err := write(stdout, *nf.output, res, res.Text); err != nil {
+			fmt.Fprintf(stderr, "probe: %v\n", err)
+			return exitProblem
+		}
+		if !res.Redirected {
+			return exitProblem
+		}
+		return exitOK
+	})
 }
 
 // defaultAppUID is the uid the pod's first application container runs as, when it is set

@@ -6,15 +6,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
-func addrs(ss ...string) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range ss {
-		out = append(out, netip.MustParseAddr(s))
-	}
-	return out
-}
+var addrs = specs.Addrs
 
 func TestPodAddressDecidesIPv6AsIstioDoes(t *testing.T) {
 	cases := []struct {

@@ -1,7 +1,7 @@
 package nad
 
 import (
-	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,18 +14,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 )
 
 const (
@@ -59,16 +59,10 @@ func (c *testClient) Metadata() metadata.Interface { return c.md }
 
 func newTestClient(t *testing.T, cfg *rest.Config) *testClient {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
+	cs, errCore := kubernetes.NewForConfig(cfg)
+	dyn, errDynamic := dynamic.NewForConfig(cfg)
+	md, errMetadata := metadata.NewForConfig(cfg)
+	if err := errors.Join(errCore, errDynamic, errMetadata); err != nil {
 		t.Fatal(err)
 	}
 	return &testClient{coordination: cs.CoordinationV1(), dyn: dyn, md: md}
@@ -77,15 +71,7 @@ func newTestClient(t *testing.T, cfg *rest.Config) *testClient {
 // agentClient is a client of a ServiceAccount holding only multusRules.
 func agentClient(t *testing.T, cp *controlplane.ControlPlane, name string) *testClient {
 	t.Helper()
-	path, err := cp.ServiceAccountKubeconfig(t.Context(), agentNS, name, multusRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newTestClient(t, cfg)
+	return newTestClient(t, cp.ServiceAccountConfigForTest(t, agentNS, name, multusRules))
 }
 
 // installCRD serves the NetworkAttachmentDefinition API from the repository's CRD
@@ -128,29 +114,12 @@ func start(t *testing.T, cfg Config, client Client) (*Controller, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, background.Run(t, c.Run)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	poll.Until(t, 30*time.Second, 20*time.Millisecond, what, cond)
 }
 
 func namespace(t *testing.T, cp *controlplane.ControlPlane, name string, labels map[string]string) {

@@ -38,10 +38,8 @@ type liveRule struct {
 }
 
 func (t *liveTable) chain(name string) *liveChain {
-	for i := range t.chains {
-		if t.chains[i].name == name {
-			return &t.chains[i]
-		}
+	if i := slices.IndexFunc(t.chains, func(c liveChain) bool { return c.name == name }); i >= 0 {
+		return &t.chains[i]
 	}
 	return nil
 }

@@ -501,16 +501,22 @@ func (m *match) text(f redirect.Family) string {
 	panic(fmt.Sprintf("nftables: match kind %d escaped translation", m.kind))
 }
 
+// fixedTargets are the targets nft writes as one fixed statement.
+var fixedTargets = map[redirect.TargetKind]string{
+	redirect.TargetReturn:      "return",
+	redirect.TargetAccept:      "accept",
+	redirect.TargetDrop:        "drop",
+	redirect.TargetSaveMark:    "ct mark set meta mark",
+	redirect.TargetRestoreMark: "meta mark set ct mark",
+}
+
 func targetText(t redirect.Target) string {
+	if text, ok := fixedTargets[t.Kind]; ok {
+		return text
+	}
 	switch t.Kind {
 	case redirect.TargetJump:
 		return "jump " + t.Chain
-	case redirect.TargetReturn:
-		return "return"
-	case redirect.TargetAccept:
-		return "accept"
-	case redirect.TargetDrop:
-		return "drop"
 	case redirect.TargetRedirect:
 		return fmt.Sprintf("redirect to :%d", t.Port)
 	case redirect.TargetTProxy:
@@ -519,10 +525,6 @@ func targetText(t redirect.Target) string {
 		return fmt.Sprintf("tproxy to :%d meta mark set %s accept", t.Port, markText(t.Mark))
 	case redirect.TargetSetMark:
 		return "meta mark set " + markText(t.Mark)
-	case redirect.TargetSaveMark:
-		return "ct mark set meta mark"
-	case redirect.TargetRestoreMark:
-		return "meta mark set ct mark"
 	case redirect.TargetCTZone:
 		return fmt.Sprintf("ct zone set %d", t.Zone)
 	}

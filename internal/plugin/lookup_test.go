@@ -69,23 +69,33 @@ func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 				}
 			}
 			cfg := lookupConfig(t, server, caPEM)
-			log := pluginlog.New(io.Discard, pluginlog.Options{})
-			defer log.Close()
-			start := time.Now()
-			_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
-			took := time.Since(start)
-			if err == nil {
-				t.Fatal("lookup succeeded")
-			}
-			if limit := budget.Bound() + 500*time.Millisecond; took > limit {
-				t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
-			}
-			for _, w := range append(tc.want, "pod app/web", "(bound 5s)") {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not say %q:\n%v", w, err)
-				}
-			}
+			checkBoundedFailure(t, budget, append(tc.want, "pod app/web", "(bound 5s)"), func(log *pluginlog.Logger) error {
+				_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+				return err
+			})
 		})
+	}
+}
+
+// checkBoundedFailure runs one of the plugin's API lookups under budget: it must
+// fail within the budget's bound (+0.5s) with an error saying each of want.
+func checkBoundedFailure(t *testing.T, budget PodLookup, want []string, lookup func(log *pluginlog.Logger) error) {
+	t.Helper()
+	log := pluginlog.New(io.Discard, pluginlog.Options{})
+	defer log.Close()
+	start := time.Now()
+	err := lookup(log)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("lookup succeeded")
+	}
+	if limit := budget.Bound() + 500*time.Millisecond; took > limit {
+		t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not say %q:\n%v", w, err)
+		}
 	}
 }
 
@@ -161,22 +171,10 @@ func TestNamespaceLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 			srv := httptest.NewTLSServer(tc.handler)
 			t.Cleanup(srv.Close)
 			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-			log := pluginlog.New(io.Discard, pluginlog.Options{})
-			defer log.Close()
-			start := time.Now()
-			_, err := (&Plugin{}).lookupNamespace(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
-			took := time.Since(start)
-			if err == nil {
-				t.Fatal("lookup succeeded")
-			}
-			if limit := budget.Bound() + 500*time.Millisecond; took > limit {
-				t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
-			}
-			for _, w := range append(tc.want, "pod app/web: namespace app: lookup failed", "(bound 5s)") {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not say %q:\n%v", w, err)
-				}
-			}
+			checkBoundedFailure(t, budget, append(tc.want, "pod app/web: namespace app: lookup failed", "(bound 5s)"), func(log *pluginlog.Logger) error {
+				_, err := (&Plugin{}).lookupNamespace(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+				return err
+			})
 		})
 	}
 }

@@ -91,6 +91,18 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 	return cfg, l, nil
 }
 
+// withConfig runs a command's work with the config and its log, closing the log
+// after; a config that does not parse fails the command (setup says how) before
+// any work.
+func (p *Plugin) withConfig(args *skel.CmdArgs, command string, work func(cfg *Config, log *pluginlog.Logger) error) error {
+	cfg, log, err := p.setup(args, command)
+	defer log.Close()
+	if err != nil {
+		return err
+	}
+	return work(cfg, log)
+}
+
 func shortID(id string) string {
 	if len(id) > 12 {
 		return id[:12]
@@ -431,41 +443,38 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // Check verifies that a pod that needs redirection has exactly its rules (Istio's
 // CHECK verifies nothing).
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "CHECK")
-	defer log.Close()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
-	defer cancel()
-	ips, err := cfg.PrevResultIPs()
-	if err != nil {
-		return cniError(types.ErrDecodingFailure, err)
-	}
-	d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
-	if err != nil {
-		_, err = failedStep(err)
-		return err
-	}
-	if d.Verdict != Redirect {
-		log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
+	return p.withConfig(args, "CHECK", func(cfg *Config, log *pluginlog.Logger) error {
+		ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+		defer cancel()
+		ips, err := cfg.PrevResultIPs()
+		if err != nil {
+			return cniError(types.ErrDecodingFailure, err)
+		}
+		d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+		if err != nil {
+			_, err = failedStep(err)
+			return err
+		}
+		if d.Verdict != Redirect {
+			log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
+			return nil
+		}
+		b, err := NewBackend(cfg)
+		if err != nil {
+			return cniError(types.ErrInternal, err)
+		}
+		diffs, err := capture.Verify(ctx, args.Netns, b, plan)
+		if err != nil {
+			return cniError(types.ErrInternal, err)
+		}
+		if len(diffs) > 0 {
+			err := fmt.Errorf("traffic redirection is not as the pod requires (%d differences): %s", len(diffs), strings.Join(diffs, "; "))
+			log.Error("CHECK failed", "error", err)
+			return cniError(types.ErrInternal, err)
+		}
+		log.Debug("CHECK: rules match")
 		return nil
-	}
-	b, err := NewBackend(cfg)
-	if err != nil {
-		return cniError(types.ErrInternal, err)
-	}
-	diffs, err := capture.Verify(ctx, args.Netns, b, plan)
-	if err != nil {
-		return cniError(types.ErrInternal, err)
-	}
-	if len(diffs) > 0 {
-		err := fmt.Errorf("traffic redirection is not as the pod requires (%d differences): %s", len(diffs), strings.Join(diffs, "; "))
-		log.Error("CHECK failed", "error", err)
-		return cniError(types.ErrInternal, err)
-	}
-	log.Debug("CHECK: rules match")
-	return nil
+	})
 }
 
 // Status reports whether the plugin can work on this node. A runtime that calls
@@ -476,47 +485,41 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // It never calls the API server: a slow or unreachable API server fails (or
 // delays, within their bound) the ADDs that need it, not the node's readiness.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "STATUS")
-	defer log.Close()
-	if err != nil {
-		return err
-	}
-	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
-	if err == nil {
-		_, err = kube.NewClient(kc, time.Second)
-	}
-	if err != nil {
-		log.Warn("STATUS: not ready", "error", err)
-		return types.NewError(errPluginNotAvailable, fmt.Sprintf("istio-cni cannot look pods up: %v (is the istio-cni node agent running on this node?)", err), "")
-	}
-	log.Debug("STATUS: ready", "kubeconfig", cfg.Kubeconfig)
-	return nil
+	return p.withConfig(args, "STATUS", func(cfg *Config, log *pluginlog.Logger) error {
+		kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+		if err == nil {
+			_, err = kube.NewClient(kc, time.Second)
+		}
+		if err != nil {
+			log.Warn("STATUS: not ready", "error", err)
+			return types.NewError(errPluginNotAvailable, fmt.Sprintf("istio-cni cannot look pods up: %v (is the istio-cni node agent running on this node?)", err), "")
+		}
+		log.Debug("STATUS: ready", "kubeconfig", cfg.Kubeconfig)
+		return nil
+	})
 }
 
 // GC removes per-namespace xtables lock files that have not been used for an hour:
 // the plugin keeps no other state outside pod namespaces.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "GC")
-	defer log.Close()
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(cfg.AgentRunDir, "xtables")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	removed := 0
-	for _, e := range entries {
-		info, err := e.Info()
-		if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour {
-			if os.Remove(filepath.Join(dir, e.Name())) == nil {
-				removed++
+	return p.withConfig(args, "GC", func(cfg *Config, log *pluginlog.Logger) error {
+		dir := filepath.Join(cfg.AgentRunDir, "xtables")
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return nil
+		}
+		removed := 0
+		for _, e := range entries {
+			info, err := e.Info()
+			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour {
+				if os.Remove(filepath.Join(dir, e.Name())) == nil {
+					removed++
+				}
 			}
 		}
-	}
-	log.Debug("GC done", "removedLockFiles", removed)
-	return nil
+		log.Debug("GC done", "removedLockFiles", removed)
+		return nil
+	})
 }
 
 // logPeakMemory logs, at debug level, the process's peak resident memory (VmHWM of

@@ -12,6 +12,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
 var specOpts = cmp.Options{
@@ -33,21 +34,9 @@ func istioDefaultSpec() redirect.Spec {
 	return s
 }
 
-func prefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
+var prefixes = specs.Prefixes
 
-func addrs(ss ...string) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range ss {
-		out = append(out, netip.MustParseAddr(s))
-	}
-	return out
-}
+var addrs = specs.Addrs
 
 func int64p(v int64) *int64 { return &v }
 

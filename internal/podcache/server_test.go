@@ -11,12 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 )
 
 func pod(name, node string) *corev1.Pod {
@@ -147,20 +146,9 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 	if _, err := cp.AdminClient().CoreV1().Pods("default").Create(ctx, pod("mine", "node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kc, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "old-agent", []rbacv1.PolicyRule{
+	client := cp.ServiceAccountClientForTest(t, "istio-system", "old-agent", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sock := filepath.Join(t.TempDir(), podcache.SocketName)
 	srv := podcache.New(client, "node-a", nil)
 	errc := make(chan error, 1)
@@ -171,7 +159,7 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 	if _, err := c.GetPod(ctx, "default", "mine"); err != nil {
 		t.Errorf("GetPod(mine) without rights on namespaces: %v", err)
 	}
-	_, err = c.GetNamespace(ctx, "default")
+	_, err := c.GetNamespace(ctx, "default")
 	if err == nil || errors.Is(err, kube.ErrNotFound) || srv.NamespacesSynced() {
 		t.Errorf("GetNamespace without rights to list them = %v (synced %v), want an error that is not \"not found\"", err, srv.NamespacesSynced())
 	}
@@ -183,11 +171,5 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the condition holds", cond)
 }

@@ -11,13 +11,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
-func prefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}
+var prefixes = specs.Prefixes
 
 // TestSetAcceptsIstioInputs: every field, in the forms Istio accepts, becomes the
 // typed value. Each case changes DefaultSpec as expected.

@@ -181,20 +181,16 @@ type Plan struct {
 
 // Family returns the plan for f, or nil when f is not captured.
 func (p *Plan) Family(f Family) *FamilyPlan {
-	for i := range p.Families {
-		if p.Families[i].Family == f {
-			return &p.Families[i]
-		}
+	if i := slices.IndexFunc(p.Families, func(fp FamilyPlan) bool { return fp.Family == f }); i >= 0 {
+		return &p.Families[i]
 	}
 	return nil
 }
 
 // Table returns the plan of table t, or nil when the family has no rules there.
 func (fp *FamilyPlan) Table(t Table) *TablePlan {
-	for i := range fp.Tables {
-		if fp.Tables[i].Table == t {
-			return &fp.Tables[i]
-		}
+	if i := slices.IndexFunc(fp.Tables, func(tp TablePlan) bool { return tp.Table == t }); i >= 0 {
+		return &fp.Tables[i]
 	}
 	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/pods"
@@ -53,20 +52,9 @@ func startControlPlane(t testing.TB) *controlplane.ControlPlane {
 // clientWithRules is a client for a ServiceAccount that holds exactly rules.
 func clientWithRules(t testing.TB, cp *controlplane.ControlPlane, name string, rules []rbacv1.PolicyRule) kubernetes.Interface {
 	t.Helper()
-	path, err := cp.ServiceAccountKubeconfig(t.Context(), "istio-system", name, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := cp.ServiceAccountConfigForTest(t, "istio-system", name, rules)
 	cfg.QPS, cfg.Burst = 100, 200
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return controlplane.ClientForTest(t, cfg)
 }
 
 type podOpt = pods.Option

@@ -39,7 +39,7 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		// leave the pod failed anyway.
 		return false, "the pod's restartPolicy is Never, so its validation will not run again", nil
 	}
-	kp, err := toKubePod(pod)
+	kp, err := KubePod(pod)
 	if err != nil {
 		return false, "", err
 	}
@@ -117,9 +117,9 @@ func labelPatch(uid types.UID, key string, value *string) ([]byte, error) {
 	return json.Marshal(patch)
 }
 
-// toKubePod gives the plugin its own view of the pod, through the same JSON it
+// KubePod gives the plugin its own view of the pod, through the same JSON it
 // decodes from the API server.
-func toKubePod(pod *corev1.Pod) (*kube.Pod, error) {
+func KubePod(pod *corev1.Pod) (*kube.Pod, error) {
 	data, err := json.Marshal(pod)
 	if err != nil {
 		return nil, fmt.Errorf("encode pod %s/%s: %w", pod.Namespace, pod.Name, err)

@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/multus"
+	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
@@ -59,17 +59,13 @@ func TestPodMissingItsMultusNetworkIsLabelledAndReportedOnceAndNeverDeleted(t *t
 		"unparsable":    "bookinfo/istio-cni,",                      // names it, but does not parse as a whole
 	}
 	runs := 0
-	run := func() (*Controller, context.CancelFunc) {
+	run := func() (*Controller, func()) {
 		runs++
 		c, err := New(cfg, client, Deps{Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { c.Run(ctx); close(done) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(stop)
+		stop := background.Run(t, c.Run)
 		waitFor(t, fmt.Sprintf("controller %d synced", runs), 30*time.Second, func() (bool, error) { return c.HasSynced(), nil })
 		return c, stop
 	}

@@ -1,10 +1,10 @@
 package taint
 
 import (
-	"github.com/istio-cni/istio-cni/test/harness/envmap"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/istio-cni/istio-cni/test/harness/envmap"
 )
 
 var env = envmap.Lookup
@@ -46,15 +46,6 @@ func TestConfigRejectsBadSettingsNamingThem(t *testing.T) {
 		{[]string{EnvEnabled, "true", EnvPodName, "p", EnvLeaseDuration, "5s", EnvRenewDeadline, "10s"}, []string{EnvLeaseDuration}},
 		{[]string{EnvEnabled, "true", EnvPodName, "p", EnvRetryPeriod, "soon"}, []string{EnvRetryPeriod}},
 	} {
-		_, err := ConfigFromEnv(env(tc.env...))
-		if err == nil {
-			t.Errorf("%v accepted", tc.env)
-			continue
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%v: error %q does not mention %q", tc.env, err, w)
-			}
-		}
+		envmap.CheckRejected(t, ConfigFromEnv, tc.env, tc.want...)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
@@ -36,19 +36,7 @@ func testConfig(identity string) Config {
 
 func clientWithRules(t *testing.T, cp *controlplane.ControlPlane, name string) kubernetes.Interface {
 	t.Helper()
-	path, err := cp.ServiceAccountKubeconfig(t.Context(), agentNS, name, taintRules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cp.ServiceAccountClientForTest(t, agentNS, name, taintRules)
 }
 
 // start runs a controller until the returned stop is called (or the test ends).
@@ -58,19 +46,7 @@ func start(t *testing.T, cfg Config, client kubernetes.Interface) (*Controller, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	var once bool
-	stop := func() {
-		if !once {
-			once = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, background.Run(t, c.Run)
 }
 
 func createNode(t *testing.T, c kubernetes.Interface, name string, taints ...corev1.Taint) {

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -137,12 +137,12 @@ func TestNodeUpRunsPodsOnPtpReachableFromHostAndDownLeavesHostAsItWas(t *testing
 func checkHostAsBefore(t *testing.T, before map[string]string) {
 	t.Helper()
 	after := hostView(t)
-	for _, k := range sortedKeys(before) {
+	for _, k := range slices.Sorted(maps.Keys(before)) {
 		if before[k] != after[k] {
 			t.Errorf("host changed: %s was %q, is %q", k, before[k], after[k])
 		}
 	}
-	for _, k := range sortedKeys(after) {
+	for _, k := range slices.Sorted(maps.Keys(after)) {
 		if _, ok := before[k]; !ok {
 			t.Errorf("host changed: %s appeared (%q)", k, after[k])
 		}
@@ -185,15 +185,6 @@ func hostView(t *testing.T) map[string]string {
 		}
 	}
 	return v
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func buildTestServer(t *testing.T) string {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/node"
@@ -231,7 +230,7 @@ func TestNodeCommandLeavesAHostWithoutItsPathsAsItWas(t *testing.T) {
 			if err != nil || !strings.HasPrefix(line, "export KUBECONFIG=") {
 				t.Fatalf("node command did not come up: %q %v", line, err)
 			}
-			cs := clientFor(t, strings.TrimSpace(strings.TrimPrefix(line, "export KUBECONFIG=")))
+			cs := controlplane.KubeconfigClientForTest(t, strings.TrimSpace(strings.TrimPrefix(line, "export KUBECONFIG=")))
 			// A pod whose sandbox uses the pause image only: no extra image to import.
 			pod, _ := runPodImage(t.Context(), t, cs, "p", pauseImage)
 			if pod == nil {
@@ -281,15 +280,6 @@ func waitBounded(cmd *exec.Cmd, bound time.Duration) error {
 func hostPathsOfNode() []string { return node.HostPaths() }
 
 const pauseImage = node.PauseImage
-
-func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
-	t.Helper()
-	cs, err := controlplane.ClientFromKubeconfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
 
 // processesNaming lists the processes whose command line names the state dir.
 func processesNaming(state string) []string {

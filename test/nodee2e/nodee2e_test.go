@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/test/harness/node"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -198,13 +199,7 @@ func istioEntry(t testing.TB) map[string]any {
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 50*time.Millisecond, what, cond)
 }
 
 // checkCapturedTraffic proves, for a meshed client and app, that both netns carry

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -73,7 +72,7 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 	if err != nil {
 		t.Fatalf("ServiceAccountKubeconfig: %v", err)
 	}
-	sa := clientFromKubeconfig(t, kubeconfig)
+	sa := KubeconfigClientForTest(t, kubeconfig)
 
 	t.Run("kubeconfig carries a bearer token, no client certificate", func(t *testing.T) {
 		cfg, err := clientcmd.LoadFromFile(kubeconfig)
@@ -133,7 +132,7 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 		if err != nil {
 			t.Fatalf("ServiceAccountKubeconfig again: %v", err)
 		}
-		pods, err := clientFromKubeconfig(t, again).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		pods, err := KubeconfigClientForTest(t, again).CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatalf("list pods after granting list: %v", err)
 		}
@@ -180,7 +179,7 @@ func TestServiceAccountAllowedOnlyToGetPodsGetsPodButCannotListPodsOrGetSecrets(
 	})
 
 	t.Run("admin kubeconfig is system:masters", func(t *testing.T) {
-		admin := clientFromKubeconfig(t, cp.AdminKubeconfig())
+		admin := KubeconfigClientForTest(t, cp.AdminKubeconfig())
 		review, err := admin.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("self subject review: %v", err)
@@ -258,15 +257,6 @@ func TestApiserverThatCannotStartReportsItsLogAndLeavesNothing(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, root, "", nil)
-}
-
-func clientFromKubeconfig(t *testing.T, path string) kubernetes.Interface {
-	t.Helper()
-	c, err := ClientFromKubeconfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // assertNothingLeft checks that the given server pids are gone, that root (the

@@ -2,6 +2,11 @@
 // settings from environment variables.
 package envmap
 
+import (
+	"strings"
+	"testing"
+)
+
 // Lookup is a lookup function over the pairs name, value, name, value, ...
 func Lookup(kv ...string) func(string) (string, bool) {
 	m := map[string]string{}
@@ -9,4 +14,20 @@ func Lookup(kv ...string) func(string) (string, bool) {
 		m[kv[i]] = kv[i+1]
 	}
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// CheckRejected fails t unless parse, reading the variables kv (name, value,
+// name, value, ...), refuses them with an error that mentions each of want.
+func CheckRejected[C any](t testing.TB, parse func(lookup func(string) (string, bool)) (C, error), kv []string, want ...string) {
+	t.Helper()
+	_, err := parse(Lookup(kv...))
+	if err == nil {
+		t.Errorf("%v accepted", kv)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%v: error %q does not mention %q", kv, err, w)
+		}
+	}
 }

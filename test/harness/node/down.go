@@ -31,23 +31,18 @@ func (n *Node) Down() error {
 }
 
 func (n *Node) down() error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
+	var errs errList
 	// Controllers first: nothing may recreate the pods deleted next.
-	add(n.kcm.Stop(5 * time.Second))
-	add(n.scheduler.Stop(5 * time.Second))
+	errs.add(n.kcm.Stop(5 * time.Second))
+	errs.add(n.scheduler.Stop(5 * time.Second))
 	if n.kubelet != nil && n.kubelet.Running() && n.client != nil {
 		t := time.Now()
 		count, err := n.deletePods(30 * time.Second)
-		add(err)
+		errs.add(err)
 		n.step("%d pods deleted through kubelet (%s)", count, since(t))
 	}
-	add(n.kubelet.Stop(10 * time.Second))
-	add(n.kubeProxy.Stop(5 * time.Second)) // its tables go with the host's restore
+	errs.add(n.kubelet.Stop(10 * time.Second))
+	errs.add(n.kubeProxy.Stop(5 * time.Second)) // its tables go with the host's restore
 	if n.containerd != nil && n.containerd.Running() {
 		// Whatever kubelet did not finish: stopping a sandbox runs its CNI DEL and
 		// removes its network namespace.
@@ -55,39 +50,39 @@ func (n *Node) down() error {
 		out, err := n.nodetool(ctx, "sweep", "-endpoint", "unix://"+n.l.containerdSocket())
 		cancel()
 		if err != nil {
-			add(fmt.Errorf("node: remove leftover sandboxes: %w", err))
+			errs.add(fmt.Errorf("node: remove leftover sandboxes: %w", err))
 		} else if out != "0\n" {
 			n.step("removed %s stopped sandboxes through CRI", out[:len(out)-1])
 		}
 	}
-	add(n.containerd.Stop(10 * time.Second))
+	errs.add(n.containerd.Stop(10 * time.Second))
 	// Shims outlive containerd by design; after the sweep they have nothing to
 	// serve, but a failed sweep must not leave them (or their containers) running.
 	if pids := processesUsing(n.l.state); len(pids) > 0 {
 		killAll(pids)
 		time.Sleep(200 * time.Millisecond)
 	}
-	add(killContainers(n.l.runcRoot()))
-	add(removeCNICache(n.l.runcRoot()))
+	errs.add(killContainers(n.l.runcRoot()))
+	errs.add(removeCNICache(n.l.runcRoot()))
 	if n.cp != nil {
-		add(n.cp.Stop())
+		errs.add(n.cp.Stop())
 	}
 	if n.launcher != nil {
 		n.launcher.Close()
 	}
-	add(unmountUnder(n.l.state))
+	errs.add(unmountUnder(n.l.state))
 	if n.host != nil {
 		undone, err := n.host.restore()
-		add(err)
+		errs.add(err)
 		if len(undone) > 0 {
 			n.step("host restored: %s", strings.Join(undone, ", "))
 		}
 	}
 	if err := os.RemoveAll(n.l.state); err != nil {
-		add(fmt.Errorf("node: remove %s: %w", n.l.state, err))
+		errs.add(fmt.Errorf("node: remove %s: %w", n.l.state, err))
 	}
 	if left := Leftovers(n.l.state, n.opts.PodCIDR); len(left) > 0 {
-		add(fmt.Errorf("node: left on the host after down: %v", left))
+		errs.add(fmt.Errorf("node: left on the host after down: %v", left))
 	}
 	return errors.Join(errs...)
 }
@@ -132,3 +127,13 @@ func (n *Node) deletePods(timeout time.Duration) (int, error) {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// errList collects the errors of steps that all run whatever the others did.
+type errList []error
+
+// add keeps err unless it is nil.
+func (l *errList) add(err error) {
+	if err != nil {
+		*l = append(*l, err)
+	}
+}

@@ -43,42 +43,37 @@ func (n *Node) Reboot(ctx context.Context, volatile ...string) error {
 			return fmt.Errorf("node: reboot: %s is not under the state dir %s: only the node's own files may go", d, n.l.state)
 		}
 	}
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	add(n.kubelet.Stop(10 * time.Second))
-	add(n.kubeProxy.Stop(5 * time.Second))
-	add(n.containerd.Stop(10 * time.Second))
+	var errs errList
+	errs.add(n.kubelet.Stop(10 * time.Second))
+	errs.add(n.kubeProxy.Stop(5 * time.Second))
+	errs.add(n.containerd.Stop(10 * time.Second))
 	if len(errs) > 0 {
 		return fmt.Errorf("node: reboot: %w", errors.Join(errs...))
 	}
 	// The shims outlive containerd, as they do under systemd until the machine goes.
 	shims := processesUsing(n.l.path("containerd"))
 	sockets := shimSockets(shims)
-	add(killContainers(n.l.runcRoot()))
+	errs.add(killContainers(n.l.runcRoot()))
 	killAll(shims)
 	waitGone(shims, 10*time.Second)
 	mounts, err := mountsUnder(n.l.state)
-	add(err)
+	errs.add(err)
 	for _, mp := range mounts {
 		if mp == n.l.state { // the disk the node's files are on, if it is a mount
 			continue
 		}
 		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
-			add(fmt.Errorf("node: reboot: unmount %s: %w", mp, err))
+			errs.add(fmt.Errorf("node: reboot: unmount %s: %w", mp, err))
 		}
 	}
 	for _, s := range sockets {
 		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
-			add(fmt.Errorf("node: reboot: remove shim socket: %w", err))
+			errs.add(fmt.Errorf("node: reboot: remove shim socket: %w", err))
 		}
 	}
 	for _, d := range append([]string{n.l.containerdState(), n.l.runcRoot()}, volatile...) {
 		if err := os.RemoveAll(d); err != nil {
-			add(fmt.Errorf("node: reboot: remove %s: %w", d, err))
+			errs.add(fmt.Errorf("node: reboot: remove %s: %w", d, err))
 		}
 	}
 	for _, t := range kubeProxyTables {
@@ -86,7 +81,7 @@ func (n *Node) Reboot(ctx context.Context, volatile ...string) error {
 			continue
 		}
 		if out, err := exec.Command("nft", "delete", "table", t.family, t.name).CombinedOutput(); err != nil {
-			add(fmt.Errorf("node: reboot: nft delete table %s %s: %w: %s", t.family, t.name, err, bytes.TrimSpace(out)))
+			errs.add(fmt.Errorf("node: reboot: nft delete table %s %s: %w: %s", t.family, t.name, err, bytes.TrimSpace(out)))
 		}
 	}
 	if len(errs) > 0 {

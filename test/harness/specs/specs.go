@@ -5,6 +5,7 @@ package specs
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -73,4 +74,18 @@ func (s Settings) Plan(tb testing.TB) *redirect.Plan {
 		tb.Fatalf("build the plan of %v: %v", s, err)
 	}
 	return plan
+}
+
+// Prefixes parses each of ss as a prefix, for test tables; a bad one panics.
+func Prefixes(ss ...string) []netip.Prefix { return parseAll(ss, netip.MustParsePrefix) }
+
+// Addrs parses each of ss as an address, for test tables; a bad one panics.
+func Addrs(ss ...string) []netip.Addr { return parseAll(ss, netip.MustParseAddr) }
+
+func parseAll[T any](ss []string, parse func(string) T) []T {
+	var out []T
+	for _, s := range ss {
+		out = append(out, parse(s))
+	}
+	return out
 }
