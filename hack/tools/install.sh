@@ -38,26 +38,25 @@ build() {
   rmdir "$cache/.tmp" 2>/dev/null || true
   echo "tools: $bin built in $(( $(date +%s) - start ))s" >&2
 }
-if [[ ${1:-} == syft ]]; then
-  syft_version=$(pinned syft github.com/anchore/syft)
-  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-syft-${syft_version}
+# single <tool> <module> <package>: builds one tool into a cache dir of its own,
+# keyed by its version, prints that dir and exits.
+single() {
+  local version
+  version=$(pinned "$1" "$2")
+  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-$1-${version}
   mkdir -p "$cache"
   exec 9>"$cache/.lock"
   flock 9
-  build syft github.com/anchore/syft/cmd/syft syft "$syft_version"
+  build "$1" "$3" "$1" "$version"
   echo "$cache"
   exit 0
-fi
-if [[ ${1:-} == promtool ]]; then
-  promtool_version=$(pinned promtool github.com/prometheus/prometheus)
-  cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}/tools-promtool-${promtool_version}
-  mkdir -p "$cache"
-  exec 9>"$cache/.lock"
-  flock 9
-  build promtool github.com/prometheus/prometheus/cmd/promtool promtool "$promtool_version"
-  echo "$cache"
-  exit 0
-fi
+}
+case ${1:-} in
+  syft) single syft github.com/anchore/syft github.com/anchore/syft/cmd/syft ;;
+  promtool) single promtool github.com/prometheus/prometheus github.com/prometheus/prometheus/cmd/promtool ;;
+  "") ;;
+  *) echo "install.sh: unknown tool ${1} (syft, promtool, or none for helm and kubectl-validate)" >&2; exit 2 ;;
+esac
 
 helm_version=$(pinned helm helm.sh/helm/v3)
 kv_version=$(pinned kubectl-validate sigs.k8s.io/kubectl-validate)
