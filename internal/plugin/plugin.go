@@ -25,6 +25,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Plugin runs the CNI commands. Its fields are the process's surroundings, so tests
@@ -36,11 +37,14 @@ type Plugin struct {
 	Stderr io.Writer
 	// Timeout bounds a whole command (the runtime also has its own).
 	Timeout time.Duration
+	// Started is when the process reached main; the ADD's logged phases begin there
+	// (zero: when Add is called).
+	Started time.Time
 }
 
 // New returns the plugin as the runtime runs it.
 func New() *Plugin {
-	return &Plugin{Stdout: os.Stdout, Stderr: os.Stderr, Timeout: 2 * time.Minute}
+	return &Plugin{Stdout: os.Stdout, Stderr: os.Stderr, Timeout: 2 * time.Minute, Started: time.Now()}
 }
 
 // Funcs wires the plugin into skel.PluginMainFuncs.
@@ -71,9 +75,11 @@ func cniError(code uint, err error) error {
 	return types.NewError(code, err.Error(), "")
 }
 
-// setup parses the config and opens the logger. The logger must be closed.
-func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.Logger, error) {
+// setup parses the config and opens the logger. The logger must be closed. rec,
+// when not nil, gets the two as phases.
+func (p *Plugin) setup(args *skel.CmdArgs, command string, rec *timing.Recorder) (*Config, *pluginlog.Logger, error) {
 	cfg, err := ParseConfig(args.StdinData)
+	rec.Mark("config")
 	if err != nil {
 		// The config may be unreadable; log at info to stderr anyway.
 		l := pluginlog.New(p.Stderr, pluginlog.Options{})
@@ -87,6 +93,7 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 	}
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
+	rec.Mark("log-open")
 	return cfg, l, nil
 }
 
@@ -124,7 +131,13 @@ func (p *Plugin) print(r types.Result, cniVersion string) error {
 // previous result. It never reports success for a pod that needs redirection and
 // did not get it: a failed lookup or apply fails the ADD (fail closed).
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "ADD")
+	start := time.Now()
+	rec := timing.Start()
+	if !p.Started.IsZero() {
+		rec = timing.StartAt(p.Started)
+		rec.Mark("stdin") // skel: the environment and the config on stdin
+	}
+	cfg, log, err := p.setup(args, "ADD", rec)
 	defer log.Close()
 	if err != nil {
 		return err
@@ -133,20 +146,20 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
-	start := time.Now()
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)
 	}
+	rec.Mark("prev-result")
 	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
 	if err != nil {
-		log.Error("ADD failed", "error", err)
+		log.Error("ADD failed", "error", err, "phases", rec)
 		return err
 	}
 	if d.Verdict != Redirect {
-		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start))
+		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start), "phases", rec)
 		logPeakMemory(log)
 		return p.print(res, cfg.CNIVersion)
 	}
@@ -155,17 +168,18 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		log.Error("ADD failed", "error", err)
 		return cniError(types.ErrInternal, err)
 	}
+	rec.Mark("backend")
 	applyStart := time.Now()
 	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
-		log.Error("ADD failed", "error", err)
+		log.Error("ADD failed", "error", err, "phases", rec)
 		if _, serr := os.Stat(args.Netns); serr != nil {
 			return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (network namespace %s is gone)", err, args.Netns))
 		}
 		return cniError(types.ErrInternal, err)
 	}
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
-		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start))
+		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
 	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
 }
@@ -180,6 +194,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	}
 	l.Logger = l.With("pod", podArgs.Key())
 	pp, _ := PlanFor(podArgs, cfg, nil, nil, Sandbox{})
+	timing.Mark(ctx, "decide")
 	if pp.Decision.Verdict != Lookup {
 		return pp.Decision, nil, podArgs, nil
 	}
@@ -192,6 +207,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
 	sb := Sandbox{Addrs: ips, Netns: args.Netns}
 	pp, err = PlanFor(podArgs, cfg, pod, nil, sb)
+	timing.Mark(ctx, "plan")
 	if err == nil && pp.Decision.Rule == RuleNeedNamespace {
 		// Only a pod without a sidecar that its own label does not place gets here.
 		l.Debug("looking up the namespace", "reason", pp.Decision.Reason)
@@ -202,6 +218,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		}
 		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
+		timing.Mark(ctx, "plan")
 	}
 	if err != nil {
 		code := uint(types.ErrInvalidNetworkConfig) // the pod's settings are at fault
@@ -265,6 +282,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
 		obj, err := target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
+		timing.Mark(ctx, target.kind+"-agent-cache")
 		if err == nil {
 			if err = target.match(obj); err == nil {
 				log.Debug(target.kind + " found in the agent's cache")
@@ -274,6 +292,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		log.Debug("agent's pod cache could not answer; asking the API server", "object", target.kind, "error", err)
 	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	timing.Mark(ctx, "kubeconfig")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
@@ -284,6 +303,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	client, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
+	timing.Mark(ctx, "api-client")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
@@ -294,6 +314,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		tries++
 		obj := new(T)
 		err := client.Get(ctx, target.path, obj)
+		timing.Mark(ctx, target.kind+"-api-get")
 		if err == nil {
 			if err = target.match(obj); err == nil {
 				return obj, nil
@@ -310,6 +331,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 			wait.Stop()
 		case <-wait.C:
 		}
+		timing.Mark(ctx, target.kind+"-retry-wait")
 		if ctx.Err() != nil {
 			break
 		}
@@ -358,7 +380,7 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 // Del removes our rules when the namespace still exists. It always succeeds for a
 // namespace that is gone, and never fails for lack of the pod (DEL must be idempotent).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "DEL")
+	cfg, log, err := p.setup(args, "DEL", nil)
 	defer log.Close()
 	if err != nil {
 		return nil // nothing of ours can be removed without a config; do not block the pod's deletion
@@ -389,7 +411,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // Check verifies that a pod that needs redirection has exactly its rules (Istio's
 // CHECK verifies nothing).
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "CHECK")
+	cfg, log, err := p.setup(args, "CHECK", nil)
 	defer log.Close()
 	if err != nil {
 		return err
@@ -433,7 +455,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // It never calls the API server: a slow or unreachable API server fails (or
 // delays, within their bound) the ADDs that need it, not the node's readiness.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "STATUS")
+	cfg, log, err := p.setup(args, "STATUS", nil)
 	defer log.Close()
 	if err != nil {
 		return err
@@ -453,7 +475,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // GC removes per-namespace xtables lock files that have not been used for an hour:
 // the plugin keeps no other state outside pod namespaces.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "GC")
+	cfg, log, err := p.setup(args, "GC", nil)
 	defer log.Close()
 	if err != nil {
 		return err
