@@ -76,7 +76,9 @@ func setUp(m *testing.M) (code int, err error) {
 	if err := node.Cleanup(stateDir, podCIDR, os.Stderr); err != nil { // a node left by a killed run
 		return 0, err
 	}
-	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, PodCIDRv6: podCIDRv6, NodeName: "nodee2e"}); err != nil {
+	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, PodCIDRv6: podCIDRv6, NodeName: "nodee2e",
+		// The burst test's 110 meshed pods (kubelet's default maximum) besides the agent.
+		MaxPods: burstPods + 10}); err != nil {
 		return 0, err
 	}
 	defer func() {
