@@ -216,7 +216,8 @@ func initTime(b *testing.B, bin string) time.Duration {
 		var sum float64
 		for _, line := range strings.Split(stderr.String(), "\n") {
 			f := strings.Fields(line)
-			if len(f) >= 6 && f[0] == "init" && f[5] == "clock," {
+			// init PKG @T ms, D ms clock, B bytes, A allocs
+			if len(f) >= 7 && f[0] == "init" && f[6] == "clock," {
 				v, _ := strconv.ParseFloat(f[4], 64)
 				sum += v
 			}
