@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -87,5 +88,36 @@ func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestNftTableFamiliesReadsTheNamespacesTables: the netlink dump behind the probe
+// sees ip and ip6 tables by family, and not tables of other families.
+func TestNftTableFamiliesReadsTheNamespacesTables(t *testing.T) {
+	root.Require(t)
+	for _, tc := range []struct {
+		name   string
+		tables []string // nft add table ARGS
+		v4, v6 bool
+	}{
+		{"none", nil, false, false},
+		{"ip", []string{"ip x"}, true, false},
+		{"ip6", []string{"ip6 x"}, false, true},
+		{"both", []string{"ip x", "ip6 y"}, true, true},
+		{"inet-only", []string{"inet x"}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNS(t)
+			for _, tbl := range tc.tables {
+				runIn(t, ns, "nft", append([]string{"add", "table"}, strings.Fields(tbl)...)...)
+			}
+			var v4, v6 bool
+			if err := netns.Do(ns, func() (err error) { v4, v6, err = nftTableFamilies(); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if v4 != tc.v4 || v6 != tc.v6 {
+				t.Errorf("ip tables %v, ip6 tables %v; want %v, %v", v4, v6, tc.v4, tc.v6)
+			}
+		})
 	}
 }
