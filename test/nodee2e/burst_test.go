@@ -3,7 +3,11 @@ package nodee2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -53,18 +58,20 @@ type burstResult struct {
 	took     time.Duration
 }
 
-// pluginADDs reads the plugin's ADD outcome records for pods in namespace from the
-// agent's log.
+// pluginADDs reads the plugin's ADD outcome records for pods in namespace from
+// the log file every plugin process appends to in the agent's run dir (and the
+// file it was rotated to). Not from the agent's log: the plugin sends the agent its
+// records as datagrams and drops one rather than wait when a burst fills the
+// socket's queue, so the agent's log may lack a few.
 func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
 	tb.Helper()
-	ctx := context.Background()
-	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	raw, err := theNode.Client().CoreV1().Pods(meshnode.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		tb.Fatalf("agent logs: %v", err)
+	var raw []byte
+	for _, name := range []string{plugin.LogFileName + ".1", plugin.LogFileName} {
+		data, err := os.ReadFile(filepath.Join(meshnode.AgentRunDir(theNode), name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			tb.Fatalf("plugin log: %v", err)
+		}
+		raw = append(raw, data...)
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
 		var rec struct {
