@@ -407,7 +407,8 @@ func BenchmarkPluginAddParallel(b *testing.B) {
 				b.StopTimer()
 				var sbs []*refSandbox
 				for j := 0; j < 20; j++ {
-					pod := createPodB(b, meshedPod("bench", fmt.Sprintf("parallel-%s-%d-%d", backend, i, j), nil))
+					benchSeq++
+					pod := createPodB(b, meshedPod("bench", fmt.Sprintf("parallel-%s-%d", backend, benchSeq), nil))
 					sbs = append(sbs, ref.sandbox(b, n.dir, pod))
 				}
 				b.StartTimer()
