@@ -290,22 +290,13 @@ const burstRuns = 3
 func BenchmarkBurstOf110MeshedPods(b *testing.B) {
 	for _, be := range burstBackends {
 		b.Run(be.name, func(b *testing.B) {
-			s := session(b)
-			s.Out = discard{}
-			install(b, s, values(b, be.values...))
-			var all []addRecord
-			var lines []string
-			failed := 0
-			for run := range burstRuns {
-				r := runBurst(b, fmt.Sprintf("burst-bench-%s-%d", be.name, run))
-				all = append(all, r.adds...)
-				failed += len(r.failed) + len(r.failures) + (burstPods - r.ready)
-				st := summarize(r.adds)
-				lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms, lookup p99 %.2f ms (API %d), rules p99 %.1f ms",
-					run+1, r.ready, burstPods, r.took.Round(time.Second), ms(st.p50), ms(st.p99), ms(st.lookupP99), st.apiLookups, ms(st.rulesP99)))
+			r, ok := burstOnce[be.name]
+			if !ok {
+				r = runBursts(b, be.name, be.values)
+				burstOnce[be.name] = r
 			}
-			st := summarize(all)
-			b.Log(strings.Join(lines, "\n"))
+			b.Log(r.log)
+			st := r.stats
 			b.ReportMetric(ms(st.p50), "add-p50-ms")
 			b.ReportMetric(ms(st.p99), "add-p99-ms")
 			if st.p50 > 0 {
@@ -317,8 +308,40 @@ func BenchmarkBurstOf110MeshedPods(b *testing.B) {
 			b.ReportMetric(ms(st.rulesP99), "rules-p99-ms")
 			b.ReportMetric(float64(st.apiLookups), "api-lookups")
 			b.ReportMetric(float64(st.n), "adds")
-			b.ReportMetric(float64(failed), "failures")
+			b.ReportMetric(float64(r.failed), "failures")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// burstOnce holds each backend's bursts: they take minutes and mean nothing per
+// b.N, and the testing package calls a benchmark more than once (b.N=1 first, then
+// the -benchtime count).
+var burstOnce = map[string]burstBench{}
+
+type burstBench struct {
+	stats  burstStats
+	failed int
+	log    string
+}
+
+// runBursts installs the chart with the backend's values and runs burstRuns bursts.
+func runBursts(b *testing.B, backend string, extra []string) burstBench {
+	s := session(b)
+	s.Out = discard{}
+	install(b, s, values(b, extra...))
+	var all []addRecord
+	var lines []string
+	out := burstBench{}
+	for run := range burstRuns {
+		r := runBurst(b, fmt.Sprintf("burst-bench-%s-%d", backend, run))
+		all = append(all, r.adds...)
+		out.failed += len(r.failed) + len(r.failures) + (burstPods - r.ready)
+		st := summarize(r.adds)
+		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms, lookup p99 %.2f ms (API %d), rules p99 %.1f ms",
+			run+1, r.ready, burstPods, r.took.Round(time.Second), ms(st.p50), ms(st.p99), ms(st.lookupP99), st.apiLookups, ms(st.rulesP99)))
+	}
+	out.stats = summarize(all)
+	out.log = strings.Join(lines, "\n")
+	return out
 }
