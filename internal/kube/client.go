@@ -33,12 +33,7 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("kubeconfig server %q is not a URL", kc.Server)
 	}
-	// The plugin makes one connection per exec, so its handshake is on every pod's
-	// ADD: a classical key exchange (X25519, else the NIST curves a FIPS API server
-	// offers) is measurably cheaper than Go's default hybrid post-quantum one, and
-	// the request carries only a short-lived token and a pod read.
-	curves := []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: kc.InsecureSkipTLSVerify, CurvePreferences: curves} //nolint:gosec // only when the kubeconfig asks for it
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: kc.InsecureSkipTLSVerify} //nolint:gosec // only when the kubeconfig asks for it
 	if len(kc.CAData) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(kc.CAData) {
