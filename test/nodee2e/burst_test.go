@@ -166,18 +166,6 @@ func runBurst(tb testing.TB, namespace string) burstResult {
 	return r
 }
 
-func waitPodsGoneWithin(tb testing.TB, pods []*corev1.Pod, bound time.Duration) {
-	deadline := time.Now().Add(bound)
-	for _, p := range pods {
-		for time.Now().Before(deadline) {
-			if _, err := theNode.Client().CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-}
-
 // TestBurstOf110MeshedPodsEveryADDSucceeds creates 110 meshed pods at once on the
 // real node, per backend: every pod starts captured at its first sandbox (no
 // FailedCreatePodSandBox, no failed ADD in the plugin's log, one successful ADD per

@@ -151,8 +151,11 @@ func createPods(t testing.TB, pods ...*corev1.Pod) []*corev1.Pod {
 	return created
 }
 
-func waitPodsGone(t testing.TB, pods []*corev1.Pod) {
-	deadline := time.Now().Add(60 * time.Second)
+func waitPodsGone(t testing.TB, pods []*corev1.Pod) { waitPodsGoneWithin(t, pods, 60*time.Second) }
+
+// waitPodsGoneWithin waits, at most bound in all, until the pods are gone.
+func waitPodsGoneWithin(t testing.TB, pods []*corev1.Pod, bound time.Duration) {
+	deadline := time.Now().Add(bound)
 	for _, p := range pods {
 		for time.Now().Before(deadline) {
 			if _, err := theNode.Client().CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil {
