@@ -7,6 +7,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Backend programs plans into the network namespace of the calling thread. Callers
@@ -30,10 +31,13 @@ type Backend interface {
 // anything fails, whatever was added is removed again, so a namespace is never left
 // half-captured.
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
+	timing.Mark(ctx, "before-apply")
 	err = netns.Do(nsPath, func() error {
+		timing.Mark(ctx, "netns-enter")
 		if err := applyRouting(plan); err != nil {
 			return errors.Join(err, removeRouting(plan))
 		}
+		timing.Mark(ctx, "routing")
 		var aerr error
 		changed, aerr = b.Apply(ctx, plan)
 		if aerr != nil {
@@ -41,6 +45,7 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		}
 		return nil
 	})
+	timing.Mark(ctx, "netns-exit")
 	if err != nil {
 		return false, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
 	}

@@ -171,7 +171,7 @@ func describeRecord(r LogRecord) string {
 	sort.Strings(keys)
 	var extra []string
 	for _, k := range keys {
-		if k == "applyTook" || k == "lookupTook" || k == "ipv6" {
+		if k == "applyTook" || k == "lookupTook" || k == "phases" || k == "ipv6" {
 			continue // timings and flags: in -o json
 		}
 		extra = append(extra, fmt.Sprintf("%s=%v", k, r.Extra[k]))

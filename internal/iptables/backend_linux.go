@@ -12,6 +12,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Mode is the iptables implementation the rules are written with.
@@ -81,7 +82,12 @@ type Backend struct {
 	tools    map[redirect.Family]tools
 }
 
-type tools struct{ save, restore string }
+type tools struct {
+	save, restore string
+	// flavoured: the names carry the mode (iptables-nft-save), so the tools are
+	// known to write the mode's tables (see tablesHeld).
+	flavoured bool
+}
 
 // NewBackend resolves the mode and the binaries once.
 func NewBackend(cfg Config) (*Backend, error) {
@@ -103,14 +109,14 @@ func NewBackend(cfg Config) (*Backend, error) {
 			prefix = "ip6tables"
 		}
 		var t tools
-		for _, cand := range []struct{ save, restore string }{
-			{prefix + "-" + string(mode) + "-save", prefix + "-" + string(mode) + "-restore"},
-			{prefix + "-save", prefix + "-restore"}, // iptables before 1.8 has no suffixed names
+		for _, cand := range []tools{
+			{save: prefix + "-" + string(mode) + "-save", restore: prefix + "-" + string(mode) + "-restore", flavoured: true},
+			{save: prefix + "-save", restore: prefix + "-restore"}, // iptables before 1.8 has no suffixed names
 		} {
 			s, err1 := exec.LookPath(cand.save)
 			r, err2 := exec.LookPath(cand.restore)
 			if err1 == nil && err2 == nil {
-				t = tools{save: s, restore: r}
+				t = tools{save: s, restore: r, flavoured: cand.flavoured}
 				break
 			}
 		}
@@ -193,26 +199,36 @@ func planLayouts(plan *redirect.Plan) (map[redirect.Family][]tableLayout, error)
 }
 
 // Apply implements capture.Backend: per family, read our live rules (one save) and,
-// unless they already match, write the difference with one restore.
+// unless they already match, write the difference with one restore. A family whose
+// namespace holds no table at all (tablesHeld: a pod's new namespace) has nothing
+// of ours to read, so only its restore runs.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
 	layouts, err := planLayouts(plan)
 	if err != nil {
 		return false, err
 	}
+	held := b.tablesHeld()
+	timing.Mark(ctx, "iptables-probe")
 	changed := false
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		want, planned := layouts[f]
-		live, err := b.save(ctx, f)
-		if err != nil {
-			if !planned {
-				continue // no IPv6 support here and none wanted
+		var live map[redirect.Table]*liveTable
+		if held[f] {
+			live, err = b.save(ctx, f)
+			timing.Mark(ctx, "iptables-save-"+f.String())
+			if err != nil {
+				if !planned {
+					continue // no IPv6 support here and none wanted
+				}
+				return changed, err
 			}
-			return changed, err
 		}
 		if len(diffTables(f, want, live)) == 0 {
 			continue
 		}
-		if err := b.restore(ctx, f, restoreText(want, live)); err != nil {
+		err := b.restore(ctx, f, restoreText(want, live))
+		timing.Mark(ctx, "iptables-restore-"+f.String())
+		if err != nil {
 			return changed, fmt.Errorf("apply %s rules: %w", f, err)
 		}
 		changed = true
@@ -245,7 +261,11 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 // restore per family, and leaves every other rule alone.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	var errs []error
+	held := b.tablesHeld()
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		if !held[f] {
+			continue // no table, so nothing of ours
+		}
 		live, err := b.save(ctx, f)
 		if err != nil {
 			if f == redirect.IPv4 {

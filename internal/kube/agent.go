@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,18 +14,21 @@ import (
 
 // AgentClient reads pods and namespaces from the node agent's pod cache (package podcache) over its
 // unix socket. It is an accelerator: callers fall back to the API server on any error.
+//
+// Each request is one HTTP/1.1 exchange on its own connection, written and read
+// directly rather than through an http.Transport: the plugin asks once per exec,
+// and a Transport's connection pool and per-connection goroutines cost it more
+// than the answer (about 0.6 ms of a 1 ms lookup on the machine the README's
+// figures come from).
 type AgentClient struct {
-	http *http.Client
+	path    string
+	timeout time.Duration
 }
 
 // NewAgentClient returns a client for the socket at path; each request is bounded by
 // timeout, so a wedged agent costs the plugin little.
 func NewAgentClient(path string, timeout time.Duration) *AgentClient {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}
-	return &AgentClient{http: &http.Client{Transport: tr, Timeout: timeout}}
+	return &AgentClient{path: path, timeout: timeout}
 }
 
 // GetPod returns the pod from the agent's cache; ErrNotFound when the cache does not
@@ -49,11 +53,27 @@ func (c *AgentClient) GetNamespace(ctx context.Context, name string) (*Namespace
 }
 
 func (c *AgentClient) get(ctx context.Context, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
+	req.Close = true // one request per connection
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.path)
+	if err != nil {
+		return fmt.Errorf("agent pod cache: %w", err)
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return fmt.Errorf("agent pod cache: %w", err)
+	}
+	if err := req.Write(conn); err != nil {
+		return fmt.Errorf("agent pod cache: %w", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
 	if err != nil {
 		return fmt.Errorf("agent pod cache: %w", err)
 	}

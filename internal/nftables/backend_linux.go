@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Backend programs plans as native nftables tables of our own. It works in the
@@ -60,6 +61,7 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("apply nftables: %w", err)
 	}
+	timing.Mark(ctx, "nft-translate")
 	changed, err := b.applyOnce(ctx, rs)
 	if err != nil {
 		// A table of ours may have appeared since the read (a concurrent apply),
@@ -82,12 +84,14 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 	// After a failed batch the socket may still hold replies: never reuse it.
 	defer c.CloseLasting()
 	got, err := readOurs(c)
+	timing.Mark(ctx, "nft-read")
 	if err != nil {
 		return false, fmt.Errorf("read our tables: %w", err)
 	}
 	if len(diffTables(rs, got)) == 0 {
 		return false, nil
 	}
+	defer timing.Mark(ctx, "nft-write")
 	var present []tableID
 	for _, t := range got {
 		present = append(present, t.id)

@@ -25,6 +25,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Plugin runs the CNI commands. Its fields are the process's surroundings, so tests
@@ -36,11 +37,14 @@ type Plugin struct {
 	Stderr io.Writer
 	// Timeout bounds a whole command (the runtime also has its own).
 	Timeout time.Duration
+	// Started is when the process reached main; the ADD's logged phases begin there
+	// (zero: when Add is called).
+	Started time.Time
 }
 
 // New returns the plugin as the runtime runs it.
 func New() *Plugin {
-	return &Plugin{Stdout: os.Stdout, Stderr: os.Stderr, Timeout: 2 * time.Minute}
+	return &Plugin{Stdout: os.Stdout, Stderr: os.Stderr, Timeout: 2 * time.Minute, Started: time.Now()}
 }
 
 // Funcs wires the plugin into skel.PluginMainFuncs.
@@ -71,9 +75,11 @@ func cniError(code uint, err error) error {
 	return types.NewError(code, err.Error(), "")
 }
 
-// setup parses the config and opens the logger. The logger must be closed.
-func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.Logger, error) {
+// setup parses the config and opens the logger. The logger must be closed. rec,
+// when not nil, gets the two as phases.
+func (p *Plugin) setup(args *skel.CmdArgs, command string, rec *timing.Recorder) (*Config, *pluginlog.Logger, error) {
 	cfg, err := ParseConfig(args.StdinData)
+	rec.Mark("config")
 	if err != nil {
 		// The config may be unreadable; log at info to stderr anyway.
 		l := pluginlog.New(p.Stderr, pluginlog.Options{})
@@ -88,6 +94,7 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
 		IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
+	rec.Mark("log-open")
 	return cfg, l, nil
 }
 
@@ -95,7 +102,7 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string) (*Config, *pluginlog.
 // after; a config that does not parse fails the command (setup says how) before
 // any work.
 func (p *Plugin) withConfig(args *skel.CmdArgs, command string, work func(cfg *Config, log *pluginlog.Logger) error) error {
-	cfg, log, err := p.setup(args, command)
+	cfg, log, err := p.setup(args, command, nil)
 	defer log.Close()
 	if err != nil {
 		return err
@@ -138,7 +145,12 @@ func (p *Plugin) print(r types.Result, cniVersion string) error {
 // did not get it: a failed lookup or apply fails the ADD (fail closed).
 func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	start := time.Now()
-	cfg, log, err := p.setup(args, "ADD")
+	rec := timing.Start()
+	if !p.Started.IsZero() {
+		rec = timing.StartAt(p.Started)
+		rec.Mark("stdin") // skel: the environment and the config on stdin
+	}
+	cfg, log, err := p.setup(args, "ADD", rec)
 	// The agent's metrics get the ADD's outcome and run time: one datagram, sent
 	// after the work, bounded by pluginlog.WriteBound.
 	ev := pluginlog.Event{Command: "ADD", Reason: pluginlog.ReasonConfig}
@@ -160,22 +172,23 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)
 	}
+	rec.Mark("prev-result")
 	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return err
 	}
 	ev.Reason = pluginlog.ReasonOutput
 	if d.Verdict != Redirect {
 		ev.Outcome = pluginlog.OutcomePassedThrough
-		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start))
+		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start), "phases", rec)
 		logPeakMemory(log)
 		return p.print(res, cfg.CNIVersion)
 	}
@@ -186,20 +199,21 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		return cniError(types.ErrInternal, err)
 	}
 	ev.Reason = pluginlog.ReasonApply
+	rec.Mark("backend")
 	applyStart := time.Now()
 	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		if _, serr := os.Stat(args.Netns); serr != nil {
 			ev.Reason = pluginlog.ReasonNetnsGone
-			log.Error("ADD failed", "error", err, "reason", ev.Reason)
+			log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 			return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (network namespace %s is gone)", err, args.Netns))
 		}
-		log.Error("ADD failed", "error", err, "reason", ev.Reason)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
-		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start))
+		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
 	logPeakMemory(log)
 	return p.print(res, cfg.CNIVersion)
 }
@@ -234,6 +248,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	}
 	l.Logger = l.With("pod", podArgs.Key())
 	pp, _ := PlanFor(podArgs, cfg, nil, nil, Sandbox{})
+	timing.Mark(ctx, "decide")
 	if pp.Decision.Verdict != Lookup {
 		return pp.Decision, nil, podArgs, nil
 	}
@@ -246,6 +261,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
 	sb := Sandbox{Addrs: ips, Netns: args.Netns}
 	pp, err = PlanFor(podArgs, cfg, pod, nil, sb)
+	timing.Mark(ctx, "plan")
 	if err == nil && pp.Decision.Rule == RuleNeedNamespace {
 		// Only a pod without a sidecar that its own label does not place gets here.
 		l.Debug("looking up the namespace", "reason", pp.Decision.Reason)
@@ -256,6 +272,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *skel.CmdArgs, l 
 		}
 		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
+		timing.Mark(ctx, "plan")
 	}
 	if err != nil {
 		code := uint(types.ErrInvalidNetworkConfig) // the pod's settings are at fault
@@ -319,6 +336,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
 		obj, err := target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
+		timing.Mark(ctx, target.kind+"-agent-cache")
 		if err == nil {
 			if err = target.match(obj); err == nil {
 				log.Debug(target.kind + " found in the agent's cache")
@@ -328,6 +346,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		log.Debug("agent's pod cache could not answer; asking the API server", "object", target.kind, "error", err)
 	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	timing.Mark(ctx, "kubeconfig")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
@@ -338,6 +357,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	client, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
+	timing.Mark(ctx, "api-client")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
@@ -348,6 +368,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		tries++
 		obj := new(T)
 		err := client.Get(ctx, target.path, obj)
+		timing.Mark(ctx, target.kind+"-api-get")
 		if err == nil {
 			if err = target.match(obj); err == nil {
 				return obj, nil
@@ -364,6 +385,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 			wait.Stop()
 		case <-wait.C:
 		}
+		timing.Mark(ctx, target.kind+"-retry-wait")
 		if ctx.Err() != nil {
 			break
 		}
@@ -412,7 +434,7 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 // Del removes our rules when the namespace still exists. It always succeeds for a
 // namespace that is gone, and never fails for lack of the pod (DEL must be idempotent).
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	cfg, log, err := p.setup(args, "DEL")
+	cfg, log, err := p.setup(args, "DEL", nil)
 	defer log.Close()
 	if err != nil {
 		return nil // nothing of ours can be removed without a config; do not block the pod's deletion

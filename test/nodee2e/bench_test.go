@@ -3,7 +3,6 @@ package nodee2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -156,29 +155,14 @@ func sandboxMetric(tb testing.TB) (sum, count float64) {
 	return sum, count
 }
 
-// pluginAddTimes are the "took" of the plugin's ADDs for pods in namespace, from the
-// records the plugin sends to the agent, which prints them (kubectl logs).
+// pluginAddTimes are the "took" of the plugin's ADDs that captured pods in
+// namespace, from the records the plugin sends to the agent (pluginADDs).
 func pluginAddTimes(tb testing.TB, namespace string) []time.Duration {
 	tb.Helper()
-	ctx := context.Background()
-	agent, err := meshnode.WaitAgentReady(ctx, theNode, meshnode.Namespace)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	raw, err := theNode.Client().CoreV1().Pods(meshnode.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		tb.Fatalf("agent logs: %v", err)
-	}
+	ok, _ := pluginADDs(tb, namespace)
 	var took []time.Duration
-	for _, line := range strings.Split(string(raw), "\n") {
-		var rec struct {
-			Command string `json:"command"`
-			Pod     string `json:"pod"`
-			Took    int64  `json:"took"`
-		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Command == "ADD" && strings.HasPrefix(rec.Pod, namespace+"/") && rec.Took > 0 {
-			took = append(took, time.Duration(rec.Took))
-		}
+	for _, a := range ok {
+		took = append(took, a.Took)
 	}
 	slices.Sort(took)
 	return took

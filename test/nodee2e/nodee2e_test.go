@@ -77,7 +77,9 @@ func setUp(m *testing.M) (code int, err error) {
 	if err := node.Cleanup(stateDir, podCIDR, os.Stderr); err != nil { // a node left by a killed run
 		return 0, err
 	}
-	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, PodCIDRv6: podCIDRv6, NodeName: "nodee2e"}); err != nil {
+	if theNode, err = node.Up(ctx, node.Options{StateDir: stateDir, PodCIDR: podCIDR, PodCIDRv6: podCIDRv6, NodeName: "nodee2e",
+		// The burst test's 110 meshed pods (kubelet's default maximum) besides the agent.
+		MaxPods: burstPods + 10}); err != nil {
 		return 0, err
 	}
 	defer func() {
@@ -150,8 +152,11 @@ func createPods(t testing.TB, pods ...*corev1.Pod) []*corev1.Pod {
 	return created
 }
 
-func waitPodsGone(t testing.TB, pods []*corev1.Pod) {
-	deadline := time.Now().Add(60 * time.Second)
+func waitPodsGone(t testing.TB, pods []*corev1.Pod) { waitPodsGoneWithin(t, pods, 60*time.Second) }
+
+// waitPodsGoneWithin waits, at most bound in all, until the pods are gone.
+func waitPodsGoneWithin(t testing.TB, pods []*corev1.Pod, bound time.Duration) {
+	deadline := time.Now().Add(bound)
 	for _, p := range pods {
 		for time.Now().Before(deadline) {
 			if _, err := theNode.Client().CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{}); err != nil {

@@ -62,6 +62,9 @@ type Options struct {
 	Progress io.Writer
 	// Timeout bounds Up once the binaries exist. Zero: 3 minutes.
 	Timeout time.Duration
+	// MaxPods is kubelet's maxPods. Zero: kubelet's default, 110 (the node's own
+	// pods, such as the istio-cni agent, count against it).
+	MaxPods int
 }
 
 // Default values of Options.
@@ -467,7 +470,11 @@ func (n *Node) startKubelet(ctx context.Context, kubeBin, caFile string) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if err := writeAtomic(n.l.kubeletConfig(), []byte(kubeletYAML(n.l, n.opts.NodeIP, ports[0], ports[1], caFile)), 0o644); err != nil {
+	kubeletConf := kubeletYAML(n.l, n.opts.NodeIP, ports[0], ports[1], caFile)
+	if n.opts.MaxPods > 0 {
+		kubeletConf += fmt.Sprintf("maxPods: %d\n", n.opts.MaxPods)
+	}
+	if err := writeAtomic(n.l.kubeletConfig(), []byte(kubeletConf), 0o644); err != nil {
 		return err
 	}
 	n.kubelet, err = n.launcher.Start("kubelet", filepath.Join(kubeBin, "kubelet"), []string{
