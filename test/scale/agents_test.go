@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -103,6 +104,7 @@ type sim struct {
 	ca     *controlplane.CA
 	cert   tls.Certificate
 	launch *childproc.Launcher
+	root   string // the agents' directories
 	agents []*agent
 }
 
@@ -147,10 +149,14 @@ func newSim(t testing.TB, s clusterSize) *sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sm := &sim{cp: cp, size: s, token: parsed.Token, ca: ca, cert: cert, launch: childproc.NewLauncher()}
+	// The agents' directories go after the agents (cleanups run last-in first-out).
+	sm := &sim{cp: cp, size: s, token: parsed.Token, ca: ca, cert: cert, launch: childproc.NewLauncher(), root: t.TempDir()}
 	t.Cleanup(func() {
 		for _, a := range sm.agents {
 			a.stop()
+			if t.Failed() {
+				t.Logf("last lines of the log of the agent of %s:\n%s", a.node, a.proc.Tail(20))
+			}
 		}
 		sm.launch.Close()
 	})
@@ -162,9 +168,8 @@ func newSim(t testing.TB, s clusterSize) *sim {
 func (sm *sim) startAgents(t testing.TB, n int) {
 	t.Helper()
 	bin, srcs := buildBinaries(t)
-	root := t.TempDir()
 	for i := range n {
-		a, err := sm.startAgent(root, bin, srcs, nodeName(i))
+		a, err := sm.startAgent(sm.root, bin, srcs, nodeName(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,8 +283,9 @@ func (a *agent) getFromCache(ctx context.Context, namespace, name string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
 
 // procStat is a process's resident memory and CPU time so far.

@@ -127,7 +127,7 @@ func runScale(b *testing.B, size clusterSize, agents int, win time.Duration, per
 	began = time.Now()
 	sm.startAgents(b, agents)
 	r.start = time.Since(began)
-	waitFor(b, 60*time.Second, "an agent holds the taint lease", func() bool { return sm.leaderIndex(ctx) >= 0 })
+	waitFor(b, 60*time.Second, "an agent holds the taint lease", func() bool { return sm.leaderIndex(ctx) >= 0 }, nil)
 	after, err := sm.snapshot(ctx)
 	if err != nil {
 		b.Fatal(err)

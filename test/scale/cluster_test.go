@@ -131,7 +131,7 @@ func runningStatus(p *corev1.Pod, podIP string, broken bool) corev1.PodStatus {
 		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
 	}
 	validation := corev1.ContainerStatus{Name: "istio-validation", Image: "docker.io/istio/proxyv2:1.28.0",
-		ImageID: "docker.io/istio/proxyv2@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		ImageID:     "docker.io/istio/proxyv2@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 		ContainerID: "containerd://" + fmt.Sprintf("%064x", len(p.Name)*7919),
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now,
 			ContainerID: "containerd://" + fmt.Sprintf("%064x", len(p.Name)*7919)}}, Ready: true}
@@ -250,6 +250,9 @@ func createPod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, ip st
 func populate(ctx context.Context, c kubernetes.Interface, s clusterSize, workers int) error {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace %s: %w", agentNamespace, err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(agentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the agents' ServiceAccount: %w", err)
 	}
 	err := parallel(ctx, s.namespaces(), workers, func(ctx context.Context, i int) error {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespaceName(i), Labels: map[string]string{"istio-injection": "enabled"}}}

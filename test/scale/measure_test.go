@@ -79,7 +79,9 @@ func (m metricsText) sum(name string, labels ...string) float64 {
 	return total
 }
 
-func all[T any](s []T, f func(T) bool) bool { return !slices.ContainsFunc(s, func(v T) bool { return !f(v) }) }
+func all[T any](s []T, f func(T) bool) bool {
+	return !slices.ContainsFunc(s, func(v T) bool { return !f(v) })
+}
 
 // snapshot is everything measured at one moment.
 type snapshot struct {

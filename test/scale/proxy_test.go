@@ -1,6 +1,8 @@
 package scale
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -203,8 +205,11 @@ func startProxy(upstream string, upstreamCA []byte, cert tls.Certificate) (*coun
 		FlushInterval: -1, // watch events go through as they come
 		ModifyResponse: func(resp *http.Response) error {
 			c := classify(resp.Request)
-			resp.Body = &countingBody{ReadCloser: resp.Body, p: p, watch: c.Verb == "watch", resource: c.Resource,
-				protobuf: strings.Contains(resp.Header.Get("Content-Type"), "protobuf")}
+			body := &countingBody{ReadCloser: resp.Body, p: p, resource: c.Resource}
+			if c.Verb == "watch" {
+				body.watchEvents(strings.Contains(resp.Header.Get("Content-Type"), "protobuf"), resp.Header.Get("Content-Encoding") == "gzip")
+			}
+			resp.Body = body
 			return nil
 		},
 		ErrorLog: nil,
@@ -252,56 +257,98 @@ func (p *countingProxy) close() {
 	p.tr.CloseIdleConnections()
 }
 
-// countingBody counts an answer's bytes and, in a watch stream, its events: JSON
-// events are one object per line; protobuf events are frames with a 4-byte length.
+// countingBody counts an answer's bytes as received (compressed, if it is) and,
+// in a watch stream, its events.
 type countingBody struct {
 	io.ReadCloser
-	p               *countingProxy
-	watch, protobuf bool
-	resource        string
-	// frameLeft is what remains of the current protobuf frame (or of its length
-	// prefix, in lenBuf).
-	frameLeft int
-	lenBuf    []byte
+	p        *countingProxy
+	resource string
+	// events receives a watch stream's bytes (nil for other answers): a goroutine
+	// decompresses them if needed and counts the events.
+	events *io.PipeWriter
+}
+
+// watchEvents starts counting the events of the stream: JSON events are one object
+// per line; protobuf events are frames with a 4-byte length. The API server
+// compresses watch streams with gzip when the client accepts it (client-go does).
+func (b *countingBody) watchEvents(protobuf, gzipped bool) {
+	pr, pw := io.Pipe()
+	b.events = pw
+	go func() {
+		defer pr.Close()
+		var r io.Reader = pr
+		if gzipped {
+			zr, err := gzip.NewReader(pr)
+			if err != nil {
+				return
+			}
+			r = zr
+		}
+		f := &frameCounter{protobuf: protobuf}
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if k := f.count(buf[:n]); k > 0 {
+				b.p.mu.Lock()
+				b.p.t.Events[b.resource] += k
+				b.p.mu.Unlock()
+			}
+			if err != nil {
+				io.Copy(io.Discard, pr) // never block the stream
+				return
+			}
+		}
+	}()
 }
 
 func (b *countingBody) Read(buf []byte) (int, error) {
 	n, err := b.ReadCloser.Read(buf)
 	if n > 0 {
-		events := 0
-		if b.watch {
-			events = b.countEvents(buf[:n])
-		}
 		b.p.mu.Lock()
 		b.p.t.Bytes[b.resource] += int64(n)
-		if events > 0 {
-			b.p.t.Events[b.resource] += events
-		}
 		b.p.mu.Unlock()
+		if b.events != nil {
+			b.events.Write(buf[:n])
+		}
 	}
 	return n, err
 }
 
-func (b *countingBody) countEvents(data []byte) int {
-	if !b.protobuf {
-		return strings.Count(string(data), "\n")
+func (b *countingBody) Close() error {
+	if b.events != nil {
+		b.events.Close()
+	}
+	return b.ReadCloser.Close()
+}
+
+// frameCounter counts the events in a decompressed watch stream.
+type frameCounter struct {
+	protobuf bool
+	// frameLeft is what remains of the current protobuf frame; lenBuf holds a
+	// length prefix split across reads.
+	frameLeft int
+	lenBuf    []byte
+}
+
+func (f *frameCounter) count(data []byte) int {
+	if !f.protobuf {
+		return bytes.Count(data, []byte("\n"))
 	}
 	events := 0
 	for len(data) > 0 {
-		if b.frameLeft == 0 {
-			need := 4 - len(b.lenBuf)
-			take := min(need, len(data))
-			b.lenBuf = append(b.lenBuf, data[:take]...)
+		if f.frameLeft == 0 {
+			take := min(4-len(f.lenBuf), len(data))
+			f.lenBuf = append(f.lenBuf, data[:take]...)
 			data = data[take:]
-			if len(b.lenBuf) == 4 {
-				b.frameLeft = int(binary.BigEndian.Uint32(b.lenBuf))
-				b.lenBuf = b.lenBuf[:0]
+			if len(f.lenBuf) == 4 {
+				f.frameLeft = int(binary.BigEndian.Uint32(f.lenBuf))
+				f.lenBuf = f.lenBuf[:0]
 				events++
 			}
 			continue
 		}
-		take := min(b.frameLeft, len(data))
-		b.frameLeft -= take
+		take := min(f.frameLeft, len(data))
+		f.frameLeft -= take
 		data = data[take:]
 	}
 	return events

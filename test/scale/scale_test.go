@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,13 +12,18 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
-// waitFor polls cond every 100 ms for at most bound (the test's polling).
-func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+// waitFor polls cond every 100 ms for at most bound (the test's polling); state,
+// if set, says what was seen last.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool, state func() string) {
 	t.Helper()
 	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not true after %s: %s", bound, what)
+			seen := ""
+			if state != nil {
+				seen = " (last seen: " + state() + ")"
+			}
+			t.Fatalf("not true after %s: %s%s", bound, what, seen)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -60,7 +66,7 @@ func TestAgentsAtScaleWatchOnlyTheirNodeAndAreQuietAtRest(t *testing.T) {
 	sm := newSim(t, size)
 	ctx := t.Context()
 	sm.startAgents(t, 3)
-	waitFor(t, 60*time.Second, "an agent holds the taint lease", func() bool { return sm.leaderIndex(ctx) >= 0 })
+	waitFor(t, 60*time.Second, "an agent holds the taint lease", func() bool { return sm.leaderIndex(ctx) >= 0 }, nil)
 
 	for i, a := range sm.agents {
 		if n := checkScoped(t, a, a.proxy.snapshot()); n < 2 {
@@ -127,10 +133,11 @@ func TestAgentsAtScaleWatchOnlyTheirNodeAndAreQuietAtRest(t *testing.T) {
 		}
 	}
 	ns, name, _ := strings.Cut(broken, "/")
+	// No kubelet confirms the deletion: the deleted pod stays, marked for deletion.
 	waitFor(t, 60*time.Second, "node 0's agent deletes the broken pod "+broken, func() bool {
-		_, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return err != nil
-	})
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err != nil || p.DeletionTimestamp != nil
+	}, nil)
 	// Pod events for node 0 reach its agent within the bound below; others get none.
 	var churned window
 	waitFor(t, 30*time.Second, "node 0's agent receives the pod events", func() bool {
@@ -141,6 +148,8 @@ func TestAgentsAtScaleWatchOnlyTheirNodeAndAreQuietAtRest(t *testing.T) {
 		churned = diff("churn", before, after, -1)
 		// Per pod: delete, create, status; two informers see each.
 		return churned.agents[0].Events["pods"] >= 2*3*replaced
+	}, func() string {
+		return fmt.Sprintf("events %v, bytes %v", churned.agents[0].Events, churned.agents[0].Bytes)
 	})
 	deletes := 0
 	for c, n := range churned.agents[0].Calls {
