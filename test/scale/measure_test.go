@@ -202,7 +202,7 @@ func churn(ctx context.Context, c kubernetes.Interface, s clusterSize, perNode f
 			if err == nil {
 				err = createPod(ctx, c, workloadPod(s, i, gen), podIP(i), (i+gen)%brokenEvery == 0)
 			}
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "would exceed context deadline") {
 				errs.Add(1)
 				firstErr.CompareAndSwap(nil, err)
 				continue

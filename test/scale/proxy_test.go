@@ -103,18 +103,22 @@ type traffic struct {
 	Calls map[call]int
 	// Events counts the watch events received, by resource.
 	Events map[string]int
-	// Bytes is the size of the answer bodies received, by resource.
-	Bytes map[string]int64
+	// Bytes is the size of the answer bodies received, by resource, as sent (gzip
+	// compressed when large: the API server compresses for client-go); Raw is
+	// their size decompressed (protobuf, what the agent decodes).
+	Bytes, Raw map[string]int64
 	// OpenWatches is the number of watches open now.
 	OpenWatches int
 }
 
-func (t traffic) bytes() int64 {
-	var n int64
-	for _, v := range t.Bytes {
-		n += v
+func subMap(after, before map[string]int64) map[string]int64 {
+	d := map[string]int64{}
+	for r, n := range after {
+		if n -= before[r]; n != 0 {
+			d[r] = n
+		}
 	}
-	return n
+	return d
 }
 
 func (t traffic) requests() int {
@@ -127,12 +131,7 @@ func (t traffic) requests() int {
 
 // sub is t minus an earlier snapshot (OpenWatches is t's).
 func (t traffic) sub(before traffic) traffic {
-	d := traffic{Calls: map[call]int{}, Events: map[string]int{}, Bytes: map[string]int64{}, OpenWatches: t.OpenWatches}
-	for r, n := range t.Bytes {
-		if n -= before.Bytes[r]; n != 0 {
-			d.Bytes[r] = n
-		}
-	}
+	d := traffic{Calls: map[call]int{}, Events: map[string]int{}, Bytes: subMap(t.Bytes, before.Bytes), Raw: subMap(t.Raw, before.Raw), OpenWatches: t.OpenWatches}
 	for c, n := range t.Calls {
 		if n -= before.Calls[c]; n != 0 {
 			d.Calls[c] = n
@@ -194,7 +193,7 @@ func startProxy(upstream string, upstreamCA []byte, cert tls.Certificate) (*coun
 			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
 			MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
 		},
-		t: traffic{Calls: map[call]int{}, Events: map[string]int{}, Bytes: map[string]int64{}},
+		t: traffic{Calls: map[call]int{}, Events: map[string]int{}, Bytes: map[string]int64{}, Raw: map[string]int64{}},
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -206,9 +205,7 @@ func startProxy(upstream string, upstreamCA []byte, cert tls.Certificate) (*coun
 		ModifyResponse: func(resp *http.Response) error {
 			c := classify(resp.Request)
 			body := &countingBody{ReadCloser: resp.Body, p: p, resource: c.Resource}
-			if c.Verb == "watch" {
-				body.watchEvents(strings.Contains(resp.Header.Get("Content-Type"), "protobuf"), resp.Header.Get("Content-Encoding") == "gzip")
-			}
+			body.decode(c.Verb == "watch", strings.Contains(resp.Header.Get("Content-Type"), "protobuf"), resp.Header.Get("Content-Encoding") == "gzip")
 			resp.Body = body
 			return nil
 		},
@@ -249,7 +246,7 @@ func startProxy(upstream string, upstreamCA []byte, cert tls.Certificate) (*coun
 func (p *countingProxy) snapshot() traffic {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return traffic{Calls: maps.Clone(p.t.Calls), Events: maps.Clone(p.t.Events), Bytes: maps.Clone(p.t.Bytes), OpenWatches: p.t.OpenWatches}
+	return traffic{Calls: maps.Clone(p.t.Calls), Events: maps.Clone(p.t.Events), Bytes: maps.Clone(p.t.Bytes), Raw: maps.Clone(p.t.Raw), OpenWatches: p.t.OpenWatches}
 }
 
 func (p *countingProxy) close() {
@@ -257,23 +254,23 @@ func (p *countingProxy) close() {
 	p.tr.CloseIdleConnections()
 }
 
-// countingBody counts an answer's bytes as received (compressed, if it is) and,
-// in a watch stream, its events.
+// countingBody counts an answer's bytes as received (compressed, if it is) and
+// decompressed and, in a watch stream, its events.
 type countingBody struct {
 	io.ReadCloser
 	p        *countingProxy
 	resource string
-	// events receives a watch stream's bytes (nil for other answers): a goroutine
-	// decompresses them if needed and counts the events.
-	events *io.PipeWriter
+	// tee receives the bytes: a goroutine decompresses them if needed and counts
+	// them and a watch stream's events.
+	tee *io.PipeWriter
 }
 
-// watchEvents starts counting the events of the stream: JSON events are one object
-// per line; protobuf events are frames with a 4-byte length. The API server
-// compresses watch streams with gzip when the client accepts it (client-go does).
-func (b *countingBody) watchEvents(protobuf, gzipped bool) {
+// decode starts counting what the answer holds: its size decompressed, and in a
+// watch stream the events (JSON events are one object per line; protobuf events
+// are frames with a 4-byte length).
+func (b *countingBody) decode(watch, protobuf, gzipped bool) {
 	pr, pw := io.Pipe()
-	b.events = pw
+	b.tee = pw
 	go func() {
 		defer pr.Close()
 		var r io.Reader = pr
@@ -288,11 +285,14 @@ func (b *countingBody) watchEvents(protobuf, gzipped bool) {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := r.Read(buf)
-			if k := f.count(buf[:n]); k > 0 {
-				b.p.mu.Lock()
-				b.p.t.Events[b.resource] += k
-				b.p.mu.Unlock()
+			k := 0
+			if watch {
+				k = f.count(buf[:n])
 			}
+			b.p.mu.Lock()
+			b.p.t.Raw[b.resource] += int64(n)
+			b.p.t.Events[b.resource] += k
+			b.p.mu.Unlock()
 			if err != nil {
 				io.Copy(io.Discard, pr) // never block the stream
 				return
@@ -307,17 +307,13 @@ func (b *countingBody) Read(buf []byte) (int, error) {
 		b.p.mu.Lock()
 		b.p.t.Bytes[b.resource] += int64(n)
 		b.p.mu.Unlock()
-		if b.events != nil {
-			b.events.Write(buf[:n])
-		}
+		b.tee.Write(buf[:n])
 	}
 	return n, err
 }
 
 func (b *countingBody) Close() error {
-	if b.events != nil {
-		b.events.Close()
-	}
+	b.tee.Close()
 	return b.ReadCloser.Close()
 }
 
