@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -174,46 +175,61 @@ func (w window) over(f func(i int) float64) stats {
 
 func (s stats) String() string { return fmt.Sprintf("%.3g (max %.3g)", s.mean, s.max) }
 
-// churn replaces pods on every node at perNode replacements per second per node
-// until ctx ends, as a kubelet and a controller would: the old pod is deleted
-// gracefully (deletionTimestamp set) then for good, and its replacement created and
-// started; one new pod in brokenEvery starts broken (its validation container
-// exited 126). Every node also reports its status once a minute. It returns the
-// replacements done.
-func churn(ctx context.Context, c kubernetes.Interface, s clusterSize, perNode float64, brokenEvery int) (int64, error) {
+// churner replaces pods on every node, as kubelets and controllers do: the old pod
+// is deleted gracefully (deletionTimestamp set) then for good, and its replacement
+// created and started; one new pod in brokenEvery starts broken (its validation
+// container exited 126). Every node also reports its status once a minute. It
+// keeps its place between runs.
+type churner struct {
+	c           kubernetes.Interface
+	s           clusterSize
+	brokenEvery int
+	gens        []atomic.Int32 // replacements so far, per pod slot
+	k           int            // the next slot, round robin over nodes
+}
+
+func newChurner(c kubernetes.Interface, s clusterSize, brokenEvery int) *churner {
+	return &churner{c: c, s: s, brokenEvery: brokenEvery, gens: make([]atomic.Int32, s.Pods)}
+}
+
+// run churns at perNode replacements per second per node until ctx ends, and
+// returns the replacements done.
+func (ch *churner) run(ctx context.Context, perNode float64) (int64, error) {
+	c, s := ch.c, ch.s
 	nodes := s.nodes()
 	interval := time.Duration(float64(time.Second) / (perNode * float64(nodes)))
 	slots := make(chan int, 256)
 	var done, errs atomic.Int64
 	var firstErr atomic.Value
-	gens := make([]atomic.Int32, s.Pods)
-	worker := func() {
-		for i := range slots {
-			gen := int(gens[i].Add(1))
-			old := workloadPod(s, i, gen-1)
-			pods := c.CoreV1().Pods(old.Namespace)
-			err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](30)})
-			if err == nil {
-				err = pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			}
-			if apierrors.IsNotFound(err) {
-				err = nil // the repair controller deleted it (it was broken)
-			}
-			if err == nil {
-				err = createPod(ctx, c, workloadPod(s, i, gen), podIP(i), (i+gen)%brokenEvery == 0)
-			}
-			if err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "would exceed context deadline") {
-				errs.Add(1)
-				firstErr.CompareAndSwap(nil, err)
-				continue
-			}
-			done.Add(1)
-		}
-	}
+	var workers sync.WaitGroup
 	for range 16 {
-		go worker()
+		workers.Go(func() {
+			for i := range slots {
+				gen := int(ch.gens[i].Add(1))
+				old := workloadPod(s, i, gen-1)
+				pods := c.CoreV1().Pods(old.Namespace)
+				err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](30)})
+				if err == nil {
+					err = pods.Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				}
+				if apierrors.IsNotFound(err) {
+					err = nil // the repair controller deleted it (it was broken)
+				}
+				if err == nil {
+					err = createPod(ctx, c, workloadPod(s, i, gen), podIP(i), (i+gen)%ch.brokenEvery == 0)
+				}
+				if err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "would exceed context deadline") {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				if err == nil {
+					done.Add(1)
+				}
+			}
+		})
 	}
-	heartbeat := func() {
+	workers.Go(func() {
 		t := time.NewTicker(time.Minute / time.Duration(nodes))
 		defer t.Stop()
 		for n := 0; ; n = (n + 1) % nodes {
@@ -232,31 +248,32 @@ func churn(ctx context.Context, c kubernetes.Interface, s clusterSize, perNode f
 			}
 			_, _ = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		}
-	}
-	go heartbeat()
+	})
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	k := 0
-	for {
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			close(slots)
-			if e := errs.Load(); e > 0 {
-				return done.Load(), fmt.Errorf("%d pod replacements failed, the first: %v", e, firstErr.Load())
-			}
-			return done.Load(), nil
 		case <-tick.C:
 			// Round robin over nodes, then over the pods of each node.
-			node, slot := k%nodes, (k/nodes)%PodsPerNode
-			k++
+			node, slot := ch.k%nodes, (ch.k/nodes)%PodsPerNode
 			if i := node*PodsPerNode + slot; i < s.Pods {
 				select {
 				case slots <- i:
-				default: // the API server is behind: the replacement is skipped, and the achieved rate says so
+					ch.k++
+				default: // the API server is behind: the achieved rate says so
 				}
+			} else {
+				ch.k++
 			}
 		}
 	}
+	close(slots)
+	workers.Wait()
+	if e := errs.Load(); e > 0 {
+		return done.Load(), fmt.Errorf("%d pod replacements failed, the first: %v", e, firstErr.Load())
+	}
+	return done.Load(), nil
 }
 
 // loadAverage is /proc/loadavg's first three fields.
