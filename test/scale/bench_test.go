@@ -349,5 +349,12 @@ func extrapolate(rs []result, perNode float64) string {
 	}
 	fmt.Fprintf(&sb, "- API server: %.0f watches open by the agents; %.0f requests/s from them at rest; %.0f requests/s while every node replaces a pod every %.0f s\n",
 		watches*nodes, restReq*nodes, churnReq*nodes, 1/perNode)
+	apiCPU := func(w window) float64 {
+		return (w.after.server["kube-apiserver"].CPUSecs - w.before.server["kube-apiserver"].CPUSecs) / w.secs
+	}
+	perAgentRest := (apiCPU(r.rest) - apiCPU(r.idle)) / float64(r.agents)
+	perAgentChurn := (apiCPU(r.churning) - apiCPU(r.idleChurn)) / float64(r.agents)
+	fmt.Fprintf(&sb, "- API server CPU for the agents (with agents minus without, per agent, times %d): %.1f cores at rest, %.1f while churning (this machine's cores; noisy: the machine is shared)\n",
+		nodes, perAgentRest*nodes, perAgentChurn*nodes)
 	return sb.String()
 }
