@@ -3,12 +3,14 @@ package scale
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -232,14 +234,50 @@ func parallel(ctx context.Context, n, workers int, f func(ctx context.Context, i
 	return context.Cause(ctx)
 }
 
+// retry calls f until it succeeds, fails for good, or 5 attempts with a growing
+// pause (at most 15 s in all) have failed with an error an overloaded API server
+// or etcd gives (timeouts, 429, 5xx): on a busy shared machine etcd does time out.
+func retry(ctx context.Context, f func() error) error {
+	pause := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || attempt == 5 || !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+func transient(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || strings.Contains(err.Error(), "timed out")
+}
+
 // createPod creates p and reports it started (status as a kubelet sets it).
 func createPod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, ip string, broken bool) error {
-	created, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	pods := c.CoreV1().Pods(p.Namespace)
+	var created *corev1.Pod
+	err := retry(ctx, func() (err error) {
+		created, err = pods.Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // an attempt that timed out went through
+			created, err = pods.Get(ctx, p.Name, metav1.GetOptions{})
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	created.Status = runningStatus(created, ip, broken)
-	if _, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	err = retry(ctx, func() error {
+		_, err := pods.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("set status of pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	return nil
