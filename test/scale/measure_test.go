@@ -216,7 +216,7 @@ func (ch *churner) run(ctx context.Context, perNode float64) (int64, error) {
 					err = nil // the repair controller deleted it (it was broken)
 				}
 				if err == nil {
-					err = createPod(ctx, c, workloadPod(s, i, gen), podIP(i), (i+gen)%ch.brokenEvery == 0)
+					err = createPod(ctx, c, workloadPod(s, i, gen), podIP(i), broken(i, gen, ch.brokenEvery))
 				}
 				if err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "would exceed context deadline") {
 					errs.Add(1)
@@ -274,6 +274,14 @@ func (ch *churner) run(ctx context.Context, perNode float64) (int64, error) {
 		return done.Load(), fmt.Errorf("%d pod replacements failed, the first: %v", e, firstErr.Load())
 	}
 	return done.Load(), nil
+}
+
+// broken picks one replacement in every (spread over slots and generations, so
+// that the nodes with agents get their share whatever the churn's rate).
+func broken(slot, gen, every int) bool {
+	h := uint32(slot)*2654435761 ^ uint32(gen)*40503
+	h ^= h >> 15
+	return h%uint32(every) == 0
 }
 
 // loadAverage is /proc/loadavg's first three fields.
