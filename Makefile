@@ -47,10 +47,13 @@ test-unit:
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
 BENCHTIME ?= 50x
-# The repair benchmarks size themselves (20 samples, 5,000 pods): they run once.
+# The repair benchmarks size themselves (20 samples, 5,000 pods): they run once. So
+# does the cluster simulation (test/scale: SCALE_PODS, SCALE_AGENTS, SCALE_WINDOW,
+# SCALE_CHURN; about 30 minutes with the defaults).
 bench: prereqs
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v /internal/repair) 2>&1 | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 90m ./test/scale/ 2>&1 | tee -a bench.out
 
 # demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
 # image built here, runs meshed pods with an istio-proxy stand-in and shows their

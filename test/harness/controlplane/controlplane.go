@@ -406,3 +406,9 @@ func NonLoopbackIPv4() (netip.Addr, error) {
 	}
 	return netip.Addr{}, errors.New("no up, non-loopback interface with an IPv4 address")
 }
+
+// PIDs are the process ids of etcd and kube-apiserver, by name, for measuring their
+// CPU and memory from /proc.
+func (c *ControlPlane) PIDs() map[string]int {
+	return map[string]int{c.etcd.Name: c.etcd.Pid(), c.apiserver.Name: c.apiserver.Pid()}
+}
