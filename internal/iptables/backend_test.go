@@ -60,10 +60,12 @@ func stripComments(s string) string {
 	return strings.Join(out, "\n")
 }
 
-var backendCases = []struct {
+type backendCase struct {
 	name string
 	opts specs.Settings
-}{
+}
+
+var backendCases = []backendCase{
 	{"default-sidecar", specs.Sidecar()},
 	{"tproxy-dns-ipv6", specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "10.0.0.0/8,fd00::/8", redirect.FieldRedirectDNS: "true", redirect.FieldDNSServers: "10.96.0.10,fd00::10", redirect.FieldExcludeInterfaces: "eth9", redirect.FieldIPv6: "true"}},
 	{"virt-groups-drop", specs.Settings{redirect.FieldRerouteVirtualInterfaces: "eth1,eth2", redirect.FieldOutboundCIDRs: "*", redirect.FieldInboundPorts: "80,443", redirect.FieldOwnerGroupsExclude: "888,root", redirect.FieldDropInvalid: "true", redirect.FieldRedirectDNS: "true", redirect.FieldCaptureAllDNS: "true", redirect.FieldProxyUIDs: "1337,1338", redirect.FieldProxyGIDs: "1337"}},
@@ -88,6 +90,64 @@ func modes(t *testing.T) []Mode {
 func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 	root.Require(t)
 	ctx := context.Background()
+	eachModeAndCase(t, func(t *testing.T, mode Mode, tc backendCase, b *Backend) {
+		ns := newNS(t)
+		ipt := "iptables-" + string(mode)
+		runIn(t, ns, ipt, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999", "-j", "RETURN")
+		runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
+		before4 := stripComments(runIn(t, ns, ipt+"-save"))
+		before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
+		plan := tc.opts.Plan(t)
+
+		changed, err := capture.Apply(ctx, ns, b, plan)
+		if err != nil || !changed {
+			t.Fatalf("first apply: changed=%v err=%v", changed, err)
+		}
+		if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
+			t.Fatalf("verify after apply: %v %q\n%s", err, diffs, runIn(t, ns, ipt+"-save"))
+		}
+		after := runIn(t, ns, ipt+"-save")
+		if !strings.Contains(after, "-A OUTPUT -p tcp -m tcp --dport 9999 -j RETURN") || !strings.Contains(after, ":FOREIGN") {
+			t.Errorf("apply touched a foreign rule or chain:\n%s", after)
+		}
+		changed, err = capture.Apply(ctx, ns, b, plan)
+		if err != nil || changed {
+			t.Fatalf("second apply: changed=%v err=%v, want no change", changed, err)
+		}
+		// Break one of our rules by hand.
+		runIn(t, ns, ipt, "-t", "nat", "-D", "ISTIO_REDIRECT", "1")
+		diffs, err := capture.Verify(ctx, ns, b, plan)
+		if err != nil || len(diffs) == 0 {
+			t.Fatalf("verify missed a deleted rule: %v %q", err, diffs)
+		}
+		if !strings.Contains(strings.Join(diffs, "\n"), "ISTIO_REDIRECT") {
+			t.Errorf("verify does not name the broken chain: %q", diffs)
+		}
+		if changed, err := capture.Apply(ctx, ns, b, plan); err != nil || !changed {
+			t.Fatalf("repairing apply: changed=%v err=%v", changed, err)
+		}
+		if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
+			t.Fatalf("verify after repair: %v %q", err, diffs)
+		}
+		if err := capture.Cleanup(ctx, ns, b, plan); err != nil {
+			t.Fatal(err)
+		}
+		if got := stripComments(runIn(t, ns, ipt+"-save")); got != before4 {
+			t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
+		}
+		if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
+			t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
+		}
+		if rules := runIn(t, ns, "ip", "rule"); strings.Contains(rules, "lookup 133") {
+			t.Errorf("cleanup left the TPROXY rule: %s", rules)
+		}
+	})
+}
+
+// eachModeAndCase runs f as a subtest for every iptables mode of this machine and
+// every backend case, with a new backend of that mode.
+func eachModeAndCase(t *testing.T, f func(t *testing.T, mode Mode, tc backendCase, b *Backend)) {
+	t.Helper()
 	for _, mode := range modes(t) {
 		for _, tc := range backendCases {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
@@ -95,56 +155,7 @@ func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ns := newNS(t)
-				ipt := "iptables-" + string(mode)
-				runIn(t, ns, ipt, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999", "-j", "RETURN")
-				runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
-				before4 := stripComments(runIn(t, ns, ipt+"-save"))
-				before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
-				plan := tc.opts.Plan(t)
-
-				changed, err := capture.Apply(ctx, ns, b, plan)
-				if err != nil || !changed {
-					t.Fatalf("first apply: changed=%v err=%v", changed, err)
-				}
-				if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
-					t.Fatalf("verify after apply: %v %q\n%s", err, diffs, runIn(t, ns, ipt+"-save"))
-				}
-				after := runIn(t, ns, ipt+"-save")
-				if !strings.Contains(after, "-A OUTPUT -p tcp -m tcp --dport 9999 -j RETURN") || !strings.Contains(after, ":FOREIGN") {
-					t.Errorf("apply touched a foreign rule or chain:\n%s", after)
-				}
-				changed, err = capture.Apply(ctx, ns, b, plan)
-				if err != nil || changed {
-					t.Fatalf("second apply: changed=%v err=%v, want no change", changed, err)
-				}
-				// Break one of our rules by hand.
-				runIn(t, ns, ipt, "-t", "nat", "-D", "ISTIO_REDIRECT", "1")
-				diffs, err := capture.Verify(ctx, ns, b, plan)
-				if err != nil || len(diffs) == 0 {
-					t.Fatalf("verify missed a deleted rule: %v %q", err, diffs)
-				}
-				if !strings.Contains(strings.Join(diffs, "\n"), "ISTIO_REDIRECT") {
-					t.Errorf("verify does not name the broken chain: %q", diffs)
-				}
-				if changed, err := capture.Apply(ctx, ns, b, plan); err != nil || !changed {
-					t.Fatalf("repairing apply: changed=%v err=%v", changed, err)
-				}
-				if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
-					t.Fatalf("verify after repair: %v %q", err, diffs)
-				}
-				if err := capture.Cleanup(ctx, ns, b, plan); err != nil {
-					t.Fatal(err)
-				}
-				if got := stripComments(runIn(t, ns, ipt+"-save")); got != before4 {
-					t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
-				}
-				if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
-					t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
-				}
-				if rules := runIn(t, ns, "ip", "rule"); strings.Contains(rules, "lookup 133") {
-					t.Errorf("cleanup left the TPROXY rule: %s", rules)
-				}
+				f(t, mode, tc, b)
 			})
 		}
 	}

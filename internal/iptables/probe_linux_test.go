@@ -38,57 +38,49 @@ func iptablesPhases(t *testing.T, ns string, b *Backend, plan *redirect.Plan) (c
 // family) it reads them first, as before, and stays idempotent and exact.
 func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 	root.Require(t)
-	for _, mode := range modes(t) {
-		for _, tc := range backendCases {
-			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-				b, err := NewBackend(Config{Mode: mode, LockDir: t.TempDir()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan := tc.opts.Plan(t)
-				ipv6 := plan.Family(redirect.IPv6) != nil
-				ns := newNS(t)
+	eachModeAndCase(t, func(t *testing.T, mode Mode, tc backendCase, b *Backend) {
+		plan := tc.opts.Plan(t)
+		ipv6 := plan.Family(redirect.IPv6) != nil
+		ns := newNS(t)
 
-				changed, ran := iptablesPhases(t, ns, b, plan)
-				want := []string{"iptables-restore-ipv4"}
-				if ipv6 {
-					want = append(want, "iptables-restore-ipv6")
-				}
-				if diff := cmp.Diff(want, ran); !changed || diff != "" {
-					t.Fatalf("first apply in a new namespace: changed=%v, processes (-want +got):\n%s", changed, diff)
-				}
-				if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
-					t.Fatalf("verify after the first apply: %v %q", err, diffs)
-				}
-
-				// Tables exist now: the second apply reads them and changes nothing.
-				changed, ran = iptablesPhases(t, ns, b, plan)
-				want = []string{"iptables-save-ipv4"}
-				if ipv6 {
-					want = append(want, "iptables-save-ipv6")
-				}
-				if diff := cmp.Diff(want, ran); changed || diff != "" {
-					t.Fatalf("second apply: changed=%v, processes (-want +got):\n%s", changed, diff)
-				}
-
-				// A table in the other family (here IPv6, with a foreign rule) is read too,
-				// so stale rules of ours there could not survive.
-				if !ipv6 {
-					runIn(t, ns, "ip6tables-"+string(mode), "-t", "nat", "-N", "FOREIGN")
-					_, ran = iptablesPhases(t, ns, b, plan)
-					if !slices.Contains(ran, "iptables-save-ipv6") {
-						t.Fatalf("apply with an IPv6 table present did not read it: %q", ran)
-					}
-				}
-				if err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
-					t.Fatal(err)
-				}
-				if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); strings.Contains(got, "ISTIO_") {
-					t.Errorf("cleanup left rules of ours:\n%s", got)
-				}
-			})
+		changed, ran := iptablesPhases(t, ns, b, plan)
+		want := []string{"iptables-restore-ipv4"}
+		if ipv6 {
+			want = append(want, "iptables-restore-ipv6")
 		}
-	}
+		if diff := cmp.Diff(want, ran); !changed || diff != "" {
+			t.Fatalf("first apply in a new namespace: changed=%v, processes (-want +got):\n%s", changed, diff)
+		}
+		if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
+			t.Fatalf("verify after the first apply: %v %q", err, diffs)
+		}
+
+		// Tables exist now: the second apply reads them and changes nothing.
+		changed, ran = iptablesPhases(t, ns, b, plan)
+		want = []string{"iptables-save-ipv4"}
+		if ipv6 {
+			want = append(want, "iptables-save-ipv6")
+		}
+		if diff := cmp.Diff(want, ran); changed || diff != "" {
+			t.Fatalf("second apply: changed=%v, processes (-want +got):\n%s", changed, diff)
+		}
+
+		// A table in the other family (here IPv6, with a foreign rule) is read too,
+		// so stale rules of ours there could not survive.
+		if !ipv6 {
+			runIn(t, ns, "ip6tables-"+string(mode), "-t", "nat", "-N", "FOREIGN")
+			_, ran = iptablesPhases(t, ns, b, plan)
+			if !slices.Contains(ran, "iptables-save-ipv6") {
+				t.Fatalf("apply with an IPv6 table present did not read it: %q", ran)
+			}
+		}
+		if err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
+			t.Fatal(err)
+		}
+		if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); strings.Contains(got, "ISTIO_") {
+			t.Errorf("cleanup left rules of ours:\n%s", got)
+		}
+	})
 }
 
 // TestNftTableFamiliesReadsTheNamespacesTables: the netlink dump behind the probe
