@@ -13,11 +13,12 @@ step() { echo "== make test: $* ($(( $(date +%s) - began ))s)" >&2; }
 
 step "installing Debian packages when missing"
 hack/install-deps.sh
-step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate when not cached (first run: about 20 minutes on 2 cores)"
+step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate, the registry when not cached (first run: about 20 minutes on 2 cores)"
 hack/kube-binaries.sh etcd kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl >/dev/null
 hack/runtime-binaries.sh >/dev/null
 hack/cni-plugins.sh >/dev/null
 hack/tools/install.sh >/dev/null
+hack/registry-binary.sh >/dev/null
 
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}
 mkdir -p "$cache/hostcheck"

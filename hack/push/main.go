@@ -121,7 +121,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 
 	helm := cfg.helm
 	if helm == "" {
-		if helm, err = pinnedHelm(ctx); err != nil {
+		if helm, err = pinnedHelm(ctx, "."); err != nil {
 			return err
 		}
 	}
@@ -151,10 +151,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return nil
 }
 
-// pinnedHelm is the helm that hack/tools/install.sh builds (first run only) and names
-// on its last line of output.
-func pinnedHelm(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join("hack", "tools", "install.sh"))
+// pinnedHelm is the helm that hack/tools/install.sh of the repository at root
+// builds (first run only) and names on its last line of output.
+func pinnedHelm(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools", "install.sh"))
 	cmd.Stderr = os.Stderr
 	b, err := cmd.Output()
 	if err != nil {

@@ -415,3 +415,65 @@ func TestPushFailuresNameTheRegistryAndTheReasonInTime(t *testing.T) {
 		t.Errorf("%s exists after only failed pushes", tag)
 	}
 }
+
+// TestPushedChartDefaultsToThePushedImageAndHelmInstallsIt: the chart goes to
+// HUB/charts/istio-cni with version TAG (without its v) and appVersion TAG; helm
+// reads it from the registry with the credentials of the docker config, and it
+// renders the pushed image by digest without any value set. A second push of the
+// same build leaves the image and the chart as they are.
+func TestPushedChartDefaultsToThePushedImageAndHelmInstallsIt(t *testing.T) {
+	r := startRegistry(t, registry.Options{})
+	creds := dockerConfig(t, r, r.Password)
+	img := testImage(t, "chart", "amd64")
+	digest, _ := img.Digest()
+	archive := testArchive(t, img)
+	hub := r.Host + "/mesh"
+	args := []string{"-hub", hub, "-tag", "v1.2.3", "-ca-file", r.CAFile, "-archive", archive}
+	first := runPush(t, creds, args...)
+	if first.err != nil {
+		t.Fatalf("push: %v\n%s", first.err, first.stderr)
+	}
+	chartRef := hub + "/charts/istio-cni:1.2.3"
+	if !strings.Contains(first.stdout, "chart "+chartRef+"@sha256:") || !strings.Contains(first.stdout, "helm install istio-cni oci://"+hub+"/charts/istio-cni --version 1.2.3 --ca-file "+r.CAFile) {
+		t.Errorf("push printed %q, want the chart %s and the helm install command", first.stdout, chartRef)
+	}
+	chartDigest := digestAt(t, r, chartRef)
+
+	helmBin, err := pinnedHelm(context.Background(), repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := func(args ...string) string {
+		t.Helper()
+		home := t.TempDir()
+		cmd := exec.Command(helmBin, args...)
+		cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+creds, "HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	oci := "oci://" + hub + "/charts/istio-cni"
+	meta := helm("show", "chart", oci, "--version", "1.2.3", "--ca-file", r.CAFile)
+	for _, want := range []string{"name: istio-cni", "version: 1.2.3", "appVersion: v1.2.3"} {
+		if !strings.Contains(meta, want+"\n") {
+			t.Errorf("helm show chart: no %q in\n%s", want, meta)
+		}
+	}
+	rendered := helm("template", "istio-cni", oci, "--version", "1.2.3", "--ca-file", r.CAFile, "-n", "kube-system")
+	if want := "image: \"" + hub + "/install-cni@" + digest.String() + "\""; !strings.Contains(rendered, want) {
+		t.Errorf("the pushed chart does not render %s by default", want)
+	}
+
+	second := runPush(t, creds, args...)
+	if second.err != nil {
+		t.Fatalf("second push: %v\n%s", second.err, second.stderr)
+	}
+	if strings.Count(second.stdout, "(unchanged") != 2 {
+		t.Errorf("second push printed %q, want the image and the chart unchanged", second.stdout)
+	}
+	if got := digestAt(t, r, chartRef); got != chartDigest {
+		t.Errorf("the second push moved %s from %s to %s", chartRef, chartDigest, got)
+	}
+}
