@@ -81,7 +81,9 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 		"--docker-server="+reg.Host, "--docker-username="+reg.User, "--docker-password="+reg.Password); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { meshnode.Run(ctx, theNode, theTools.Kubectl, "delete", "secret", "regcred", "-n", meshnode.Namespace) })
+	t.Cleanup(func() {
+		meshnode.Run(ctx, theNode, theTools.Kubectl, "delete", "secret", "regcred", "-n", meshnode.Namespace)
+	})
 	nodeValues, err := meshnode.NodeValues(theNode)
 	if err != nil {
 		t.Fatal(err)
