@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -126,13 +127,13 @@ func refNames(idx *layoutIndex) []string {
 }
 
 // repositoryName is the last path element of an image name without tag or digest:
-// "istio-cni.local/install-cni:dev" -> "install-cni".
+// "istio-cni.local/install-cni:dev" -> "install-cni"; "" for what is no image name.
 func repositoryName(ref string) string {
-	ref, _, _ = strings.Cut(ref, "@")
-	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
-		ref = ref[:i]
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return ""
 	}
-	return path.Base(ref)
+	return path.Base(r.Context().RepositoryStr())
 }
 
 func readLayoutIndexDir(dir string) (*layoutIndex, error) {

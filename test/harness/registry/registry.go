@@ -79,10 +79,11 @@ func Start(ctx context.Context, repoRoot string, opts Options) (*Registry, error
 	if opts.Dir == "" {
 		return nil, errors.New("registry: Options.Dir is required")
 	}
-	port, err := freePort()
+	ports, err := controlplane.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	port := ports[0]
 	r := &Registry{
 		Host:     "127.0.0.1:" + strconv.Itoa(port),
 		CAFile:   filepath.Join(opts.Dir, "ca.pem"),
@@ -214,13 +215,4 @@ func (r *Registry) DockerConfig(dir, user, password string) (string, error) {
 		return "", err
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
