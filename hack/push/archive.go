@@ -66,7 +66,8 @@ type layoutIndex struct {
 
 // findArchive picks, among the OCI archives (*.tar) and layout directories in dir,
 // the one whose index.json names an image of repository name (…/install-cni): what
-// `make image` wrote, whatever the file is called.
+// `make image` wrote, whatever the file is called. An index.json that names no
+// image at all is picked by the file's name (install-cni…).
 func findArchive(dir, repoName string) (string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -89,11 +90,12 @@ func findArchive(dir, repoName string) (string, error) {
 		}
 		names := refNames(idx)
 		seen = append(seen, fmt.Sprintf("%s (%s)", e.Name(), strings.Join(names, ", ")))
+		named := len(names) == 0 && strings.HasPrefix(e.Name(), repoName) // no name inside: the file's name says
 		for _, n := range names {
-			if repositoryName(n) == repoName {
-				found = append(found, p)
-				break
-			}
+			named = named || repositoryName(n) == repoName
+		}
+		if named {
+			found = append(found, p)
 		}
 	}
 	switch len(found) {

@@ -110,17 +110,3 @@ func TestNormalizedChartDoesNotDependOnWhenItWasPackaged(t *testing.T) {
 		t.Errorf("chartMetadata = %q %q %s %v", name, version, config, err)
 	}
 }
-
-func TestRepositoryName(t *testing.T) {
-	for in, want := range map[string]string{
-		"istio-cni.local/install-cni:dev":               "install-cni",
-		"registry.example.com:5000/mesh/install-cni":    "install-cni",
-		"install-cni@sha256:" + strings.Repeat("a", 64): "install-cni",
-		"not an image name":                             "",
-		"localhost:5000/proxy-standin:dev":              "proxy-standin",
-	} {
-		if got := repositoryName(in); got != want {
-			t.Errorf("repositoryName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
