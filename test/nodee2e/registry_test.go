@@ -107,7 +107,7 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 		t.Errorf("the agent's imagePullSecrets are %v, want regcred", got)
 	}
 	// The agent's pull policy is Always: the kubelet asked containerd, which asked the registry.
-	if ev := podEvent(t, meshnode.Namespace, agent.Name, "Pulled"); !strings.Contains(ev, pushedImage) {
+	if ev := podEvent(t, meshnode.Namespace, agent.Name, "Pulled", "Successfully pulled image"); !strings.Contains(ev, pushedImage) {
 		t.Errorf("the agent's Pulled event says %q, want the pushed image %s", ev, pushedImage)
 	}
 	if _, err := s.Kubectl(ctx, "-n", meshnode.Namespace, "rollout", "status", "daemonset/istio-cni-node", "--timeout=60s"); err != nil {
@@ -159,22 +159,26 @@ func pullFailure(t *testing.T, namespace, image string) string {
 		theNode.Client().CoreV1().Pods(namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		waitPodsGone(t, []*corev1.Pod{pod})
 	}()
-	return podEvent(t, namespace, pod.Name, "Failed")
+	return podEvent(t, namespace, pod.Name, "Failed", "Failed to pull image")
 }
 
-// podEvent waits (at most pullBound) for the pod's first event of reason and
-// returns its message.
-func podEvent(t *testing.T, namespace, pod, reason string) string {
+// podEvent waits (at most pullBound) for an event of the pod with reason whose
+// message starts with prefix, and returns its message.
+func podEvent(t *testing.T, namespace, pod, reason, prefix string) string {
 	t.Helper()
 	deadline := time.Now().Add(pullBound)
 	for time.Now().Before(deadline) {
 		evs, err := theNode.Client().CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod + ",reason=" + reason})
-		if err == nil && len(evs.Items) > 0 {
-			t.Logf("pod %s/%s: %s: %s", namespace, pod, reason, evs.Items[0].Message)
-			return evs.Items[0].Message
+		if err == nil {
+			for _, e := range evs.Items {
+				if strings.HasPrefix(e.Message, prefix) {
+					t.Logf("pod %s/%s: %s: %s", namespace, pod, reason, e.Message)
+					return e.Message
+				}
+			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Errorf("pod %s/%s: no %s event within %s", namespace, pod, reason, pullBound)
+	t.Errorf("pod %s/%s: no %s event %q... within %s", namespace, pod, reason, prefix, pullBound)
 	return ""
 }
