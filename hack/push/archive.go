@@ -41,10 +41,11 @@ func (a artifact) digest() (v1.Hash, error) {
 	return a.image.Digest()
 }
 
-// kind says what the artifact is, for the output: "image" or "index of N manifests".
+// kind says what the artifact is, for the output: "a single image" or "an index
+// of N manifests (platforms)".
 func (a artifact) kind() string {
 	if a.index == nil {
-		return "image"
+		return "a single image"
 	}
 	m, err := a.index.IndexManifest()
 	if err != nil {
@@ -56,7 +57,7 @@ func (a artifact) kind() string {
 			platforms = append(platforms, d.Platform.String())
 		}
 	}
-	return fmt.Sprintf("index of %d manifests (%s)", len(m.Manifests), strings.Join(platforms, ", "))
+	return fmt.Sprintf("an index of %d manifests (%s)", len(m.Manifests), strings.Join(platforms, ", "))
 }
 
 // layoutIndex is index.json of an OCI image layout, as far as we read it.

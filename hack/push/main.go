@@ -114,7 +114,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "image %s, %s, from %s\n", img, art.kind(), archive)
+	fmt.Fprintf(out, "image %s: %s, from %s\n", img, art.kind(), archive)
 	if cfg.chartDir == "" {
 		return nil
 	}
@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "chart %s, version %s, appVersion %s, image %s/%s:%s@%s\n", ch, chartVersion, cfg.tag, cfg.hub, agentImage, cfg.tag, img.digest)
+	fmt.Fprintf(out, "chart %s: version %s, appVersion %s, defaults to the image %s/%s:%s@%s\n", ch, chartVersion, cfg.tag, cfg.hub, agentImage, cfg.tag, img.digest)
 	caFlag := ""
 	if cfg.caFile != "" {
 		caFlag = " --ca-file " + cfg.caFile
