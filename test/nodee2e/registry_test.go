@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/registry"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
@@ -22,8 +23,9 @@ const pullBound = 60 * time.Second
 
 // TestPushedImageAndChartInstallFromARegistryWithAPullSecret is README.md's "Install
 // on your cluster" on the node: a real registry (TLS from its own CA, htpasswd auth)
-// gets the image and the chart from `make push`; the node's containerd trusts the
-// registry's CA (hosts.toml) and pulls only with the pod's imagePullSecret; `helm
+// gets the image and the chart from `make push`; the node's containerd verifies the
+// registry against the CA of its hosts.toml (another CA: the pull fails) and pulls
+// only with the pod's imagePullSecret (without: refused); `helm
 // install oci://…` installs the pushed chart, whose defaults name the pushed image by
 // digest; meshed pods are then captured and their traffic goes through their proxies.
 func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
@@ -37,9 +39,6 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	if err := theNode.TrustRegistry(reg.Host, reg.CAPEM); err != nil {
-		t.Fatal(err)
-	}
 	// `docker login` for the user who pushes and installs.
 	dockerConfig, err := reg.DockerConfig(t.TempDir(), reg.User, reg.Password)
 	if err != nil {
@@ -68,9 +67,26 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 	}
 	pushedImage := hub + "/install-cni@" + digest
 
-	// Without a pull secret containerd reaches the registry (it trusts its CA) and is
+	// containerd verifies the registry's certificate against the CA of the node's
+	// hosts.toml: another CA there, and the pull fails on TLS. (Without any hosts.toml
+	// containerd skips verification for a loopback registry, which is why the test
+	// configures a wrong one first.)
+	wrongCA, err := controlplane.NewCA("not the registry's CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := theNode.TrustRegistry(reg.Host, wrongCA.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	if msg := pullFailure(t, "registry-pull", "wrong-ca", pushedImage); !strings.Contains(msg, "certificate signed by unknown authority") {
+		t.Errorf("the pull with another CA configured failed with %q; want a TLS failure", msg)
+	}
+	// With the registry's CA, containerd reaches it and, without a pull secret, is
 	// refused: the image cannot be pulled anonymously.
-	refused := pullFailure(t, "registry-nosecret", pushedImage)
+	if err := theNode.TrustRegistry(reg.Host, reg.CAPEM); err != nil {
+		t.Fatal(err)
+	}
+	refused := pullFailure(t, "registry-pull", "no-secret", pushedImage)
 	if strings.Contains(refused, "certificate") || !strings.Contains(strings.ToLower(refused), "authoriz") && !strings.Contains(refused, "401") {
 		t.Errorf("the pull without a secret failed with %q; want an authorization refusal (not a TLS failure)", refused)
 	}
@@ -136,13 +152,13 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 	}
 }
 
-// pullFailure runs a pod of image (pull policy Always, no pull secret) in namespace
-// and returns the kubelet's first Failed event for it, within pullBound.
-func pullFailure(t *testing.T, namespace, image string) string {
+// pullFailure runs the pod name of image (pull policy Always, no pull secret) in
+// namespace and returns the kubelet's pull failure for it, within pullBound.
+func pullFailure(t *testing.T, namespace, name, image string) string {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pull"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			AutomountServiceAccountToken:  ptr.To(false),
