@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-.PHONY: all build deps prereqs test test-node test-unit bench demo demo-netns image lint fuzz clean
+.PHONY: all build deps prereqs test test-node test-unit bench demo demo-netns image push lint fuzz clean
 
 all: build
 
@@ -26,6 +26,7 @@ prereqs: deps
 	@hack/tools/install.sh >/dev/null
 	@hack/tools/install.sh syft >/dev/null
 	@hack/tools/install.sh promtool >/dev/null
+	@hack/registry-binary.sh >/dev/null
 
 # test runs every test, including the real-kernel and real-control-plane ones (root),
 # and fails if the run left the host changed (hack/test.sh, hack/hostcheck).
@@ -67,6 +68,17 @@ demo: deps
 # without a Docker engine, and prints their digests.
 image:
 	$(GO) run ./hack/demo -images $(BIN)/images
+
+# push builds the image (make image) and puts it and the Helm chart, packaged to
+# default to that image, into an OCI registry (hack/push):
+#   make push HUB=registry.example.com/mesh TAG=1.0.0 [CA_FILE=ca.pem] [CHART_REPO=...] [CHART_VERSION=...]
+# image: HUB/install-cni:TAG; chart: oci://CHART_REPO/istio-cni, version CHART_VERSION
+# (defaults: HUB/charts, TAG without a leading v). Credentials come from the docker
+# config (docker login) and its credential helpers.
+push:
+	@[[ -n "$(HUB)" && -n "$(TAG)" ]] || { echo 'make push: set HUB and TAG, for example: make push HUB=registry.example.com/mesh TAG=1.0.0' >&2; exit 1; }
+	@$(MAKE) --no-print-directory image
+	$(GO) run ./hack/push -hub '$(HUB)' -tag '$(TAG)' -images $(BIN)/images -ca-file '$(CA_FILE)' -chart-repo '$(CHART_REPO)' -chart-version '$(CHART_VERSION)'
 
 # demo-netns applies the capture to a throwaway network namespace and shows live traffic.
 demo-netns: deps

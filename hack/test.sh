@@ -13,7 +13,7 @@ step() { echo "== make test: $* ($(( $(date +%s) - began ))s)" >&2; }
 
 step "installing Debian packages when missing"
 hack/install-deps.sh
-step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate, syft, promtool when not cached (first run: about 20 minutes on 2 cores)"
+step "building Kubernetes ${KUBE_VERSION:-$(cat hack/kube/DEFAULT)}, containerd, runc, CNI plugins, helm, kubectl-validate, syft, promtool, the registry when not cached (first run: about 20 minutes on 2 cores)"
 # syft and promtool (large modules, each in a cache dir and lock of its own) build
 # beside the Kubernetes binaries: module downloads and links overlap the other builds.
 hack/tools/install.sh syft >/dev/null & syft_build=$!
@@ -24,6 +24,7 @@ hack/cni-plugins.sh >/dev/null
 hack/tools/install.sh >/dev/null
 wait "$syft_build" || { echo "make test: building syft failed" >&2; exit 1; }
 wait "$promtool_build" || { echo "make test: building promtool failed" >&2; exit 1; }
+hack/registry-binary.sh >/dev/null
 
 cache=${ISTIO_CNI_CACHE:-/var/cache/istio-cni}
 mkdir -p "$cache/hostcheck"

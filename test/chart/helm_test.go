@@ -87,11 +87,17 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// templateArgs is `helm template istio-cni <chart> --namespace kube-system` plus extra.
-// templateArgs renders for the newest supported release (hack/kube/DEFAULT): the
-// chart's kubeVersion refuses older ones.
+// withHub is what every render says besides its own values: where the image is.
+// The chart in the repository names no registry and refuses to render without hub
+// (TestChartWithoutHubFailsSayingHowToPush); extra values may override it.
+var withHub = []string{"--set", "hub=registry.example.com/mesh"}
+
+// templateArgs is `helm template istio-cni <chart> --namespace kube-system` plus
+// withHub and extra. templateArgs renders for the newest supported release
+// (hack/kube/DEFAULT): the chart's kubeVersion refuses older ones.
 func templateArgs(extra ...string) []string {
-	return append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", defaultKubeVersion()}, extra...)
+	args := append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", defaultKubeVersion()}, withHub...)
+	return append(args, extra...)
 }
 
 func defaultKubeVersion() string {

@@ -48,7 +48,7 @@ func renderNotes(t *testing.T, extra ...string) string {
 	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes-under-test.yaml"), []byte(probe), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"template", release, dir, "--namespace", namespace, "--show-only", "templates/zz-notes-under-test.yaml"}, extra...)
+	args := append(append([]string{"template", release, dir, "--namespace", namespace, "--show-only", "templates/zz-notes-under-test.yaml"}, withHub...), extra...)
 	out, err := helm(t, args...)
 	if err != nil {
 		t.Fatal(err)

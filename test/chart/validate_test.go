@@ -71,7 +71,7 @@ func TestLintStrictPassesForEveryProfile(t *testing.T) {
 	}
 	for name, file := range files {
 		t.Run(name, func(t *testing.T) {
-			out, err := helm(t, "lint", "--strict", chartDir, "-f", file)
+			out, err := helm(t, append([]string{"lint", "--strict", chartDir, "-f", file}, withHub...)...)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
@@ -333,7 +333,7 @@ func TestChartRefusesKubernetesOlderThanTheOldestSupported(t *testing.T) {
 		{oldest, true},
 		{fmt.Sprintf("v1.%d.99", minor-1), false},
 	} {
-		_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", tc.version)
+		_, err := helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--kube-version", tc.version}, withHub...)...)
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("Kubernetes %s (the oldest supported) refused: %v", tc.version, err)
@@ -343,7 +343,7 @@ func TestChartRefusesKubernetesOlderThanTheOldestSupported(t *testing.T) {
 			t.Errorf("Kubernetes %s: %v; want helm's kubeVersion message", tc.version, err)
 		}
 	}
-	if _, err := helm(t, "template", release, chartDir, "--namespace", namespace); err != nil {
+	if _, err := helm(t, append([]string{"template", release, chartDir, "--namespace", namespace}, withHub...)...); err != nil {
 		t.Errorf("helm template without --kube-version (the pinned helm's default): %v", err)
 	}
 }

@@ -227,7 +227,7 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}, {
 		name: "the tag defaults to the chart's appVersion",
 		check: func(t *testing.T, m *manifest) {
-			if got, want := m.agent(t).Image, "ghcr.io/istio-cni/install-cni:"+appVersion; got != want {
+			if got, want := m.agent(t).Image, "registry.example.com/mesh/install-cni:"+appVersion; got != want {
 				t.Errorf("image %q, want %q", got, want)
 			}
 			if got := m.agent(t).ImagePullPolicy; got != corev1.PullAlways {
@@ -925,6 +925,7 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"unknown pull policy", []string{"--set", "pullPolicy=Sometimes"}, []string{"/pullPolicy", "'Sometimes'"}},
 		{"namespace that cannot exist", []string{"--set", "excludeNamespaces={Foo_Bar}"}, []string{"/excludeNamespaces/0", "'Foo_Bar'"}},
 		{"hub with a trailing slash", []string{"--set", "hub=ghcr.io/x/"}, []string{"/hub", "'ghcr.io/x/'"}},
+		{"hub emptied", []string{"--set", "hub="}, []string{"hub is not set", "make push HUB=", "--set hub="}},
 		{"chained not a boolean", []string{"--set-string", "chained=maybe"}, []string{"/chained", "want boolean"}},
 		{"kubeconfig mode the owner cannot read", []string{"--set-string", "kubeconfigMode=0200"}, []string{"/kubeconfigMode", "'0200'"}},
 		{"negative memory request", []string{"--set", "resources.requests.memory=-1"}, []string{"/resources/requests/memory", "got -1"}},
@@ -956,6 +957,25 @@ func wantRefused(t *testing.T, args, want []string) {
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error does not name %s:\n%v", w, err)
+		}
+	}
+}
+
+// TestChartWithoutHubFailsSayingHowToPush: the chart in the repository names no
+// registry (none holds the image until the user pushes it): installing it as it is
+// fails before anything is created, with a message that names the value to set and
+// the commands that push the image and install the chart that goes with it.
+func TestChartWithoutHubFailsSayingHowToPush(t *testing.T) {
+	for _, p := range profiles {
+		_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "-f", profileFile(p))
+		if err == nil {
+			t.Fatalf("profile %s without hub rendered; want it refused", p)
+		}
+		for _, w := range []string{"hub is not set", "make push HUB=registry.example.com/mesh TAG=1.0.0",
+			"helm install istio-cni oci://registry.example.com/mesh/charts/istio-cni --version 1.0.0", "--set hub="} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("profile %s: the error does not say %q:\n%v", p, w, err)
+			}
 		}
 	}
 }

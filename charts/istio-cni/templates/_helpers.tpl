@@ -29,8 +29,16 @@ app.kubernetes.io/part-of: istio
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- end }}
 
-{{/* The agent's image: <hub>/<image>@<digest> when a digest is given, else <hub>/<image>:<tag>. */}}
+{{/*
+The agent's image: <hub>/<image>@<digest> when a digest is given, else <hub>/<image>:<tag>.
+The chart in the repository names no registry (nothing is published anywhere until the
+user pushes it): without hub it fails at install, before anything is created, saying how
+to push the image. The chart that make push publishes has hub, tag and digest set.
+*/}}
 {{- define "istio-cni.image" -}}
+{{- if not .Values.hub -}}
+{{- fail "hub is not set: this chart names no registry, and no registry holds the install-cni image until you push it. From a clone: `make push HUB=registry.example.com/mesh TAG=1.0.0` pushes the image and this chart, then `helm install istio-cni oci://registry.example.com/mesh/charts/istio-cni --version 1.0.0 -n kube-system` installs the chart with its image (README.md, \"Install on your cluster\"); or set hub (and tag or digest) to where the image is: --set hub=registry.example.com/mesh --set tag=1.0.0" -}}
+{{- end -}}
 {{- if .Values.digest -}}
 {{ printf "%s/%s@%s" .Values.hub .Values.image .Values.digest }}
 {{- else -}}

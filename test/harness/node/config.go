@@ -34,6 +34,10 @@ func (l layout) imagesDir() string        { return l.path("images") }
 func (l layout) kubeconfigDir() string    { return l.path("kubeconfig") }
 func (l layout) hostSnapshot() string     { return l.path("host-before.json") }
 
+// registryHostsDir is containerd's per-registry configuration (hosts.toml, CAs):
+// ours, not the default /etc/containerd/certs.d and /etc/docker/certs.d.
+func (l layout) registryHostsDir() string { return l.path("containerd", "certs.d") }
+
 // containerdTOML is containerd 2.x's whole configuration (version 3): nothing is
 // read from /etc/containerd, NRI is off (its socket would be /var/run/nri), CDI
 // specs are looked for under the state dir, and every path containerd writes is one
@@ -64,6 +68,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = ` + q(sandboxImage) + `
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = ` + q(l.registryHostsDir()) + `
 
 [plugins."io.containerd.cri.v1.runtime"]
   # Root here lacks CAP_SYS_RESOURCE: without this every sandbox fails with

@@ -105,6 +105,7 @@ func TestContainerdConfigKeepsEverythingInTheStateDir(t *testing.T) {
 		`sandbox = "istio-cni.local/pause:v1"`,
 		`BinaryName = "/var/lib/n/bin/runc"`,
 		`cdi_spec_dirs = ["/var/lib/n/cdi"]`,
+		`config_path = "/var/lib/n/containerd/certs.d"`,
 		"[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true",
 		`restrict_oom_score_adj = true`,
 		`netns_mounts_under_state_dir = true`,

@@ -218,6 +218,21 @@ func FreePort() (int, error) {
 // the node's kube-proxy serves), and so does the kubeconfig it writes for the
 // plugin.
 func ChartValues(n *node.Node, im *Images) ([]string, error) {
+	v, err := NodeValues(n)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{
+		"--set", "hub=" + Hub,
+		"--set", "tag=" + Tag,
+		"--set", "digest=" + im.AgentDigest,
+		"--set", "pullPolicy=IfNotPresent",
+	}, v...), nil
+}
+
+// NodeValues are the --set arguments that fit the chart to n, whatever the image:
+// the node's CNI directories, its own agent run and netns dirs, free ports.
+func NodeValues(n *node.Node) ([]string, error) {
 	metrics, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -227,10 +242,6 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 		return nil, err
 	}
 	return []string{
-		"--set", "hub=" + Hub,
-		"--set", "tag=" + Tag,
-		"--set", "digest=" + im.AgentDigest,
-		"--set", "pullPolicy=IfNotPresent",
 		"--set", "cniBinDir=" + n.CNIBinDir(),
 		"--set", "cniConfDir=" + n.CNIConfDir(),
 		// Per node, not the host's /var/run/istio-cni: other nodes may share this machine.

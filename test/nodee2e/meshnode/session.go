@@ -30,6 +30,9 @@ type Session struct {
 	Tools Tools
 	Root  string
 	Out   io.Writer
+	// Env is added to the commands' environment (DOCKER_CONFIG for helm's
+	// registry credentials, say).
+	Env []string
 }
 
 // Sh runs name with args (KUBECONFIG set to the node's), printing the command as a
@@ -38,7 +41,7 @@ func (s *Session) Sh(ctx context.Context, name string, args ...string) (string, 
 	shown := filepath.Base(name)
 	fmt.Fprintf(s.Out, "  $ %s %s\n", shown, quoteArgs(args))
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), s.Node.ToolEnv()...)
+	cmd.Env = append(append(os.Environ(), s.Node.ToolEnv()...), s.Env...)
 	cmd.Dir = s.Root
 	out, err := cmd.CombinedOutput()
 	s.print(string(out))
@@ -77,8 +80,14 @@ func (s *Session) Kubectl(ctx context.Context, args ...string) (string, error) {
 // Install runs helm install with values and waits for the agent pod to be Ready,
 // returning how long that took from the start of helm install.
 func (s *Session) Install(ctx context.Context, values []string) (time.Duration, *corev1.Pod, error) {
+	return s.InstallChart(ctx, "charts/istio-cni", values)
+}
+
+// InstallChart is Install of another chart: a packaged one, or one in a registry
+// (oci://REGISTRY/charts/istio-cni with --version in values).
+func (s *Session) InstallChart(ctx context.Context, chart string, values []string) (time.Duration, *corev1.Pod, error) {
 	began := time.Now()
-	args := append([]string{"install", Release, "charts/istio-cni", "-n", Namespace}, values...)
+	args := append([]string{"install", Release, chart, "-n", Namespace}, values...)
 	if _, err := s.Sh(ctx, s.Tools.Helm, args...); err != nil {
 		return 0, nil, err
 	}
