@@ -89,8 +89,10 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 
 // withHub is what every render says besides its own values: where the image is.
 // The chart in the repository names no registry and refuses to render without hub
-// (TestChartWithoutHubFailsSayingHowToPush); extra values may override it.
-var withHub = []string{"--set", "hub=registry.example.com/mesh"}
+// (TestChartWithoutHubFailsSayingHowToPush). It sets hub's default (defaultHub), as
+// the chart that make push publishes has it, so that a values file of a test that
+// sets hub (or sets it empty, as Istio's default values do) is read as a user's.
+var withHub = []string{"--set", "defaultHub=registry.example.com/mesh"}
 
 // templateArgs is `helm template istio-cni <chart> --namespace kube-system` plus
 // withHub and extra. templateArgs renders for the newest supported release

@@ -137,7 +137,7 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 	cases := map[string][]placed{
 		"default": {
 			{"hub, tag, image, global.hub, global.tag", "install-cni image: this chart's (Istio's global hub holds Istio's agent)",
-				agentOf(func(c corev1.Container) any { return c.Image }), "ghcr.io/istio-cni/install-cni:" + appVersion},
+				agentOf(func(c corev1.Container) any { return c.Image }), "registry.example.com/mesh/install-cni:" + appVersion},
 			{"pullPolicy, global.imagePullPolicy (both empty)", "install-cni imagePullPolicy", agentOf(func(c corev1.Container) any { return string(c.ImagePullPolicy) }), "Always"},
 			{"global.logging.level", "AGENT_LOG_LEVEL", envOf("AGENT_LOG_LEVEL"), "info"},
 			{"global.logAsJson", "AGENT_LOG_AS_JSON", envOf("AGENT_LOG_AS_JSON"), "false"},
@@ -410,7 +410,7 @@ func TestEmptyBinDirIsOptCNIBinOffGKE(t *testing.T) {
 // install-cni; the install notes name them and the image used instead.
 func TestNotesSayWhyIstiosGlobalImageIsNotUsed(t *testing.T) {
 	notes := renderNotes(t, "-f", istioFile("default"))
-	for _, w := range []string{"registry.istio.io/testing", "latest", "ghcr.io/istio-cni/install-cni:", "Set hub and tag"} {
+	for _, w := range []string{"registry.istio.io/testing", "latest", "registry.example.com/mesh/install-cni:", "Set hub and tag"} {
 		if !strings.Contains(notes, w) {
 			t.Errorf("notes do not name %q:\n%s", w, notes)
 		}

@@ -925,7 +925,7 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"unknown pull policy", []string{"--set", "pullPolicy=Sometimes"}, []string{"/pullPolicy", "'Sometimes'"}},
 		{"namespace that cannot exist", []string{"--set", "excludeNamespaces={Foo_Bar}"}, []string{"/excludeNamespaces/0", "'Foo_Bar'"}},
 		{"hub with a trailing slash", []string{"--set", "hub=ghcr.io/x/"}, []string{"/hub", "'ghcr.io/x/'"}},
-		{"hub emptied", []string{"--set", "hub="}, []string{"hub is not set", "make push HUB=", "--set hub="}},
+		{"hub emptied (no default hub, as in the repository)", []string{"--set", "hub=", "--set", "defaultHub="}, []string{"hub is not set", "make push HUB=", "--set hub="}},
 		{"chained not a boolean", []string{"--set-string", "chained=maybe"}, []string{"/chained", "want boolean"}},
 		{"kubeconfig mode the owner cannot read", []string{"--set-string", "kubeconfigMode=0200"}, []string{"/kubeconfigMode", "'0200'"}},
 		{"negative memory request", []string{"--set", "resources.requests.memory=-1"}, []string{"/resources/requests/memory", "got -1"}},
