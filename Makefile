@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
+VERSION ?= dev
 
 .PHONY: all build deps prereqs test test-node test-unit bench demo demo-netns image push lint fuzz clean
 
@@ -65,11 +66,12 @@ demo: deps
 
 # image builds the install-cni image index (linux/amd64 and linux/arm64, its SPDX
 # SBOM beside it) and the demo's image as reproducible OCI archives in bin/images,
-# without a Docker engine, and prints their digests.
+# without a Docker engine, and prints their digests. VERSION (default dev) is
+# stamped into the binaries and the image's org.opencontainers.image.version label.
 image:
-	$(GO) run ./hack/demo -images $(BIN)/images
+	$(GO) run ./hack/demo -images $(BIN)/images -version '$(VERSION)'
 
-# push builds the image (make image) and puts it and the Helm chart, packaged to
+# push builds the image of version TAG (make image VERSION=TAG) and puts it and the Helm chart, packaged to
 # default to that image, into an OCI registry (hack/push):
 #   make push HUB=registry.example.com/mesh TAG=1.0.0 [CA_FILE=ca.pem] [CHART_REPO=...] [CHART_VERSION=...]
 # image: HUB/install-cni:TAG; chart: oci://CHART_REPO/istio-cni, version CHART_VERSION
@@ -77,7 +79,7 @@ image:
 # config (docker login) and its credential helpers.
 push:
 	@[[ -n "$(HUB)" && -n "$(TAG)" ]] || { echo 'make push: set HUB and TAG, for example: make push HUB=registry.example.com/mesh TAG=1.0.0' >&2; exit 1; }
-	@$(MAKE) --no-print-directory image
+	@$(MAKE) --no-print-directory image VERSION='$(TAG)'
 	$(GO) run ./hack/push -hub '$(HUB)' -tag '$(TAG)' -images $(BIN)/images -ca-file '$(CA_FILE)' -chart-repo '$(CHART_REPO)' -chart-version '$(CHART_VERSION)'
 
 # demo-netns applies the capture to a throwaway network namespace and shows live traffic.

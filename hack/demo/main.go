@@ -31,9 +31,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	imagesOnly := flag.String("images", "", "only build the images as OCI archives into this directory, print their digests and exit")
+	ver := flag.String("version", "dev", "with -images: the build version stamped into the agent's binaries and its image label (make image VERSION=)")
 	flag.Parse()
 	if *imagesOnly != "" {
-		if err := buildImages(ctx, *imagesOnly); err != nil {
+		if err := buildImages(ctx, *imagesOnly, *ver); err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 			os.Exit(1)
 		}
@@ -53,7 +54,7 @@ func main() {
 
 // buildImages writes the agent and demo images as OCI archives (ctr images import
 // reads them) into dir, and the agent's SBOM beside its archive.
-func buildImages(ctx context.Context, dir string) error {
+func buildImages(ctx context.Context, dir, ver string) error {
 	root, err := meshnode.RepoRoot()
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func buildImages(ctx context.Context, dir string) error {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
-	im, err := meshnode.BuildImages(ctx, root, dir)
+	im, err := meshnode.BuildImages(ctx, root, dir, ver)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func run(ctx context.Context) (failed int, err error) {
 
 	section("1. The container images, built without a Docker engine (hack/image)")
 	t := time.Now()
-	im, err := meshnode.BuildImages(ctx, root, work)
+	im, err := meshnode.BuildImages(ctx, root, work, "")
 	if err != nil {
 		return 0, err
 	}

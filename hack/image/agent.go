@@ -5,10 +5,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/istio-cni/istio-cni/internal/version"
 )
+
+// versionPattern is what a build version may be: an OCI tag's characters (so that
+// `make push TAG=` can use it), at most 128 of them.
+var versionPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// CheckVersion refuses a build version that is not a tag's characters (make image
+// VERSION=, make push TAG=): it goes into -ldflags and the image's label.
+func CheckVersion(v string) error {
+	if !versionPattern.MatchString(v) {
+		return fmt.Errorf("build version %q: want an image tag: 1 to 128 of A-Z a-z 0-9 _ . - (not starting with . or -)", v)
+	}
+	return nil
+}
 
 // Agent is the built agent image: one image per architecture of DebianArches and
 // the index that lists them.
@@ -19,20 +35,27 @@ type Agent struct {
 	Distro string
 }
 
-// BuildAgent builds AgentBinaries for each of DebianArches into binDir/<arch>
-// (GoBuild), lays out each architecture's image (AgentSpec) and makes their index.
-func BuildAgent(ctx context.Context, moduleDir, binDir, ref string) (*Agent, error) {
+// BuildAgent builds AgentBinaries of version ver (empty: "dev") for each of
+// DebianArches into binDir/<arch> (GoBuild), lays out each architecture's image
+// (AgentSpec) and makes their index.
+func BuildAgent(ctx context.Context, moduleDir, binDir, ref, ver string) (*Agent, error) {
+	if ver == "" {
+		ver = version.Version
+	}
+	if err := CheckVersion(ver); err != nil {
+		return nil, err
+	}
 	lock, err := LoadDebianLock()
 	if err != nil {
 		return nil, err
 	}
 	a := &Agent{Ref: ref, Distro: lock.Distro}
 	for _, arch := range DebianArches {
-		bins, err := GoBuild(ctx, moduleDir, filepath.Join(binDir, arch), arch, AgentBinaries...)
+		bins, err := GoBuild(ctx, moduleDir, filepath.Join(binDir, arch), arch, ver, AgentBinaries...)
 		if err != nil {
 			return nil, err
 		}
-		spec, err := AgentSpec(ctx, ref, arch, bins)
+		spec, err := AgentSpec(ctx, ref, arch, ver, bins)
 		if err != nil {
 			return nil, err
 		}

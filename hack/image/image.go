@@ -22,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/istio-cni/istio-cni/internal/version"
 )
 
 // File is one entry of the image's layer: a copy of a host file, given bytes, or a
@@ -51,6 +53,8 @@ type Spec struct {
 	Arch string
 	// Packages are the Debian packages some of Files come from, for the SBOM.
 	Packages []LockedPackage
+	// Labels are the config's labels (org.opencontainers.image.version, say).
+	Labels map[string]string
 }
 
 // platform is the OCI platform of an image for arch: arm64 images are of the
@@ -106,6 +110,7 @@ func Build(spec Spec) (v1.Image, error) {
 	cfg.Config.Entrypoint = spec.Entrypoint
 	cfg.Config.Cmd = spec.Cmd
 	cfg.Config.Env = spec.Env
+	cfg.Config.Labels = spec.Labels
 	if len(cfg.Config.Env) == 0 {
 		cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	}
@@ -466,13 +471,17 @@ func archiveManifestDigest(archive string) (string, error) {
 
 // GoBuild builds the main packages pkgs (import paths or ./relative to moduleDir)
 // into outDir as static, stripped, reproducible linux/<arch> binaries (GOARCH's
-// names): CGO off, -trimpath, no build id and no VCS stamp, so the same sources
-// give the same bytes wherever the checkout is. It returns binary name -> path.
-func GoBuild(ctx context.Context, moduleDir, outDir, arch string, pkgs ...string) (map[string]string, error) {
+// names) of the build version ver (internal/version; empty: "dev"): CGO off,
+// -trimpath, no build id and no VCS stamp, so the same sources and version give
+// the same bytes wherever the checkout is. It returns binary name -> path.
+func GoBuild(ctx context.Context, moduleDir, outDir, arch, ver string, pkgs ...string) (map[string]string, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", outDir + "/"}
+	if ver == "" {
+		ver = version.Version
+	}
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid= " + version.LinkFlag(ver), "-o", outDir + "/"}
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
@@ -494,6 +503,11 @@ func GoBuild(ctx context.Context, moduleDir, outDir, arch string, pkgs ...string
 // AgentBinaries are the main packages of the agent image.
 var AgentBinaries = []string{"./cmd/install-cni", "./cmd/istio-cni", "./cmd/istio-iptables", "./cmd/istio-cni-doctor"}
 
+// VersionLabel is the agent image's label that holds its build version (the
+// binaries' internal/version.Version): images of two versions differ even where
+// the sources do not.
+const VersionLabel = "org.opencontainers.image.version"
+
 // AgentPath is the agent image's PATH: our binaries, then the iptables and nft
 // tools.
 const AgentPath = "/usr/local/bin:/usr/sbin:/usr/bin"
@@ -505,7 +519,7 @@ const AgentPath = "/usr/local/bin:/usr/sbin:/usr/bin"
 // debian.lock for arch (DebianFiles), which hold the iptables and nft tools the
 // backends run inside the container (repair in place and the doctor), and the
 // names the backends run them by.
-func AgentSpec(ctx context.Context, ref, arch string, bins map[string]string) (Spec, error) {
+func AgentSpec(ctx context.Context, ref, arch, ver string, bins map[string]string) (Spec, error) {
 	for _, b := range []string{"install-cni", "istio-cni", "istio-iptables", "istio-cni-doctor"} {
 		if bins[b] == "" {
 			return Spec{}, fmt.Errorf("agent image: no %s binary", b)
@@ -541,6 +555,7 @@ func AgentSpec(ctx context.Context, ref, arch string, bins map[string]string) (S
 		Entrypoint: []string{"install-cni"},
 		Env:        []string{"PATH=" + AgentPath},
 		Packages:   pkgs,
+		Labels:     map[string]string{VersionLabel: ver},
 	}, nil
 }
 

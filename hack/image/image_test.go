@@ -36,7 +36,7 @@ func agentBuild(t *testing.T) (*Agent, string, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a first build for arm64 compiles every dependency
 		defer cancel()
 		dir := testTempDir(t)
-		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test")
+		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestAgentIndexBuiltTwiceHasTheSameDigest(t *testing.T) {
 	var builds []build
 	for i := 0; i < 2; i++ {
 		dir := testTempDir(t)
-		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test")
+		a, err := BuildAgent(ctx, repoRoot(t), filepath.Join(dir, "bin"), "istio-cni.local/install-cni:test", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,7 +95,7 @@ func TestAgentImageToolsRunInsideTheImage(t *testing.T) {
 	}
 	// Any file does for the binaries: only the tools are run.
 	bins := map[string]string{"install-cni": self, "istio-cni": self, "istio-iptables": self, "istio-cni-doctor": self}
-	spec, err := AgentSpec(context.Background(), "istio-cni.local/install-cni:tools", "amd64", bins)
+	spec, err := AgentSpec(context.Background(), "istio-cni.local/install-cni:tools", "amd64", "dev", bins)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/internal/version"
 )
 
 // agent is one run of the node agent. Everything below is touched only by the
@@ -143,7 +144,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	if err != nil {
 		return err
 	}
-	log.Info("install-cni started", "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
+	log.Info("install-cni started", "version", version.Version, "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
 		"runDir", s.RunDir, "entryType", s.PluginName())
 
 	for _, d := range a.binDirs {

@@ -11,6 +11,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
+	"github.com/istio-cni/istio-cni/internal/version"
 )
 
 // Results of istio_cni_installs_total: Istio's label values.
@@ -95,7 +96,13 @@ func newMetrics() *metrics {
 			Help: "Failed plugin ADDs by the step that failed (reason).",
 		}, []string{"reason"}),
 	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "istio_build",
+		Help: "Istio's build info metric: 1 for the agent's component (cni) and build version (tag).",
+	}, []string{"component", "tag"})
+	build.WithLabelValues("cni", version.Version).Set(1)
 	m.reg.MustRegister(
+		build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites,

@@ -85,8 +85,8 @@ func gatherText(t testing.TB, m *metrics) []byte {
 	return b.Bytes()
 }
 
-// istioCNISeries keeps the istio_cni_* lines of an exposition (go_* and process_*
-// change from run to run).
+// istioCNISeries keeps the istio_cni_* and istio_build lines of an exposition
+// (go_* and process_* change from run to run).
 func istioCNISeries(exposition []byte) []byte {
 	var out bytes.Buffer
 	for line := range strings.SplitSeq(string(exposition), "\n") {
@@ -96,7 +96,7 @@ func istioCNISeries(exposition []byte) []byte {
 		} else if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			name = rest
 		}
-		if strings.HasPrefix(name, "istio_cni_") {
+		if strings.HasPrefix(name, "istio_cni_") || strings.HasPrefix(name, "istio_build ") || strings.HasPrefix(name, "istio_build{") {
 			out.WriteString(line + "\n")
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/istio-cni/istio-cni/internal/version"
 )
 
 // Logger is a command's own log on stderr: text, or JSON when asked, at level.
@@ -37,8 +39,13 @@ func RunUntilSignal(f func(ctx context.Context) error) error {
 
 // Parse reads a command's settings from its arguments and environment with
 // parse. Asked for help (parse returns help), it prints usage and exits 0; a bad
-// setting exits 1, reported as Exit does.
+// setting exits 1, reported as Exit does. `--version` alone prints the command's
+// name and build version (internal/version) and exits 0.
 func Parse[S any](name string, parse func(args []string, lookupEnv func(string) (string, bool)) (S, error), help error, usage func() string) S {
+	if len(os.Args) == 2 && os.Args[1] == "--version" {
+		fmt.Println(name, version.Version)
+		os.Exit(0)
+	}
 	s, err := parse(os.Args[1:], os.LookupEnv)
 	if errors.Is(err, help) {
 		fmt.Print(usage())

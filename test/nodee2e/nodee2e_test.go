@@ -70,7 +70,7 @@ func setUp(m *testing.M) (code int, err error) {
 		return 0, err
 	}
 	defer os.RemoveAll(work)
-	if theImages, err = meshnode.BuildImages(ctx, theRoot, work); err != nil {
+	if theImages, err = meshnode.BuildImages(ctx, theRoot, work, ""); err != nil {
 		return 0, err
 	}
 	waitForOtherNodes(ctx, 5*time.Minute)

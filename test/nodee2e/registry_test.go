@@ -66,6 +66,13 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 		t.Fatalf("make push did not print the pushed chart %s/charts/istio-cni:1.0.0@sha256:...", hub)
 	}
 	pushedImage := hub + "/install-cni@" + digest
+	// make push TAG=1.0.0 builds version 1.0.0: not the image the other tests import
+	// (version dev). Were they one image, the kubelet (KubeletEnsureSecretPulledImages)
+	// would, after this test's pull with a secret, re-pull it for every later pod
+	// without that secret, and the imported name cannot be pulled.
+	if digest == theImages.AgentDigest {
+		t.Errorf("make push TAG=1.0.0 pushed %s, the digest of the dev build", digest)
+	}
 
 	// containerd verifies the registry's certificate against the CA of the node's
 	// hosts.toml: another CA there, and the pull fails on TLS. (Without any hosts.toml
@@ -128,6 +135,9 @@ func TestPushedImageAndChartInstallFromARegistryWithAPullSecret(t *testing.T) {
 	}
 	if _, err := s.Kubectl(ctx, "-n", meshnode.Namespace, "rollout", "status", "daemonset/istio-cni-node", "--timeout=60s"); err != nil {
 		t.Error(err)
+	}
+	if log, err := s.Kubectl(ctx, "-n", meshnode.Namespace, "logs", agent.Name); err != nil || !regexp.MustCompile(`install-cni started.* version=1\.0\.0 `).MatchString(log) {
+		t.Errorf("the agent's log does not say version=1.0.0 at start (err %v):\n%s", err, log)
 	}
 
 	pods := createPods(t, meshnode.WithValidation(meshnode.MeshedPod("registry-demo", "app")), meshnode.WithValidation(meshnode.MeshedPod("registry-demo", "client")))

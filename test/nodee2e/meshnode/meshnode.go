@@ -65,9 +65,10 @@ func RepoRoot() (string, error) {
 // BuildImages builds the agent image index (install-cni, istio-cni,
 // istio-iptables, istio-cni-doctor and the Debian packages of hack/image, for
 // linux/amd64 and linux/arm64) with its SBOM, and the demo image (proxy-standin,
-// for this machine's architecture) into dir.
-func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
-	agent, err := image.BuildAgent(ctx, root, filepath.Join(dir, "bin"), AgentRef)
+// for this machine's architecture) into dir. ver is the agent's build version
+// (make image VERSION=; empty: "dev").
+func BuildImages(ctx context.Context, root, dir, ver string) (*Images, error) {
+	agent, err := image.BuildAgent(ctx, root, filepath.Join(dir, "bin"), AgentRef, ver)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func BuildImages(ctx context.Context, root, dir string) (*Images, error) {
 	}
 	im.AgentDigest, im.AgentSBOM, im.archives[AgentRef] = d.String(), sbom, agentArchive
 
-	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin", "demo"), runtime.GOARCH, "./test/harness/cmd/proxy-standin", "./cmd/istio-iptables")
+	bins, err := image.GoBuild(ctx, root, filepath.Join(dir, "bin", "demo"), runtime.GOARCH, "", "./test/harness/cmd/proxy-standin", "./cmd/istio-iptables")
 	if err != nil {
 		return nil, err
 	}
