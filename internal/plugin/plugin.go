@@ -92,7 +92,7 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string, rec *timing.Recorder)
 		return nil, l, cniError(code, err)
 	}
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
-		IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
+		DatagramSocket: filepath.Join(cfg.AgentRunDir, DatagramLogSocketName), IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	rec.Mark("log-open")
 	return cfg, l, nil
