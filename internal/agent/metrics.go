@@ -23,7 +23,7 @@ const (
 
 // Protocols of istio_cni_plugin_log_records_total: the channel a record came in on.
 const (
-	protocolSeqpacket = "seqpacket" // this plugin, on plog.seq.sock
+	protocolSeqpacket = "seqpacket" // this plugin, on pseq.sock
 	protocolDatagram  = "datagram"  // plugins of earlier builds (and this one's fallback), on plog.sock
 	protocolHTTP      = "http"      // Istio's plugin, on log.sock
 )

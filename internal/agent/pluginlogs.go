@@ -23,13 +23,13 @@ import (
 
 // The agent reads the plugin's log records on three sockets in its run dir:
 //
-//   - plog.seq.sock (unix SOCK_SEQPACKET): this project's plugin. Each plugin run
+//   - pseq.sock (unix SOCK_SEQPACKET): this project's plugin. Each plugin run
 //     connects and sends one JSON record or event (pluginlog.Event) per message.
 //     Unlike datagrams (at most net.unix.max_dgram_qlen, 10, queued on the whole
 //     socket, the rest dropped or waited for), each connection queues up to its
 //     socket buffer, so a burst of ADDs loses nothing and no plugin waits;
 //   - plog.sock (unix datagrams): the plugins of earlier builds, whose entry names
-//     it, during an upgrade; this plugin too when it finds no plog.seq.sock;
+//     it, during an upgrade; this plugin too when it finds no pseq.sock;
 //   - log.sock (unix stream, HTTP): Istio's plugin, which POSTs /log with a JSON
 //     array of JSON-encoded records at the end of each command.
 //

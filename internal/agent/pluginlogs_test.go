@@ -80,8 +80,8 @@ func TestNoPluginRecordIsLostInABurst(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("within 10 s the agent got %v of %v records and %v of %v reports over SOCK_SEQPACKET, %v of %v records and %v of %v reports as datagrams",
-					seq, wantSeq, redirected, wantSeq, dg, wantDgram, passed, wantDgram)
+				t.Fatalf("within 10 s the agent got records: %v of %v over SOCK_SEQPACKET, %v of %v as datagrams; reports: %v of %v redirected ADDs, %v of %v passed through",
+					seq, wantSeq, dg, wantDgram, redirected, wantSeq, passed, wantDgram)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -30,7 +30,7 @@ import (
 //	excluded namespaces exclude_namespaces > kubernetes.exclude_namespaces > none
 //	kubeconfig          <cni_agent_run_dir>/istio-cni-kubeconfig when cni_agent_run_dir
 //	                    is set > kubernetes.kubeconfig > /var/run/istio-cni/istio-cni-kubeconfig
-//	log socket          log_socket > log_uds_address > <run dir>/plog.seq.sock
+//	log socket          log_socket > log_uds_address > <run dir>/pseq.sock
 //
 // A key that is present always counts, even when empty: "exclude_namespaces": []
 // excludes nothing although kubernetes.exclude_namespaces lists some, and
@@ -130,7 +130,7 @@ const (
 	// LogSocketName is the agent's SOCK_SEQPACKET socket for this plugin's log
 	// records and events (pluginlog.Options.Socket); Istio's plugin posts to
 	// IstioLogSocketName instead. Short: a unix socket's path is at most 107 bytes.
-	LogSocketName = "plog.seq.sock"
+	LogSocketName = "pseq.sock"
 	// DatagramLogSocketName is the agent's datagram socket, the log socket of
 	// builds before LogSocketName: the agent still listens there for their plugins
 	// during an upgrade, and this plugin sends there when it finds only that (a

@@ -18,7 +18,7 @@ import (
 // that the level filters, and that a missing socket is not an error.
 func TestRecordsReachStderrFileAndSocket(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "plog.seq.sock")
+	sock := filepath.Join(dir, "pseq.sock")
 	msgs := listenPacket(t, sock)
 	var stderr bytes.Buffer
 	l := New(&stderr, Options{Level: slog.LevelInfo, File: filepath.Join(dir, "plugin.log"), Socket: sock})
@@ -76,7 +76,7 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 // its own even when the level hides every record, and reads back as an event,
 // while a log record does not.
 func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "plog.seq.sock")
+	sock := filepath.Join(t.TempDir(), "pseq.sock")
 	msgs := listenPacket(t, sock)
 	l := New(io.Discard, Options{Level: slog.LevelError, Socket: sock})
 	l.Info("hidden")
@@ -158,7 +158,7 @@ func TestTheAgentsSocketOfEachBuildIsFound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			o := Options{Socket: filepath.Join(dir, "plog.seq.sock"), DatagramSocket: filepath.Join(dir, "plog.sock")}
+			o := Options{Socket: filepath.Join(dir, "pseq.sock"), DatagramSocket: filepath.Join(dir, "plog.sock")}
 			path := o.Socket
 			if tc.listen == "datagram" {
 				path = o.DatagramSocket
