@@ -151,8 +151,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		rec.Mark("stdin") // skel: the environment and the config on stdin
 	}
 	cfg, log, err := p.setup(args, "ADD", rec)
-	// The agent's metrics get the ADD's outcome and run time: one datagram, sent
-	// after the work, bounded by pluginlog.WriteBound.
+	// The agent's metrics get the ADD's outcome and run time: one message, sent
+	// after the work; what the run waits for the agent is bounded by
+	// pluginlog.SendBound.
 	ev := pluginlog.Event{Command: "ADD", Reason: pluginlog.ReasonConfig}
 	defer func() {
 		ev.Seconds = time.Since(start).Seconds()
