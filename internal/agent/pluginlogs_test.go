@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,25 +12,8 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
-
-// syncBuffer is the agent's stdout, written by the sink's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestNoPluginRecordIsLostInABurst: 500 plugin runs at once (the plugin's own
 // logging code, one goroutine each: what 500 plugin processes do to the socket),
@@ -45,7 +27,7 @@ func (s *syncBuffer) String() string {
 func TestNoPluginRecordIsLostInABurst(t *testing.T) {
 	dir := t.TempDir()
 	packet, dgram := filepath.Join(dir, plugin.LogSocketName), filepath.Join(dir, plugin.DatagramLogSocketName)
-	var out syncBuffer
+	var out logbuf.Buffer
 	sink := &pluginLogSink{out: &out, m: newMetrics()}
 	stop, err := servePluginLogs(packet, dgram, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

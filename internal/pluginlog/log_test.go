@@ -197,17 +197,7 @@ func listenPacket(t testing.TB, path string) <-chan []byte {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				for {
-					buf := make([]byte, 64<<10)
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					msgs <- buf[:n]
-				}
-			}()
+			go readMessages(c, msgs)
 		}
 	}()
 	return msgs
@@ -222,17 +212,21 @@ func listenDatagram(t testing.TB, path string) <-chan []byte {
 	}
 	t.Cleanup(func() { c.Close() })
 	msgs := make(chan []byte, 100)
-	go func() {
-		for {
-			buf := make([]byte, 64<<10)
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			msgs <- buf[:n]
-		}
-	}()
+	go readMessages(c, msgs)
 	return msgs
+}
+
+// readMessages sends every message read from c to msgs until c ends.
+func readMessages(c net.Conn, msgs chan<- []byte) {
+	defer c.Close()
+	for {
+		buf := make([]byte, 64<<10)
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		msgs <- buf[:n]
+	}
 }
 
 func receive(t *testing.T, msgs <-chan []byte) []byte {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -286,7 +287,7 @@ func checkGrafanaDashboard(data []byte) []error {
 		where := fmt.Sprintf("panels[%d]", i)
 		p := &panels[i]
 		if !dashboardPanelKinds[p.Type] {
-			add(fmt.Errorf("%s.type: %q, want one of %v", where, p.Type, keys(dashboardPanelKinds)))
+			add(fmt.Errorf("%s.type: %q, want one of %v", where, p.Type, slices.Sorted(maps.Keys(dashboardPanelKinds))))
 		}
 		if p.Id == nil || *p.Id == 0 {
 			add(fmt.Errorf("%s.id: missing or 0", where))
@@ -364,13 +365,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
