@@ -145,6 +145,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		conns = map[net.Conn]bool{}
+		ended bool // under mu: stop has closed conns; a later one is closed at once
 		slots = make(chan struct{}, MaxPluginConns)
 		done  = make(chan struct{})
 	)
@@ -180,6 +181,9 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 			}
 			mu.Lock()
 			conns[c] = true
+			if ended {
+				c.Close() // its reader returns at once
+			}
 			mu.Unlock()
 			wg.Add(1)
 			go func() {
@@ -208,6 +212,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		ln.Close()
 		dgram.Close()
 		mu.Lock()
+		ended = true
 		for c := range conns {
 			c.Close()
 		}
