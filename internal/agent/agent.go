@@ -96,17 +96,11 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	}
 
 	sink := &pluginLogSink{out: stdout, m: a.m}
-	logConn, err := listenPluginLogs(s.LogSocketPath())
+	stopPluginLogs, err := servePluginLogs(s.LogSocketPath(), s.DatagramLogSocketPath(), sink, log)
 	if err != nil {
 		return err
 	}
-	logsDone := make(chan struct{})
-	go func() { servePluginLogs(logConn, sink, log); close(logsDone) }()
-	defer func() {
-		logConn.Close()
-		<-logsDone
-		os.Remove(s.LogSocketPath())
-	}()
+	defer stopPluginLogs()
 	stopIstioLogs, err := serveIstioPluginLogs(s.IstioLogSocketPath(), sink, log)
 	if err != nil {
 		return err

@@ -24,8 +24,9 @@ const (
 
 // Protocols of istio_cni_plugin_log_records_total: the channel a record came in on.
 const (
-	protocolDatagram = "datagram" // this plugin, on plog.sock
-	protocolHTTP     = "http"     // Istio's plugin, on log.sock
+	protocolSeqpacket = "seqpacket" // this plugin, on pseq.sock
+	protocolDatagram  = "datagram"  // plugins of earlier builds (and this one's fallback), on plog.sock
+	protocolHTTP      = "http"      // Istio's plugin, on log.sock
 )
 
 // addDurationBuckets are the ADD latency histogram's upper bounds, in seconds: an
@@ -84,7 +85,7 @@ func newMetrics() *metrics {
 		}, []string{"command", "outcome"}),
 		pluginRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "istio_cni_plugin_log_records_total",
-			Help: "Plugin log records received, by protocol: datagram (this plugin) or http (Istio's plugin).",
+			Help: "Plugin log records received, by protocol: seqpacket (this plugin), datagram (plugins of earlier builds) or http (Istio's plugin).",
 		}, []string{"protocol"}),
 		addDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "istio_cni_plugin_add_duration_seconds",
@@ -113,7 +114,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{installSuccess, installBinariesFailure, installKubeconfigFailed, installConfigFailure} {
 		m.installs.WithLabelValues(r)
 	}
-	for _, p := range []string{protocolDatagram, protocolHTTP} {
+	for _, p := range []string{protocolSeqpacket, protocolDatagram, protocolHTTP} {
 		m.pluginRecords.WithLabelValues(p)
 	}
 	for _, o := range addOutcomes {

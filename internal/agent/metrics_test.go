@@ -304,7 +304,7 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		}
 	}
 	p.stop(t)
-	for _, s := range []string{plugin.IstioLogSocketName, plugin.LogSocketName} {
+	for _, s := range []string{plugin.IstioLogSocketName, plugin.LogSocketName, plugin.DatagramLogSocketName} {
 		if _, err := os.Lstat(filepath.Join(n.runDir, s)); !os.IsNotExist(err) {
 			t.Errorf("%s left behind: %v", s, err)
 		}

@@ -21,16 +21,21 @@ import (
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
 
-// The agent reads the plugin's log records on two sockets in its run dir:
+// The agent reads the plugin's log records on three sockets in its run dir:
 //
-//   - plog.sock (unix datagrams): this project's plugin, one JSON record or
-//     event (pluginlog.Event) per datagram;
+//   - pseq.sock (unix SOCK_SEQPACKET): this project's plugin. Each plugin run
+//     connects and sends one JSON record or event (pluginlog.Event) per message.
+//     Unlike datagrams (at most net.unix.max_dgram_qlen, 10, queued on the whole
+//     socket, the rest dropped or waited for), each connection queues up to its
+//     socket buffer, so a burst of ADDs loses nothing and no plugin waits;
+//   - plog.sock (unix datagrams): the plugins of earlier builds, whose entry names
+//     it, during an upgrade; this plugin too when it finds no pseq.sock;
 //   - log.sock (unix stream, HTTP): Istio's plugin, which POSTs /log with a JSON
 //     array of JSON-encoded records at the end of each command.
 //
-// Both end up on the agent's stdout, one JSON line per record, so that during a
-// switch between Istio's DaemonSet and this one a plugin of the other kind that is
-// still running loses no line.
+// All end up on the agent's stdout, one JSON line per record, so that during an
+// upgrade, or a switch between Istio's DaemonSet and this one, a plugin of the
+// other kind that is still running loses no line.
 
 // prepareSocket makes path free for a new socket: a socket left by a previous agent
 // is removed; any other file there is an error rather than something to delete.
@@ -58,24 +63,23 @@ func onlyRoot(what, path string, c io.Closer) error {
 	return nil
 }
 
-// listenPluginLogs opens the unix datagram socket the plugin sends its log records to.
-func listenPluginLogs(path string) (*net.UnixConn, error) {
-	const what = "plugin log socket"
-	if err := prepareSocket(what, path); err != nil {
-		return nil, err
-	}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return conn, onlyRoot(what, path, conn)
-}
-
-// maxRecord bounds one datagram; the plugin's records are far smaller.
+// maxRecord bounds one message; the plugin's records are far smaller.
 const maxRecord = 64 << 10
 
+// MaxPluginConns bounds the plugin connections served at once (each holds a
+// maxRecord buffer). Connections beyond it wait in the socket's accept queue
+// (net.core.somaxconn, 4096 by default), their records queued in the kernel, and
+// are served as others end; a plugin finding that queue full sends its records as
+// datagrams to plog.sock instead.
+const MaxPluginConns = 128
+
+// pluginConnBound bounds one plugin connection: longer than a runtime lets a
+// plugin run (the kubelet gives a CNI command 2 minutes), so that a plugin that
+// hangs without exiting does not hold a slot for ever.
+const pluginConnBound = 5 * time.Minute
+
 // pluginLogSink writes plugin records to the agent's stdout, one line each, whole
-// lines only (records arrive on several goroutines).
+// lines only (records arrive on several goroutines), and counts them.
 type pluginLogSink struct {
 	mu  sync.Mutex
 	out io.Writer
@@ -90,37 +94,133 @@ func (s *pluginLogSink) writeLine(rec []byte) {
 	s.mu.Unlock()
 }
 
-// servePluginLogs prints every record to the sink, so that `kubectl logs` of the
-// agent shows the plugin's decisions, and counts the plugin's events and DEL
-// outcomes. It returns when conn is closed.
-func servePluginLogs(conn *net.UnixConn, sink *pluginLogSink, log *slog.Logger) {
-	buf := make([]byte, maxRecord)
-	for {
-		n, _, err := conn.ReadFromUnix(buf)
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				log.Error("plugin log socket", "error", err)
-			}
-			return
-		}
-		rec := buf[:n]
-		for n > 0 && (rec[n-1] == '\n' || rec[n-1] == '\r') {
-			n--
-			rec = rec[:n]
-		}
-		if n == 0 {
-			continue
-		}
-		if e, ok := pluginlog.ParseEvent(rec); ok {
-			sink.m.pluginEvent(e)
-			continue
-		}
-		sink.m.pluginRecords.WithLabelValues(protocolDatagram).Inc()
-		sink.writeLine(rec)
-		if cmd, outcome, ok := classifyPluginRecord(rec); ok {
-			sink.m.pluginEvents.WithLabelValues(cmd, outcome).Inc()
-		}
+// record takes one message from this project's plugin (any build): an event is
+// counted, a log record printed, so that `kubectl logs` of the agent shows the
+// plugin's decisions, and DEL outcomes counted.
+func (s *pluginLogSink) record(rec []byte, protocol string) {
+	rec = bytes.TrimRight(rec, "\r\n")
+	if len(rec) == 0 {
+		return
 	}
+	if e, ok := pluginlog.ParseEvent(rec); ok {
+		s.m.pluginEvent(e)
+		return
+	}
+	s.m.pluginRecords.WithLabelValues(protocol).Inc()
+	s.writeLine(rec)
+	if cmd, outcome, ok := classifyPluginRecord(rec); ok {
+		s.m.pluginEvents.WithLabelValues(cmd, outcome).Inc()
+	}
+}
+
+// servePluginLogs serves this project's plugin's log sockets until stop is called:
+// SOCK_SEQPACKET at packetPath, datagrams at datagramPath. stop closes them and
+// every connection, waits for their goroutines, and removes the sockets.
+func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
+	const what, whatDgram = "plugin log socket", "plugin datagram log socket"
+	if err := prepareSocket(what, packetPath); err != nil {
+		return nil, err
+	}
+	if err := prepareSocket(whatDgram, datagramPath); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: packetPath, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := onlyRoot(what, packetPath, ln); err != nil {
+		return nil, err
+	}
+	dgram, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: datagramPath, Net: "unixgram"})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("%s: %w", whatDgram, err)
+	}
+	if err := onlyRoot(whatDgram, datagramPath, dgram); err != nil {
+		ln.Close()
+		return nil, err
+	}
+
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns = map[net.Conn]bool{}
+		ended bool // under mu: stop has closed conns; a later one is closed at once
+		slots = make(chan struct{}, MaxPluginConns)
+		done  = make(chan struct{})
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, maxRecord)
+		for {
+			n, _, err := dgram.ReadFromUnix(buf)
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					log.Error(whatDgram, "error", err)
+				}
+				return
+			}
+			sink.record(buf[:n], protocolDatagram)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case slots <- struct{}{}:
+			case <-done:
+				return
+			}
+			c, err := ln.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					log.Error(what, "error", err)
+				}
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			if ended {
+				c.Close() // its reader returns at once
+			}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer func() {
+					mu.Lock()
+					delete(conns, c)
+					mu.Unlock()
+					c.Close()
+					<-slots
+					wg.Done()
+				}()
+				c.SetReadDeadline(time.Now().Add(pluginConnBound))
+				buf := make([]byte, maxRecord)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return // io.EOF: the plugin is done
+					}
+					sink.record(buf[:n], protocolSeqpacket)
+				}
+			}()
+		}
+	}()
+	return func() {
+		close(done)
+		ln.Close()
+		dgram.Close()
+		mu.Lock()
+		ended = true
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+		os.Remove(packetPath)
+		os.Remove(datagramPath)
+	}, nil
 }
 
 // classifyPluginRecord reads the outcome of a DEL from the plugin's final record of

@@ -651,8 +651,15 @@ func (s *Settings) validate() error {
 // plugin looks for it, given cni_agent_run_dir).
 func (s *Settings) KubeconfigPath() string { return filepath.Join(s.RunDir, plugin.KubeconfigName) }
 
-// LogSocketPath is the unix datagram socket the plugin sends its log records to.
+// LogSocketPath is the unix SOCK_SEQPACKET socket the plugin sends its log records
+// and ADD reports to.
 func (s *Settings) LogSocketPath() string { return filepath.Join(s.RunDir, plugin.LogSocketName) }
+
+// DatagramLogSocketPath is the unix datagram socket plugins of earlier builds send
+// their log records and ADD reports to.
+func (s *Settings) DatagramLogSocketPath() string {
+	return filepath.Join(s.RunDir, plugin.DatagramLogSocketName)
+}
 
 // IstioLogSocketPath is the unix stream socket Istio's plugin posts its log lines
 // to (HTTP).

@@ -30,7 +30,7 @@ import (
 //	excluded namespaces exclude_namespaces > kubernetes.exclude_namespaces > none
 //	kubeconfig          <cni_agent_run_dir>/istio-cni-kubeconfig when cni_agent_run_dir
 //	                    is set > kubernetes.kubeconfig > /var/run/istio-cni/istio-cni-kubeconfig
-//	log socket          log_socket > log_uds_address > <run dir>/log.sock
+//	log socket          log_socket > log_uds_address > <run dir>/pseq.sock
 //
 // A key that is present always counts, even when empty: "exclude_namespaces": []
 // excludes nothing although kubernetes.exclude_namespaces lists some, and
@@ -127,10 +127,15 @@ const MaxPodLookupBound = time.Minute
 const (
 	DefaultAgentRunDir = "/var/run/istio-cni"
 	KubeconfigName     = "istio-cni-kubeconfig"
-	// LogSocketName is the agent's datagram socket for this plugin's log records
-	// and events; Istio's plugin posts to IstioLogSocketName instead. Short: a unix
-	// socket's path is at most 107 bytes.
-	LogSocketName = "plog.sock"
+	// LogSocketName is the agent's SOCK_SEQPACKET socket for this plugin's log
+	// records and events (pluginlog.Options.Socket); Istio's plugin posts to
+	// IstioLogSocketName instead. Short: a unix socket's path is at most 107 bytes.
+	LogSocketName = "pseq.sock"
+	// DatagramLogSocketName is the agent's datagram socket, the log socket of
+	// builds before LogSocketName: the agent still listens there for their plugins
+	// during an upgrade, and this plugin sends there when it finds only that (a
+	// node rolled back to such an agent).
+	DatagramLogSocketName = "plog.sock"
 	// IstioLogSocketName is the socket Istio's plugin posts its log lines to, over
 	// HTTP (POST /log, a JSON array of JSON-encoded records); the agent serves it so
 	// that an Istio plugin still running during a switch loses no log line.

@@ -27,7 +27,7 @@ func defaults() Config {
 		Kubeconfig:  "/var/run/istio-cni/istio-cni-kubeconfig",
 		Backend:     BackendIptables,
 		PodLookup:   PodLookup{Retries: 30, Interval: time.Second},
-		LogSocket:   "/var/run/istio-cni/plog.sock",
+		LogSocket:   "/var/run/istio-cni/pseq.sock",
 		LogFile:     "/var/run/istio-cni/istio-cni.log",
 	}
 }
@@ -56,7 +56,7 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				c.ExcludeNamespaces = []string{"istio-system", "kube-system"}
 				c.PodNamespace = "istio-system"
 				c.Backend = BackendNftables
-				c.LogSocket = "/run/istio-cni/plog.sock"
+				c.LogSocket = "/run/istio-cni/pseq.sock"
 				c.LogFile = "/run/istio-cni/istio-cni.log"
 			},
 		},

@@ -92,7 +92,7 @@ func (p *Plugin) setup(args *skel.CmdArgs, command string, rec *timing.Recorder)
 		return nil, l, cniError(code, err)
 	}
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
-		IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
+		DatagramSocket: filepath.Join(cfg.AgentRunDir, DatagramLogSocketName), IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	rec.Mark("log-open")
 	return cfg, l, nil
@@ -151,8 +151,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 		rec.Mark("stdin") // skel: the environment and the config on stdin
 	}
 	cfg, log, err := p.setup(args, "ADD", rec)
-	// The agent's metrics get the ADD's outcome and run time: one datagram, sent
-	// after the work, bounded by pluginlog.WriteBound.
+	// The agent's metrics get the ADD's outcome and run time: one message, sent
+	// after the work; what the run waits for the agent is bounded by
+	// pluginlog.SendBound.
 	ev := pluginlog.Event{Command: "ADD", Reason: pluginlog.ReasonConfig}
 	defer func() {
 		ev.Seconds = time.Since(start).Seconds()

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -23,9 +25,16 @@ type Options struct {
 	Level slog.Level
 	// File, when set, receives the same records (appended).
 	File string
-	// Socket, when set and present, is the agent's unix datagram socket; each record
-	// is sent as one JSON datagram. A missing or dead agent never slows the plugin.
+	// Socket, when set and present, is the agent's log socket: a unix SOCK_SEQPACKET
+	// socket, each record one message on the plugin's own connection, so that none is
+	// lost however many plugins send at once; or, from an agent of an earlier build,
+	// a unix datagram socket, each record one datagram. Sending costs the plugin at
+	// most SendBound in all; a missing, dead or stuck agent never holds it up longer.
 	Socket string
+	// DatagramSocket is the datagram socket of agents of earlier builds (plog.sock),
+	// tried when Socket does not answer: a node rolled back to such an agent, whose
+	// entry still names Socket while its agent listens here.
+	DatagramSocket string
 	// JSON writes stderr as JSON lines (the file and the socket always are).
 	JSON bool
 	// IstioSocket is where Istio's node agent takes its plugin's log lines (HTTP on
@@ -53,7 +62,7 @@ func New(stderr io.Writer, o Options) *Logger {
 		handlers = append(handlers, slog.NewTextHandler(stderr, hopts))
 	}
 	var closers []io.Closer
-	var events *datagramWriter
+	var events *agentWriter
 	if o.File != "" {
 		if f, err := openBounded(o.File); err == nil {
 			handlers = append(handlers, slog.NewJSONHandler(f, hopts))
@@ -61,10 +70,10 @@ func New(stderr io.Writer, o Options) *Logger {
 		}
 	}
 	if o.Socket != "" {
-		if c, err := net.DialTimeout("unixgram", o.Socket, 50*time.Millisecond); err == nil {
-			events = &datagramWriter{c}
+		if w := dialAgent(o.Socket, o.DatagramSocket); w != nil {
+			events = w
 			handlers = append(handlers, slog.NewJSONHandler(events, hopts))
-			closers = append(closers, c)
+			closers = append(closers, w.c)
 		} else if st, err := os.Stat(o.IstioSocket); o.IstioSocket != "" && err == nil && st.Mode().Type() == os.ModeSocket {
 			p := &istioPoster{socket: o.IstioSocket}
 			handlers = append(handlers, slog.NewJSONHandler(p, &slog.HandlerOptions{Level: o.Level, ReplaceAttr: istioLevel}))
@@ -95,11 +104,11 @@ type Logger struct {
 	*slog.Logger
 	closers []io.Closer
 	// events is the agent's socket, nil when there is none.
-	events *datagramWriter
+	events *agentWriter
 }
 
 // Event is the outcome of one plugin command, sent to the agent for its metrics
-// whatever the log level. It travels on the log socket as one datagram of its own:
+// whatever the log level. It travels on the log socket as one message of its own:
 // a JSON object with "event" and no "msg", which tells it from a log record.
 type Event struct {
 	// Command is ADD (the only one reported today).
@@ -139,9 +148,8 @@ const (
 var Reasons = []string{ReasonConfig, ReasonPrevResult, ReasonCNIArgs, ReasonPodLookup, ReasonPodSettings,
 	ReasonBackend, ReasonApply, ReasonNetnsGone, ReasonOutput}
 
-// Report sends e to the agent: one datagram, never blocking for longer than the
-// socket's write bound, dropped when there is no agent. The ADD's result does not
-// depend on it.
+// Report sends e to the agent: one message, within what is left of SendBound,
+// dropped when there is no agent. The ADD's result does not depend on it.
 func (l *Logger) Report(e Event) {
 	if l.events == nil {
 		return
@@ -153,7 +161,7 @@ func (l *Logger) Report(e Event) {
 	_, _ = l.events.Write(b)
 }
 
-// ParseEvent reads a datagram from the log socket: ok is false for a log record.
+// ParseEvent reads a message from the log socket: ok is false for a log record.
 func ParseEvent(datagram []byte) (e Event, ok bool) {
 	var probe struct {
 		Event *string          `json:"event"`
@@ -177,18 +185,80 @@ func (l *Logger) Close() error {
 	return errors.Join(errs...)
 }
 
-// WriteBound bounds one send to the agent's socket: a full socket buffer (an agent
-// that stopped reading) costs the plugin at most this per record.
-const WriteBound = 20 * time.Millisecond
+// SendBound bounds all the time one plugin run waits for the agent's socket: the
+// waits of every record's write together. Each record is first written without
+// waiting, which a live agent's socket takes at once (a connection's socket buffer,
+// about 200 KiB, holds far more than one run's records, even before the agent
+// accepts the connection; a run delayed by the machine's load loses nothing to the
+// bound). Only a write to a full socket, an agent that stopped reading, waits, for
+// what is left of the bound; once it is spent the run sends nothing more. The
+// connect never waits: a unix socket's connect succeeds or fails at once (an
+// agent's full accept queue fails it).
+const SendBound = 5 * time.Millisecond
 
-// datagramWriter sends each Write (one JSON record) as one datagram, never blocking
-// for longer than WriteBound.
-type datagramWriter struct{ c net.Conn }
+// agentWriter sends each Write (one JSON record) as one message to the agent,
+// waiting at most what is left of SendBound, dropping it when nothing is left.
+type agentWriter struct {
+	c   net.Conn
+	raw syscall.RawConn
+	mu  sync.Mutex // records and reports may be written from several goroutines
+	// left is what remains of SendBound; 0 after a failed write (the agent
+	// is gone or stuck: the run sends nothing more).
+	left time.Duration
+}
 
-func (w *datagramWriter) Write(p []byte) (int, error) {
-	w.c.SetWriteDeadline(time.Now().Add(WriteBound))
-	if _, err := w.c.Write(p); err != nil {
-		return len(p), nil // the agent may be gone; logging must not fail the plugin
+// dialAgent connects to the agent's log socket: its SOCK_SEQPACKET socket at
+// packet; a datagram socket there (an agent of an earlier build, whose entry named
+// it); the datagram socket of such an agent at datagram (a node rolled back to it
+// while its entry still names packet). Nil when none answers.
+func dialAgent(packet, datagram string) *agentWriter {
+	for _, t := range []struct{ network, path string }{{"unixpacket", packet}, {"unixgram", packet}, {"unixgram", datagram}} {
+		if t.path == "" {
+			continue
+		}
+		c, err := net.Dial(t.network, t.path)
+		if err != nil {
+			continue
+		}
+		raw, err := c.(*net.UnixConn).SyscallConn()
+		if err != nil {
+			c.Close()
+			continue
+		}
+		return &agentWriter{c: c, raw: raw, left: SendBound}
+	}
+	return nil
+}
+
+func (w *agentWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.left <= 0 {
+		return len(p), nil
+	}
+	// Without waiting first (the socket is non-blocking): one write(2), one message.
+	var werr error
+	err := w.raw.Control(func(fd uintptr) {
+		for {
+			if _, werr = syscall.Write(int(fd), p); werr != syscall.EINTR {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	if err == nil {
+		return len(p), nil
+	}
+	if errors.Is(err, syscall.EAGAIN) { // the socket's buffer is full: wait, within the bound
+		start := time.Now()
+		w.c.SetWriteDeadline(start.Add(w.left))
+		_, err = w.c.Write(p)
+		w.left -= time.Since(start)
+	}
+	if err != nil {
+		w.left = 0 // the agent is gone or stuck; logging must not fail the plugin
 	}
 	return len(p), nil
 }

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+)
+
+// TestNoPluginRecordIsLostInABurst: 500 plugin runs at once (the plugin's own
+// logging code, one goroutine each: what 500 plugin processes do to the socket),
+// each logging one record and reporting its ADD, reach the agent's plugin log
+// server, every record and every report: with datagrams (net.unix.max_dgram_qlen
+// of 10 on the whole socket) some were dropped. Half the runs are plugins of this
+// build, half of an earlier build whose entry names the datagram socket: an
+// upgrade's mix, which the agent serves both of. What an earlier build's plugin
+// sends through the datagram socket may still be dropped under such a burst, so
+// its half is checked with as many runs as the socket's queue holds, one at a time.
+func TestNoPluginRecordIsLostInABurst(t *testing.T) {
+	dir := t.TempDir()
+	packet, dgram := filepath.Join(dir, plugin.LogSocketName), filepath.Join(dir, plugin.DatagramLogSocketName)
+	var out logbuf.Buffer
+	sink := &pluginLogSink{out: &out, m: newMetrics()}
+	stop, err := servePluginLogs(packet, dgram, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	const burst, earlier = 500, 50
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			l := pluginlog.New(io.Discard, pluginlog.Options{Level: slog.LevelInfo, Socket: packet, DatagramSocket: dgram})
+			l.Info("ADD: pod redirected", "pod", fmt.Sprintf("apps/web-%d", i))
+			l.Report(pluginlog.Event{Command: "ADD", Outcome: pluginlog.OutcomeRedirected, Seconds: 0.01})
+			l.Close()
+		})
+	}
+	wg.Wait()
+	m := sink.m
+	counts := func() (seq, dg, redirected, passed float64) {
+		return gathered(t, m, "istio_cni_plugin_log_records_total", "protocol", protocolSeqpacket),
+			gathered(t, m, "istio_cni_plugin_log_records_total", "protocol", protocolDatagram),
+			gathered(t, m, "istio_cni_plugin_events_total", "outcome", pluginlog.OutcomeRedirected),
+			gathered(t, m, "istio_cni_plugin_events_total", "outcome", pluginlog.OutcomePassedThrough)
+	}
+	waitFor := func(wantSeq, wantDgram float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			seq, dg, redirected, passed := counts()
+			if seq == wantSeq && dg == wantDgram && redirected == wantSeq && passed == wantDgram {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("within 10 s the agent got records: %v of %v over SOCK_SEQPACKET, %v of %v as datagrams; reports: %v of %v redirected ADDs, %v of %v passed through",
+					seq, wantSeq, dg, wantDgram, redirected, wantSeq, passed, wantDgram)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor(burst, 0)
+	// Once the burst is read (a busy agent fills the datagram queue, and the
+	// plugins of earlier builds then lose records, as they always did).
+	for i := range earlier {
+		l := pluginlog.New(io.Discard, pluginlog.Options{Level: slog.LevelInfo, Socket: dgram}) // an earlier build's entry
+		l.Info("ADD: pod passed through", "pod", fmt.Sprintf("kube-system/dns-%d", i))
+		l.Report(pluginlog.Event{Command: "ADD", Outcome: pluginlog.OutcomePassedThrough, Seconds: 0.01})
+		l.Close()
+	}
+	waitFor(burst, earlier)
+	lines := out.String()
+	for i := range burst {
+		if !strings.Contains(lines, fmt.Sprintf(`"pod":"apps/web-%d"`, i)) {
+			t.Errorf("the record of apps/web-%d is not on the agent's stdout", i)
+		}
+	}
+	if got := strings.Count(lines, "\n"); got != burst+earlier {
+		t.Errorf("%d lines on the agent's stdout, want %d", got, burst+earlier)
+	}
+	// The latency histogram counts every ADD too.
+	counted := gathered(t, m, "istio_cni_plugin_add_duration_seconds", "outcome", pluginlog.OutcomeRedirected)
+	if counted != burst {
+		t.Errorf("the ADD latency histogram counts %v redirected ADDs, want %d", counted, burst)
+	}
+}
+
+// gathered is the value of family's series whose label is value, from the agent's
+// registry: a counter's value or a histogram's count.
+func gathered(t *testing.T, m *metrics, family, label, value string) float64 {
+	t.Helper()
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					if h := s.GetHistogram(); h != nil {
+						return float64(h.GetSampleCount())
+					}
+					return s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s=%q}", family, label, value)
+	return 0
+}
