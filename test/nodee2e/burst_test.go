@@ -60,9 +60,7 @@ type burstResult struct {
 
 // pluginADDs reads the plugin's ADD outcome records for pods in namespace from
 // the log file every plugin process appends to in the agent's run dir (and the
-// file it was rotated to). Not from the agent's log: the plugin sends the agent its
-// records as datagrams and drops one rather than wait when a burst fills the
-// socket's queue, so the agent's log may lack a few.
+// file it was rotated to): what the plugin itself wrote, whatever reached the agent.
 func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
 	tb.Helper()
 	var raw []byte
@@ -73,6 +71,23 @@ func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
 		}
 		raw = append(raw, data...)
 	}
+	return addRecords(raw, namespace)
+}
+
+// agentLogADDs reads the same records from the agent's container log, where they
+// arrive over the plugin's log channel (pseq.sock).
+func agentLogADDs(tb testing.TB, agent *corev1.Pod, namespace string) (ok, failed []addRecord) {
+	tb.Helper()
+	raw, err := theNode.Client().CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(context.Background())
+	if err != nil {
+		tb.Fatalf("agent log: %v", err)
+	}
+	return addRecords(raw, namespace)
+}
+
+// addRecords picks the plugin's ADD outcome records of pods in namespace from
+// JSON log lines (other lines are skipped).
+func addRecords(raw []byte, namespace string) (ok, failed []addRecord) {
 	for _, line := range strings.Split(string(raw), "\n") {
 		var rec struct {
 			addRecord
@@ -175,7 +190,7 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 	for _, be := range burstBackends {
 		t.Run(be.name, func(t *testing.T) {
 			s := session(t)
-			install(t, s, values(t, be.values...))
+			agent := install(t, s, values(t, be.values...))
 			r := runBurst(t, "burst-"+be.name)
 			if r.ready != burstPods {
 				t.Errorf("%d of %d pods Ready after %s", r.ready, burstPods, r.took.Round(time.Second))
@@ -197,6 +212,12 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 				if n != 1 {
 					t.Errorf("pod %s: %d successful ADDs, want 1 (a retried sandbox)", pod, n)
 				}
+			}
+			// Every record the plugin wrote reached the agent: none lost on the way
+			// in a burst (the datagram channel of earlier builds lost 1-2 of 110).
+			relayed, relayedFailed := agentLogADDs(t, agent, "burst-"+be.name)
+			if len(relayed) != len(r.adds) || len(relayedFailed) != len(r.failed) {
+				t.Errorf("the agent's log has %d successful and %d failed ADDs of the burst, the plugin's own log %d and %d", len(relayed), len(relayedFailed), len(r.adds), len(r.failed))
 			}
 			st := summarize(r.adds)
 			t.Logf("%s: %d pods Ready in %s; ADD p50 %.1f ms, p99 %.1f ms; lookups by the agent's cache %d, by the API server %d",
