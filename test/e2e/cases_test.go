@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/google/go-cmp/cmp"
 	"io/fs"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +27,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/silent"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -427,26 +427,8 @@ func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 // accepts connections and never answers, STATUS still succeeds, at once.
 func TestStatusNeverCallsTheAPIServer(t *testing.T) {
 	n := newNode(t, shared)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan struct{}, 1)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-			select {
-			case accepted <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	list := n.chain(n.istioEntry(map[string]any{"kubernetes": map[string]any{"k8s_api_root": "https://" + l.Addr().String()}}))
+	apiServer := silent.Listen(t, "tcp", "127.0.0.1:0")
+	list := n.chain(n.istioEntry(map[string]any{"kubernetes": map[string]any{"k8s_api_root": "https://" + apiServer.Addr.String()}}))
 	began := time.Now()
 	if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
 		t.Errorf("STATUS with a hanging API server: %v", err)
@@ -454,10 +436,8 @@ func TestStatusNeverCallsTheAPIServer(t *testing.T) {
 	if took := time.Since(began); took > 2*time.Second {
 		t.Errorf("STATUS took %s with a hanging API server", took)
 	}
-	select {
-	case <-accepted:
+	if apiServer.Accepted() {
 		t.Error("STATUS connected to the API server")
-	default:
 	}
 }
 
