@@ -18,12 +18,7 @@ import (
 // that the level filters, and that a missing socket is not an error.
 func TestRecordsReachStderrFileAndSocket(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "log.sock")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := listenAgent(t)
 	var stderr bytes.Buffer
 	l := New(&stderr, Options{Level: slog.LevelInfo, File: filepath.Join(dir, "plugin.log"), Socket: sock})
 	l.Debug("hidden")
@@ -85,12 +80,7 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 // its own even when the level hides every record, and reads back as an event,
 // while a log record does not.
 func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "plog.sock")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := listenAgent(t)
 	l := New(io.Discard, Options{Level: slog.LevelError, Socket: sock})
 	l.Info("hidden")
 	want := Event{Command: "ADD", Outcome: OutcomeFailed, Reason: ReasonApply, Seconds: 0.25}
@@ -118,12 +108,7 @@ func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
 // wait, so the ADD's result is not held up by it. The check allows for a loaded
 // machine (a second per Report); the slowest is logged.
 func TestReportToAStuckAgentReturnsWithinItsBound(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "plog.sock")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, _ := listenAgent(t) // held open, never read
 	l := New(io.Discard, Options{Socket: sock})
 	defer l.Close()
 	e := Event{Command: "ADD", Outcome: OutcomeRedirected, Seconds: 0.01}
@@ -235,12 +220,7 @@ func TestJSONWritesStderrAsJSONLines(t *testing.T) {
 // BenchmarkReport is what an ADD's report to a reading agent costs the plugin: one
 // JSON encoding and one datagram.
 func BenchmarkReport(b *testing.B) {
-	sock := filepath.Join(b.TempDir(), "plog.sock")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	sock, ln := listenAgent(b)
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -255,4 +235,17 @@ func BenchmarkReport(b *testing.B) {
 	for b.Loop() {
 		l.Report(e)
 	}
+}
+
+// listenAgent is the agent's end of the plugin's socket: a datagram socket in a
+// temporary directory, closed when the test ends.
+func listenAgent(tb testing.TB) (string, *net.UnixConn) {
+	tb.Helper()
+	sock := filepath.Join(tb.TempDir(), "plog.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	return sock, ln
 }
