@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -457,7 +458,7 @@ func (c *canvas) panel(p panel, series []line) {
 // line draws a two-pixel wide segment (Bresenham).
 func (c *canvas) line(x0, y0, x1, y1 int, col color.Color) {
 	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
+	sx, sy := cmp.Compare(x1, x0), cmp.Compare(y1, y0)
 	e := dx + dy
 	for {
 		c.rgba.Set(x0, y0, col)
@@ -482,16 +483,6 @@ func abs(v int) int {
 		return -v
 	}
 	return v
-}
-
-func sign(v int) int {
-	switch {
-	case v < 0:
-		return -1
-	case v > 0:
-		return 1
-	}
-	return 0
 }
 
 // format writes v in the panel's unit, as Grafana would roughly.

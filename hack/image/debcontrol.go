@@ -2,6 +2,7 @@ package image
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"strings"
@@ -142,7 +143,7 @@ func compareVersionPart(a, b string) int {
 		for (i < len(a) && !isDigit(a[i])) || (j < len(b) && !isDigit(b[j])) {
 			oa, ob := versionOrder(a, i), versionOrder(b, j)
 			if oa != ob {
-				return sign(oa - ob)
+				return cmp.Compare(oa, ob)
 			}
 			i++
 			j++
@@ -167,19 +168,9 @@ func compareDigits(a, b string) int {
 	a = strings.TrimLeft(a, "0")
 	b = strings.TrimLeft(b, "0")
 	if len(a) != len(b) {
-		return sign(len(a) - len(b))
+		return cmp.Compare(len(a), len(b))
 	}
 	return strings.Compare(a, b)
-}
-
-func sign(n int) int {
-	switch {
-	case n < 0:
-		return -1
-	case n > 0:
-		return 1
-	}
-	return 0
 }
 
 // dependency is one alternative of a Depends or Pre-Depends entry: a package name

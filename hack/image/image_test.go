@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 func repoRoot(t *testing.T) string {
@@ -195,25 +194,7 @@ func TestArchiveIsAnOCILayoutOfTheImage(t *testing.T) {
 	if err := WriteArchive(archive, "istio-cni.local/x:v1", img); err != nil {
 		t.Fatal(err)
 	}
-	unpacked := filepath.Join(dir, "layout")
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	untar(t, f, unpacked)
-	lp, err := layout.FromPath(unpacked)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lp, _, m := unpackLayout(t, archive)
 	want, _ := img.Digest()
 	if len(m.Manifests) != 1 || m.Manifests[0].Digest != want {
 		t.Fatalf("index manifests %+v, want one with digest %s", m.Manifests, want)

@@ -21,8 +21,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// archiveIndex unpacks an agent archive and returns the image index it names.
-func archiveIndex(t *testing.T, archive string) v1.ImageIndex {
+// unpackLayout unpacks an image archive into a temporary directory and returns the
+// OCI layout, its top index (index.json) and that index's manifest.
+func unpackLayout(t *testing.T, archive string) (layout.Path, v1.ImageIndex, *v1.IndexManifest) {
 	t.Helper()
 	dir := t.TempDir()
 	f, err := os.Open(archive)
@@ -43,6 +44,13 @@ func archiveIndex(t *testing.T, archive string) v1.ImageIndex {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lp, top, m
+}
+
+// archiveIndex unpacks an agent archive and returns the image index it names.
+func archiveIndex(t *testing.T, archive string) v1.ImageIndex {
+	t.Helper()
+	_, top, m := unpackLayout(t, archive)
 	if len(m.Manifests) != 1 || m.Manifests[0].MediaType != types.OCIImageIndex {
 		t.Fatalf("index.json lists %+v, want one image index", m.Manifests)
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Writes hack/kube/<version>/ (go.mod, go.sum, tools.go): a module that builds the
-# Kubernetes components of that release from the Go module proxy. Each staging
+# Writes hack/kube/<version>/ (go.mod, go.sum): a module that builds the Kubernetes
+# components of that release (its go.mod's tool lines) from the Go module proxy. Each staging
 # module (every k8s.io/kubernetes go.mod line that points at ./staging/...) is
 # replaced by its published v0.<minor>.<patch>, and the go and godebug lines are
 # the release's own. Checksums are verified against sum.golang.org by go mod tidy.
@@ -16,6 +16,9 @@ gomod=$(cd "$dir" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$
 [[ -f $gomod ]] || { echo "new-version.sh: the module proxy has no k8s.io/kubernetes@$v" >&2; exit 1; }
 godebug=$(grep -m1 '^godebug' "$gomod" || true)
 {
+  echo "// The Kubernetes $v components the local control plane and node are built from"
+  echo "// (see ../../kube-binaries.sh), in a module of their own so that the project's"
+  echo "// module does not depend on k8s.io/kubernetes."
   echo "module github.com/istio-cni/istio-cni/hack/kube/$v"
   echo
   grep -m1 '^go ' "$gomod"
@@ -26,24 +29,12 @@ godebug=$(grep -m1 '^godebug' "$gomod" || true)
   echo "replace ("
   grep -E '=> \./staging/' "$gomod" | awk -v sv="v0.${minor}.${patch}" '{print "\t" $1 " => " $1 " " sv}'
   echo ")"
+  echo
+  echo "tool ("
+  for c in kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet; do
+    echo "	k8s.io/kubernetes/cmd/$c"
+  done
+  echo ")"
 } >"$dir/go.mod"
-cat >"$dir/tools.go" <<GO
-//go:build tools
-
-// Package kube pins the Kubernetes $v components the local control plane and node
-// are built from (see ../../kube-binaries.sh). It is its own module so that the
-// project's module does not depend on k8s.io/kubernetes.
-package kube
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
-gofmt -w "$dir/tools.go"
 (cd "$dir" && go mod tidy -e)
 echo "$dir"

@@ -4,13 +4,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
 // TestRepairUsesThePluginConfigTheAgentInstalls: a repair in place programs a pod with
@@ -93,32 +93,7 @@ func TestRestConfigUsesTheAgentsSettings(t *testing.T) {
 // uninstalls and exits 0 in bounded time, although the taint controller cannot release
 // its lease and the informers never sync.
 func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var held []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c) // never read from, never answered
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(silent.Listen(t, "tcp", "127.0.0.1:0").Addr.String())
 
 	n := newNode(t)
 	n.writeCalico(t)

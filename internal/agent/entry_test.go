@@ -19,6 +19,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 func mustParse(t *testing.T, env map[string]string) Settings {
@@ -111,7 +112,7 @@ func TestEntryRefusesBadTemplatesNamingTheProblem(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustParse(t, tc.env)
 			_, err := Entry(&s, tc.template)
-			wantErrorMentioning(t, err, tc.want)
+			wanterr.Mentions(t, err, tc.want...)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 func envOf(kv map[string]string) func(string) (string, bool) {
@@ -318,21 +319,8 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(tc.args, envOf(withEnv(tc.env)))
-			wantErrorMentioning(t, err, tc.want)
+			wanterr.Mentions(t, err, tc.want...)
 		})
-	}
-}
-
-// wantErrorMentioning checks that err is an error whose text holds each of want.
-func wantErrorMentioning(t *testing.T, err error, want []string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %s", err, w)
-		}
 	}
 }
 

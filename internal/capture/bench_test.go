@@ -3,7 +3,6 @@ package capture_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -21,15 +21,9 @@ func defaultSidecarPlan(b *testing.B) *redirect.Plan {
 	return plan
 }
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
 func report(b *testing.B, d []time.Duration) {
-	b.ReportMetric(float64(percentile(d, 0.50).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(percentile(d, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(stats.Ms(stats.Percentile(d, 0.50)), "p50-ms")
+	b.ReportMetric(stats.Ms(stats.Percentile(d, 0.99)), "p99-ms")
 }
 
 // BenchmarkApplyFreshNamespace measures what a pod's ADD pays: one apply of the

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 func envOf(kv map[string]string) func(string) (string, bool) {
@@ -259,14 +260,7 @@ func TestParseConfigErrorsNameTheFlagOrVariableAndTheValue(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig(tc.args, envOf(tc.env))
-			if err == nil {
-				t.Fatalf("ParseConfig(%q, %v) succeeded, want an error", tc.args, tc.env)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
+			wanterr.Mentions(t, err, tc.want...)
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
 // listen serves h on a unix socket in a temp dir and returns its path.
@@ -46,22 +48,9 @@ func TestAgentClientReadsAPodAndSaysNotFound(t *testing.T) {
 // answers costs the plugin the timeout, not more.
 func TestAgentClientGivesUpOnAHungAgent(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pods.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
+	silent.Listen(t, "unix", sock)
 	start := time.Now()
-	_, err = NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p")
+	_, err := NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p")
 	if took := time.Since(start); err == nil || took > time.Second {
 		t.Fatalf("GetPod from a hung agent: err=%v after %s; want an error after about 100ms", err, took)
 	}

@@ -4,10 +4,11 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 func TestParseKubeconfig(t *testing.T) {
@@ -63,9 +64,7 @@ current-context: ctx
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseKubeconfig([]byte(tc.in), dir)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
-				}
+				wanterr.Mentions(t, err, tc.wantErr)
 				return
 			}
 			if err != nil {

@@ -3,13 +3,13 @@ package nftables
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 )
 
 // Apply latency for the default sidecar (inbound *, outbound *) in a real
@@ -102,12 +102,8 @@ func reportPercentiles(b *testing.B, d []time.Duration) {
 	if len(d) == 0 {
 		return
 	}
-	slices.Sort(d)
-	pct := func(p float64) float64 {
-		return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds())
-	}
-	b.ReportMetric(pct(0.50), "p50-µs")
-	b.ReportMetric(pct(0.99), "p99-µs")
+	b.ReportMetric(float64(stats.Percentile(d, 0.50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(stats.Percentile(d, 0.99).Microseconds()), "p99-µs")
 }
 
 func BenchmarkApplyTransaction(b *testing.B) {

@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 // TestPodLookupIsBoundedAndSaysWhatHappened: against API servers that misbehave in
@@ -92,11 +93,7 @@ func checkBoundedFailure(t *testing.T, budget PodLookup, want []string, lookup f
 	if limit := budget.Bound() + 500*time.Millisecond; took > limit {
 		t.Errorf("lookup took %s, more than its bound %s (+0.5s)", took, budget.Bound())
 	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error does not say %q:\n%v", w, err)
-		}
-	}
+	wanterr.Mentions(t, err, want...)
 }
 
 func status(code int, reason, message string) http.HandlerFunc {

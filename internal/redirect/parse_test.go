@@ -9,6 +9,7 @@ import (
 
 	. "github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 var prefixes = specs.Prefixes
@@ -161,11 +162,7 @@ func TestSetRejectsBadInputs(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Spec() = %+v, want an error", s)
 			}
-			for _, want := range tt.wantErr {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not contain %q", err, want)
-				}
-			}
+			wanterr.Mentions(t, err, tt.wantErr...)
 			if tt.notErr != "" && strings.Contains(err.Error(), tt.notErr) {
 				t.Errorf("error %q contains %q", err, tt.notErr)
 			}

@@ -20,13 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 )
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
 
 // BenchmarkTimeFromValidationFailureToAction measures, for each action, the time
 // from the status update that reports the failed validation (what the kubelet
@@ -65,10 +60,10 @@ func BenchmarkTimeFromValidationFailureToAction(b *testing.B) {
 				}
 				lat = append(lat, time.Since(start))
 			}
-			b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(slices.Max(lat).Microseconds())/1000, "max-ms")
-			b.Logf("%s: n=%d p50=%s p90=%s max=%s", action, len(lat), percentile(lat, 0.5).Round(10*time.Microsecond),
-				percentile(lat, 0.9).Round(10*time.Microsecond), slices.Max(lat).Round(10*time.Microsecond))
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.5)), "p50-ms")
+			b.ReportMetric(stats.Ms(slices.Max(lat)), "max-ms")
+			b.Logf("%s: n=%d p50=%s p90=%s max=%s", action, len(lat), stats.Percentile(lat, 0.5).Round(10*time.Microsecond),
+				stats.Percentile(lat, 0.9).Round(10*time.Microsecond), slices.Max(lat).Round(10*time.Microsecond))
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 // networkConfig returns the ConfigMap's cni_network_config parsed as JSON.
@@ -954,11 +955,7 @@ func wantRefused(t *testing.T, args, want []string) {
 	if err == nil {
 		t.Fatalf("helm template %v succeeded, want it refused", args)
 	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error does not name %s:\n%v", w, err)
-		}
-	}
+	wanterr.Mentions(t, err, want...)
 }
 
 // TestChartWithoutHubFailsSayingHowToPush: the chart in the repository names no

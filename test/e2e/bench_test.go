@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,11 +19,11 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -91,20 +90,6 @@ func phasesOf(tb testing.TB, stderr string) ([]string, map[string]time.Duration)
 	}
 	return names, out
 }
-
-func pct(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-func pctF(v []float64, p float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // refSandbox is a fresh pod network namespace set up by the reference plugins
 // (ptp with host-local), as the chain does before istio-cni; prevResult is their
@@ -224,7 +209,7 @@ func initTime(b *testing.B, bin string) time.Duration {
 		}
 		runs = append(runs, time.Duration(sum*float64(time.Millisecond)))
 	}
-	return pct(runs, 0.5)
+	return stats.Percentile(runs, 0.5)
 }
 
 // BenchmarkPluginAdd measures the plugin's ADD as the runtime pays it, exec to exit,
@@ -268,7 +253,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			pod := createPodB(b, meshedPod(tc.namespace, fmt.Sprintf("%s-%d", tc.name, time.Now().UnixNano()), nil))
+			pod := createPod(b, shared, meshedPod(tc.namespace, fmt.Sprintf("%s-%d", tc.name, time.Now().UnixNano()), nil))
 			if tc.node == cached {
 				waitCached(b, cached, pod)
 			}
@@ -336,36 +321,36 @@ func BenchmarkPluginAdd(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			b.ReportMetric(msOf(pct(lat, 0.5)), "p50-ms")
-			b.ReportMetric(msOf(pct(lat, 0.99)), "p99-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.5)), "p50-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.99)), "p99-ms")
 			b.ReportMetric(0, "ns/op")
 			peerName := "istio"
 			if excluded {
 				peerName = "bin-true"
-				b.ReportMetric(msOf(goalExcludedADD), "goal-ms")
+				b.ReportMetric(stats.Ms(goalExcludedADD), "goal-ms")
 			}
 			if len(peer) > 0 {
-				b.ReportMetric(msOf(pct(peer, 0.5)), peerName+"-p50-ms")
-				b.ReportMetric(msOf(pct(peer, 0.99)), peerName+"-p99-ms")
+				b.ReportMetric(stats.Ms(stats.Percentile(peer, 0.5)), peerName+"-p50-ms")
+				b.ReportMetric(stats.Ms(stats.Percentile(peer, 0.99)), peerName+"-p99-ms")
 				if !excluded {
-					b.ReportMetric(pctF(ratios, 0.5), "ratio-vs-istio")
+					b.ReportMetric(stats.Percentile(ratios, 0.5), "ratio-vs-istio")
 					b.ReportMetric(goalRatio, "goal-ratio")
 				}
 			}
 			var rows []string
 			for _, name := range append([]string{"exec+runtime"}, order...) {
-				rows = append(rows, fmt.Sprintf("%s %.2f", name, msOf(pct(phases[name], 0.5))))
+				rows = append(rows, fmt.Sprintf("%s %.2f", name, stats.Ms(stats.Percentile(phases[name], 0.5))))
 			}
 			verdict := ""
 			switch {
 			case excluded:
-				verdict = fmt.Sprintf("p50 %.2f ms, goal <= %.2f ms: %s", msOf(pct(lat, 0.5)), msOf(goalExcludedADD), met(pct(lat, 0.5) <= goalExcludedADD))
+				verdict = fmt.Sprintf("p50 %.2f ms, goal <= %.2f ms: %s", stats.Ms(stats.Percentile(lat, 0.5)), stats.Ms(goalExcludedADD), met(stats.Percentile(lat, 0.5) <= goalExcludedADD))
 			case len(ratios) > 0:
-				verdict = fmt.Sprintf("ratio %.3f (p50 %.2f ms vs Istio's %.2f ms), goal <= %.2f: %s", pctF(ratios, 0.5), msOf(pct(lat, 0.5)), msOf(pct(peer, 0.5)), goalRatio, met(pctF(ratios, 0.5) <= goalRatio))
+				verdict = fmt.Sprintf("ratio %.3f (p50 %.2f ms vs Istio's %.2f ms), goal <= %.2f: %s", stats.Percentile(ratios, 0.5), stats.Ms(stats.Percentile(lat, 0.5)), stats.Ms(stats.Percentile(peer, 0.5)), goalRatio, met(stats.Percentile(ratios, 0.5) <= goalRatio))
 			default:
 				verdict = fmt.Sprintf("no ratio: set %s to Istio's istio-cni binary", IstioPluginEnv)
 			}
-			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s", tc.name, len(lat), verdict, msOf(initT), strings.Join(rows, ", "))
+			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "))
 		})
 	}
 }
@@ -408,7 +393,7 @@ func BenchmarkPluginAddParallel(b *testing.B) {
 				var sbs []*refSandbox
 				for j := 0; j < 20; j++ {
 					benchSeq++
-					pod := createPodB(b, meshedPod("bench", fmt.Sprintf("parallel-%s-%d", backend, benchSeq), nil))
+					pod := createPod(b, shared, meshedPod("bench", fmt.Sprintf("parallel-%s-%d", backend, benchSeq), nil))
 					sbs = append(sbs, ref.sandbox(b, n.dir, pod))
 				}
 				b.StartTimer()
@@ -430,8 +415,8 @@ func BenchmarkPluginAddParallel(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			b.ReportMetric(msOf(pct(lat, 0.5)), "p50-ms")
-			b.ReportMetric(msOf(pct(lat, 0.99)), "p99-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.5)), "p50-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.99)), "p99-ms")
 			b.ReportMetric(float64(peak)/1024, "peakRSS-MB")
 			b.ReportMetric(float64(size)/(1<<20), "binary-MB")
 			b.ReportMetric(0, "ns/op")
@@ -465,21 +450,6 @@ func newNodeB(b *testing.B) *node {
 	n := &node{dir: dir, runDir: filepath.Join(dir, "run"), cp: shared, stderr: &logbuf.Buffer{}}
 	writeRunDir(b, shared, n.runDir)
 	return n
-}
-
-type podT = corev1.Pod
-
-var createOpts = metav1.CreateOptions{}
-
-func createPodB(b *testing.B, p *podT) *podT {
-	if err := shared.EnsureNamespace(b.Context(), p.Namespace); err != nil {
-		b.Fatal(err)
-	}
-	created, err := shared.AdminClient().CoreV1().Pods(p.Namespace).Create(b.Context(), p, createOpts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return created
 }
 
 // strippedSize builds the plugin as it ships (-s -w) and returns its size.

@@ -380,7 +380,7 @@ func meshedPod(ns, name string, annotations map[string]string, mutate ...func(*c
 
 // createPod stores the pod in the API server (no scheduler or kubelet is needed:
 // spec.nodeName is set) and returns it with its UID.
-func createPod(t *testing.T, cp *controlplane.ControlPlane, p *corev1.Pod) *corev1.Pod {
+func createPod(t testing.TB, cp *controlplane.ControlPlane, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	if err := cp.EnsureNamespace(t.Context(), p.Namespace); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -72,25 +73,22 @@ func BenchmarkPodStartLatency(b *testing.B) {
 				theNode.Client().CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 			}
 			waitPodsGone(b, pods)
-			slices.Sort(lat)
-			b.ReportMetric(ms(lat[len(lat)/2]), "start-p50-ms")
-			b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "start-p99-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.5)), "start-p50-ms")
+			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.99)), "start-p99-ms")
 			if n := countAfter - countBefore; n > 0 {
 				b.ReportMetric((sumAfter-sumBefore)/n*1000, "sandbox-mean-ms")
 			}
 			if withCNI {
-				b.ReportMetric(ms(installToReady), "install-to-ready-ms")
+				b.ReportMetric(stats.Ms(installToReady), "install-to-ready-ms")
 				if took := pluginAddTimes(b, ns); len(took) > 0 {
-					b.ReportMetric(ms(took[len(took)/2]), "plugin-add-p50-ms")
-					b.ReportMetric(ms(took[min(len(took)-1, len(took)*99/100)]), "plugin-add-p99-ms")
+					b.ReportMetric(stats.Ms(stats.Percentile(took, 0.5)), "plugin-add-p50-ms")
+					b.ReportMetric(stats.Ms(stats.Percentile(took, 0.99)), "plugin-add-p99-ms")
 				}
 			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type discard struct{}
 
@@ -206,6 +204,6 @@ func BenchmarkMeshedPodsThroughAgentChurn(b *testing.B) {
 		b.ReportMetric(float64(r.total(o)), unit)
 	}
 	b.ReportMetric(float64(trafficFailed), "traffic-failed")
-	b.ReportMetric(ms(r.MaxWait), "max-wait-ms")
+	b.ReportMetric(stats.Ms(r.MaxWait), "max-wait-ms")
 	b.ReportMetric(0, "ns/op")
 }

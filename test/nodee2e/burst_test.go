@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/stats"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -221,7 +221,7 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 			}
 			st := summarize(r.adds)
 			t.Logf("%s: %d pods Ready in %s; ADD p50 %.1f ms, p99 %.1f ms; lookups by the agent's cache %d, by the API server %d",
-				be.name, r.ready, r.took.Round(time.Second), ms(st.p50), ms(st.p99), st.cacheLookups, st.apiLookups)
+				be.name, r.ready, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), st.cacheLookups, st.apiLookups)
 		})
 	}
 }
@@ -251,15 +251,6 @@ func sumPhases(a addRecord, names []string) time.Duration {
 	return d
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
 func summarize(adds []addRecord) burstStats {
 	var took, lookup, rules []time.Duration
 	st := burstStats{n: len(adds)}
@@ -279,9 +270,9 @@ func summarize(adds []addRecord) burstStats {
 			st.retries++
 		}
 	}
-	st.p50, st.p99 = quantile(took, 0.5), quantile(took, 0.99)
-	st.lookupP50, st.lookupP99 = quantile(lookup, 0.5), quantile(lookup, 0.99)
-	st.rulesP50, st.rulesP99 = quantile(rules, 0.5), quantile(rules, 0.99)
+	st.p50, st.p99 = stats.Percentile(took, 0.5), stats.Percentile(took, 0.99)
+	st.lookupP50, st.lookupP99 = stats.Percentile(lookup, 0.5), stats.Percentile(lookup, 0.99)
+	st.rulesP50, st.rulesP99 = stats.Percentile(rules, 0.5), stats.Percentile(rules, 0.99)
 	return st
 }
 
@@ -306,15 +297,15 @@ func BenchmarkBurstOf110MeshedPods(b *testing.B) {
 			}
 			b.Log(r.log)
 			st := r.stats
-			b.ReportMetric(ms(st.p50), "add-p50-ms")
-			b.ReportMetric(ms(st.p99), "add-p99-ms")
+			b.ReportMetric(stats.Ms(st.p50), "add-p50-ms")
+			b.ReportMetric(stats.Ms(st.p99), "add-p99-ms")
 			if st.p50 > 0 {
 				b.ReportMetric(float64(st.p99)/float64(st.p50), "p99/p50")
 			}
-			b.ReportMetric(ms(st.lookupP50), "lookup-p50-ms")
-			b.ReportMetric(ms(st.lookupP99), "lookup-p99-ms")
-			b.ReportMetric(ms(st.rulesP50), "rules-p50-ms")
-			b.ReportMetric(ms(st.rulesP99), "rules-p99-ms")
+			b.ReportMetric(stats.Ms(st.lookupP50), "lookup-p50-ms")
+			b.ReportMetric(stats.Ms(st.lookupP99), "lookup-p99-ms")
+			b.ReportMetric(stats.Ms(st.rulesP50), "rules-p50-ms")
+			b.ReportMetric(stats.Ms(st.rulesP99), "rules-p99-ms")
 			b.ReportMetric(float64(st.apiLookups), "api-lookups")
 			b.ReportMetric(float64(st.n), "adds")
 			b.ReportMetric(float64(r.failed), "failures")
@@ -348,7 +339,7 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 		out.failed += len(r.failed) + len(r.failures) + (burstPods - r.ready)
 		st := summarize(r.adds)
 		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms, lookup p99 %.2f ms (API %d), rules p99 %.1f ms",
-			run+1, r.ready, burstPods, r.took.Round(time.Second), ms(st.p50), ms(st.p99), ms(st.lookupP99), st.apiLookups, ms(st.rulesP99)))
+			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99)))
 	}
 	out.stats = summarize(all)
 	out.log = strings.Join(lines, "\n")

@@ -1,10 +1,11 @@
+// The Kubernetes v1.35.4 components the local control plane and node are built from
+// (see ../../kube-binaries.sh), in a module of their own so that the project's
+// module does not depend on k8s.io/kubernetes.
 module github.com/istio-cni/istio-cni/hack/kube/v1.35.4
 
 go 1.25.0
 
 godebug default=go1.25
-
-require k8s.io/kubernetes v1.35.4
 
 require (
 	cel.dev/expr v0.24.0 // indirect
@@ -171,6 +172,7 @@ require (
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.35.4 // indirect
+	k8s.io/kubernetes v1.35.4 // indirect
 	k8s.io/metrics v0.35.4 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect
@@ -218,4 +220,13 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.35.4
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.4
 	k8s.io/sample-controller => k8s.io/sample-controller v0.35.4
+)
+
+tool (
+	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-proxy
+	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
 )

@@ -1,10 +1,11 @@
+// The Kubernetes v1.36.3 components the local control plane and node are built from
+// (see ../../kube-binaries.sh), in a module of their own so that the project's
+// module does not depend on k8s.io/kubernetes.
 module github.com/istio-cni/istio-cni/hack/kube/v1.36.3
 
 go 1.26.0
 
 godebug default=go1.26
-
-require k8s.io/kubernetes v1.36.3
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -168,6 +169,7 @@ require (
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.36.3 // indirect
+	k8s.io/kubernetes v1.36.3 // indirect
 	k8s.io/metrics v0.36.3 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect
@@ -218,4 +220,13 @@ replace (
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.3
 	k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
 	k8s.io/streaming => k8s.io/streaming v0.36.3
+)
+
+tool (
+	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-proxy
+	k8s.io/kubernetes/cmd/kube-scheduler
+	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
 )

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 func TestStartWithoutBinariesFailsNamingWhatIsMissing(t *testing.T) {
@@ -26,11 +28,7 @@ func TestStartWithoutBinariesFailsNamingWhatIsMissing(t *testing.T) {
 	if err == nil {
 		t.Fatal("Start succeeded with an empty BinDir")
 	}
-	for _, want := range []string{filepath.Join(empty, "etcd"), filepath.Join(empty, "kube-apiserver"), "hack/kube-binaries.sh"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
+	wanterr.Mentions(t, err, filepath.Join(empty, "etcd"), filepath.Join(empty, "kube-apiserver"), "hack/kube-binaries.sh")
 }
 
 // The plugin's view of the cluster: a real ServiceAccount token whose RBAC lets it
@@ -251,11 +249,7 @@ func TestApiserverThatCannotStartReportsItsLogAndLeavesNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("Start succeeded with an unknown apiserver flag")
 	}
-	for _, want := range []string{"kube-apiserver exited", "kube-apiserver.log", "unknown flag: --no-such-flag"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error does not mention %q:\n%v", want, err)
-		}
-	}
+	wanterr.Mentions(t, err, "kube-apiserver exited", "kube-apiserver.log", "unknown flag: --no-such-flag")
 	assertNothingLeft(t, root, "", nil)
 }
 

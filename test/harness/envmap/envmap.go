@@ -3,8 +3,9 @@
 package envmap
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 // Lookup is a lookup function over the pairs name, value, name, value, ...
@@ -25,9 +26,5 @@ func CheckRejected[C any](t testing.TB, parse func(lookup func(string) (string, 
 		t.Errorf("%v accepted", kv)
 		return
 	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("%v: error %q does not mention %q", kv, err, w)
-		}
-	}
+	wanterr.Mentions(t, err, want...)
 }
