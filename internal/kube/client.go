@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/http1"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Client is a minimal Kubernetes API client: GET of single objects as JSON over
@@ -132,6 +133,7 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, "tcp", c.addr)
 	}
+	timing.Mark(ctx, "api-connect") // TCP and TLS handshake
 	if err != nil {
 		return nil, err
 	}
