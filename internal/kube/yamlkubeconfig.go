@@ -96,6 +96,19 @@ func (p *yamlParser) lines(s string) error {
 
 // stripComment removes a comment: '#' at the start or after a space, outside quotes.
 func stripComment(s string) string {
+	at := indexOutsideQuotes(s,
+		func(i int) bool { return i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) },
+		func(i int) bool { return s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') })
+	if at < 0 {
+		return s
+	}
+	return strings.TrimRight(s[:at], " \t")
+}
+
+// indexOutsideQuotes returns the first index i outside quoted scalars where at(i)
+// holds, or -1. A quote opens a scalar where opens(i) holds; in double quotes a
+// backslash escapes the next byte.
+func indexOutsideQuotes(s string, opens, at func(i int) bool) int {
 	var quote byte
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -106,15 +119,13 @@ func stripComment(s string) string {
 			} else if c == quote {
 				quote = 0
 			}
-		case c == '"' || c == '\'':
-			if i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) {
-				quote = c
-			}
-		case c == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t'):
-			return strings.TrimRight(s[:i], " \t")
+		case (c == '"' || c == '\'') && opens(i):
+			quote = c
+		case at(i):
+			return i
 		}
 	}
-	return s
+	return -1
 }
 
 // node reads the block node whose lines start at indentation indent.
@@ -197,29 +208,18 @@ func (p *yamlParser) mapping(indent int) (any, error) {
 	return out, nil
 }
 
-// splitKey splits "key: value" (or "key:") at the first ": " outside quotes.
+// splitKey splits "key: value" (or "key:") at the first ": " outside quotes; a
+// line that starts a flow collection is no key.
 func splitKey(s string) (key, value string, ok bool) {
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == '\\' && quote == '"' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case (c == '"' || c == '\'') && i == 0:
-			quote = c
-		case c == '{' || c == '[':
-			if i == 0 {
-				return "", "", false
-			}
-		case c == ':' && (i+1 == len(s) || s[i+1] == ' '):
-			return strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:]), true
-		}
+	if strings.HasPrefix(s, "{") || strings.HasPrefix(s, "[") {
+		return "", "", false
 	}
-	return "", "", false
+	at := indexOutsideQuotes(s, func(i int) bool { return i == 0 },
+		func(i int) bool { return s[i] == ':' && (i+1 == len(s) || s[i+1] == ' ') })
+	if at < 0 {
+		return "", "", false
+	}
+	return strings.TrimSpace(s[:at]), strings.TrimSpace(s[at+1:]), true
 }
 
 // scalarWithContinuation reads the value v of line l, with the more-indented lines
