@@ -4,7 +4,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 VERSION ?= dev
 
-.PHONY: all build deps prereqs test test-node test-unit bench demo demo-netns image push lint fuzz clean
+.PHONY: all build deps prereqs test test-node test-unit bench bench-add demo demo-netns image push lint fuzz clean
 
 all: build
 
@@ -48,7 +48,12 @@ test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
+# The plugin's ADD (test/e2e BenchmarkPluginAdd) is printed per backend with its
+# phases and against the goals; ISTIO_CNI_PLUGIN=<Istio's istio-cni binary> adds
+# the side-by-side ratio (see the README's "ADD latency"). bench-add runs only that.
 BENCHTIME ?= 50x
+ISTIO_CNI_PLUGIN ?=
+export ISTIO_CNI_PLUGIN
 # The repair benchmarks size themselves (20 samples, 5,000 pods): they run once. So
 # does the cluster simulation (test/scale: SCALE_PODS, SCALE_AGENTS, SCALE_WINDOW,
 # SCALE_CHURN; about 30 minutes with the defaults).
@@ -56,6 +61,9 @@ bench: prereqs
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 90m ./test/scale/ 2>&1 | tee -a bench.out
+
+bench-add: prereqs
+	$(GO) test -run '^$$' -bench 'BenchmarkPluginAdd$$' -benchtime $(BENCHTIME) -count 1 -timeout 30m ./test/e2e/ 2>&1 | tee bench-add.out
 
 # demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
 # image built here, runs meshed pods with an istio-proxy stand-in and shows their
@@ -99,4 +107,4 @@ lint:
 	$(GO) vet ./...
 
 clean:
-	rm -rf $(BIN) bench.out
+	rm -rf $(BIN) bench.out bench-add.out

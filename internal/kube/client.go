@@ -7,57 +7,75 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"net"
 	"net/url"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/istio-cni/istio-cni/internal/http1"
+	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
 // Client is a minimal Kubernetes API client: GET of single objects as JSON over
 // HTTPS. The plugin is exec'd once per pod, so it avoids client-go's start-up cost
-// (type registration, discovery) and size; it needs nothing else.
+// (type registration, discovery) and size, and net/http's (package http1): each GET
+// is one HTTP/1.1 exchange on its own connection.
 type Client struct {
-	base  *url.URL
-	http  *http.Client
-	token string
+	base    *url.URL
+	addr    string // host:port to dial
+	tls     *tls.Config
+	token   string
+	timeout time.Duration
 }
 
 // ErrNotFound is returned when the object does not exist.
 var ErrNotFound = errors.New("not found")
 
+// MaxAnswerBytes bounds an answer's body (a pod is a few KiB; 16 MiB is far beyond
+// any object the API server stores, whose limit is 1.5 MiB in etcd).
+const MaxAnswerBytes = 16 << 20
+
 // NewClient builds a client from a kubeconfig. timeout bounds each request.
 func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(kc.Server)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("kubeconfig server %q is not a URL", kc.Server)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return nil, fmt.Errorf("kubeconfig server %q is not an http(s) URL", kc.Server)
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: kc.InsecureSkipTLSVerify} //nolint:gosec // only when the kubeconfig asks for it
-	if len(kc.CAData) > 0 {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(kc.CAData) {
-			return nil, fmt.Errorf("kubeconfig certificate-authority holds no PEM certificate")
+	c := &Client{base: u, addr: u.Host, token: kc.Token, timeout: timeout}
+	if u.Port() == "" {
+		port := "443"
+		if u.Scheme == "http" {
+			port = "80"
 		}
-		tlsConf.RootCAs = pool
+		c.addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	if len(kc.ClientCertData) > 0 {
-		cert, err := tls.X509KeyPair(kc.ClientCertData, kc.ClientKeyData)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig client certificate: %w", err)
+	if u.Scheme == "https" {
+		c.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: kc.InsecureSkipTLSVerify, //nolint:gosec // only when the kubeconfig asks for it
+			ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
+		if len(kc.CAData) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(kc.CAData) {
+				return nil, fmt.Errorf("kubeconfig certificate-authority holds no PEM certificate")
+			}
+			c.tls.RootCAs = pool
 		}
-		tlsConf.Certificates = []tls.Certificate{cert}
+		if len(kc.ClientCertData) > 0 {
+			cert, err := tls.X509KeyPair(kc.ClientCertData, kc.ClientKeyData)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig client certificate: %w", err)
+			}
+			c.tls.Certificates = []tls.Certificate{cert}
+		}
 	}
-	token := kc.Token
-	if token == "" && kc.TokenFile != "" {
+	if c.token == "" && kc.TokenFile != "" {
 		b, err := os.ReadFile(kc.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig token file: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
+		c.token = strings.TrimSpace(string(b))
 	}
-	tr := &http.Transport{TLSClientConfig: tlsConf, ForceAttemptHTTP2: false, MaxIdleConns: 1, IdleConnTimeout: 30 * time.Second}
-	return &Client{base: u, http: &http.Client{Transport: tr, Timeout: timeout}, token: token}, nil
+	return c, nil
 }
 
 // StatusError is an API error response.
@@ -71,47 +89,70 @@ func (e *StatusError) Error() string {
 	if e.Message != "" {
 		return fmt.Sprintf("API server answered %d %s: %s", e.Code, e.Reason, e.Message)
 	}
-	return fmt.Sprintf("API server answered %d %s", e.Code, http.StatusText(e.Code))
+	if e.Reason != "" {
+		return fmt.Sprintf("API server answered %d %s", e.Code, e.Reason)
+	}
+	return fmt.Sprintf("API server answered HTTP %d", e.Code)
 }
 
 // Get fetches path (e.g. /api/v1/namespaces/ns/pods/name) and decodes it into out.
+// The client's timeout bounds the whole exchange, connection and TLS handshake
+// included.
 func (c *Client) Get(ctx context.Context, path string, out any) error {
-	u := *c.base
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "istio-cni")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.get(ctx, strings.TrimSuffix(c.base.EscapedPath(), "/")+path)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("GET %s: read body: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != 200 {
 		var st struct {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
 		}
-		_ = json.Unmarshal(body, &st)
+		_ = json.Unmarshal(resp.Body, &st)
 		serr := &StatusError{Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
-		if resp.StatusCode == http.StatusNotFound {
+		if resp.StatusCode == 404 {
 			return fmt.Errorf("GET %s: %w: %w", path, ErrNotFound, serr)
 		}
 		return fmt.Errorf("GET %s: %w", path, serr)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("GET %s: %w", path, &DecodeError{Err: err, Size: len(body)})
+	if err := json.Unmarshal(resp.Body, out); err != nil {
+		return fmt.Errorf("GET %s: %w", path, &DecodeError{Err: err, Size: len(resp.Body)})
 	}
 	return nil
+}
+
+func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) {
+	var conn net.Conn
+	var err error
+	if c.tls != nil {
+		d := tls.Dialer{Config: c.tls}
+		conn, err = d.DialContext(ctx, "tcp", c.addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", c.addr)
+	}
+	timing.Mark(ctx, "api-connect") // TCP and TLS handshake
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) }) // cancellation unblocks the exchange
+	defer stop()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	h := [][2]string{{"Accept", "application/json"}, {"User-Agent", "istio-cni"}}
+	if c.token != "" {
+		h = append(h, [2]string{"Authorization", "Bearer " + c.token})
+	}
+	resp, err := http1.Do(conn, http1.Request{Method: "GET", Host: c.base.Host, Path: path, Header: h}, MaxAnswerBytes)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return resp, err
 }
 
 // DecodeError is an answer with status 200 that is not the JSON asked for.

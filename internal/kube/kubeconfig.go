@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"sigs.k8s.io/yaml"
 )
 
 // Kubeconfig is the part of a kubeconfig file the plugin needs: the current
@@ -67,9 +65,10 @@ func LoadKubeconfig(path string) (*Kubeconfig, error) {
 	return kc, nil
 }
 
-// ParseKubeconfig parses kubeconfig YAML or JSON; dir resolves relative paths.
+// ParseKubeconfig parses kubeconfig YAML (the part of YAML yamlToJSON reads) or
+// JSON; dir resolves relative paths.
 func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
-	js, err := yaml.YAMLToJSON(raw)
+	js, err := yamlToJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("not YAML or JSON: %w", err)
 	}

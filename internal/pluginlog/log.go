@@ -5,19 +5,19 @@
 package pluginlog
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/istio-cni/istio-cni/internal/http1"
 )
 
 // Options say where logs go besides stderr.
@@ -292,16 +292,14 @@ func (p *istioPoster) Close() error {
 	if err != nil {
 		return nil
 	}
-	c := http.Client{
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", p.socket)
-		}},
-		Timeout: IstioPostBound,
+	conn, err := net.DialTimeout("unix", p.socket, IstioPostBound)
+	if err != nil {
+		return nil
 	}
-	if resp, err := c.Post("http://unix"+IstioLogPath, "application/json", bytes.NewReader(body)); err == nil {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(IstioPostBound))
+	_, _ = http1.Do(conn, http1.Request{Method: "POST", Host: "unix", Path: IstioLogPath,
+		Header: [][2]string{{"Content-Type", "application/json"}}, Body: body}, 1<<20)
 	return nil // the agent may be gone; logging must not fail the plugin
 }
 

@@ -55,6 +55,9 @@ var agentEnv = []string{
 	"REPAIR_DELETE_PODS=true",
 	"REPAIR_LABEL_PODS=true",
 	"TAINT_ENABLED=true",
+	"TAINT_RETRY_PERIOD=15s",
+	"TAINT_RENEW_DEADLINE=20s",
+	"TAINT_LEASE_DURATION=30s",
 	"AGENT_LOG_LEVEL=info",
 }
 

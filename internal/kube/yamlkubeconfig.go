@@ -1,0 +1,370 @@
+package kube
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The plugin reads its kubeconfig with the YAML reader below rather than a YAML
+// library: every library links regular expressions that are compiled when the
+// program starts (0.2-0.3 ms of each plugin exec, on the path of every pod, the pods
+// of excluded namespaces included), and a kubeconfig uses a small part of YAML.
+//
+// What is read: one document (an optional leading "---"); block mappings and block
+// sequences by indentation (a sequence may sit at its key's indentation, as kubectl
+// writes it); plain scalars, continued on more-indented lines; single- and
+// double-quoted scalars on one line; flow mappings and sequences on one line
+// ({cluster: c, user: u}, [], {}); comments; JSON. What is refused, naming the line:
+// anchors and aliases, tags, block scalars (| and >), multi-line quoted scalars and
+// flow collections, tabs in indentation, a second document. Plain true/false/null
+// are read as such, every other plain scalar as a string (the fields read are
+// strings and one boolean).
+
+// yamlToJSON converts a kubeconfig in the YAML described above (or JSON) to JSON.
+func yamlToJSON(raw []byte) ([]byte, error) {
+	text := strings.TrimLeft(string(raw), " \t\r\n\ufeff")
+	if strings.HasPrefix(text, "{") {
+		if !json.Valid([]byte(text)) {
+			return nil, fmt.Errorf("not valid JSON")
+		}
+		return []byte(text), nil
+	}
+	p := &yamlParser{}
+	if err := p.lines(string(raw)); err != nil {
+		return nil, err
+	}
+	if len(p.ls) == 0 {
+		return []byte("null"), nil
+	}
+	v, err := p.node(p.ls[0].indent)
+	if err != nil {
+		return nil, err
+	}
+	if p.i < len(p.ls) {
+		return nil, p.errf(p.ls[p.i].no, "unexpected indentation")
+	}
+	return json.Marshal(v)
+}
+
+type yamlLine struct {
+	no     int // 1-based line number
+	indent int
+	text   string // without indentation and comment
+}
+
+type yamlParser struct {
+	ls []yamlLine
+	i  int
+	// flowDepth counts the flow collections being read: only inside one do , ] }
+	// and ": " end a plain scalar.
+	flowDepth int
+}
+
+func (p *yamlParser) errf(line int, format string, a ...any) error {
+	return fmt.Errorf("line %d: %s", line, fmt.Sprintf(format, a...))
+}
+
+// lines splits the document into lines without blank lines and comments.
+func (p *yamlParser) lines(s string) error {
+	seenContent := false
+	for i, l := range strings.Split(s, "\n") {
+		l = strings.TrimRight(l, " \t\r")
+		body := strings.TrimLeft(l, " ")
+		if strings.HasPrefix(body, "\t") {
+			return p.errf(i+1, "tab in indentation")
+		}
+		body = stripComment(body)
+		if body == "" {
+			continue
+		}
+		if body == "---" || strings.HasPrefix(body, "--- ") || body == "..." {
+			if seenContent || body == "..." {
+				return p.errf(i+1, "more than one YAML document")
+			}
+			continue
+		}
+		if strings.HasPrefix(body, "%") {
+			return p.errf(i+1, "YAML directives are not supported")
+		}
+		seenContent = true
+		p.ls = append(p.ls, yamlLine{no: i + 1, indent: len(l) - len(strings.TrimLeft(l, " ")), text: body})
+	}
+	return nil
+}
+
+// stripComment removes a comment: '#' at the start or after a space, outside quotes.
+func stripComment(s string) string {
+	at := indexOutsideQuotes(s,
+		func(i int) bool { return i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) },
+		func(i int) bool { return s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') })
+	if at < 0 {
+		return s
+	}
+	return strings.TrimRight(s[:at], " \t")
+}
+
+// indexOutsideQuotes returns the first index i outside quoted scalars where at(i)
+// holds, or -1. A quote opens a scalar where opens(i) holds; in double quotes a
+// backslash escapes the next byte.
+func indexOutsideQuotes(s string, opens, at func(i int) bool) int {
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case (c == '"' || c == '\'') && opens(i):
+			quote = c
+		case at(i):
+			return i
+		}
+	}
+	return -1
+}
+
+// node reads the block node whose lines start at indentation indent.
+func (p *yamlParser) node(indent int) (any, error) {
+	l := p.ls[p.i]
+	if l.text == "-" || strings.HasPrefix(l.text, "- ") {
+		return p.sequence(indent)
+	}
+	if _, _, ok := splitKey(l.text); ok {
+		return p.mapping(indent)
+	}
+	// A scalar on its own line(s).
+	p.i++
+	return p.scalarWithContinuation(l, l.text, indent-1)
+}
+
+func (p *yamlParser) sequence(indent int) (any, error) {
+	out := []any{}
+	for p.i < len(p.ls) && p.ls[p.i].indent == indent && (p.ls[p.i].text == "-" || strings.HasPrefix(p.ls[p.i].text, "- ")) {
+		l := p.ls[p.i]
+		rest := strings.TrimLeft(strings.TrimPrefix(l.text, "-"), " ")
+		if rest == "" {
+			p.i++
+			if p.i < len(p.ls) && p.ls[p.i].indent > indent {
+				v, err := p.node(p.ls[p.i].indent)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			} else {
+				out = append(out, nil)
+			}
+			continue
+		}
+		// "- key: value ...": the item's content starts at the column after "- ".
+		col := indent + len(l.text) - len(rest)
+		p.ls[p.i] = yamlLine{no: l.no, indent: col, text: rest}
+		v, err := p.node(col)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (p *yamlParser) mapping(indent int) (any, error) {
+	out := map[string]any{}
+	for p.i < len(p.ls) && p.ls[p.i].indent == indent {
+		l := p.ls[p.i]
+		k, v, ok := splitKey(l.text)
+		if !ok {
+			return nil, p.errf(l.no, "expected \"key: value\"")
+		}
+		key, err := p.scalar(l.no, k)
+		if err != nil {
+			return nil, err
+		}
+		ks, ok := key.(string)
+		if !ok {
+			ks = fmt.Sprint(key)
+		}
+		if _, dup := out[ks]; dup {
+			return nil, p.errf(l.no, "key %q repeated", ks)
+		}
+		p.i++
+		switch {
+		case v != "":
+			out[ks], err = p.scalarWithContinuation(l, v, indent)
+		case p.i < len(p.ls) && (p.ls[p.i].indent > indent ||
+			(p.ls[p.i].indent == indent && (p.ls[p.i].text == "-" || strings.HasPrefix(p.ls[p.i].text, "- ")))):
+			out[ks], err = p.node(p.ls[p.i].indent)
+		default:
+			out[ks] = nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// splitKey splits "key: value" (or "key:") at the first ": " outside quotes; a
+// line that starts a flow collection is no key.
+func splitKey(s string) (key, value string, ok bool) {
+	if strings.HasPrefix(s, "{") || strings.HasPrefix(s, "[") {
+		return "", "", false
+	}
+	at := indexOutsideQuotes(s, func(i int) bool { return i == 0 },
+		func(i int) bool { return s[i] == ':' && (i+1 == len(s) || s[i+1] == ' ') })
+	if at < 0 {
+		return "", "", false
+	}
+	return strings.TrimSpace(s[:at]), strings.TrimSpace(s[at+1:]), true
+}
+
+// scalarWithContinuation reads the value v of line l, with the more-indented lines
+// that continue a plain scalar (folded with spaces).
+func (p *yamlParser) scalarWithContinuation(l yamlLine, v string, indent int) (any, error) {
+	plain := v[0] != '"' && v[0] != '\'' && v[0] != '{' && v[0] != '['
+	for p.i < len(p.ls) && p.ls[p.i].indent > indent {
+		if !plain {
+			return nil, p.errf(p.ls[p.i].no, "a quoted scalar or flow collection continued on another line is not supported")
+		}
+		v += " " + p.ls[p.i].text
+		p.i++
+	}
+	return p.scalar(l.no, v)
+}
+
+// scalar reads a scalar or a one-line flow collection.
+func (p *yamlParser) scalar(line int, s string) (any, error) {
+	v, rest, err := p.flow(line, s)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(rest) != "" {
+		return nil, p.errf(line, "unexpected %q after the value", rest)
+	}
+	return v, nil
+}
+
+// flow reads one value at the start of s, inside a flow collection or not, and
+// returns what follows it.
+func (p *yamlParser) flow(line int, s string) (any, string, error) {
+	s = strings.TrimLeft(s, " ")
+	if s == "" {
+		return nil, "", nil
+	}
+	switch s[0] {
+	case '&', '*':
+		return nil, "", p.errf(line, "YAML anchors and aliases are not supported")
+	case '!':
+		return nil, "", p.errf(line, "YAML tags are not supported")
+	case '|', '>':
+		return nil, "", p.errf(line, "YAML block scalars (| and >) are not supported")
+	case '"':
+		end := 1
+		for ; end < len(s) && s[end] != '"'; end++ {
+			if s[end] == '\\' {
+				end++
+			}
+		}
+		if end >= len(s) {
+			return nil, "", p.errf(line, "unterminated double-quoted scalar (one line only)")
+		}
+		v, err := strconv.Unquote(s[:end+1])
+		if err != nil {
+			return nil, "", p.errf(line, "double-quoted scalar %s: %v", s[:end+1], err)
+		}
+		return v, s[end+1:], nil
+	case '\'':
+		var b strings.Builder
+		for i := 1; i < len(s); i++ {
+			if s[i] == '\'' {
+				if i+1 < len(s) && s[i+1] == '\'' {
+					b.WriteByte('\'')
+					i++
+					continue
+				}
+				return b.String(), s[i+1:], nil
+			}
+			b.WriteByte(s[i])
+		}
+		return nil, "", p.errf(line, "unterminated single-quoted scalar (one line only)")
+	case '[':
+		p.flowDepth++
+		defer func() { p.flowDepth-- }()
+		out := []any{}
+		rest := strings.TrimLeft(s[1:], " ")
+		for !strings.HasPrefix(rest, "]") {
+			v, r, err := p.flow(line, rest)
+			if err != nil {
+				return nil, "", err
+			}
+			out = append(out, v)
+			if rest, err = p.flowNext(line, r, ']'); err != nil {
+				return nil, "", err
+			}
+		}
+		return out, rest[1:], nil
+	case '{':
+		p.flowDepth++
+		defer func() { p.flowDepth-- }()
+		out := map[string]any{}
+		rest := strings.TrimLeft(s[1:], " ")
+		for !strings.HasPrefix(rest, "}") {
+			k, r, err := p.flow(line, rest)
+			if err != nil {
+				return nil, "", err
+			}
+			r = strings.TrimLeft(r, " ")
+			var v any
+			if strings.HasPrefix(r, ":") {
+				if v, r, err = p.flow(line, r[1:]); err != nil {
+					return nil, "", err
+				}
+			}
+			out[fmt.Sprint(k)] = v
+			if rest, err = p.flowNext(line, r, '}'); err != nil {
+				return nil, "", err
+			}
+		}
+		return out, rest[1:], nil
+	}
+	// A plain scalar: up to the end, or inside a flow collection up to , ] } or ": ".
+	end := len(s)
+	if p.flowDepth > 0 {
+		if i := strings.IndexAny(s, ",]}"); i >= 0 {
+			end = i
+		}
+		if i := strings.Index(s[:end], ": "); i >= 0 {
+			end = i
+		}
+		if strings.HasSuffix(s[:end], ":") {
+			end--
+		}
+	}
+	v := strings.TrimSpace(s[:end])
+	switch v {
+	case "true", "True", "TRUE":
+		return true, s[end:], nil
+	case "false", "False", "FALSE":
+		return false, s[end:], nil
+	case "null", "Null", "NULL", "~", "":
+		return nil, s[end:], nil
+	}
+	return v, s[end:], nil
+}
+
+// flowNext skips the separator after an item of a flow collection closed by end,
+// leaving the rest at the next item or at end.
+func (p *yamlParser) flowNext(line int, r string, end byte) (string, error) {
+	r = strings.TrimLeft(r, " ")
+	switch {
+	case strings.HasPrefix(r, ","):
+		return strings.TrimLeft(r[1:], " "), nil
+	case len(r) > 0 && r[0] == end:
+		return r, nil
+	}
+	return "", p.errf(line, "flow collection: expected ',' or '%c' (one line only)", end)
+}

@@ -1,0 +1,122 @@
+package kube
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+)
+
+// kubectlStyle is a kubeconfig as `kubectl config view --raw` and kubeadm write it.
+const kubectlStyle = `apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lCQURBS0JnZ3Foa2pPUFFRREFqQWpNU0V3SHdZRFZRUUREQmhyTTNNdApjMlZ5ZG1WeUxXTmhRREUzTURBd01EQXdNREF3SGhjTk1qUXdNVEF4TURBd01EQXdXaGNOTXpRd01UQXhNREF3Ck1EQXdXakFqTVNFd0h3WURWUVFEREJock0zTXRjMlZ5ZG1WeUxXTmhRREUzTURBd01EQXdNREF3V1RBVEJnY3EKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=
+    server: https://127.0.0.1:6443
+  name: kind-kind
+- cluster:
+    insecure-skip-tls-verify: true
+    server: "https://other.example:443"
+  name: 'other'
+contexts:
+- context:
+    cluster: kind-kind
+    namespace: default # a comment after a value
+    user: kind-kind
+  name: kind-kind
+current-context: kind-kind
+kind: Config
+preferences: {}
+users:
+- name: kind-kind
+  user:
+    client-certificate-data: Q0VSVA==
+    client-key-data: S0VZ
+- name: token-user
+  user:
+    token: "abc#not-a-comment"
+    tokenFile: /var/run/secrets/token
+`
+
+// TestYAMLToJSONReadsKubeconfigsAsTheYAMLLibraryDoes: each kubeconfig is read to the
+// same tree as sigs.k8s.io/yaml reads it (the library the plugin used before).
+func TestYAMLToJSONReadsKubeconfigsAsTheYAMLLibraryDoes(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	longCA := b64(strings.Repeat("-----BEGIN CERTIFICATE-----\nMIIB", 40))
+	cases := map[string]string{
+		"kubectl style":             kubectlStyle,
+		"document start and flow":   "---\n# header\nclusters: [{name: c, cluster: {server: 'https://k:6443', insecure-skip-tls-verify: false}}]\ncontexts: []\nusers:\n  - name: u\n    user: {token: t}\n",
+		"indented sequences":        "clusters:\n  - name: c\n    cluster:\n      server: https://k\n      certificate-authority: ca.crt\ncurrent-context: \"\"\n",
+		"quoted keys and escapes":   "\"current-context\": \"a\\\"b\\\\c\"\n'kind': 'it''s'\nclusters:\n-\n  name: empty-item-line\n",
+		"null and empty":            "current-context:\nusers: ~\nclusters: null\ncontexts:\n",
+		"plain scalar on two lines": "current-context: a\n  b\nkind: Config\n",
+		"JSON":                      `{"clusters":[{"name":"c","cluster":{"server":"https://k"}}],"current-context":"x"}`,
+		"long inline CA":            "clusters:\n- name: c\n  cluster:\n    server: https://k\n    certificate-authority-data: " + longCA + "\n",
+	}
+	// The agent's own writer: sigs.k8s.io/yaml's Marshal of the same shape.
+	agent, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "istio-cni-context",
+		"clusters": []any{map[string]any{"name": "local", "cluster": map[string]any{"server": "https://10.96.0.1:443",
+			"certificate-authority-data": []byte(strings.Repeat("-----BEGIN CERTIFICATE-----\nMIIB\n", 30))}}},
+		"users":    []any{map[string]any{"name": "istio-cni", "user": map[string]string{"token": "eyJhbGciOiJSUzI1NiIsImtpZCI6Ij" + strings.Repeat("x", 900)}}},
+		"contexts": []any{map[string]any{"name": "istio-cni-context", "context": map[string]string{"cluster": "local", "user": "istio-cni"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases["the agent's writer"] = "# Kubeconfig of the istio-cni plugin\n" + string(agent)
+	for name, in := range cases {
+		t.Run(name, func(t *testing.T) {
+			want, err := yaml.YAMLToJSON([]byte(in))
+			if err != nil {
+				t.Fatalf("the YAML library refuses the case: %v", err)
+			}
+			got, err := yamlToJSON([]byte(in))
+			if err != nil {
+				t.Fatalf("yamlToJSON: %v", err)
+			}
+			var w, g any
+			if err := json.Unmarshal(want, &w); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("yamlToJSON's output is not JSON: %v: %s", err, got)
+			}
+			if diff := cmp.Diff(w, g); diff != "" {
+				t.Errorf("(-YAML library +yamlToJSON):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestYAMLToJSONRefusesWhatItDoesNotRead: the YAML it does not implement is refused
+// naming the line, never read as something else.
+func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"anchor", "clusters:\n- &c\n  name: c\n", "line 2: YAML anchors and aliases"},
+		{"alias", "a: x\nb: *x\n", "line 2: YAML anchors and aliases"},
+		{"tag", "current-context: !!str x\n", "line 1: YAML tags"},
+		{"block scalar", "users:\n- user:\n    token: |\n      abc\n", "line 3: YAML block scalars"},
+		{"second document", "kind: Config\n---\nkind: Config\n", "line 2: more than one YAML document"},
+		{"tab indentation", "clusters:\n\t- name: c\n", "line 2: tab in indentation"},
+		{"multi-line quoted", "current-context: \"a\n  b\"\n", "line 2: a quoted scalar or flow collection continued"},
+		{"multi-line flow", "clusters: [a,\n  b]\n", "line 2: a quoted scalar or flow collection continued"},
+		{"repeated key", "kind: a\nkind: b\n", `line 2: key "kind" repeated`},
+		{"bad indentation", "clusters:\n  - name: c\n - name: d\n", "line 3: unexpected indentation"},
+		{"unterminated quote", "current-context: \"abc\n", "line 1: unterminated double-quoted"},
+		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
+		{"not JSON", `{"clusters": [`, "not valid JSON"},
+		{"junk after a value", "current-context: 'a' b\n", "line 1: unexpected"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := yamlToJSON([]byte(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+}
