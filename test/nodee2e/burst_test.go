@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -276,6 +277,30 @@ func summarize(adds []addRecord) burstStats {
 	return st
 }
 
+// slowest describes the slowest ADD of adds: its time and its three longest
+// phases, where a tail's time went.
+func slowest(adds []addRecord) string {
+	if len(adds) == 0 {
+		return "no ADD"
+	}
+	worst := adds[0]
+	for _, a := range adds[1:] {
+		if a.Took > worst.Took {
+			worst = a
+		}
+	}
+	names := make([]string, 0, len(worst.Phases))
+	for n := range worst.Phases {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return worst.Phases[names[i]] > worst.Phases[names[j]] })
+	var parts []string
+	for _, n := range names[:min(3, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %.1f", n, stats.Ms(worst.Phases[n])))
+	}
+	return fmt.Sprintf("slowest %.1f ms (%s ms)", stats.Ms(worst.Took), strings.Join(parts, ", "))
+}
+
 // burstRuns is how many bursts the benchmark runs per backend.
 const burstRuns = 3
 
@@ -338,8 +363,8 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 		all = append(all, r.adds...)
 		out.failed += len(r.failed) + len(r.failures) + (burstPods - r.ready)
 		st := summarize(r.adds)
-		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms, lookup p99 %.2f ms (API %d), rules p99 %.1f ms",
-			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99)))
+		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms, lookup p99 %.2f ms (API %d), rules p99 %.1f ms; %s",
+			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds)))
 	}
 	out.stats = summarize(all)
 	out.log = strings.Join(lines, "\n")
