@@ -8,10 +8,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/version"
 )
-
-// version is set at build time (-X main.version=...).
-var version = "dev"
 
 // defaultPath is used when the runtime gives the plugin no PATH: the plugin runs
 // iptables/nft, which live in the sbin directories.
@@ -21,5 +19,5 @@ func main() {
 	if os.Getenv("PATH") == "" {
 		os.Setenv("PATH", defaultPath)
 	}
-	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version)
+	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version.Version)
 }

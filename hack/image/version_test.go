@@ -16,15 +16,21 @@ func TestBuildVersionIsInTheBinariesAndTheImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dir := testTempDir(t)
-	bins, err := GoBuild(ctx, repoRoot(t), dir, runtime.GOARCH, "1.2.3-rc.1", "./cmd/install-cni", "./cmd/istio-iptables")
+	bins, err := GoBuild(ctx, repoRoot(t), dir, runtime.GOARCH, "1.2.3-rc.1", "./cmd/install-cni", "./cmd/istio-iptables", "./cmd/istio-cni")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, bin := range bins {
-		out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	for _, name := range []string{"install-cni", "istio-iptables"} {
+		out, err := exec.CommandContext(ctx, bins[name], "--version").CombinedOutput()
 		if got, want := strings.TrimSpace(string(out)), name+" 1.2.3-rc.1"; err != nil || got != want {
 			t.Errorf("%s --version: %q (err %v), want %q", name, got, err, want)
 		}
+	}
+	// The plugin, run without CNI_COMMAND as a person would, says what it is (the
+	// CNI library's "about" line).
+	out, _ := exec.CommandContext(ctx, bins["istio-cni"]).CombinedOutput()
+	if !strings.Contains(string(out), "istio-cni 1.2.3-rc.1") {
+		t.Errorf("istio-cni without CNI_COMMAND says %q, want it to name istio-cni 1.2.3-rc.1", out)
 	}
 
 	spec := func(ver string) Spec {
