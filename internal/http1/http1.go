@@ -47,6 +47,9 @@ var ErrTooLarge = errors.New("answer larger than the limit")
 // reads the answer, whose body may be at most limit bytes (ErrTooLarge). The
 // caller owns conn (its deadline bounds the exchange) and closes it.
 func Do(conn net.Conn, req Request, limit int64) (*Response, error) {
+	if req.Path == "" || strings.ContainsAny(req.Path, " \r\n") || strings.ContainsAny(req.Host, " \r\n") || strings.ContainsAny(req.Method, " \r\n") {
+		return nil, fmt.Errorf("request %q %q to host %q: a method, path or host that cannot be sent", req.Method, req.Path, req.Host)
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", req.Method, req.Path, req.Host)
 	for _, h := range req.Header {

@@ -126,3 +126,23 @@ func TestReadMalformedAnswers(t *testing.T) {
 		t.Fatalf("got %+v, %v", resp, err)
 	}
 }
+
+// TestDoRefusesWhatWouldSplitTheRequest: a path, host or method holding a space or
+// a line break is refused before anything is written.
+func TestDoRefusesWhatWouldSplitTheRequest(t *testing.T) {
+	for _, req := range []Request{
+		{Method: "GET", Host: "h", Path: "/a b"},
+		{Method: "GET", Host: "h", Path: "/a\r\nX-Injected: 1"},
+		{Method: "GET", Host: "h\r\nX: y", Path: "/"},
+		{Method: "GET /x", Host: "h", Path: "/"},
+		{Method: "GET", Host: "h", Path: ""},
+	} {
+		client, server := net.Pipe()
+		_, err := Do(client, req, 1<<10)
+		client.Close()
+		server.Close()
+		if err == nil || !strings.Contains(err.Error(), "cannot be sent") {
+			t.Errorf("Do(%+v) = %v, want a refusal", req, err)
+		}
+	}
+}
