@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -69,7 +68,7 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 		}
 	}
 	if c.token == "" && kc.TokenFile != "" {
-		b, err := os.ReadFile(kc.TokenFile)
+		b, err := readFile(kc.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig token file: %w", err)
 		}

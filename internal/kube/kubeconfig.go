@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -51,10 +52,32 @@ type kubeconfigFile struct {
 	} `json:"users"`
 }
 
+// MaxFileBytes bounds each file the plugin reads for its API client: the
+// kubeconfig and the files it names (CA, client certificate and key, token). Real
+// ones are a few KiB; a larger file is refused naming it.
+const MaxFileBytes = 1 << 20
+
+// readFile reads path, refusing a file over MaxFileBytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileBytes)
+	}
+	return b, nil
+}
+
 // LoadKubeconfig reads a kubeconfig file. Relative file references resolve against
 // the file's directory, as kubectl does.
 func LoadKubeconfig(path string) (*Kubeconfig, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read kubeconfig: %w", err)
 	}
@@ -112,7 +135,7 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 			return b, nil
 		}
 		if file != "" {
-			b, err := os.ReadFile(resolve(file))
+			b, err := readFile(resolve(file))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", field, err)
 			}

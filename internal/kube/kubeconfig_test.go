@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,5 +75,36 @@ current-context: ctx
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLoadKubeconfigRefusesFilesOverTheBound: a kubeconfig, or a file it names,
+// larger than MaxFileBytes is refused naming the file; one at the bound is read.
+func TestLoadKubeconfigRefusesFilesOverTheBound(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	valid := "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority: ca.pem\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nusers:\n- name: u\n  user: {token: t}\n"
+	// A kubeconfig padded with a comment to exactly the bound is read.
+	pad := MaxFileBytes - len(valid) - 2
+	atBound := write("at-bound", []byte(valid+"#"+strings.Repeat("x", pad)+"\n"))
+	write("ca.pem", []byte("ca"))
+	if _, err := LoadKubeconfig(atBound); err != nil {
+		t.Errorf("a kubeconfig of %d bytes: %v", MaxFileBytes, err)
+	}
+	over := write("over", []byte(valid+"#"+strings.Repeat("x", pad+1)+"\n"))
+	if _, err := LoadKubeconfig(over); err == nil || !strings.Contains(err.Error(), over) || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a kubeconfig over the bound: %v, want a refusal naming %s", err, over)
+	}
+	// A named file over the bound (the CA) is refused naming it.
+	bigCA := write("big-ca.pem", make([]byte, MaxFileBytes+1))
+	kc := write("names-big-ca", []byte(strings.Replace(valid, "ca.pem", bigCA, 1)))
+	if _, err := LoadKubeconfig(kc); err == nil || !strings.Contains(err.Error(), bigCA) {
+		t.Errorf("a CA file over the bound: %v, want a refusal naming %s", err, bigCA)
 	}
 }
