@@ -195,7 +195,9 @@ func run(ctx context.Context) (failed int, err error) {
 		os.WriteFile(manifest, []byte(y), 0o644)
 	}
 	fmt.Println("  $ kubectl get pod -n demo app -o yaml > app.yaml")
-	explain, _ := s.Sh(ctx, filepath.Join(work, "bin", "istio-cni-doctor"), "explain", "-f", manifest)
+	doctor, err := im.AgentBinary("istio-cni-doctor")
+	c.check(err == nil, "the build left istio-cni-doctor for this machine beside the image", err)
+	explain, _ := s.Sh(ctx, doctor, "explain", "-f", manifest)
 	c.check(strings.Contains(explain, "ISTIO_"), "istio-cni-doctor explain shows the rules the plugin programs")
 	fmt.Println("  And what is really there, read on the node:")
 	rules, err := s.ShowRules(ctx, app)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -137,6 +138,22 @@ func (im *Images) RebuildAgent(ctx context.Context, n *node.Node, tag string) (s
 		return "", err
 	}
 	return d.String(), nil
+}
+
+// AgentBinary is the path of the agent image's binary name (istio-cni-doctor, say)
+// built for this machine's architecture, as the build left it beside the image.
+func (im *Images) AgentBinary(name string) (string, error) {
+	for _, s := range im.agent.Specs {
+		if s.Arch != runtime.GOARCH {
+			continue
+		}
+		for _, f := range s.Files {
+			if f.Source != "" && path.Base(f.Path) == name {
+				return f.Source, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("the agent image for %s has no %s", runtime.GOARCH, name)
 }
 
 // Archives are the OCI archives' paths, sorted.
