@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/http1"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // AgentClient reads pods and namespaces from the node agent's pod cache (package podcache) over its
@@ -72,7 +73,7 @@ func (c *AgentClient) get(ctx context.Context, path string, out any) error {
 	case 404:
 		return fmt.Errorf("agent pod cache: %w", ErrNotFound)
 	default:
-		return fmt.Errorf("agent pod cache answered %d: %s", resp.StatusCode, resp.Body)
+		return fmt.Errorf("agent pod cache answered %d: %s", resp.StatusCode, redirect.Quote(string(resp.Body)))
 	}
 	if err := json.Unmarshal(resp.Body, out); err != nil {
 		return fmt.Errorf("agent pod cache: decode: %w", err)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,18 @@ func TestAgentClientGivesUpOnAHungAgent(t *testing.T) {
 	_, err := NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p")
 	if took := time.Since(start); err == nil || took > time.Second {
 		t.Fatalf("GetPod from a hung agent: err=%v after %s; want an error after about 100ms", err, took)
+	}
+}
+
+// TestAgentClientCutsALongErrorAnswer: an error answer is quoted in the error by its
+// first bytes and its length, not echoed whole.
+func TestAgentClientCutsALongErrorAnswer(t *testing.T) {
+	long := strings.Repeat("x", 100<<10)
+	sock := listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, long, http.StatusInternalServerError)
+	}))
+	_, err := NewAgentClient(sock, time.Second).GetPod(context.Background(), "ns", "p")
+	if err == nil || !strings.Contains(err.Error(), "answered 500") || !strings.Contains(err.Error(), "bytes)") || len(err.Error()) > 200 {
+		t.Fatalf("GetPod from an agent answering 500 with %d bytes: %v; want a short error naming the status and the length", len(long), err)
 	}
 }

@@ -196,7 +196,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonBackend
 	b, err := NewBackend(cfg)
 	if err != nil {
-		log.Error("ADD failed", "error", err, "reason", ev.Reason)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
 	ev.Reason = pluginlog.ReasonApply
