@@ -82,8 +82,8 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 		return false, err
 	}
 	// After a failed batch the socket may still hold replies: never reuse it.
-	defer c.CloseLasting()
-	got, err := readOurs(c)
+	defer c.Close()
+	got, err := readOurs(c.Conn)
 	timing.Mark(ctx, "nft-read")
 	if err != nil {
 		return false, fmt.Errorf("read our tables: %w", err)
@@ -100,7 +100,7 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 		_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
 		return err == nil, err
 	}
-	nlErr := flushRuleset(c, rs, present)
+	nlErr := flushRuleset(c.Conn, rs, present)
 	if nlErr == nil {
 		return true, nil
 	}
@@ -126,8 +126,8 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 	if err != nil {
 		return nil, fmt.Errorf("verify nftables: %w", err)
 	}
-	defer c.CloseLasting()
-	got, err := readOurs(c)
+	defer c.Close()
+	got, err := readOurs(c.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("verify nftables: read our tables: %w", err)
 	}
@@ -141,8 +141,8 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
-	defer c.CloseLasting()
-	tables, err := ourTables(c)
+	defer c.Close()
+	tables, err := ourTables(c.Conn)
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
@@ -157,7 +157,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if b.applyVia == applyExec {
 		_, err = b.run(ctx, deleteScript(ids), "-f", "-")
 	} else {
-		err = flushRuleset(c, &ruleset{}, ids)
+		err = flushRuleset(c.Conn, &ruleset{}, ids)
 	}
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
@@ -173,8 +173,8 @@ func List() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("list nftables: %w", err)
 	}
-	defer c.CloseLasting()
-	got, err := readOurs(c)
+	defer c.Close()
+	got, err := readOurs(c.Conn)
 	if err != nil {
 		return "", fmt.Errorf("list nftables: %w", err)
 	}

@@ -20,9 +20,6 @@ import (
 
 var _ capture.Backend = (*Backend)(nil)
 
-// requireRoot fails (never skips) a test that needs root: a silent skip would hide
-// missing coverage.
-
 // testNS creates a throwaway network namespace removed when the test ends.
 func testNS(t testing.TB) string {
 	t.Helper()
@@ -85,8 +82,8 @@ func readNS(t testing.TB, ns string) []liveTable {
 		if err != nil {
 			return err
 		}
-		defer c.CloseLasting()
-		tables, err = readOurs(c)
+		defer c.Close()
+		tables, err = readOurs(c.Conn)
 		return err
 	})
 	return tables

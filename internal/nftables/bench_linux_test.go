@@ -129,8 +129,8 @@ func BenchmarkApplyTransaction(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			defer c.CloseLasting()
-			return flushRuleset(c, rs, present)
+			defer c.Close()
+			return flushRuleset(c.Conn, rs, present)
 		}},
 	}
 	for _, m := range methods {

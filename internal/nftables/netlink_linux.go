@@ -12,18 +12,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
-// dialHere opens a netlink socket in the network namespace of the calling thread
-// (the caller holds it there, see netns.Do). The socket is created synchronously
-// on this thread, so no helper goroutine has to enter the namespace, and its
-// namespace is fixed for its life whatever thread later reads from it.
-func dialHere() (*gnft.Conn, error) {
-	c, err := gnft.New(gnft.AsLasting())
-	if err != nil {
-		return nil, fmt.Errorf("netlink: %w", err)
-	}
-	return c, nil
-}
-
 // flushRuleset programs the ruleset through netlink (no nft binary) as one batch,
 // which the kernel commits atomically: every present or planned table of ours is
 // deleted and the planned ones recreated, as the nft script does.
