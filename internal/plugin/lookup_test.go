@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
@@ -238,6 +240,64 @@ func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("decide error = %v, want it to say %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestLookupReadsTheAPIServersCacheFirst: the first GET asks for the API server's
+// watch cache (resourceVersion=0), and one answer from it is enough. An answer that
+// is not the pod (not found there yet, or an older pod of the same name) is asked
+// again at once from etcd (no resourceVersion), with no retry interval waited and
+// no try of the budget spent.
+func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
+	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"}}`
+	for _, tc := range []struct {
+		name   string
+		cached func(w http.ResponseWriter) // the answer to a resourceVersion=0 GET
+		want   []string                    // the GETs' queries, in order
+	}{
+		{"cache answers", func(w http.ResponseWriter) { io.WriteString(w, pod) }, []string{"resourceVersion=0"}},
+		{"cache has not seen the pod", func(w http.ResponseWriter) { status(404, "NotFound", `pods "web" not found`)(w, nil) },
+			[]string{"resourceVersion=0", ""}},
+		{"cache has the pod's predecessor", func(w http.ResponseWriter) {
+			io.WriteString(w, `{"metadata":{"name":"web","namespace":"app","uid":"u0"}}`)
+		}, []string{"resourceVersion=0", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				got = append(got, r.URL.RawQuery)
+				mu.Unlock()
+				if r.URL.Query().Get("resourceVersion") == "0" {
+					tc.cached(w)
+					return
+				}
+				io.WriteString(w, pod)
+			}))
+			defer srv.Close()
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			// One try and a long interval: a second GET within the budget, and no
+			// wait, only if the cache read is not counted and not waited after.
+			start := time.Now()
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("lookup took %s: it waited a retry interval", took)
+			}
+			if p.Metadata.UID != "u1" {
+				t.Errorf("looked up uid %q, want u1", p.Metadata.UID)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("GET queries (-want +got):\n%s", diff)
 			}
 		})
 	}
