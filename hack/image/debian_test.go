@@ -242,7 +242,7 @@ func TestDebianLockIsChecked(t *testing.T) {
 // Documentation, manual pages and translations are left out, the copyright files
 // kept; /bin, /sbin and /lib* paths land under /usr.
 func TestDroppedAndMergedUsr(t *testing.T) {
-	for p, want := range map[string]bool{
+	checkEach(t, "dropped", dropped, map[string]bool{
 		"/usr/share/doc/iptables/copyright":                   false,
 		"/usr/share/doc/iptables":                             false,
 		"/usr/share/doc/iptables/changelog.Debian.gz":         true,
@@ -253,21 +253,13 @@ func TestDroppedAndMergedUsr(t *testing.T) {
 		"/usr/share/iptables/iptables.xslt":                   false,
 		"/usr/share/doc-base/something":                       false,
 		"/usr/lib/aarch64-linux-gnu/gconv/gconv-modules.d/xx": true,
-	} {
-		if got := dropped(p); got != want {
-			t.Errorf("dropped(%q) = %v, want %v", p, got, want)
-		}
-	}
-	for in, want := range map[string]string{
+	})
+	checkEach(t, "mergedUsr", mergedUsr, map[string]string{
 		"/lib/x86_64-linux-gnu/libc.so.6": "/usr/lib/x86_64-linux-gnu/libc.so.6",
 		"/lib64/ld-linux-x86-64.so.2":     "/usr/lib64/ld-linux-x86-64.so.2",
 		"/sbin/x":                         "/usr/sbin/x",
 		"/libexec/x":                      "/libexec/x",
 		"/etc/protocols":                  "/etc/protocols",
 		"/lib":                            "/usr/lib",
-	} {
-		if got := mergedUsr(in); got != want {
-			t.Errorf("mergedUsr(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }

@@ -211,16 +211,23 @@ func TestArchiveIsAnOCILayoutOfTheImage(t *testing.T) {
 	}
 }
 
+// checkEach fails t for every input of cases whose f(input) is not its wanted
+// output; name is f's, for the message.
+func checkEach[In, Out comparable](t *testing.T, name string, f func(In) Out, cases map[In]Out) {
+	t.Helper()
+	for in, want := range cases {
+		if got := f(in); got != want {
+			t.Errorf("%s(%#v) = %#v, want %#v", name, in, got, want)
+		}
+	}
+}
+
 func TestContainerdName(t *testing.T) {
-	for in, want := range map[string]string{
+	checkEach(t, "ContainerdName", ContainerdName, map[string]string{
 		"istio-cni.local/install-cni:dev": "istio-cni.local/install-cni:dev",
 		"localhost/x:1":                   "localhost/x:1",
 		"reg:5000/x:1":                    "reg:5000/x:1",
 		"istio/install-cni:1.0":           "docker.io/istio/install-cni:1.0",
 		"busybox:1":                       "docker.io/library/busybox:1",
-	} {
-		if got := ContainerdName(in); got != want {
-			t.Errorf("ContainerdName(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }

@@ -59,43 +59,31 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "istio_cni_install_ready",
-			Help: "1 when the CNI config holds the istio-cni entry, the binaries and the kubeconfig are in place, and the watch is running.",
-		}),
-		installs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "istio_cni_installs_total",
-			Help: "Install steps by result: SUCCESS counts writes of the istio-cni entry into a CNI config that lacked it (first install and re-inserts); COPY_BINARIES_FAILURE, CREATE_KUBECONFIG_FAILURE and CREATE_CNI_CONFIG_FAILURE count failed attempts.",
-		}, []string{"result"}),
-		reinserts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "istio_cni_config_reinserts_total",
-			Help: "Times the istio-cni entry had to be put back after something removed it from the CNI config.",
-		}),
-		binaryInstalls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "istio_cni_binary_installs_total",
-			Help: "Binaries copied into a CNI bin dir (first install and restores).",
-		}),
-		kubeconfigWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "istio_cni_kubeconfig_writes_total",
-			Help: "Times the plugin's kubeconfig was written (first install and token rotations).",
-		}),
-		pluginEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "istio_cni_plugin_events_total",
-			Help: "Plugin command outcomes: ADD from the plugin's reports (redirected, passed_through, failed), DEL from its log records (done; nothing_to_do when the plugin logs at debug).",
-		}, []string{"command", "outcome"}),
-		pluginRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "istio_cni_plugin_log_records_total",
-			Help: "Plugin log records received, by protocol: seqpacket (this plugin), datagram (plugins of earlier builds) or http (Istio's plugin).",
-		}, []string{"protocol"}),
+		ready: gauge("istio_cni_install_ready",
+			"1 when the CNI config holds the istio-cni entry, the binaries and the kubeconfig are in place, and the watch is running."),
+		installs: counterVec("istio_cni_installs_total",
+			"Install steps by result: SUCCESS counts writes of the istio-cni entry into a CNI config that lacked it (first install and re-inserts); COPY_BINARIES_FAILURE, CREATE_KUBECONFIG_FAILURE and CREATE_CNI_CONFIG_FAILURE count failed attempts.",
+			"result"),
+		reinserts: counter("istio_cni_config_reinserts_total",
+			"Times the istio-cni entry had to be put back after something removed it from the CNI config."),
+		binaryInstalls: counter("istio_cni_binary_installs_total",
+			"Binaries copied into a CNI bin dir (first install and restores)."),
+		kubeconfigWrites: counter("istio_cni_kubeconfig_writes_total",
+			"Times the plugin's kubeconfig was written (first install and token rotations)."),
+		pluginEvents: counterVec("istio_cni_plugin_events_total",
+			"Plugin command outcomes: ADD from the plugin's reports (redirected, passed_through, failed), DEL from its log records (done; nothing_to_do when the plugin logs at debug).",
+			"command", "outcome"),
+		pluginRecords: counterVec("istio_cni_plugin_log_records_total",
+			"Plugin log records received, by protocol: seqpacket (this plugin), datagram (plugins of earlier builds) or http (Istio's plugin).",
+			"protocol"),
 		addDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "istio_cni_plugin_add_duration_seconds",
 			Help:    "Run time of the plugin's ADD, from its start to its result, by outcome, as the plugin reports it.",
 			Buckets: addDurationBuckets,
 		}, []string{"outcome"}),
-		addFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "istio_cni_plugin_add_failures_total",
-			Help: "Failed plugin ADDs by the step that failed (reason).",
-		}, []string{"reason"}),
+		addFailures: counterVec("istio_cni_plugin_add_failures_total",
+			"Failed plugin ADDs by the step that failed (reason).",
+			"reason"),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "istio_build",
@@ -160,6 +148,18 @@ func known(v string, set []string) string {
 // register adds a controller's metrics; each family is exposed only while its
 // controller runs.
 func (m *metrics) register(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
 
 func counterFunc(name, help string, v func() uint64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })

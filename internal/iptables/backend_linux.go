@@ -15,29 +15,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
-// Mode is the iptables implementation the rules are written with.
-type Mode string
-
-const (
-	// ModeAuto picks nft when iptables-nft is installed, else legacy. The choice
-	// depends only on the installed binaries, never on rules found in a pod, so a
-	// pod is always programmed the same way.
-	ModeAuto   Mode = ""
-	ModeLegacy Mode = "legacy"
-	ModeNFT    Mode = "nft"
-)
-
-// ParseMode parses an --iptables-mode value.
-func ParseMode(s string) (Mode, error) {
-	switch m := Mode(strings.TrimSpace(s)); m {
-	case ModeAuto, ModeLegacy, ModeNFT:
-		return m, nil
-	case "auto":
-		return ModeAuto, nil
-	}
-	return "", fmt.Errorf("%q is not an iptables mode (legacy, nft or auto)", s)
-}
-
 // nodePath is where DetectMode looks on a filesystem other than this process's: the
 // PATH a container runtime gives the plugins it runs.
 var nodePath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}

@@ -13,7 +13,7 @@ func newBackend(cfg Config) (capture.Backend, error) {
 	if cfg.NativeNftables {
 		return nftables.NewBackend(), nil
 	}
-	return iptables.NewBackend(iptables.Config{Mode: iptables.Mode(cfg.IptablesMode)})
+	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode})
 }
 
 func renderNftables(plan *redirect.Plan) (string, error) {

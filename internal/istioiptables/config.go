@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
@@ -33,7 +34,7 @@ type Config struct {
 	// NativeNftables selects the nftables backend; otherwise iptables, in
 	// IptablesMode ("" picks nft or legacy from the installed binaries).
 	NativeNftables bool
-	IptablesMode   string
+	IptablesMode   iptables.Mode
 
 	// NetworkNamespace is the namespace to program; empty means the current one.
 	NetworkNamespace string
@@ -203,17 +204,7 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 		Set:   toggle(func(c *Config) *bool { return &c.NativeNftables })},
 	{Name: "iptables-mode", Envs: []string{"IPTABLES_MODE"}, Default: "auto",
 		Usage: `iptables implementation, "legacy", "nft" or "auto" (nft when installed)`,
-		Set: func(c *Config, v string) error {
-			switch m := strings.TrimSpace(v); m {
-			case "", "auto":
-				c.IptablesMode = ""
-			case "legacy", "nft":
-				c.IptablesMode = m
-			default:
-				return fmt.Errorf("%q is not an iptables mode (legacy, nft or auto)", v)
-			}
-			return nil
-		}},
+		Set:   settings.Field(func(c *Config) *iptables.Mode { return &c.IptablesMode }, iptables.ParseMode)},
 	{Name: "resolv-conf", Default: DefaultResolvConf, Hidden: true,
 		Usage: "resolv.conf to read DNS servers from",
 		Set: func(c *Config, v string) error {
@@ -315,7 +306,7 @@ func ownerGroupsConflict(lookupEnv func(string) (string, bool)) error {
 
 // validate checks what no single setting can: combinations.
 func (c *Config) validate() error {
-	if c.NativeNftables && c.IptablesMode != "" {
+	if c.NativeNftables && c.IptablesMode != iptables.ModeAuto {
 		return fmt.Errorf("--iptables-mode %q cannot be combined with --native-nftables", c.IptablesMode)
 	}
 	if c.RunValidation && (c.ProbePort == c.Capture.ProxyPort || c.ProbePort == c.Capture.InboundCapturePort) {

@@ -34,6 +34,22 @@ type Config struct {
 	Identity string
 }
 
+// Client-go's usual election timings (those of its leader election example).
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// Defaults is an election of the Lease name with client-go's usual timings, each
+// multiplied by slower: a controller whose take-over may wait eases the load of
+// every replica reading the Lease each RetryPeriod. The ratios client-go checks
+// (Check) hold for any slower of 1 or more.
+func Defaults(name string, slower int) Config {
+	n := time.Duration(slower)
+	return Config{LeaseName: name, LeaseDuration: n * DefaultLeaseDuration, RenewDeadline: n * DefaultRenewDeadline, RetryPeriod: n * DefaultRetryPeriod}
+}
+
 // Envs are the variables a controller reads an election's settings from.
 type Envs struct {
 	LeaseName, LeaseDuration, RenewDeadline, RetryPeriod, Identity string
@@ -42,9 +58,9 @@ type Envs struct {
 // Read sets c from the variables in envs; Identity falls back to POD_NAME.
 func (c *Config) Read(r *settings.Reader, envs Envs) {
 	r.NonEmpty(envs.LeaseName, &c.LeaseName)
-	r.Duration(envs.LeaseDuration, &c.LeaseDuration, "15s")
-	r.Duration(envs.RenewDeadline, &c.RenewDeadline, "10s")
-	r.Duration(envs.RetryPeriod, &c.RetryPeriod, "2s")
+	r.Duration(envs.LeaseDuration, &c.LeaseDuration, DefaultLeaseDuration.String())
+	r.Duration(envs.RenewDeadline, &c.RenewDeadline, DefaultRenewDeadline.String())
+	r.Duration(envs.RetryPeriod, &c.RetryPeriod, DefaultRetryPeriod.String())
 	r.NonEmpty(EnvPodName, &c.Identity)
 	r.NonEmpty(envs.Identity, &c.Identity)
 }

@@ -3,7 +3,6 @@ package nad
 import (
 	"slices"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -32,15 +31,13 @@ var leaseEnvs = lease.Envs{
 	RetryPeriod: EnvRetryPeriod, Identity: EnvIdentity,
 }
 
-// Defaults. The Lease's timings are four times client-go's usual ones: every agent
-// of the DaemonSet campaigns, and each one reads the Lease every RetryPeriod, while
-// a slower take-over only delays the object in a namespace that gets its first
-// meshed pod in that window.
+// Defaults. The Lease's timings are four times client-go's usual ones
+// (leaseSlower): every agent of the DaemonSet campaigns, and each one reads the
+// Lease every RetryPeriod, while a slower take-over only delays the object in a
+// namespace that gets its first meshed pod in that window.
 const (
-	DefaultLeaseName     = "istio-cni-multus"
-	DefaultLeaseDuration = 60 * time.Second
-	DefaultRenewDeadline = 40 * time.Second
-	DefaultRetryPeriod   = 8 * time.Second
+	DefaultLeaseName = "istio-cni-multus"
+	leaseSlower      = 4
 	// SidecarAnnotation marks a pod Istio's injector has given a sidecar.
 	SidecarAnnotation = "sidecar.istio.io/status"
 	// ManagedByLabel marks the NetworkAttachmentDefinitions the controller created.
@@ -78,13 +75,8 @@ type Config struct {
 // DefaultConfig is off, with the chart's network name.
 func DefaultConfig() Config {
 	return Config{
-		Mode: multus.DefaultMode(),
-		Config: lease.Config{
-			LeaseName:     DefaultLeaseName,
-			LeaseDuration: DefaultLeaseDuration,
-			RenewDeadline: DefaultRenewDeadline,
-			RetryPeriod:   DefaultRetryPeriod,
-		},
+		Mode:   multus.DefaultMode(),
+		Config: lease.Defaults(DefaultLeaseName, leaseSlower),
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 func TestRecordsReachStderrFileAndSocket(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "pseq.sock")
-	msgs := listenPacket(t, sock)
+	msgs := listenAgent(t, "unixpacket", sock)
 	var stderr bytes.Buffer
 	l := New(&stderr, Options{Level: slog.LevelInfo, File: filepath.Join(dir, "plugin.log"), Socket: sock})
 	l.Debug("hidden")
@@ -77,7 +77,7 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 // while a log record does not.
 func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pseq.sock")
-	msgs := listenPacket(t, sock)
+	msgs := listenAgent(t, "unixpacket", sock)
 	l := New(io.Discard, Options{Level: slog.LevelError, Socket: sock})
 	l.Info("hidden")
 	want := Event{Command: "ADD", Outcome: OutcomeFailed, Reason: ReasonApply, Seconds: 0.25}
@@ -163,12 +163,7 @@ func TestTheAgentsSocketOfEachBuildIsFound(t *testing.T) {
 			if tc.listen == "datagram" {
 				path = o.DatagramSocket
 			}
-			var msgs <-chan []byte
-			if tc.network == "unixpacket" {
-				msgs = listenPacket(t, path)
-			} else {
-				msgs = listenDatagram(t, path)
-			}
+			msgs := listenAgent(t, tc.network, path)
 			l := New(io.Discard, o)
 			l.Report(Event{Command: "ADD", Outcome: OutcomeRedirected})
 			l.Close()
@@ -182,15 +177,27 @@ func TestTheAgentsSocketOfEachBuildIsFound(t *testing.T) {
 	}
 }
 
-// listenPacket listens on a SOCK_SEQPACKET socket at path, as the agent does, and
-// returns the messages of every connection.
-func listenPacket(t testing.TB, path string) <-chan []byte {
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+// listenAgent listens at path as an agent does, on network: "unixpacket" (a
+// SOCK_SEQPACKET socket, as this build's agent) or "unixgram" (a datagram socket,
+// as agents of earlier builds), and returns the messages of every connection.
+func listenAgent(t testing.TB, network, path string) <-chan []byte {
+	t.Helper()
+	addr := &net.UnixAddr{Name: path, Net: network}
+	msgs := make(chan []byte, 100)
+	if network == "unixgram" {
+		c, err := net.ListenUnixgram(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go readMessages(c, msgs)
+		return msgs
+	}
+	ln, err := net.ListenUnix(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	msgs := make(chan []byte, 100)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -200,19 +207,6 @@ func listenPacket(t testing.TB, path string) <-chan []byte {
 			go readMessages(c, msgs)
 		}
 	}()
-	return msgs
-}
-
-// listenDatagram listens on a datagram socket at path, as agents of earlier builds
-// do, and returns its datagrams.
-func listenDatagram(t testing.TB, path string) <-chan []byte {
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	msgs := make(chan []byte, 100)
-	go readMessages(c, msgs)
 	return msgs
 }
 
@@ -325,12 +319,7 @@ func BenchmarkReport(b *testing.B) {
 	for _, network := range []string{"unixpacket", "unixgram"} {
 		b.Run(network, func(b *testing.B) {
 			sock := filepath.Join(b.TempDir(), "agent.sock")
-			var msgs <-chan []byte
-			if network == "unixpacket" {
-				msgs = listenPacket(b, sock)
-			} else {
-				msgs = listenDatagram(b, sock)
-			}
+			msgs := listenAgent(b, network, sock)
 			go func() {
 				for range msgs {
 				}
@@ -350,7 +339,7 @@ func BenchmarkReport(b *testing.B) {
 // to its socket and the close.
 func BenchmarkConnect(b *testing.B) {
 	sock := filepath.Join(b.TempDir(), "agent.sock")
-	msgs := listenPacket(b, sock)
+	msgs := listenAgent(b, "unixpacket", sock)
 	go func() {
 		for range msgs {
 		}

@@ -2,7 +2,6 @@ package taint
 
 import (
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -43,9 +42,6 @@ const (
 	DefaultAgentNamespace = "istio-system"
 	DefaultAgentSelector  = "k8s-app=istio-cni-node"
 	DefaultLeaseName      = "istio-cni-taint"
-	DefaultLeaseDuration  = 15 * time.Second
-	DefaultRenewDeadline  = 10 * time.Second
-	DefaultRetryPeriod    = 2 * time.Second
 )
 
 // Config is the node readiness controller's settings.
@@ -78,12 +74,7 @@ func DefaultConfig() Config {
 		Effect:         DefaultEffect,
 		AgentNamespace: DefaultAgentNamespace,
 		AgentSelector:  DefaultAgentSelector,
-		Config: lease.Config{
-			LeaseName:     DefaultLeaseName,
-			LeaseDuration: DefaultLeaseDuration,
-			RenewDeadline: DefaultRenewDeadline,
-			RetryPeriod:   DefaultRetryPeriod,
-		},
+		Config:         lease.Defaults(DefaultLeaseName, 1), // client-go's usual timings
 	}
 }
 
