@@ -952,6 +952,10 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"unknown taint effect", []string{"--set", "taint.effect=Sometimes"}, []string{"/taint/effect", "'Sometimes'"}},
 		{"taint retry period without a unit", []string{"--set-string", "taint.retryPeriod=15"}, []string{"/taint/retryPeriod", "'15'"}},
 		{"negative taint lease duration", []string{"--set", "taint.leaseDuration=-30s"}, []string{"/taint/leaseDuration", "'-30s'"}},
+		{"taint renew deadline not above 1.2 x retry period", []string{"--set", "taint.enabled=true", "--set", "taint.retryPeriod=500ms", "--set", "taint.renewDeadline=600ms", "--set", "taint.leaseDuration=1s"},
+			[]string{"taint.renewDeadline 600ms", "1.2 x taint.retryPeriod (500ms)"}},
+		{"taint lease not above the renew deadline", []string{"--set", "taint.enabled=true", "--set", "taint.renewDeadline=1m30s", "--set", "taint.leaseDuration=1.5m"},
+			[]string{"taint.leaseDuration 1.5m", "taint.renewDeadline 1m30s"}},
 		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
 		{"multus while chained", []string{"--set", "multus.enabled=true"}, []string{"multus.enabled", "chained", "standalone"}},
 		{"multus with no namespace at all", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={}", "--set", "multus.meshedNamespaces=false"},
@@ -963,6 +967,25 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, c.want) })
+	}
+}
+
+// TestTaintTimingsInAnyGoForm: the render-time check of the Lease timings reads
+// every form of Go duration the schema admits, and the values reach the agent as
+// written.
+func TestTaintTimingsInAnyGoForm(t *testing.T) {
+	for _, c := range [][3]string{{"15s", "20s", "30s"}, {"500ms", "601ms", "1s"}, {"1.5s", "1m30s", "0.5h"}, {"1m", "1h1m", "2h"}, {"50s", "1m1s", "1m2s"}} {
+		m, err := render(t, "--set", "taint.enabled=true", "--set", "taint.retryPeriod="+c[0], "--set", "taint.renewDeadline="+c[1], "--set", "taint.leaseDuration="+c[2])
+		if err != nil {
+			t.Errorf("timings %v refused: %v", c, err)
+			continue
+		}
+		env := m.env(t)
+		for i, name := range []string{"TAINT_RETRY_PERIOD", "TAINT_RENEW_DEADLINE", "TAINT_LEASE_DURATION"} {
+			if env[name] != c[i] {
+				t.Errorf("timings %v: the agent's %s is %q, want %q", c, name, env[name], c[i])
+			}
+		}
 	}
 }
 

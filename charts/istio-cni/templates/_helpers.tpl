@@ -175,3 +175,36 @@ named istio-cni for the NetworkAttachmentDefinition to point at (the agent refus
 {{- else -}}localhost/{{ $p.localhostProfile }}
 {{- end -}}
 {{- end }}
+
+{{/*
+A Go duration (the schema's goDuration: 15s, 1m30s, 1.5h, 500ms) in milliseconds.
+*/}}
+{{- define "istio-cni.durationMs" -}}
+{{- $ms := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|h|m|s)" (toString .) -1 }}
+{{- $unit := regexFind "(ms|h|m|s)$" . }}
+{{- $n := float64 (trimSuffix $unit .) }}
+{{- $ms = addf $ms (mulf $n (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit)) }}
+{{- end }}
+{{- $ms -}}
+{{- end }}
+
+{{/*
+The taint controller's Lease timings as the agent checks them at start (client-go's
+rules: renewDeadline > 1.2 x retryPeriod, leaseDuration > renewDeadline): refused at
+install rather than in a crash-looping agent.
+*/}}
+{{- define "istio-cni.checkTaintTimings" -}}
+{{- $t := .Values.taint }}
+{{- if $t.enabled }}
+{{- $retry := include "istio-cni.durationMs" $t.retryPeriod | float64 }}
+{{- $renew := include "istio-cni.durationMs" $t.renewDeadline | float64 }}
+{{- $lease := include "istio-cni.durationMs" $t.leaseDuration | float64 }}
+{{- if le $renew (mulf 1.2 $retry) }}
+{{- fail (printf "taint.renewDeadline %s must be longer than 1.2 x taint.retryPeriod (%s): a leader would lose its Lease between two renewals" $t.renewDeadline $t.retryPeriod) }}
+{{- end }}
+{{- if le $lease $renew }}
+{{- fail (printf "taint.leaseDuration %s must be longer than taint.renewDeadline %s: another agent would take the Lease while its leader still renews it" $t.leaseDuration $t.renewDeadline) }}
+{{- end }}
+{{- end }}
+{{- end }}
