@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
@@ -24,14 +25,14 @@ func TestRepairUsesThePluginConfigTheAgentInstalls(t *testing.T) {
 		wantName         string
 		wantBackend      plugin.Backend
 		wantExcluded     []string
-		wantIptablesMode plugin.IptablesMode
+		wantIptablesMode iptables.Mode
 	}{{
 		name:         "generated entry: no cniVersion, name istio-cni",
 		env:          map[string]string{"EXCLUDE_NAMESPACES": "kube-system", "IPTABLES_MODE": "legacy"},
 		wantVersion:  standaloneCNIVersion,
 		wantName:     "istio-cni",
 		wantBackend:  plugin.BackendIptables,
-		wantExcluded: []string{"kube-system"}, wantIptablesMode: plugin.IptablesLegacy,
+		wantExcluded: []string{"kube-system"}, wantIptablesMode: iptables.ModeLegacy,
 	}, {
 		name:         "template with its own cniVersion and name, nftables",
 		env:          map[string]string{"CNI_NETWORK_CONFIG": `{"cniVersion":"1.0.0","name":"mesh","type":"istio-cni","native_nftables":true,"exclude_namespaces":["a"]}`},

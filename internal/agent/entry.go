@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
@@ -57,16 +58,16 @@ func prefixNote(s *Settings) string {
 // the component JSON.
 func generatedEntry(s *Settings) []byte {
 	e := struct {
-		Name              string              `json:"name"`
-		Type              string              `json:"type"`
-		PluginLogLevel    cli.Level           `json:"plugin_log_level"`
-		CNIAgentRunDir    string              `json:"cni_agent_run_dir"`
-		ExcludeNamespaces []string            `json:"exclude_namespaces"`
-		PodNamespace      string              `json:"pod_namespace,omitempty"`
-		NativeNftables    bool                `json:"native_nftables,omitempty"`
-		IptablesMode      plugin.IptablesMode `json:"iptables_mode,omitempty"`
-		LogAsJSON         bool                `json:"log_as_json,omitempty"`
-		ConfigSchema      int                 `json:"config_schema"`
+		Name              string        `json:"name"`
+		Type              string        `json:"type"`
+		PluginLogLevel    cli.Level     `json:"plugin_log_level"`
+		CNIAgentRunDir    string        `json:"cni_agent_run_dir"`
+		ExcludeNamespaces []string      `json:"exclude_namespaces"`
+		PodNamespace      string        `json:"pod_namespace,omitempty"`
+		NativeNftables    bool          `json:"native_nftables,omitempty"`
+		IptablesMode      iptables.Mode `json:"iptables_mode,omitempty"`
+		LogAsJSON         bool          `json:"log_as_json,omitempty"`
+		ConfigSchema      int           `json:"config_schema"`
 	}{
 		Name:              PluginType,
 		Type:              s.PluginName(),

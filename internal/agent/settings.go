@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/nad"
@@ -65,7 +66,7 @@ type Settings struct {
 	PluginLogLevel    cli.Level
 	PodNamespace      string
 	NativeNftables    bool
-	IptablesMode      plugin.IptablesMode
+	IptablesMode      iptables.Mode
 
 	// KubeconfigMode is the plugin kubeconfig's file mode.
 	KubeconfigMode os.FileMode
@@ -429,13 +430,12 @@ func setPodNamespace(s *Settings, v string) error {
 }
 
 func setIptablesMode(s *Settings, v string) error {
-	m := plugin.IptablesMode(strings.TrimSpace(v))
-	switch m {
-	case plugin.IptablesDetect, plugin.IptablesLegacy, plugin.IptablesNft:
-		s.IptablesMode = m
-		return nil
+	m, err := iptables.ParseMode(v)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%q is not an iptables mode (legacy, nft, or empty to detect)", v)
+	s.IptablesMode = m
+	return nil
 }
 
 // setKubeconfigMode reads an octal mode as chmod does ("600", "0600", "0o600").

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/nad"
-	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
@@ -132,7 +132,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
 				s.ConfName, s.Chained, s.NetworkConfig = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`
 				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, cli.LevelDebug, "istio-cni"
-				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, plugin.IptablesLegacy, 0o640
+				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, iptables.ModeLegacy, 0o640
 				s.ServiceAccountDir, s.KubeCAFile, s.SkipTLSVerify = "/sa", "/ca/ca.pem", true
 				s.KubeHost, s.KubePort, s.KubeProtocol, s.NodeName = "fd00::1", 6443, "http", "n"
 				s.RunDir, s.MonitoringPort, s.ReadinessPort = "/run/x", 0, 9000

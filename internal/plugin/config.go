@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
@@ -62,7 +63,7 @@ type Config struct {
 	Backend Backend
 	// IptablesMode picks the iptables flavour for the iptables backend; empty means
 	// detect as istio-iptables does.
-	IptablesMode IptablesMode
+	IptablesMode iptables.Mode
 	// AmbientEnabled is Istio's ambient_enabled. This plugin has no ambient mode, so
 	// true is refused (Validate) rather than ignored: traffic that ambient would
 	// capture must not silently bypass every proxy.
@@ -92,15 +93,6 @@ type Backend string
 const (
 	BackendIptables Backend = "iptables"
 	BackendNftables Backend = "nftables"
-)
-
-// IptablesMode is the iptables flavour.
-type IptablesMode string
-
-const (
-	IptablesDetect IptablesMode = ""
-	IptablesLegacy IptablesMode = "legacy"
-	IptablesNft    IptablesMode = "nft"
 )
 
 // PodLookup bounds the pod lookup. Istio tries 30 times, 1 s apart: a pod may not be
@@ -364,7 +356,12 @@ func (r rawConfig) withDefaults() Config {
 		c.Backend = BackendNftables
 	}
 	if r.IptablesMode != nil {
-		c.IptablesMode = IptablesMode(*r.IptablesMode)
+		// iptables.ParseMode's spellings ("auto" is detection); a bad value is kept
+		// for Validate to name.
+		c.IptablesMode = iptables.Mode(*r.IptablesMode)
+		if m, err := iptables.ParseMode(*r.IptablesMode); err == nil {
+			c.IptablesMode = m
+		}
 	}
 	if r.AmbientEnabled != nil {
 		c.AmbientEnabled = *r.AmbientEnabled
@@ -473,10 +470,8 @@ func (c *Config) Validate() error {
 	if c.Backend != BackendIptables && c.Backend != BackendNftables {
 		bad("native_nftables", "unknown backend %q", c.Backend)
 	}
-	switch c.IptablesMode {
-	case IptablesDetect, IptablesLegacy, IptablesNft:
-	default:
-		bad("iptables_mode", `%q is not an iptables mode ("", legacy, nft)`, c.IptablesMode)
+	if _, err := iptables.ParseMode(string(c.IptablesMode)); err != nil {
+		bad("iptables_mode", "%v", err)
 	}
 	if c.PodLookup.Retries < 1 {
 		bad("pod_lookup.retries", "%d: at least one try is needed", c.PodLookup.Retries)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 )
 
 var ignoreKeys = cmpopts.IgnoreUnexported(Config{})
@@ -107,12 +108,19 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 				"log_socket":"/run/x.sock","log_file":"","log_as_json":true}`,
 			want: func(c *Config) {
 				c.LogJSON = true
-				c.IptablesMode = IptablesLegacy
+				c.IptablesMode = iptables.ModeLegacy
 				c.PodLookup = PodLookup{Retries: 5, Interval: 200 * time.Millisecond}
 				c.ExtraBypassUIDs = []uint32{1337, 1000660000}
 				c.LogSocket = "/run/x.sock"
 				c.LogFile = ""
 			},
+		},
+		{
+			// The same spellings as istio-iptables' --iptables-mode and the agent's
+			// IPTABLES_MODE (iptables.ParseMode): "auto" is detection.
+			name: "iptables mode auto",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","iptables_mode":"auto"}`,
+			want: func(c *Config) { c.IptablesMode = iptables.ModeAuto },
 		},
 		{
 			name: "unknown keys and runtime-injected ones are tolerated",
@@ -169,8 +177,8 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 			`plugin config: "pod_lookup.interval": "soon" is not a duration (like "1s" or "500ms")`},
 		{"negative interval", `{"pod_lookup":{"interval":"-1s"}}`,
 			`plugin config: "pod_lookup.interval": -1s: must be positive`},
-		{"bad iptables mode", `{"iptables_mode":"auto"}`,
-			`plugin config: "iptables_mode": "auto" is not an iptables mode ("", legacy, nft)`},
+		{"bad iptables mode", `{"iptables_mode":"fast"}`,
+			`plugin config: "iptables_mode": "fast" is not an iptables mode (legacy, nft or auto)`},
 		{"bad intercept type", `{"kubernetes":{"intercept_type":"ebpf"}}`,
 			`plugin config: "kubernetes.intercept_type": "ebpf" is not an intercept type (iptables)`},
 		{"relative run dir", `{"cni_agent_run_dir":"run/istio"}`,
@@ -197,7 +205,7 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 			`plugin config: invalid JSON at byte 21: invalid character '}' looking for beginning of object key string`},
 		{"several errors reported together", `{"plugin_log_level":"x","iptables_mode":"y"}`,
 			"plugin config: \"plugin_log_level\": \"x\" is not a log level (panic, fatal, error, warn, info, debug, none)\n" +
-				`plugin config: "iptables_mode": "y" is not an iptables mode ("", legacy, nft)`},
+				`plugin config: "iptables_mode": "y" is not an iptables mode (legacy, nft or auto)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.json))

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/iptables"
 )
 
 // ForNode fills in the node's iptables flavour only where the config leaves it to
@@ -21,14 +23,14 @@ func TestForNodeTakesTheNodesIptablesFlavour(t *testing.T) {
 		name    string
 		cfg     Config
 		root    string
-		want    IptablesMode
+		want    iptables.Mode
 		wantCfg bool // the same *Config comes back
 	}{
-		{"detect on an nft node", Config{}, nftNode, IptablesNft, false},
-		{"detect on a legacy node", Config{}, legacyNode, IptablesLegacy, false},
-		{"the config's flavour wins", Config{IptablesMode: IptablesLegacy}, nftNode, IptablesLegacy, true},
-		{"native nftables has no flavour", Config{Backend: BackendNftables}, nftNode, IptablesDetect, true},
-		{"node not visible", Config{}, "", IptablesDetect, true},
+		{"detect on an nft node", Config{}, nftNode, iptables.ModeNFT, false},
+		{"detect on a legacy node", Config{}, legacyNode, iptables.ModeLegacy, false},
+		{"the config's flavour wins", Config{IptablesMode: iptables.ModeLegacy}, nftNode, iptables.ModeLegacy, true},
+		{"native nftables has no flavour", Config{Backend: BackendNftables}, nftNode, iptables.ModeAuto, true},
+		{"node not visible", Config{}, "", iptables.ModeAuto, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg

@@ -452,7 +452,7 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 	if cfg.Backend == BackendNftables {
 		return nftables.NewBackend(), nil
 	}
-	return iptables.NewBackend(iptables.Config{Mode: iptables.Mode(cfg.IptablesMode), LockDir: filepath.Join(cfg.AgentRunDir, "xtables")})
+	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode, LockDir: filepath.Join(cfg.AgentRunDir, "xtables")})
 }
 
 // Del removes our rules when the namespace still exists. It always succeeds for a
@@ -631,10 +631,10 @@ func NodeRootIn(hostProc string) string {
 // reading or writing the other one would miss the plugin's rules or add a second
 // set. With nodeRoot "" (the node is not visible) cfg is returned unchanged.
 func ForNode(cfg *Config, nodeRoot string) *Config {
-	if cfg.Backend == BackendNftables || cfg.IptablesMode != IptablesDetect || nodeRoot == "" {
+	if cfg.Backend == BackendNftables || cfg.IptablesMode != iptables.ModeAuto || nodeRoot == "" {
 		return cfg
 	}
 	c := *cfg
-	c.IptablesMode = IptablesMode(iptables.DetectMode(nodeRoot))
+	c.IptablesMode = iptables.DetectMode(nodeRoot)
 	return &c
 }
