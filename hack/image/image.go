@@ -437,36 +437,61 @@ func Import(ctx context.Context, ctrPath, socket, archive, ref string) error {
 	return ctr("tag", "--force", tag, repo+"@"+digest)
 }
 
-// archiveManifestDigest reads the digest of the one manifest (an image's or an
-// index's) an OCI archive's index.json lists.
-func archiveManifestDigest(archive string) (string, error) {
+// Limits on reading an OCI archive's index.json: the archive is this project's own
+// build output, but a wrong file must fail, not be read to its end.
+const (
+	MaxArchiveEntries = 10000
+	MaxIndexJSON      = 1 << 20
+)
+
+// ArchiveIndexJSON returns the index.json of an OCI archive (a tar), looked for
+// among its first MaxArchiveEntries entries and read up to MaxIndexJSON bytes.
+func ArchiveIndexJSON(archive string) ([]byte, error) {
 	f, err := os.Open(archive)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
-	for {
+	for range MaxArchiveEntries {
 		h, err := tr.Next()
 		if err != nil {
-			return "", fmt.Errorf("image archive %s: no index.json: %w", archive, err)
+			return nil, fmt.Errorf("image archive %s: no index.json: %w", archive, err)
 		}
 		if path.Clean(h.Name) != "index.json" {
 			continue
 		}
-		var index struct {
-			Manifests []struct {
-				Digest string `json:"digest"`
-			} `json:"manifests"`
+		b, err := io.ReadAll(io.LimitReader(tr, MaxIndexJSON+1))
+		if err != nil {
+			return nil, fmt.Errorf("image archive %s: index.json: %w", archive, err)
 		}
-		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil {
-			return "", fmt.Errorf("image archive %s: index.json: %w", archive, err)
+		if len(b) > MaxIndexJSON {
+			return nil, fmt.Errorf("image archive %s: index.json is larger than %d bytes", archive, MaxIndexJSON)
 		}
-		if len(index.Manifests) != 1 || !strings.HasPrefix(index.Manifests[0].Digest, "sha256:") {
-			return "", fmt.Errorf("image archive %s: index.json lists %d manifests, want one", archive, len(index.Manifests))
-		}
-		return index.Manifests[0].Digest, nil
+		return b, nil
 	}
+	return nil, fmt.Errorf("image archive %s: more than %d entries", archive, MaxArchiveEntries)
+}
+
+// archiveManifestDigest reads the digest of the one manifest (an image's or an
+// index's) an OCI archive's index.json lists.
+func archiveManifestDigest(archive string) (string, error) {
+	b, err := ArchiveIndexJSON(archive)
+	if err != nil {
+		return "", err
+	}
+	var index struct {
+		Manifests []struct {
+			Digest string `json:"digest"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		return "", fmt.Errorf("image archive %s: index.json: %w", archive, err)
+	}
+	if len(index.Manifests) != 1 || !strings.HasPrefix(index.Manifests[0].Digest, "sha256:") {
+		return "", fmt.Errorf("image archive %s: index.json lists %d manifests, want one", archive, len(index.Manifests))
+	}
+	return index.Manifests[0].Digest, nil
 }
 
 // GoBuild builds the main packages pkgs (import paths or ./relative to moduleDir)

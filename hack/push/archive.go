@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,14 +18,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/istio-cni/istio-cni/hack/image"
 )
 
 // Limits on what push reads from an image archive: it is our own build's output,
 // but a wrong file must fail, not fill the disk.
 const (
-	maxArchiveEntries = 10000
+	maxArchiveEntries = image.MaxArchiveEntries
 	maxArchiveBytes   = 4 << 30
-	maxIndexJSON      = 1 << 20
+	maxIndexJSON      = image.MaxIndexJSON
 )
 
 // artifact is what push uploads under one tag: an image, or an index of images
@@ -149,22 +152,11 @@ func readLayoutIndexDir(dir string) (*layoutIndex, error) {
 }
 
 func readLayoutIndexTar(file string) (*layoutIndex, error) {
-	f, err := os.Open(file)
+	b, err := image.ArchiveIndexJSON(file)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for i := 0; i < maxArchiveEntries; i++ {
-		h, err := tr.Next()
-		if err != nil {
-			return nil, fmt.Errorf("%s: no index.json: %w", file, err)
-		}
-		if path.Clean(h.Name) == "index.json" {
-			return decodeLayoutIndex(tr)
-		}
-	}
-	return nil, fmt.Errorf("%s: more than %d entries", file, maxArchiveEntries)
+	return decodeLayoutIndex(bytes.NewReader(b))
 }
 
 func decodeLayoutIndex(r io.Reader) (*layoutIndex, error) {
