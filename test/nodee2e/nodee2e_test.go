@@ -244,13 +244,35 @@ func requestThroughProxies(ctx context.Context, s *meshnode.Session, client, app
 	if !strings.Contains(answer, "hello from "+app.Name) || !strings.Contains(answer, passthrough) {
 		return fmt.Errorf("request %s -> %s: answer %q: want the app's name, seen from %s (its proxy's inbound passthrough)", client.Name, dst, answer, passthrough)
 	}
-	if log, _ := s.ProxyLog(ctx, client); !contains(meshnode.Forwarded(log, "outbound"), dst) {
-		return fmt.Errorf("request %s -> %s: the client's proxy log has no outbound %s:\n%s", client.Name, dst, dst, log)
+	if log, ok := proxyLogHas(ctx, s, client, "outbound", dst); !ok {
+		return fmt.Errorf("request %s -> %s: the client's proxy log has no outbound %s within %v:\n%s", client.Name, dst, dst, proxyLogBound, log)
 	}
-	if log, _ := s.ProxyLog(ctx, app); !contains(meshnode.Forwarded(log, "inbound"), dst) {
-		return fmt.Errorf("request %s -> %s: the app's proxy log has no inbound %s:\n%s", client.Name, dst, dst, log)
+	if log, ok := proxyLogHas(ctx, s, app, "inbound", dst); !ok {
+		return fmt.Errorf("request %s -> %s: the app's proxy log has no inbound %s within %v:\n%s", client.Name, dst, dst, proxyLogBound, log)
 	}
 	return nil
+}
+
+// proxyLogBound bounds the wait for a proxy's log line to be readable. The proxy
+// writes the line before it relays the answer, but the runtime copies a container's
+// output into its log file on its own time, which lags under load (a stop-phase
+// run saw the answer arrive and the line not yet in the log).
+const proxyLogBound = 10 * time.Second
+
+// proxyLogHas reads p's proxy log until it shows a forwarded connection of direction
+// to dst, at most proxyLogBound; it returns the last log read.
+func proxyLogHas(ctx context.Context, s *meshnode.Session, p *corev1.Pod, direction, dst string) (string, bool) {
+	deadline := time.Now().Add(proxyLogBound)
+	for {
+		log, _ := s.ProxyLog(ctx, p)
+		if contains(meshnode.Forwarded(log, direction), dst) {
+			return log, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return log, false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func checkUntouched(t *testing.T, s *meshnode.Session, p, app *corev1.Pod) {
