@@ -360,25 +360,40 @@ func (t *churnTracker) delete(ctx context.Context, name string) {
 func (t *churnTracker) checkTraffic(ctx context.Context, name string) error {
 	t.trafficGate.RLock()
 	defer t.trafficGate.RUnlock()
-	client, err := theNode.Client().CoreV1().Pods(churnNamespace).Get(ctx, residentName(0), metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	app, err := theNode.Client().CoreV1().Pods(churnNamespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
 	// The pod is Ready once its proxy is (the app container has no probe), so its app
 	// may not listen yet: a request is tried again for a few seconds. Only a request
 	// that went through both proxies counts.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err = requestThroughProxies(ctx, t.s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
+		err := t.requestOnce(ctx, residentName(0), name)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// requestOnce reads both pods as they are now and sends one request from client
+// to app's IP. Both are read for each try: a pod the watch saw Ready may have
+// no IP by the time its turn comes (one CI run read stop-042 with an empty
+// PodIP, and the request to ":8080" went to the client's own app), and a
+// request to no address proves nothing about the capture.
+func (t *churnTracker) requestOnce(ctx context.Context, clientName, appName string) error {
+	pods := theNode.Client().CoreV1().Pods(churnNamespace)
+	client, err := pods.Get(ctx, clientName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	app, err := pods.Get(ctx, appName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, p := range []*corev1.Pod{client, app} {
+		if p.Status.PodIP == "" {
+			return fmt.Errorf("request %s -> %s: pod %s has no IP (%s)", clientName, appName, p.Name, podStatusLine(p))
+		}
+	}
+	return requestThroughProxies(ctx, t.s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
 }
 
 func residentName(i int) string { return fmt.Sprintf("resident-%d", i) }
@@ -951,18 +966,10 @@ func (t *churnTracker) reboot(ctx context.Context) error {
 		return err
 	}
 	// Traffic between the residents' new sandboxes, through their proxies.
-	client, err := theNode.Client().CoreV1().Pods(churnNamespace).Get(ctx, residentName(0), metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
 	for i := 1; i < t.sc.Residents; i++ {
-		app, err := theNode.Client().CoreV1().Pods(churnNamespace).Get(ctx, residentName(i), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		err = requestThroughProxies(ctx, t.s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
+		err := t.requestOnce(ctx, residentName(0), residentName(i))
 		t.mu.Lock()
-		r := t.pods[app.Name]
+		r := t.pods[residentName(i)]
 		r.trafficDone, r.trafficErr = true, err
 		t.mu.Unlock()
 	}
