@@ -85,6 +85,8 @@ type Config struct {
 	// keys maps a Config field to the config key its value came from, so that
 	// validation errors name what the user wrote.
 	keys map[string]string
+	// prevResultErr is ParsePrevResult's error, kept for every caller.
+	prevResultErr error
 }
 
 // Backend is the rule backend.
@@ -491,22 +493,22 @@ func (c *Config) Validate() error {
 }
 
 // PrevResultIPs returns the addresses in the previous plugin's result, in order; nil
-// when the plugin runs standalone (no prevResult).
+// when the plugin runs standalone (no prevResult). It reads the result that
+// ParsePrevResult parsed (and parses it if nothing has yet), so ADD's output and
+// the families its capture covers come from one parse of the same bytes.
 func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
-	if c.RawPrevResult == nil {
+	if err := c.ParsePrevResult(); err != nil {
+		return nil, err
+	}
+	if c.PrevResult == nil {
 		return nil, nil
 	}
-	data, err := json.Marshal(c.RawPrevResult)
-	if err != nil {
-		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
-	}
-	res, err := version.NewResult(c.CNIVersion, data)
-	if err != nil {
-		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
-	}
-	cur, err := types100.NewResultFromResult(res)
-	if err != nil {
-		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+	cur, ok := c.PrevResult.(*types100.Result)
+	if !ok {
+		var err error
+		if cur, err = types100.NewResultFromResult(c.PrevResult); err != nil {
+			return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+		}
 	}
 	var out []netip.Addr
 	for _, ip := range cur.IPs {
@@ -515,4 +517,18 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// ParsePrevResult parses the raw prevResult into PrevResult, once: the CNI
+// library's parse empties RawPrevResult, so a second reader of the raw form would
+// find nothing (as ADD's address lookup once did, and then read the namespace's
+// addresses instead). A parse error is kept and returned to every caller.
+func (c *Config) ParsePrevResult() error {
+	if c.prevResultErr != nil || c.RawPrevResult == nil {
+		return c.prevResultErr
+	}
+	if err := version.ParsePrevResult(&c.NetConf); err != nil {
+		c.prevResultErr = fmt.Errorf("plugin config: prevResult: %w", err)
+	}
+	return c.prevResultErr
 }

@@ -289,16 +289,26 @@ func TestPrevResultIPsReadsEveryVersion(t *testing.T) {
 			[]netip.Addr{netip.MustParseAddr("fd00::7")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig([]byte(tc.json))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := c.PrevResultIPs()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-				t.Errorf("IPs (-want +got):\n%s", diff)
+			// Alone, and after the result ADD prints was parsed (ADD's order): the
+			// CNI library's parse empties the raw prevResult, and reading the raw
+			// form after it once found no addresses.
+			for _, resultFirst := range []bool{false, true} {
+				c, err := ParseConfig([]byte(tc.json))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resultFirst {
+					if _, err := result(c); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := c.PrevResultIPs()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+					t.Errorf("result parsed first: %v: IPs (-want +got):\n%s", resultFirst, diff)
+				}
 			}
 		})
 	}
@@ -311,6 +321,11 @@ func TestPrevResultIPsNamesPrevResultOnError(t *testing.T) {
 	}
 	if _, err := c.PrevResultIPs(); err == nil || !contains(err.Error(), "prevResult") {
 		t.Errorf("PrevResultIPs = %v, want an error naming prevResult", err)
+	}
+	// The error stays: a second reader (ADD prints the result after reading the
+	// addresses) must not see an emptied prevResult as "standalone".
+	if _, err := result(c); err == nil || !strings.Contains(err.Error(), "prevResult") {
+		t.Errorf("result after a failed parse = %v, want the prevResult error again", err)
 	}
 }
 

@@ -120,11 +120,11 @@ func shortID(id string) string {
 // result is what ADD prints: the previous plugin's result unchanged when chained, an
 // empty result of the config's version when standalone (Multus/OpenShift).
 func result(cfg *Config) (types.Result, error) {
-	if cfg.RawPrevResult == nil {
-		return &types100.Result{CNIVersion: types100.ImplementedSpecVersion}, nil
+	if err := cfg.ParsePrevResult(); err != nil {
+		return nil, cniError(types.ErrDecodingFailure, err)
 	}
-	if err := version.ParsePrevResult(&cfg.NetConf); err != nil {
-		return nil, cniError(types.ErrDecodingFailure, fmt.Errorf("prevResult: %w", err))
+	if cfg.PrevResult == nil {
+		return &types100.Result{CNIVersion: types100.ImplementedSpecVersion}, nil
 	}
 	return cfg.PrevResult, nil
 }
