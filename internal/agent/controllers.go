@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/podcache"
@@ -147,8 +148,15 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		runners = append(runners, runner{"exit decision", func(ctx context.Context) error { return a.learnOwner(ctx, client) }})
 	}
 
+	// The pod cache and the repair controller read the node's pods from one informer:
+	// one watch of them per agent, one copy in memory. Run once, here, when one of
+	// them reads it.
+	nodePods := informer.NewNodePods(client.CoreV1(), s.NodeName)
+	nodePodsUsed := false
+
 	if s.PodCache {
-		pc := podcache.New(client, s.NodeName, a.log.With("component", "pod-cache"))
+		pc := podcache.NewOnNodePods(client, nodePods, a.log.With("component", "pod-cache"))
+		nodePodsUsed = true
 		a.m.register(podCacheMetrics(pc.Synced)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
 		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
@@ -172,7 +180,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 	if s.Repair.Enabled {
 		// Deps.Recorder stays nil: the controller then records events through its own
 		// broadcaster into the API server, as component istio-cni-repair on this node.
-		deps := repair.Deps{Logger: a.log}
+		deps := repair.Deps{Logger: a.log, NodePods: nodePods}
 		if s.Repair.RepairPods {
 			cfg, err := repairPluginConfig(a.entry)
 			if err != nil {
@@ -195,6 +203,15 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		}
 		a.m.register(repairMetrics(rc.Metrics())...)
 		runners = append(runners, runner{"repair controller", rc.Run})
+		if rc.SharesNodePods() {
+			nodePodsUsed = true
+		} else if s.PodCache {
+			a.log.Info("repair controller watches the node's pods on its own, beside the pod cache's watch: its selection differs",
+				repair.EnvLabelSelectors, s.Repair.LabelSelector, repair.EnvFieldSelectors, s.Repair.FieldSelector, "repairNode", s.Repair.NodeName)
+		}
+	}
+	if nodePodsUsed {
+		runners = append(runners, runner{"node's pods informer", func(ctx context.Context) error { nodePods.Run(ctx); return nil }})
 	}
 
 	if s.Taint.Enabled {

@@ -186,9 +186,12 @@ func failValidation(t *testing.T, cp *controlplane.ControlPlane, p *corev1.Pod, 
 //     in place (the plugin's rules are in that namespace); one whose namespace
 //     cannot be found is labelled once the attempts run out;
 //   - /metrics shows the cache as synced and the repair counters;
+//   - both read the node's pods from one informer: the API server received exactly
+//     one watch of pods from the agent, of this node's (spec.nodeName=node-a);
 //   - on SIGTERM the socket is gone.
 func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *testing.T) {
-	cp := controlplane.StartForTest(t, controlplane.Options{})
+	auditArgs, podReads := auditPodReads(t, "system:serviceaccount:istio-system:istio-cni")
+	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerArgs: auditArgs})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	admin := cp.AdminClient()
@@ -340,6 +343,23 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	}
 	// The chart's dashboard asks only for series this agent (repair on) exports.
 	checkDashboard(t, p.scrape(t))
+	// One watch of the node's pods for the pod cache and repair together (a list
+	// before it, unless client-go streams the first list in the watch), and nothing
+	// beyond the node.
+	reads := podReads()
+	t.Logf("pod lists and watches the API server received from the agent: %v", reads)
+	const nodeA = "spec.nodeName=node-a"
+	if n := reads["watch "+nodeA]; n != 1 {
+		t.Errorf("the agent opened %d watches of its node's pods, want 1 (one informer shared by the pod cache and repair)", n)
+	}
+	for k, n := range reads {
+		if k != "watch "+nodeA && k != "list "+nodeA {
+			t.Errorf("the agent sent %d× %q, want only lists and watches of its node's pods", n, k)
+		}
+	}
+	if n := reads["list "+nodeA]; n > 1 {
+		t.Errorf("the agent listed its node's pods %d times, want at most 1", n)
+	}
 	if rss, err := statusField(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid), "VmRSS"); err == nil {
 		t.Logf("agent with the pod cache and repair running: RSS %.0f KiB", rss) // a figure for the README, not asserted
 	}

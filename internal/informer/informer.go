@@ -1,6 +1,7 @@
-// Package informer holds what the agent's cluster controllers (taint, NAD) share
-// around client-go: an informer over one list-and-watch, limited by a selector, and
-// the worker loop that drains a rate-limited queue of keys.
+// Package informer holds what the agent's cluster controllers (taint, NAD, repair,
+// the pod cache) share around client-go: an informer over one list-and-watch, limited
+// by a selector; the one informer of the node's pods that the pod cache and repair
+// read together; and the worker loop that drains a rate-limited queue of keys.
 package informer
 
 import (

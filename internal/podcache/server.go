@@ -14,11 +14,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/istio-cni/istio-cni/internal/informer"
 )
 
 // SocketName is the socket's name in the agent's run directory.
@@ -29,6 +30,9 @@ const SocketName = "pods.sock"
 // labels decide whether a pod is an ambient pod; they are few and change rarely).
 type Server struct {
 	informer cache.SharedIndexInformer
+	// ownPods: Run runs the pods' informer. False when it is shared (NewOnNodePods):
+	// its owner runs it.
+	ownPods bool
 	// namespaces is separate from the pods' informer: an agent whose ClusterRole
 	// cannot list namespaces still serves pods (the plugin then GETs namespaces).
 	namespaces cache.SharedIndexInformer
@@ -42,25 +46,17 @@ type Client interface {
 	CoreV1() corev1client.CoreV1Interface
 }
 
-// New builds the server's informer for nodeName's pods. Run starts it.
+// New builds the server with its own informer of nodeName's pods. Run starts it.
 func New(client Client, nodeName string, log *slog.Logger) *Server {
-	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	selector := fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	// Only what the plugin reads is kept: managed fields and status conditions are
-	// dropped, which keeps memory per pod small.
-	_ = inf.SetTransform(trim)
+	s := NewOnNodePods(client, informer.NewNodePods(client.CoreV1(), nodeName), log)
+	s.ownPods = true
+	return s
+}
 
+// NewOnNodePods builds the server over pods, the informer of its node's pods that it
+// shares with other parts of the agent (the repair controller): Run does not run it,
+// its owner does; Synced waits for it as for an own one.
+func NewOnNodePods(client Client, pods *informer.NodePods, log *slog.Logger) *Server {
 	namespaces := client.CoreV1().Namespaces()
 	nsInf := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -71,7 +67,7 @@ func New(client Client, nodeName string, log *slog.Logger) *Server {
 		},
 	}, &corev1.Namespace{}, 0, cache.Indexers{})
 	_ = nsInf.SetTransform(trimNamespace)
-	return &Server{informer: inf, namespaces: nsInf, log: log}
+	return &Server{informer: pods.Informer, namespaces: nsInf, log: log}
 }
 
 // Synced reports whether the informer has listed the node's pods once.
@@ -83,7 +79,9 @@ func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 // Run serves on the unix socket at path until ctx ends. The socket is readable only
 // by root (the plugin runs as root; pod data must not leak to other users).
 func (s *Server) Run(ctx context.Context, path string) error {
-	go s.informer.Run(ctx.Done())
+	if s.ownPods {
+		go s.informer.Run(ctx.Done())
+	}
 	go s.namespaces.Run(ctx.Done())
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("pod cache: remove stale socket %s: %w", path, err)
@@ -143,14 +141,6 @@ func (s *Server) serve(w http.ResponseWriter, inf cache.SharedIndexInformer, key
 	if err := json.NewEncoder(w).Encode(obj); err != nil && s.log != nil {
 		s.log.Warn("pod cache: write answer", "error", err)
 	}
-}
-
-func trim(obj any) (any, error) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		p.ManagedFields = nil
-		p.Status.Conditions = nil
-	}
-	return obj, nil
 }
 
 // trimNamespace keeps what the plugin reads of a namespace, its name and labels

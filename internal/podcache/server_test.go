@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
@@ -27,49 +28,81 @@ func pod(name, node string) *corev1.Pod {
 
 // TestServesOnlyThisNodesPods: against a real API server, the cache answers for pods
 // on its node (including ones created after it started), says "not found" for pods
-// on other nodes, and its socket is root-only.
+// on other nodes, and its socket is root-only; with an informer of its own (New),
+// and over the agent's shared informer of the node's pods (NewOnNodePods), which
+// its owner runs, not the server.
 func TestServesOnlyThisNodesPods(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	pods := cp.AdminClient().CoreV1().Pods("default")
-	mine, err := pods.Create(ctx, pod("mine", "node-a"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pods.Create(ctx, pod("theirs", "node-b"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
-	srv := podcache.New(cp.AdminClient(), "node-a", nil)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Run(ctx, sock) }()
-	waitFor(t, func() bool { return srv.Synced() })
-	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
-	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("socket mode = %v (%v), want 0600", st.Mode().Perm(), err)
-	}
-	c := kube.NewAgentClient(sock, time.Second)
-	got, err := c.GetPod(ctx, "default", "mine")
-	if err != nil {
-		t.Fatalf("GetPod(mine): %v", err)
-	}
-	if got.Metadata.UID != string(mine.UID) || got.Spec.NodeName != "node-a" || len(got.Spec.Containers) != 2 {
-		t.Errorf("GetPod(mine) = %+v", got)
-	}
-	if _, err := c.GetPod(ctx, "default", "theirs"); !errors.Is(err, kube.ErrNotFound) {
-		t.Errorf("GetPod(theirs on node-b) error = %v, want not found", err)
-	}
-	if _, err := pods.Create(ctx, pod("later", "node-a"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { _, err := c.GetPod(ctx, "default", "later"); return err == nil })
-	cancel()
-	if err := <-errc; err != nil {
-		t.Errorf("Run: %v", err)
-	}
-	if _, err := os.Stat(sock); !os.IsNotExist(err) {
-		t.Errorf("socket left behind after stop: %v", err)
+	cases := []struct {
+		name, node string
+		// start builds the server and returns it with what the caller runs
+		// besides it (nothing for a server with its own informer).
+		start func(node string) (*podcache.Server, *informer.NodePods)
+	}{{
+		name: "own informer", node: "node-a",
+		start: func(node string) (*podcache.Server, *informer.NodePods) {
+			return podcache.New(cp.AdminClient(), node, nil), nil
+		},
+	}, {
+		name: "shared informer run by its owner", node: "node-c",
+		start: func(node string) (*podcache.Server, *informer.NodePods) {
+			shared := informer.NewNodePods(cp.AdminClient().CoreV1(), node)
+			return podcache.NewOnNodePods(cp.AdminClient(), shared, nil), shared
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			pods := cp.AdminClient().CoreV1().Pods("default")
+			mine, err := pods.Create(ctx, pod("mine-"+tc.node, tc.node), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pods.Create(ctx, pod("theirs-"+tc.node, "not-"+tc.node), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			sock := filepath.Join(t.TempDir(), podcache.SocketName)
+			srv, shared := tc.start(tc.node)
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Run(ctx, sock) }()
+			if shared != nil {
+				// Run started its namespaces' informer, which has listed; it must
+				// not have started the shared one, which client-go runs only once.
+				waitFor(t, func() bool { return srv.NamespacesSynced() })
+				if shared.Informer.(interface{ HasStarted() bool }).HasStarted() || srv.Synced() {
+					t.Fatal("the server's Run started the shared informer of the node's pods, which is its owner's to run")
+				}
+				go shared.Run(ctx)
+			}
+			waitFor(t, func() bool { return srv.Synced() })
+			waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+			if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("socket mode = %v (%v), want 0600", st.Mode().Perm(), err)
+			}
+			c := kube.NewAgentClient(sock, time.Second)
+			got, err := c.GetPod(ctx, "default", mine.Name)
+			if err != nil {
+				t.Fatalf("GetPod(%s): %v", mine.Name, err)
+			}
+			if got.Metadata.UID != string(mine.UID) || got.Spec.NodeName != tc.node || len(got.Spec.Containers) != 2 {
+				t.Errorf("GetPod(%s) = %+v", mine.Name, got)
+			}
+			if _, err := c.GetPod(ctx, "default", "theirs-"+tc.node); !errors.Is(err, kube.ErrNotFound) {
+				t.Errorf("GetPod(a pod on another node) error = %v, want not found", err)
+			}
+			if _, err := pods.Create(ctx, pod("later-"+tc.node, tc.node), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { _, err := c.GetPod(ctx, "default", "later-"+tc.node); return err == nil })
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			if _, err := os.Stat(sock); !os.IsNotExist(err) {
+				t.Errorf("socket left behind after stop: %v", err)
+			}
+		})
 	}
 }
 

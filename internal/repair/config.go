@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
@@ -248,9 +249,17 @@ func (c Config) Validate() error {
 
 // fieldSelector is the watch's field selector: always this node, plus the user's.
 func (c Config) fieldSelector() string {
-	s := "spec.nodeName=" + c.NodeName
+	s := informer.NodeField(c.NodeName)
 	if c.FieldSelector != "" {
 		s += "," + c.FieldSelector
 	}
 	return s
+}
+
+// selectsAllPodsOf reports whether the controller watches exactly node's pods, all
+// of them: node is its NodeName, and no REPAIR_LABEL_SELECTORS or
+// REPAIR_FIELD_SELECTORS narrow the watch. Only then may it read the informer of the
+// node's pods that the agent shares (informer.NewNodePods).
+func (c Config) selectsAllPodsOf(node string) bool {
+	return node == c.NodeName && c.LabelSelector == "" && c.FieldSelector == ""
 }

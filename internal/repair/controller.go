@@ -13,9 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/settings"
@@ -62,6 +61,11 @@ type Deps struct {
 	InPlace *InPlace
 	// Workers is the number of pods handled in parallel; 0: 2.
 	Workers int
+	// NodePods is the informer of the node's pods that the agent shares between
+	// its parts, run by its owner; nil: the controller builds and runs its own. It
+	// is used only when it selects exactly what the controller would (see
+	// Controller.SharesNodePods).
+	NodePods *informer.NodePods
 }
 
 // InPlace is the plugin's programming path, as the node's plugin is configured:
@@ -90,7 +94,12 @@ type Controller struct {
 	ownRec   record.EventBroadcaster
 
 	informer cache.SharedIndexInformer
-	queue    workqueue.TypedRateLimitingInterface[string]
+	// ownInformer: Run runs the informer; false when it is Deps.NodePods.
+	ownInformer bool
+	// synced is the event handler's: the first list is in the cache and has been
+	// handed to onChange.
+	synced func() bool
+	queue  workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
 	// repaired remembers pods repaired in place: the pod keeps looking broken until
@@ -148,26 +157,17 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 
 	// Only this node's pods are listed and watched: the API server filters, so the
 	// cache and the traffic do not grow with the cluster.
-	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	selectors := func(o *metav1.ListOptions) {
-		o.FieldSelector = cfg.fieldSelector()
-		o.LabelSelector = cfg.LabelSelector
+	if p := deps.NodePods; p != nil && cfg.selectsAllPodsOf(p.Node) {
+		c.informer = p.Informer
+	} else {
+		// No shared informer, or REPAIR_LABEL_SELECTORS / REPAIR_FIELD_SELECTORS narrow
+		// the selection (or REPAIR_NODE_NAME names another node): the shared informer
+		// would hand this controller pods it must not act on, so it keeps its own,
+		// a second watch of (part of) the node's pods.
+		c.informer = informer.Pods(client.CoreV1(), informer.Selector{Label: cfg.LabelSelector, Field: cfg.fieldSelector()})
+		c.ownInformer = true
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			selectors(&o)
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			selectors(&o)
-			return pods.Watch(ctx, o)
-		},
-	}
-	c.informer = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if err := c.informer.SetTransform(slimPod); err != nil {
-		return nil, fmt.Errorf("repair controller: %w", err)
-	}
-	_, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onChange,
 		UpdateFunc: func(_, obj any) { c.onChange(obj) },
 		DeleteFunc: c.onDelete,
@@ -175,23 +175,20 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repair controller: %w", err)
 	}
+	c.synced = reg.HasSynced
 	return c, nil
 }
 
-// slimPod drops what the controller never reads from cached pods (managed fields
-// are often the largest part of a pod object).
-func slimPod(obj any) (any, error) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		pod.ManagedFields = nil
-	}
-	return obj, nil
-}
+// SharesNodePods reports whether the controller reads its pods from Deps.NodePods
+// (whose owner must run it) rather than from an informer of its own.
+func (c *Controller) SharesNodePods() bool { return !c.ownInformer }
 
 // Metrics returns the controller's counters.
 func (c *Controller) Metrics() *Metrics { return c.metrics }
 
-// HasSynced reports whether the first list of this node's pods is in the cache.
-func (c *Controller) HasSynced() bool { return c.informer.HasSynced() }
+// HasSynced reports whether the first list of this node's pods is in the cache
+// and has been handed to the controller.
+func (c *Controller) HasSynced() bool { return c.synced() }
 
 func (c *Controller) onChange(obj any) {
 	pod, ok := obj.(*corev1.Pod)
@@ -223,12 +220,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.ownRec.Shutdown()
 	}
 	defer c.queue.ShutDown()
-	// Run returns only once the informer has stopped, so that a caller waiting
-	// for it knows the watch is closed.
-	var informerDone sync.WaitGroup
-	informerDone.Go(func() { c.informer.RunWithContext(ctx) })
-	defer informerDone.Wait()
-	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+	if c.ownInformer {
+		// Run returns only once its informer has stopped, so that a caller waiting
+		// for it knows the watch is closed. A shared one is its owner's to run.
+		var informerDone sync.WaitGroup
+		informerDone.Go(func() { c.informer.RunWithContext(ctx) })
+		defer informerDone.Wait()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return fmt.Errorf("repair controller: pods of node %s never listed: %w", c.cfg.NodeName, ctx.Err())
 	}
 	c.log.Info("repair controller started", "repairPods", c.cfg.RepairPods, "deletePods", c.cfg.DeletePods, "labelPods", c.cfg.LabelPods)

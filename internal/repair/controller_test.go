@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/istio-cni/istio-cni/internal/informer"
 )
 
 // bystanders are pods the controller must leave alone; each is created on node
@@ -183,3 +186,57 @@ func TestSettingsAreValidatedNamingTheVariable(t *testing.T) {
 
 // fakeNoClient is never called: New fails before using it.
 type fakeNoClient struct{ kubernetes.Interface }
+
+// TestControllerSharesTheNodesPodInformerOnlyWhenItSelectsAllOfThem: given the
+// agent's informer of the node's pods (run by its owner, here the test, before the
+// controller starts), the controller acts through it when it watches exactly that
+// node's pods; when REPAIR_LABEL_SELECTORS or REPAIR_FIELD_SELECTORS narrow its
+// selection, or it watches another node, it keeps its own informer, and a broken
+// pod outside its selection, which the shared informer holds, is left alone.
+func TestControllerSharesTheNodesPodInformerOnlyWhenItSelectsAllOfThem(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cases := []struct {
+		name       string
+		node       string
+		sharedNode string // the shared informer's node
+		label      string
+		field      string
+		excluded   bool // a broken pod outside the selection is created first
+		wantShared bool
+	}{
+		{name: "all the node's pods", node: "node-share", sharedNode: "node-share", wantShared: true},
+		{name: "label selector", node: "node-sel-label", sharedNode: "node-sel-label", label: "app=web", excluded: true},
+		{name: "field selector", node: "node-sel-field", sharedNode: "node-sel-field", field: "metadata.name!=node-sel-field-out", excluded: true},
+		{name: "another node", node: "node-mine", sharedNode: "node-theirs"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			shared := informer.NewNodePods(admin.CoreV1(), tc.sharedNode)
+			go shared.Run(ctx)
+			cfg := testConfig(tc.node)
+			cfg.RepairPods, cfg.LabelPods = false, true
+			cfg.LabelSelector, cfg.FieldSelector = tc.label, tc.field
+			c := runController(t, cfg, admin, Deps{NodePods: shared, Workers: 1})
+			if got := c.SharesNodePods(); got != tc.wantShared {
+				t.Errorf("SharesNodePods() = %v, want %v", got, tc.wantShared)
+			}
+			// One worker takes pods in the order their changes arrive: a pod outside
+			// the selection, were it seen, would be labelled before the one inside.
+			if tc.excluded {
+				setValidation(t, admin, createPod(t, admin, injectedPod(tc.node+"-out", tc.node)), "10.2.0.1", 126, "")
+			}
+			setValidation(t, admin, createPod(t, admin, injectedPod(tc.node+"-in", tc.node, withLabel("app", "web"))), "10.2.0.2", 126, "")
+			waitFor(t, "broken pod labelled", 20*time.Second, func() (bool, error) {
+				p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), tc.node+"-in", metav1.GetOptions{})
+				return err == nil && p.Labels[DefaultLabelKey] == DefaultLabelValue, err
+			})
+			wantCount(t, "label/success", func() uint64 { return c.Metrics().PodsRepaired(ActionLabel, ResultSuccess) }, 1)
+			if tc.excluded {
+				wantUntouched(t, admin, []string{tc.node + "-out"}, func(p *corev1.Pod) bool { _, ok := p.Labels[DefaultLabelKey]; return ok })
+			}
+		})
+	}
+}
