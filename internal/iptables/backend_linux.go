@@ -203,9 +203,27 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 		if len(diffTables(f, want, live)) == 0 {
 			continue
 		}
+		var nativeErr error
+		if !held[f] && b.mode == ModeNFT {
+			// A new namespace: the batch iptables-nft-restore would send, sent
+			// here (see native_linux.go); what it does not translate is restored.
+			if objs, err := translateNative(f, want); err == nil {
+				nativeErr = writeNative(objs)
+				timing.Mark(ctx, "iptables-native-"+f.String())
+				if nativeErr == nil {
+					changed = true
+					continue
+				}
+				// The kernel refused the batch whole: nothing of it is left, and
+				// the restore below tries the same rules its own way.
+			}
+		}
 		err := b.restore(ctx, f, restoreText(want, live))
 		timing.Mark(ctx, "iptables-restore-"+f.String())
 		if err != nil {
+			if nativeErr != nil {
+				err = fmt.Errorf("%w (and before it, written natively: %w)", err, nativeErr)
+			}
 			return changed, fmt.Errorf("apply %s rules: %w", f, err)
 		}
 		changed = true

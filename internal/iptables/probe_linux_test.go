@@ -25,7 +25,7 @@ func iptablesPhases(t *testing.T, ns string, b *Backend, plan *redirect.Plan) (c
 		t.Fatal(err)
 	}
 	for _, p := range rec.Phases() {
-		if strings.HasPrefix(p.Name, "iptables-save") || strings.HasPrefix(p.Name, "iptables-restore") {
+		if strings.HasPrefix(p.Name, "iptables-save") || strings.HasPrefix(p.Name, "iptables-restore") || strings.HasPrefix(p.Name, "iptables-native") {
 			ran = append(ran, p.Name)
 		}
 	}
@@ -33,8 +33,8 @@ func iptablesPhases(t *testing.T, ns string, b *Backend, plan *redirect.Plan) (c
 }
 
 // TestApplyInANewNamespaceRunsOnlyTheRestores: a pod's new namespace holds no
-// table, so the ADD's apply runs one iptables-restore per planned family and no
-// iptables-save; once tables exist (a second apply, a foreign rule in the other
+// table, so the ADD's apply runs one iptables-restore per planned family (in nft
+// mode none for what it writes natively) and no iptables-save; once tables exist (a second apply, a foreign rule in the other
 // family) it reads them first, as before, and stays idempotent and exact.
 func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 	root.Require(t)
@@ -44,9 +44,19 @@ func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 		ns := newNS(t)
 
 		changed, ran := iptablesPhases(t, ns, b, plan)
-		want := []string{"iptables-restore-ipv4"}
-		if ipv6 {
-			want = append(want, "iptables-restore-ipv6")
+		// One restore per planned family, or in nft mode none for a family whose
+		// rules are written natively (native_linux.go).
+		var want []string
+		for _, fp := range plan.Families {
+			l, err := layout(&fp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			how := "restore"
+			if _, err := translateNative(fp.Family, l); mode == ModeNFT && err == nil {
+				how = "native"
+			}
+			want = append(want, "iptables-"+how+"-"+fp.Family.String())
 		}
 		if diff := cmp.Diff(want, ran); !changed || diff != "" {
 			t.Fatalf("first apply in a new namespace: changed=%v, processes (-want +got):\n%s", changed, diff)

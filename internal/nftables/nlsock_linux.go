@@ -191,3 +191,12 @@ func (s *blockingSocket) retry(op string, call func() error) error {
 		return os.NewSyscallError(op, err)
 	}
 }
+
+// Conn is the connection DialHere returns: google/nftables over a blocking netlink
+// socket of the calling thread's network namespace. Close closes both.
+type Conn = conn
+
+// DialHere opens a connection in the calling thread's network namespace for other
+// writers of nftables objects (the iptables backend writes iptables-nft's rules
+// with it); see dialHere.
+func DialHere() (*Conn, error) { return dialHere() }
