@@ -181,14 +181,16 @@ func failValidation(t *testing.T, cp *controlplane.ControlPlane, p *corev1.Pod, 
 // as the chart does (NODE_NAME, POD_NAME, the pod cache and repair on, the chart's
 // RBAC) against a real kube-apiserver:
 //   - pods.sock answers for pods on the agent's node, also ones created later, and
-//     not for another node's; the plugin's own lookup is answered from it;
+//     not for another node's; the agent keeps a file of each (root's alone), the
+//     plugin's own lookup reads its pod there and its namespace from the socket;
+//     a deleted pod's file goes;
 //   - a broken pod whose address is in a network namespace on the node is repaired
 //     in place (the plugin's rules are in that namespace); one whose namespace
 //     cannot be found is labelled once the attempts run out;
 //   - /metrics shows the cache as synced and the repair counters;
 //   - both read the node's pods from one informer: the API server received exactly
 //     one watch of pods from the agent, of this node's (spec.nodeName=node-a);
-//   - on SIGTERM the socket is gone.
+//   - on SIGTERM the socket and the pod files are gone.
 func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *testing.T) {
 	auditArgs, podReads := auditPodReads(t, "system:serviceaccount:istio-system:istio-cni")
 	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerArgs: auditArgs})
@@ -273,9 +275,45 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if _, err := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil).AddNetwork(ctx, conf, rt); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	eventually(t, 10*time.Second, "the plugin reports the pod and its namespace came from the agent's cache", func() bool {
-		return strings.Contains(p.stdout.String(), "pod found in the agent's cache") &&
+	eventually(t, 10*time.Second, "the plugin reports the pod came from the agent's files and its namespace from its cache", func() bool {
+		return strings.Contains(p.stdout.String(), "pod found in the agent's files") &&
 			strings.Contains(p.stdout.String(), "namespace found in the agent's cache")
+	})
+
+	// The pod files: this node's pods only, root's alone, the JSON the socket
+	// answers; a deleted pod's file goes.
+	filesDir := filepath.Join(n.runDir, kube.AgentPodFilesDir)
+	webFile, _ := kube.AgentPodFile(filesDir, "apps", "web")
+	for path, want := range map[string]os.FileMode{filesDir: 0o700, webFile: 0o600} {
+		if st, err := os.Stat(path); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", path, st.Mode().Perm(), want)
+		}
+	}
+	if f, err := kube.ReadAgentPodFile(filesDir, "apps", "web"); err != nil || f.Metadata.UID != string(mine.UID) {
+		t.Errorf("pod file of apps/web: %+v, %v, want uid %s", f, err, mine.UID)
+	}
+	if _, err := kube.ReadAgentPodFile(filesDir, "apps", "elsewhere"); !errors.Is(err, kube.ErrNotFound) {
+		t.Errorf("pod file of a pod on node-b: %v, want none", err)
+	}
+	short, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "short-lived", Namespace: "apps"},
+		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a file for the new pod", func() bool {
+		_, err := kube.ReadAgentPodFile(filesDir, "apps", short.Name)
+		return err == nil
+	})
+	if err := pods.Delete(ctx, short.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the deleted pod's file removed", func() bool {
+		_, err := kube.ReadAgentPodFile(filesDir, "apps", short.Name)
+		return errors.Is(err, kube.ErrNotFound)
 	})
 
 	// Repair: one pod repaired in place, one labelled after its attempts ran out.
@@ -367,6 +405,9 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	p.stop(t)
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pods.sock left behind after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(filesDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pod files left behind after SIGTERM: %v", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
@@ -300,5 +301,72 @@ func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
 				t.Errorf("GET queries (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLookupReadsTheAgentsPodFileFirst: a pod file of the sandbox's pod (name and
+// uid) answers without any request; a file of the pod's predecessor (another uid),
+// a file that does not decode, or no file at all goes on to the API server (here
+// a stand-in counting its GETs), which answers.
+func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
+	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-api"}}`
+	for _, tc := range []struct {
+		name     string
+		file     string // "": none
+		wantGETs int
+		wantNode string
+	}{
+		{"the pod's file", `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-file"}}`, 0, "from-file"},
+		{"its predecessor's file", `{"metadata":{"name":"web","namespace":"app","uid":"u0"},"spec":{"nodeName":"from-file"}}`, 1, "from-api"},
+		{"a file that does not decode", `{"metadata":`, 1, "from-api"},
+		{"no file", "", 1, "from-api"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gets atomic.Int32
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				gets.Add(1)
+				io.WriteString(w, pod)
+			}))
+			defer srv.Close()
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			if tc.file != "" {
+				dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
+				path, _ := kube.AgentPodFile(dir, "app", "web")
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Spec.NodeName != tc.wantNode || int(gets.Load()) != tc.wantGETs {
+				t.Errorf("looked up the pod of %q with %d GETs, want %q with %d", p.Spec.NodeName, gets.Load(), tc.wantNode, tc.wantGETs)
+			}
+		})
+	}
+}
+
+func TestAgentPodFileNames(t *testing.T) {
+	for _, tc := range []struct {
+		ns, name string
+		ok       bool
+	}{
+		{"app", "web-5d8f7-abcde", true},
+		{"app", "web.v2", true},
+		{"app", "../../etc/passwd", false},
+		{"app", ".hidden", false},
+		{"a_b", "web", false},
+		{"", "web", false},
+	} {
+		path, ok := kube.AgentPodFile("/run/x/pods", tc.ns, tc.name)
+		if ok != tc.ok || ok && filepath.Dir(path) != "/run/x/pods" {
+			t.Errorf("AgentPodFile(%q, %q) = %q, %v; want ok %v, inside the directory", tc.ns, tc.name, path, ok, tc.ok)
+		}
 	}
 }

@@ -293,6 +293,9 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
 			return c.GetPod(ctx, args.Namespace, args.Name)
 		},
+		fromFile: func(dir string) (*kube.Pod, error) {
+			return kube.ReadAgentPodFile(dir, args.Namespace, args.Name)
+		},
 		path:  kube.PodPath(args.Namespace, args.Name),
 		match: args.MatchesPod,
 	})
@@ -325,8 +328,10 @@ type lookupTarget[T any] struct {
 	kind      string // "pod", "namespace": in logs and errors
 	errPrefix string // names the pod (and the object) in errors
 	fromAgent func(context.Context, *kube.AgentClient) (*T, error)
-	path      string
-	match     func(*T) error
+	// fromFile reads the object from the agent's files (pods only; nil: none).
+	fromFile func(dir string) (*T, error)
+	path     string
+	match    func(*T) error
 }
 
 // lookupObject gets what target names. The node agent's cache answers in well under
@@ -334,6 +339,20 @@ type lookupTarget[T any] struct {
 // goes to the API server, which stays the authority, retried within budget's one
 // bound (each request and the waits between them inside it).
 func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger, budget PodLookup, target lookupTarget[T]) (*T, error) {
+	if target.fromFile != nil {
+		// The agent's file of the pod: no request, so no wait for the agent to be
+		// scheduled (kube.AgentPodFilesDir). It is trusted as the socket's answer
+		// is, and only when it is this sandbox's pod (name and uid).
+		obj, err := target.fromFile(filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir))
+		timing.Mark(ctx, target.kind+"-agent-file")
+		if err == nil {
+			if err = target.match(obj); err == nil {
+				log.Debug(target.kind + " found in the agent's files")
+				return obj, nil
+			}
+		}
+		log.Debug("agent's pod files could not answer; asking its socket", "object", target.kind, "error", err)
+	}
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
 		obj, err := target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))

@@ -76,9 +76,24 @@ func (s *Server) Synced() bool { return s.informer.HasSynced() }
 // NamespacesSynced reports whether the informer has listed the namespaces once.
 func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 
-// Run serves on the unix socket at path until ctx ends. The socket is readable only
-// by root (the plugin runs as root; pod data must not leak to other users).
+// Run serves on the unix socket at path until ctx ends, and keeps the pod files
+// beside it (kube.AgentPodFilesDir) until then. The socket and the files are
+// readable only by root (the plugin runs as root; pod data must not leak to other
+// users).
 func (s *Server) Run(ctx context.Context, path string) error {
+	files, err := openPodFiles(filesDir(path), s.logger())
+	if err != nil {
+		return fmt.Errorf("pod cache: %w", err)
+	}
+	reg, err := s.informer.AddEventHandler(files.handler())
+	if err != nil {
+		files.close()
+		return fmt.Errorf("pod cache: %w", err)
+	}
+	defer func() {
+		_ = s.informer.RemoveEventHandler(reg)
+		files.close()
+	}()
 	if s.ownPods {
 		go s.informer.Run(ctx.Done())
 	}
@@ -152,4 +167,11 @@ func trimNamespace(obj any) (any, error) {
 		}}, nil
 	}
 	return obj, nil
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.log == nil {
+		return slog.Default()
+	}
+	return s.log
 }
