@@ -240,8 +240,9 @@ type burstStats struct {
 // lookupPhases and rulePhases are the plugin's logged phases (internal/timing)
 // that are its pod lookup and its rule writing.
 var (
-	lookupPhases = []string{"pod-agent-cache", "kubeconfig", "api-client", "pod-api-get", "pod-retry-wait"}
-	rulePhases   = []string{"iptables-probe", "iptables-save-ipv4", "iptables-save-ipv6", "iptables-restore-ipv4", "iptables-restore-ipv6", "nft-read", "nft-write"}
+	lookupPhases = []string{"pod-agent-file", "pod-agent-cache", "kubeconfig", "api-client", "api-connect", "pod-api-get", "pod-retry-wait"}
+	rulePhases   = []string{"iptables-probe", "iptables-save-ipv4", "iptables-save-ipv6", "iptables-native-ipv4", "iptables-native-ipv6",
+		"iptables-restore-ipv4", "iptables-restore-ipv6", "nft-translate", "nft-read", "nft-write"}
 )
 
 func sumPhases(a addRecord, names []string) time.Duration {
@@ -259,10 +260,10 @@ func summarize(adds []addRecord) burstStats {
 		took = append(took, a.Took)
 		lookup = append(lookup, sumPhases(a, lookupPhases))
 		rules = append(rules, sumPhases(a, rulePhases))
-		if _, ok := a.Phases["pod-agent-cache"]; ok {
-			if _, api := a.Phases["pod-api-get"]; !api {
-				st.cacheLookups++
-			}
+		_, file := a.Phases["pod-agent-file"]
+		_, sock := a.Phases["pod-agent-cache"]
+		if _, api := a.Phases["pod-api-get"]; !api && (file || sock) {
+			st.cacheLookups++ // the agent's files or its socket answered
 		}
 		if _, ok := a.Phases["pod-api-get"]; ok {
 			st.apiLookups++
