@@ -218,8 +218,9 @@ func initTime(b *testing.B, bin string) time.Duration {
 // namespace that the reference plugins (ptp, host-local) have just set up, with
 // their result as prevResult, the two taking turns. Cases:
 //   - redirect-iptables, redirect-nftables: the pod is looked up in the API server;
-//   - ...-agent-cache: the node agent's pod cache answers (the default on a node
-//     where the agent runs; Istio's plugin has no such cache for sidecar pods);
+//   - ...-agent-cache: the node agent's pod cache answers, from its file of the pod
+//     (the default on a node where the agent runs; Istio's plugin has no such
+//     cache for sidecar pods);
 //   - excluded-namespace: a kube-system pod, no lookup, against exec'ing /bin/true.
 //
 // It reports this plugin's p50/p99 (ms), Istio's, the ratio (the median of the
@@ -380,12 +381,18 @@ func met(ok bool) string {
 	return "NOT met"
 }
 
-// waitCached waits until the agent's pod cache of n holds pod: the steady state,
-// where the watch has seen the pod before its sandbox is made.
+// waitCached waits until the agent's pod cache of n holds pod, in its socket and
+// its file: the steady state, where the watch has seen the pod before its sandbox
+// is made.
 func waitCached(b *testing.B, n *node, pod *corev1.Pod) {
 	ac := kube.NewAgentClient(filepath.Join(n.runDir, podcache.SocketName), time.Second)
+	files := filepath.Join(n.runDir, kube.AgentPodFilesDir)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := ac.GetPod(b.Context(), pod.Namespace, pod.Name); err == nil {
+		_, err := ac.GetPod(b.Context(), pod.Namespace, pod.Name)
+		if err == nil {
+			_, err = kube.ReadAgentPodFile(files, pod.Namespace, pod.Name)
+		}
+		if err == nil {
 			return
 		} else if time.Now().After(deadline) {
 			b.Fatalf("the pod cache does not hold %s/%s: %v", pod.Namespace, pod.Name, err)
