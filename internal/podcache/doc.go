@@ -10,6 +10,14 @@
 // ambient pod, which the plugin refuses. Namespaces are few, so watching them all
 // costs little, and the plugin's common path then makes no API request.
 //
+// It also keeps one file per pod of the node (kube.AgentPodFilesDir in the run
+// directory, root's alone, replaced whole by a rename, removed with the pod and
+// when the agent stops), the JSON the socket answers. The plugin reads its pod
+// there first: a file read needs no request, so the plugin never waits for this
+// process to be scheduled, which on a node starting many pods at once set the
+// slowest ADDs. The socket serves what the files do not hold (a pod whose event
+// has not arrived yet, namespaces).
+//
 // The cache is an accelerator, never the authority: a pod the cache does not hold
 // (not yet seen, or another UID than the sandbox's), or a namespace it does not hold
 // (not yet seen, or its watch not synced, e.g. without RBAC to list namespaces), is
