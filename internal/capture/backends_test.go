@@ -12,7 +12,8 @@ import (
 // flavours and nftables through nft and over netlink.
 var backendFactories = map[string]func(tb testing.TB) (capture.Backend, error){
 	"iptables-nft": func(tb testing.TB) (capture.Backend, error) {
-		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: tb.TempDir()})
+		dir := tb.TempDir()
+		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: dir, NativeStateDir: dir})
 	},
 	"iptables-legacy": func(tb testing.TB) (capture.Backend, error) {
 		return iptables.NewBackend(iptables.Config{Mode: iptables.ModeLegacy, LockDir: tb.TempDir()})

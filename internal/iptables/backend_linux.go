@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -49,6 +50,11 @@ type Config struct {
 	// XTABLES_LOCKFILE, if set in the environment, is the one lock of every
 	// namespace (as iptables itself uses it); otherwise /run/istio-cni/xtables.
 	LockDir string
+	// NativeStateDir, when set, lets nft mode write a new namespace's rules
+	// without iptables-nft-restore (native_linux.go), once the node's
+	// iptables-nft is known to read them; the version is remembered there.
+	// Empty: every write is a restore.
+	NativeStateDir string
 }
 
 // Backend writes plans with iptables-restore: one restore per family per apply.
@@ -57,6 +63,10 @@ type Backend struct {
 	lockDir  string
 	lockPath string // XTABLES_LOCKFILE, when it replaces the per-namespace locks
 	tools    map[redirect.Family]tools
+
+	nativeDir  string
+	nativeOnce sync.Once
+	native     bool // see nativeAllowed
 }
 
 type tools struct {
@@ -72,7 +82,7 @@ func NewBackend(cfg Config) (*Backend, error) {
 	if mode == ModeAuto {
 		mode = DetectMode("/")
 	}
-	b := &Backend{mode: mode, lockDir: cfg.LockDir, tools: map[redirect.Family]tools{}}
+	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: map[redirect.Family]tools{}}
 	if b.lockDir == "" {
 		if f := os.Getenv("XTABLES_LOCKFILE"); f != "" {
 			b.lockPath, b.lockDir = f, filepath.Dir(f)
@@ -204,7 +214,7 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 			continue
 		}
 		var nativeErr error
-		if !held[f] && b.mode == ModeNFT {
+		if !held[f] && b.nativeAllowed() {
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {

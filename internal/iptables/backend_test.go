@@ -151,7 +151,8 @@ func eachModeAndCase(t *testing.T, f func(t *testing.T, mode Mode, tc backendCas
 	for _, mode := range modes(t) {
 		for _, tc := range backendCases {
 			t.Run(string(mode)+"/"+tc.name, func(t *testing.T) {
-				b, err := NewBackend(Config{Mode: mode, LockDir: t.TempDir()})
+				dir := t.TempDir()
+				b, err := NewBackend(Config{Mode: mode, LockDir: dir, NativeStateDir: dir})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -360,4 +364,93 @@ func writeNative(objs []nativeObjects) error {
 		return fmt.Errorf("nftables batch: %w", err)
 	}
 	return nil
+}
+
+// nativeMinVersion is the oldest iptables-nft whose reading of these objects is
+// known: they are what 1.8.9 writes (TestNativeWritesEqualIptablesRestore
+// compares with the node's own restore), and later versions read what earlier
+// ones wrote. With an older or unknown version the rules are restored.
+var nativeMinVersion = [3]int{1, 8, 9}
+
+// versionRE reads `iptables-nft-restore --version`: "iptables-nft-restore v1.8.9 (nf_tables)".
+var versionRE = regexp.MustCompile(`v(\d+)\.(\d+)\.(\d+).*\(nf_tables\)`)
+
+// nativeVersionFile remembers, in Config.NativeStateDir, the version of the
+// restore binary it was read from: "<path> <size> <mtime ns> <version>". A
+// binary replaced on the node (another size or time) is asked again.
+const nativeVersionFile = "iptables-nft-version"
+
+// nativeAllowed says whether this backend writes new namespaces natively: nft
+// mode, a state directory to remember the version in, and an iptables-nft of
+// at least nativeMinVersion. It asks the binary once per node and binary (about
+// a millisecond), then reads the remembered answer.
+func (b *Backend) nativeAllowed() bool {
+	b.nativeOnce.Do(func() {
+		if b.mode != ModeNFT || b.nativeDir == "" || !b.tools[redirect.IPv4].flavoured {
+			return
+		}
+		v, err := b.restoreVersion()
+		if err != nil {
+			return
+		}
+		b.native = compareVersion(v, nativeMinVersion) >= 0
+	})
+	return b.native
+}
+
+func (b *Backend) restoreVersion() ([3]int, error) {
+	bin := b.tools[redirect.IPv4].restore
+	st, err := os.Stat(bin)
+	if err != nil {
+		return [3]int{}, err
+	}
+	key := fmt.Sprintf("%s %d %d", bin, st.Size(), st.ModTime().UnixNano())
+	path := filepath.Join(b.nativeDir, nativeVersionFile)
+	if data, err := os.ReadFile(path); err == nil && len(data) < 4096 {
+		if k, v, ok := strings.Cut(strings.TrimSpace(string(data)), " v"); ok && k == key {
+			return parseVersion("v" + v + " (nf_tables)")
+		}
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return [3]int{}, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	v, err := parseVersion(string(out))
+	if err != nil {
+		return v, err
+	}
+	// Remembered for the next runs; a failure to write only costs them the exec.
+	if err := os.MkdirAll(b.nativeDir, 0o755); err == nil {
+		if f, err := os.CreateTemp(b.nativeDir, ".version-*"); err == nil {
+			_, werr := fmt.Fprintf(f, "%s v%d.%d.%d\n", key, v[0], v[1], v[2])
+			if cerr := f.Close(); werr == nil && cerr == nil {
+				werr = os.Rename(f.Name(), path)
+			}
+			if werr != nil {
+				os.Remove(f.Name())
+			}
+		}
+	}
+	return v, nil
+}
+
+func parseVersion(s string) ([3]int, error) {
+	m := versionRE.FindStringSubmatch(s)
+	if m == nil {
+		return [3]int{}, fmt.Errorf("not an iptables-nft version: %q", strings.TrimSpace(s))
+	}
+	var v [3]int
+	for i := range v {
+		v[i], _ = strconv.Atoi(m[i+1])
+	}
+	return v, nil
+}
+
+func compareVersion(a, b [3]int) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] - b[i]
+		}
+	}
+	return 0
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -169,7 +171,8 @@ func savedRules(s string) string {
 // apply changes nothing, and cleanup removes them.
 func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	root.Require(t)
-	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: t.TempDir()})
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,4 +219,66 @@ func fmtExpr(e expr.Any) string {
 		return fmt.Sprintf("target %s rev %d %T %+v", v.Name, v.Rev, v.Info, v.Info)
 	}
 	return fmt.Sprintf("%T %+v", e, e)
+}
+
+// TestNativeWritesNeedAKnownIptablesNft: the native path is taken only in nft mode,
+// with a state directory, and with an iptables-nft of at least 1.8.9, asked once
+// and remembered per binary (here stand-in binaries printing a version, first in
+// PATH). A replaced binary is asked again.
+func TestNativeWritesNeedAKnownIptablesNft(t *testing.T) {
+	bin := t.TempDir()
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	stub := func(version string) {
+		for _, name := range []string{"iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save"} {
+			script := "#!/bin/sh\necho '" + name + " " + version + " (nf_tables)'\n"
+			if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		version string
+		dir     bool
+		mode    Mode
+		want    bool
+	}{
+		{"v1.8.9", true, ModeNFT, true},
+		{"v1.8.11", true, ModeNFT, true},
+		{"v1.10.0", true, ModeNFT, true},
+		{"v1.8.7", true, ModeNFT, false},
+		{"v1.8.9", false, ModeNFT, false},
+		{"garbage", true, ModeNFT, false},
+	} {
+		stub(tc.version)
+		dir := ""
+		if tc.dir {
+			dir = t.TempDir()
+		}
+		b, err := NewBackend(Config{Mode: tc.mode, LockDir: t.TempDir(), NativeStateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.nativeAllowed(); got != tc.want {
+			t.Errorf("iptables-nft %s, state dir %v: native %v, want %v", tc.version, tc.dir, got, tc.want)
+		}
+		if !tc.want || !tc.dir {
+			continue
+		}
+		// Remembered: a second backend reads the file, even if the binary would
+		// now say otherwise, as long as it is the same file.
+		remembered, err := os.ReadFile(filepath.Join(dir, nativeVersionFile))
+		if err != nil || !strings.Contains(string(remembered), tc.version) {
+			t.Errorf("remembered version: %q, %v", remembered, err)
+		}
+		b2, _ := NewBackend(Config{Mode: tc.mode, LockDir: t.TempDir(), NativeStateDir: dir})
+		if !b2.nativeAllowed() {
+			t.Errorf("iptables-nft %s: the remembered version was not used", tc.version)
+		}
+		// A replaced binary (another size) is asked again.
+		stub("v1.8.4-replaced")
+		b3, _ := NewBackend(Config{Mode: tc.mode, LockDir: t.TempDir(), NativeStateDir: dir})
+		if b3.nativeAllowed() {
+			t.Errorf("iptables-nft replaced by 1.8.4: still native")
+		}
+	}
 }

@@ -53,7 +53,7 @@ func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 				t.Fatal(err)
 			}
 			how := "restore"
-			if _, err := translateNative(fp.Family, l); mode == ModeNFT && err == nil {
+			if _, err := translateNative(fp.Family, l); b.nativeAllowed() && err == nil {
 				how = "native"
 			}
 			want = append(want, "iptables-"+how+"-"+fp.Family.String())

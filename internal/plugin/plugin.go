@@ -471,7 +471,8 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 	if cfg.Backend == BackendNftables {
 		return nftables.NewBackend(), nil
 	}
-	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode, LockDir: filepath.Join(cfg.AgentRunDir, "xtables")})
+	dir := filepath.Join(cfg.AgentRunDir, "xtables")
+	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode, LockDir: dir, NativeStateDir: dir})
 }
 
 // Del removes our rules when the namespace still exists. It always succeeds for a
@@ -565,7 +566,8 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 }
 
 // GC removes per-namespace xtables lock files that have not been used for an hour:
-// the plugin keeps no other state outside pod namespaces.
+// besides them the plugin keeps only the node's iptables-nft version there (one
+// small file, see iptables.Config.NativeStateDir) outside pod namespaces.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	return p.withConfig(args, "GC", func(cfg *Config, log *pluginlog.Logger) error {
 		dir := filepath.Join(cfg.AgentRunDir, "xtables")

@@ -52,7 +52,8 @@ func TestProxyForwardsRedirectedConnectionsToTheirOriginalDestination(t *testing
 		t.Fatal(err)
 	}
 	defer tp.Close()
-	b, err := iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: t.TempDir()})
+	dir := t.TempDir()
+	b, err := iptables.NewBackend(iptables.Config{Mode: iptables.ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
