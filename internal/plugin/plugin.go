@@ -339,31 +339,36 @@ type lookupTarget[T any] struct {
 // goes to the API server, which stays the authority, retried within budget's one
 // bound (each request and the waits between them inside it).
 func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger, budget PodLookup, target lookupTarget[T]) (*T, error) {
-	if target.fromFile != nil {
-		// The agent's file of the pod: no request, so no wait for the agent to be
-		// scheduled (kube.AgentPodFilesDir). It is trusted as the socket's answer
-		// is, and only when it is this sandbox's pod (name and uid).
-		obj, err := target.fromFile(filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir))
-		timing.Mark(ctx, target.kind+"-agent-file")
+	// The agent first, as an accelerator: its file of the pod (no request, so no
+	// wait for the agent to be scheduled; kube.AgentPodFilesDir), then its socket.
+	// Either is trusted as the other, and only for this sandbox's object (name and
+	// uid); anything else goes on to the API server.
+	fromAgent := func(phase, where, next string, get func() (*T, error)) (*T, bool) {
+		obj, err := get()
+		timing.Mark(ctx, target.kind+"-"+phase)
 		if err == nil {
 			if err = target.match(obj); err == nil {
-				log.Debug(target.kind + " found in the agent's files")
-				return obj, nil
+				log.Debug(target.kind + " found in the agent's " + where)
+				return obj, true
 			}
 		}
-		log.Debug("agent's pod files could not answer; asking its socket", "object", target.kind, "error", err)
+		log.Debug("agent's "+where+" could not answer; asking "+next, "object", target.kind, "error", err)
+		return nil, false
+	}
+	if target.fromFile != nil {
+		if obj, ok := fromAgent("agent-file", "files", "its socket", func() (*T, error) {
+			return target.fromFile(filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir))
+		}); ok {
+			return obj, nil
+		}
 	}
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
-		obj, err := target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
-		timing.Mark(ctx, target.kind+"-agent-cache")
-		if err == nil {
-			if err = target.match(obj); err == nil {
-				log.Debug(target.kind + " found in the agent's cache")
-				return obj, nil
-			}
+		if obj, ok := fromAgent("agent-cache", "cache", "the API server", func() (*T, error) {
+			return target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
+		}); ok {
+			return obj, nil
 		}
-		log.Debug("agent's pod cache could not answer; asking the API server", "object", target.kind, "error", err)
 	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
 	timing.Mark(ctx, "kubeconfig")

@@ -49,12 +49,21 @@ func (f *podFiles) handler() cache.ResourceEventHandler {
 	}
 }
 
-func (f *podFiles) write(obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
+// fileOf is obj's pod and the path of its file; ok is false for anything else
+// (a tombstone is unwrapped).
+func (f *podFiles) fileOf(obj any) (pod *corev1.Pod, path string, ok bool) {
+	if t, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb {
+		obj = t.Obj
 	}
-	path, ok := kube.AgentPodFile(f.dir, pod.Namespace, pod.Name)
+	if pod, ok = obj.(*corev1.Pod); !ok {
+		return nil, "", false
+	}
+	path, ok = kube.AgentPodFile(f.dir, pod.Namespace, pod.Name)
+	return pod, path, ok
+}
+
+func (f *podFiles) write(obj any) {
+	pod, path, ok := f.fileOf(obj)
 	if !ok {
 		return
 	}
@@ -87,14 +96,7 @@ func (f *podFiles) write(obj any) {
 }
 
 func (f *podFiles) remove(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	path, ok := kube.AgentPodFile(f.dir, pod.Namespace, pod.Name)
+	pod, path, ok := f.fileOf(obj)
 	if !ok {
 		return
 	}
