@@ -179,9 +179,23 @@ func (sm *sim) startAgents(t testing.TB, n int) {
 		sm.agents = append(sm.agents, a)
 	}
 	deadline := time.Now().Add(time.Duration(60+n) * time.Second)
-	for _, a := range sm.agents {
-		for !a.synced() {
+	for i := range sm.agents {
+		restarts := 0
+		for a := sm.agents[i]; !a.synced(); a = sm.agents[i] {
 			if !a.proc.Running() {
+				// Its port, free when picked, may have been taken since by another
+				// agent's connection (ephemeral ports come from the same range):
+				// that agent is started again on another, at most three times.
+				if restarts < 3 && strings.Contains(a.proc.Tail(5), "address already in use") {
+					restarts++
+					a.proxy.close()
+					b, err := sm.startAgent(sm.root, bin, srcs, a.node)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sm.agents[i] = b
+					continue
+				}
 				t.Fatalf("agent of %s exited: %v", a.node, a.proc.ExitError())
 			}
 			if time.Now().After(deadline) {
