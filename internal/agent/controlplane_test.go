@@ -138,6 +138,14 @@ var chartRepairRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 }
 
+// appPod is a plain pod of namespace apps on node, without a sidecar.
+func appPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps"},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+}
+
 // meshPod is a pod as Istio's injector shapes it with the CNI on: the validation
 // init container and the istio-proxy sidecar.
 func meshPod(name, node string) *corev1.Pod {
@@ -231,17 +239,11 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 
 	// The pod cache.
 	pods := admin.CoreV1().Pods("apps")
-	mine, err := pods.Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
-		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}, metav1.CreateOptions{})
+	mine, err := pods.Create(ctx, appPod("web", "node-a"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pods.Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "apps"},
-		Spec:       corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, appPod("elsewhere", "node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "the pod cache is synced", func() bool { return p.metric(t, "istio_cni_pod_cache_synced") == 1 })
@@ -297,10 +299,7 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	if _, err := kube.ReadAgentPodFile(filesDir, "apps", "elsewhere"); !errors.Is(err, kube.ErrNotFound) {
 		t.Errorf("pod file of a pod on node-b: %v, want none", err)
 	}
-	short, err := pods.Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "short-lived", Namespace: "apps"},
-		Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}, metav1.CreateOptions{})
+	short, err := pods.Create(ctx, appPod("short-lived", "node-a"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/informer"
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/test/harness/pods"
 )
@@ -50,15 +51,15 @@ func TestTrimPodKeepsWhatThePluginAndRepairRead(t *testing.T) {
 	}
 
 	// The plugin's view (what the pod cache serves, and what repair in place plans from).
-	before, err := repair.KubePod(full)
-	if err != nil {
-		t.Fatal(err)
+	var views []*kube.Pod
+	for _, p := range []*corev1.Pod{full, trimmed} {
+		v, err := repair.KubePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views = append(views, v)
 	}
-	after, err := repair.KubePod(trimmed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(before, after); diff != "" {
+	if diff := cmp.Diff(views[0], views[1]); diff != "" {
 		t.Errorf("the plugin's view of the pod changed by TrimPod (-before +after):\n%s", diff)
 	}
 	// Repair's rule and what its actions read.

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -117,20 +115,12 @@ func ReadAgentPodFile(dir, namespace, name string) (*Pod, error) {
 	if !ok {
 		return nil, fmt.Errorf("agent pod file: %w", ErrNotFound)
 	}
-	f, err := os.Open(path)
+	data, err := readBounded(path, MaxAnswerBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("agent pod file: %w", ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agent pod file: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxAnswerBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("agent pod file %s: %w", path, err)
-	}
-	if len(data) > MaxAnswerBytes {
-		return nil, fmt.Errorf("agent pod file %s: larger than %d bytes", path, MaxAnswerBytes)
 	}
 	var pod Pod
 	if err := json.Unmarshal(data, &pod); err != nil {

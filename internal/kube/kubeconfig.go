@@ -58,18 +58,22 @@ type kubeconfigFile struct {
 const MaxFileBytes = 1 << 20
 
 // readFile reads path, refusing a file over MaxFileBytes.
-func readFile(path string) ([]byte, error) {
+func readFile(path string) ([]byte, error) { return readBounded(path, MaxFileBytes) }
+
+// readBounded reads path whole, refusing a file over max bytes; an error opening
+// it is returned as is (fs.ErrNotExist stays testable).
+func readBounded(path string, max int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileBytes)
+	if len(b) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
 	}
 	return b, nil
 }
