@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
@@ -85,7 +86,10 @@ type Config struct {
 	// keys maps a Config field to the config key its value came from, so that
 	// validation errors name what the user wrote.
 	keys map[string]string
-	// prevResultErr is ParsePrevResult's error, kept for every caller.
+	// prevResult is the previous result as the runtime wrote it, until
+	// ParsePrevResult decodes it; prevResultErr is its error, kept for every
+	// caller.
+	prevResult    json.RawMessage
 	prevResultErr error
 }
 
@@ -160,6 +164,10 @@ func ParseConfig(data []byte) (*Config, error) {
 type rawConfig struct {
 	types.NetConf
 	RuntimeConfig json.RawMessage `json:"runtimeConfig,omitempty"`
+	// PrevResult is kept as the runtime wrote it (it shadows NetConf's
+	// RawPrevResult, a generic map): ParsePrevResult decodes it once, where the
+	// CNI library would decode it into a map, encode the map and decode that.
+	PrevResult json.RawMessage `json:"prevResult,omitempty"`
 
 	// Istio's current format.
 	PluginLogLevel      *string         `json:"plugin_log_level"`
@@ -309,6 +317,7 @@ func (r rawConfig) withDefaults() Config {
 	c := Config{
 		NetConf:       r.NetConf,
 		RuntimeConfig: r.RuntimeConfig,
+		prevResult:    r.PrevResult,
 		LogLevel:      DefaultLogLevel,
 		AgentRunDir:   DefaultAgentRunDir,
 		Backend:       BackendIptables,
@@ -519,16 +528,28 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// ParsePrevResult parses the raw prevResult into PrevResult, once: the CNI
-// library's parse empties RawPrevResult, so a second reader of the raw form would
-// find nothing (as ADD's address lookup once did, and then read the namespace's
-// addresses instead). A parse error is kept and returned to every caller.
+// ParsePrevResult parses the previous result into PrevResult, once, as the
+// config's cniVersion says (as the CNI library does): ADD's printed result and the
+// addresses that decide its capture come from that one parse. (Reading the raw
+// form after a parse once found nothing: the library's parse empties it, and ADD
+// then read the namespace's addresses instead.) A parse error is kept and
+// returned to every caller.
 func (c *Config) ParsePrevResult() error {
-	if c.prevResultErr != nil || c.RawPrevResult == nil {
+	if c.prevResultErr != nil || c.PrevResult != nil {
 		return c.prevResultErr
 	}
-	if err := version.ParsePrevResult(&c.NetConf); err != nil {
-		c.prevResultErr = fmt.Errorf("plugin config: prevResult: %w", err)
+	switch {
+	case len(c.prevResult) > 0 && string(c.prevResult) != "null":
+		res, err := create.Create(c.CNIVersion, c.prevResult)
+		if err != nil {
+			c.prevResultErr = fmt.Errorf("plugin config: prevResult: could not parse prevResult: %w", err)
+		} else {
+			c.PrevResult, c.prevResult = res, nil
+		}
+	case c.RawPrevResult != nil: // a Config built in code rather than parsed
+		if err := version.ParsePrevResult(&c.NetConf); err != nil {
+			c.prevResultErr = fmt.Errorf("plugin config: prevResult: %w", err)
+		}
 	}
 	return c.prevResultErr
 }

@@ -23,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
@@ -636,17 +637,20 @@ func startPodCache(t testing.TB, n *node) {
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 
 // TestLookupUsesTheAgentsPodCache: with the agent's pod cache running, ADD reads the
-// pod from it; a pod the cache does not hold (scheduled to another node in its view)
-// is still read from the API server, so the cache never decides alone.
+// pod from the agent's file of it, or from its socket when there is no file; a pod
+// the cache does not hold (scheduled to another node in its view) is still read
+// from the API server, so the cache never decides alone.
 func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 	n := newNode(t, shared)
 	startPodCache(t, n)
 	list := n.chain(n.istioEntry(nil))
 	for _, tc := range []struct {
 		name, node, wantLog string
+		removeFile          bool
 	}{
-		{"on-this-node", "node-1", "pod found in the agent's cache"},
-		{"cache-miss", "node-2", "asking the API server"},
+		{"on-this-node", "node-1", "pod found in the agent's files", false},
+		{"no-file", "node-1", "pod found in the agent's cache", true},
+		{"cache-miss", "node-2", "asking the API server", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := createPod(t, shared, meshedPod("cache", tc.name, nil, func(p *corev1.Pod) { p.Spec.NodeName = tc.node }))
@@ -654,6 +658,12 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 			if tc.node == "node-1" {
 				// The watch may lag the create by a few milliseconds.
 				time.Sleep(200 * time.Millisecond)
+			}
+			if tc.removeFile {
+				path, _ := kube.AgentPodFile(filepath.Join(n.runDir, kube.AgentPodFilesDir), pod.Namespace, pod.Name)
+				if err := os.Remove(path); err != nil {
+					t.Fatalf("the agent's file of the pod: %v", err)
+				}
 			}
 			if _, err := n.add(list, sb); err != nil {
 				t.Fatalf("ADD: %v", err)
