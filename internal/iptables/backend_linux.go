@@ -57,7 +57,9 @@ type Config struct {
 	NativeStateDir string
 }
 
-// Backend writes plans with iptables-restore: one restore per family per apply.
+// Backend writes plans with iptables-restore: one restore per family per apply,
+// or in nft mode, for a namespace without tables, the restore's own netlink batch
+// sent without the process (see Config.NativeStateDir).
 type Backend struct {
 	mode     Mode
 	lockDir  string
