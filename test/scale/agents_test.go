@@ -170,6 +170,7 @@ func newSim(t testing.TB, s clusterSize) *sim {
 // and its pod cache has listed its node's pods.
 func (sm *sim) startAgents(t testing.TB, n int) {
 	t.Helper()
+	raiseInotifyInstances(t, n)
 	bin, srcs := buildBinaries(t)
 	for i := range n {
 		a, err := sm.startAgent(sm.root, bin, srcs, nodeName(i))
@@ -376,4 +377,35 @@ func loadClient(t testing.TB, cp *controlplane.ControlPlane) kubernetes.Interfac
 		t.Fatal(err)
 	}
 	return c
+}
+
+// inotifyInstances is the kernel's per-user limit of inotify instances. Each agent
+// watches its CNI config directory with one, all as root: the default 128 lets
+// about 120 agents start on one machine (a real node runs one). For more, the
+// limit is raised for the run and put back after it, so the host is left as it was.
+const inotifyInstances = "/proc/sys/fs/inotify/max_user_instances"
+
+func raiseInotifyInstances(t testing.TB, agents int) {
+	t.Helper()
+	raw, err := os.ReadFile(inotifyInstances)
+	if err != nil {
+		t.Fatalf("read %s: %v", inotifyInstances, err)
+	}
+	was, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("%s: %q: %v", inotifyInstances, raw, err)
+	}
+	need := agents + 64 // the machine's own users of inotify
+	if was >= need {
+		return
+	}
+	if err := os.WriteFile(inotifyInstances, []byte(strconv.Itoa(need)), 0o644); err != nil {
+		t.Fatalf("%d agents need %s of at least %d (it is %d): %v", agents, inotifyInstances, need, was, err)
+	}
+	t.Logf("%s raised from %d to %d for %d agents; put back after the run", inotifyInstances, was, need, agents)
+	t.Cleanup(func() {
+		if err := os.WriteFile(inotifyInstances, []byte(strconv.Itoa(was)), 0o644); err != nil {
+			t.Errorf("put %s back to %d: %v", inotifyInstances, was, err)
+		}
+	})
 }
