@@ -36,6 +36,19 @@ keep=("$cache" "$(go env GOCACHE)" "$(go env GOMODCACHE)" "$root")
 step "recording the host"
 "$hc" save "$record" "${keep[@]}"
 
+# Istio's expected rules (27 inputs) are not part of the repository: the
+# conformance test reads them from ISTIO_REFERENCE_DIR or from shared/ beside the
+# checkout, and skips without them. Whether it ran is said here, where a skip
+# inside `go test` would not show.
+ref=${ISTIO_REFERENCE_DIR:-$root/../shared/reference/istio-iptables-capture}
+if [[ -f $ref/cases.json ]]; then
+  export ISTIO_REFERENCE_DIR=$(cd "$ref" && pwd)
+  conformance="checked against $ISTIO_REFERENCE_DIR"
+else
+  conformance="NOT CHECKED: no $ref/cases.json (set ISTIO_REFERENCE_DIR, or place shared/ beside the checkout)"
+fi
+step "conformance with Istio's reference rules: $conformance"
+
 rc=0
 # TEST_FLAGS adds flags to go test (for example TEST_FLAGS="-run Chart -v").
 step "go vet"
@@ -59,5 +72,6 @@ fi
 step "comparing the host with the record"
 "$hc" compare "$record" "${keep[@]}" || rc=1
 rm -f "$record"
+step "conformance with Istio's reference rules: $conformance"
 step "done, exit $rc"
 exit $rc
