@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	gnft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -380,6 +382,10 @@ var versionRE = regexp.MustCompile(`v(\d+)\.(\d+)\.(\d+).*\(nf_tables\)`)
 // binary replaced on the node (another size or time) is asked again.
 const nativeVersionFile = "iptables-nft-version"
 
+// versionBound bounds asking the binary its version (once per node and binary); a
+// binary that does not answer in time leaves the writes to the restore.
+const versionBound = 5 * time.Second
+
 // nativeAllowed says whether this backend writes new namespaces natively: nft
 // mode, a state directory to remember the version in, and an iptables-nft of
 // at least nativeMinVersion. It asks the binary once per node and binary (about
@@ -411,9 +417,11 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 			return parseVersion("v" + v + " (nf_tables)")
 		}
 	}
-	out, err := exec.Command(bin, "--version").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), versionBound)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
 	if err != nil {
-		return [3]int{}, fmt.Errorf("%s --version: %w", bin, err)
+		return [3]int{}, fmt.Errorf("%s --version (bound %v): %w", bin, versionBound, err)
 	}
 	v, err := parseVersion(string(out))
 	if err != nil {
