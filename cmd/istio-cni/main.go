@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/version"
@@ -19,5 +19,5 @@ func main() {
 	if os.Getenv("PATH") == "" {
 		os.Setenv("PATH", defaultPath)
 	}
-	skel.PluginMainFuncs(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version.Version)
+	cnicmd.Main(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version.Version)
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -36,9 +36,9 @@ func TestLogsShowTheRealPluginsDecisions(t *testing.T) {
 	_, ns := runPod(t, cp, injectedPod("web"), ip)
 
 	p := &plugin.Plugin{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Timeout: time.Minute}
-	cmd := func(f func(*skel.CmdArgs) error, id, pod string) error {
+	cmd := func(f func(*cnicmd.CmdArgs) error, id, pod string) error {
 		nsName, name, _ := strings.Cut(pod, "/")
-		return f(&skel.CmdArgs{ContainerID: id, Netns: ns.path, IfName: "eth0",
+		return f(&cnicmd.CmdArgs{ContainerID: id, Netns: ns.path, IfName: "eth0",
 			Args: "K8S_POD_NAMESPACE=" + nsName + ";K8S_POD_NAME=" + name, StdinData: []byte(conf)})
 	}
 	if err := cmd(p.Add, "c0ffee000001aaaa", "app/web"); err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -374,9 +373,6 @@ func writeNative(objs []nativeObjects) error {
 // ones wrote. With an older or unknown version the rules are restored.
 var nativeMinVersion = [3]int{1, 8, 9}
 
-// versionRE reads `iptables-nft-restore --version`: "iptables-nft-restore v1.8.9 (nf_tables)".
-var versionRE = regexp.MustCompile(`v(\d+)\.(\d+)\.(\d+).*\(nf_tables\)`)
-
 // nativeVersionFile remembers, in Config.NativeStateDir, the version of the
 // restore binary it was read from: "<path> <size> <mtime ns> <version>". A
 // binary replaced on the node (another size or time) is asked again.
@@ -442,16 +438,45 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 	return v, nil
 }
 
+// parseVersion reads `iptables-nft-restore --version`, "iptables-nft-restore
+// v1.8.9 (nf_tables)": the first "v<major>.<minor>.<patch>" followed, later on the
+// line, by "(nf_tables)". (Written out rather than as a regular expression: a
+// package-level one is compiled at every start of the plugin, which is exec'd
+// once per pod.)
 func parseVersion(s string) ([3]int, error) {
-	m := versionRE.FindStringSubmatch(s)
-	if m == nil {
-		return [3]int{}, fmt.Errorf("not an iptables-nft version: %q", strings.TrimSpace(s))
+	for i := strings.IndexByte(s, 'v'); i >= 0; {
+		if v, rest, ok := versionAt(s[i+1:]); ok && strings.Contains(rest, "(nf_tables)") {
+			return v, nil
+		}
+		next := strings.IndexByte(s[i+1:], 'v')
+		if next < 0 {
+			break
+		}
+		i += 1 + next
 	}
-	var v [3]int
+	return [3]int{}, fmt.Errorf("not an iptables-nft version: %q", strings.TrimSpace(s))
+}
+
+// versionAt reads "<major>.<minor>.<patch>" at the start of s, and what follows.
+func versionAt(s string) (v [3]int, rest string, ok bool) {
 	for i := range v {
-		v[i], _ = strconv.Atoi(m[i+1])
+		if i > 0 {
+			if !strings.HasPrefix(s, ".") {
+				return v, s, false
+			}
+			s = s[1:]
+		}
+		n := 0
+		for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+			n++
+		}
+		if n == 0 || n > 9 {
+			return v, s, false
+		}
+		v[i], _ = strconv.Atoi(s[:n])
+		s = s[n:]
 	}
-	return v, nil
+	return v, s, true
 }
 
 func compareVersion(a, b [3]int) int {

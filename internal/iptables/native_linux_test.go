@@ -282,3 +282,34 @@ func TestNativeWritesNeedAKnownIptablesNft(t *testing.T) {
 		}
 	}
 }
+
+// TestParseVersion reads the version line of iptables-nft-restore as the releases
+// print it, and refuses legacy builds and lines without a whole version.
+func TestParseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		want    [3]int
+		wantErr bool
+	}{
+		{line: "iptables-nft-restore v1.8.9 (nf_tables)\n", want: [3]int{1, 8, 9}},
+		{line: "iptables-restore v1.8.11 (nf_tables): no command\n", want: [3]int{1, 8, 11}},
+		{line: "ip6tables-nft-restore v1.10.0 (nf_tables)", want: [3]int{1, 10, 0}},
+		{line: "xtables-nft-multi v1.8.7 (nf_tables)", want: [3]int{1, 8, 7}},
+		{line: "iptables-restore v1.8.9 (legacy)", wantErr: true},
+		{line: "iptables-restore 1.8.9 (nf_tables)", wantErr: true},
+		{line: "iptables-restore v1.8 (nf_tables)", wantErr: true},
+		{line: "iptables-restore v1..9 (nf_tables)", wantErr: true},
+		{line: "(nf_tables) v1.8.9", wantErr: true},
+		{line: "garbage (nf_tables)", wantErr: true},
+		{line: "", wantErr: true},
+	} {
+		got, err := parseVersion(tc.line)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseVersion(%q) error = %v, want error %v", tc.line, err, tc.wantErr)
+			continue
+		}
+		if err == nil && got != tc.want {
+			t.Errorf("parseVersion(%q) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}

@@ -86,9 +86,9 @@ type Config struct {
 	// keys maps a Config field to the config key its value came from, so that
 	// validation errors name what the user wrote.
 	keys map[string]string
-	// prevResult is the previous result as the runtime wrote it, until
-	// ParsePrevResult decodes it; prevResultErr is its error, kept for every
-	// caller.
+	// prevResult is the previous result as the runtime wrote it, which
+	// ParsePrevResult decodes into PrevResult; prevResultErr is its error, kept
+	// for every caller.
 	prevResult    json.RawMessage
 	prevResultErr error
 }
@@ -528,6 +528,16 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// prevResultAsGiven is the previous result as the runtime wrote it when r is that
+// result, parsed without error, and of the config's version: ADD may print it
+// as it is. Otherwise nil (a result to convert, or one built here).
+func (c *Config) prevResultAsGiven(r types.Result) []byte {
+	if r == nil || r != c.PrevResult || len(c.prevResult) == 0 || c.prevResultErr != nil || c.CNIVersion == "" || r.Version() != c.CNIVersion {
+		return nil
+	}
+	return c.prevResult
+}
+
 // ParsePrevResult parses the previous result into PrevResult, once, as the
 // config's cniVersion says (as the CNI library does): ADD's printed result and the
 // addresses that decide its capture come from that one parse. (Reading the raw
@@ -544,7 +554,7 @@ func (c *Config) ParsePrevResult() error {
 		if err != nil {
 			c.prevResultErr = fmt.Errorf("plugin config: prevResult: could not parse prevResult: %w", err)
 		} else {
-			c.PrevResult, c.prevResult = res, nil
+			c.PrevResult = res
 		}
 	case c.RawPrevResult != nil: // a Config built in code rather than parsed
 		if err := version.ParsePrevResult(&c.NetConf); err != nil {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/google/go-cmp/cmp"
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
@@ -224,7 +224,7 @@ func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
 			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 			log := pluginlog.New(io.Discard, pluginlog.Options{})
 			defer log.Close()
-			args := &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/none", Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web"}
+			args := &cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/none", Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web"}
 			d, _, _, err := (&Plugin{}).decide(context.Background(), cfg, args, log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
 				[]netip.Addr{netip.MustParseAddr("10.0.0.9")})
 			if got := int(nsGets.Load()); got != tc.wantNSGet {

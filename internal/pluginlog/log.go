@@ -315,6 +315,9 @@ func (f fanout) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (f fanout) Handle(ctx context.Context, r slog.Record) error {
+	// Times are written in UTC, as the node's other components write them; a
+	// local time would also cost every run a read of the zone database.
+	r.Time = r.Time.UTC()
 	var errs []error
 	for _, h := range f {
 		if h.Enabled(ctx, r.Level) {

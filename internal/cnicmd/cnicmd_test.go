@@ -1,0 +1,259 @@
+package cnicmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/google/go-cmp/cmp"
+)
+
+var versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// addEnv is a valid ADD's environment.
+func addEnv() map[string]string {
+	return map[string]string{
+		"CNI_COMMAND":     "ADD",
+		"CNI_CONTAINERID": "0123456789abcdef",
+		"CNI_NETNS":       "/var/run/netns/cni-test",
+		"CNI_IFNAME":      "eth0",
+		"CNI_PATH":        "/opt/cni/bin",
+		"CNI_ARGS":        "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p",
+	}
+}
+
+func with(env map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range env {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			delete(out, kv[i])
+		} else {
+			out[kv[i]] = kv[i+1]
+		}
+	}
+	return out
+}
+
+const conf11 = `{"cniVersion":"1.1.0","name":"k8s-pod-network","type":"istio-cni"}`
+
+// inputs are the cases both dispatchers are run on.
+var inputs = []struct {
+	name  string
+	env   map[string]string
+	stdin string
+}{
+	{"add", addEnv(), conf11},
+	{"add-old-config", addEnv(), `{"cniVersion":"0.3.1","name":"n","type":"istio-cni"}`},
+	{"add-no-version", addEnv(), `{"name":"n","type":"istio-cni"}`},
+	{"add-unsupported-version", addEnv(), `{"cniVersion":"0.2.0","name":"n"}`},
+	{"add-future-version", addEnv(), `{"cniVersion":"9.0.0","name":"n"}`},
+	{"add-bad-version", addEnv(), `{"cniVersion":"one","name":"n"}`},
+	{"add-no-name", addEnv(), `{"cniVersion":"1.1.0"}`},
+	{"add-bad-name", addEnv(), `{"cniVersion":"1.1.0","name":"-n"}`},
+	{"add-name-with-slash", addEnv(), `{"cniVersion":"1.1.0","name":"a/b"}`},
+	{"add-not-json", addEnv(), `{"cniVersion":`},
+	{"add-missing-netns-and-ifname", with(addEnv(), "CNI_NETNS", "", "CNI_IFNAME", ""), conf11},
+	{"add-missing-path", with(addEnv(), "CNI_PATH", ""), conf11},
+	{"add-bad-container-id", with(addEnv(), "CNI_CONTAINERID", "abc def"), conf11},
+	{"add-container-id-leading-dot", with(addEnv(), "CNI_CONTAINERID", ".abc"), conf11},
+	{"add-container-id-dashes", with(addEnv(), "CNI_CONTAINERID", "a-b_c.d"), conf11},
+	{"add-long-ifname", with(addEnv(), "CNI_IFNAME", "eth0123456789012"), conf11},
+	{"add-ifname-dotdot", with(addEnv(), "CNI_IFNAME", ".."), conf11},
+	{"add-ifname-colon", with(addEnv(), "CNI_IFNAME", "eth:0"), conf11},
+	{"add-ifname-space", with(addEnv(), "CNI_IFNAME", "eth\u00a00"), conf11},
+	{"del", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_NETNS", ""), conf11},
+	{"del-no-container-id", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_CONTAINERID", ""), conf11},
+	{"check", with(addEnv(), "CNI_COMMAND", "CHECK"), conf11},
+	{"check-old-config", with(addEnv(), "CNI_COMMAND", "CHECK"), `{"cniVersion":"0.3.1","name":"n"}`},
+	{"gc", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, conf11},
+	{"gc-1.0", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"1.0.0","name":"n"}`},
+	{"status", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, conf11},
+	{"status-0.4", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"0.4.0","name":"n"}`},
+	{"version", map[string]string{"CNI_COMMAND": "VERSION"}, ""},
+	{"no-command", map[string]string{}, conf11},
+	{"no-command-at-all", map[string]string{"CNI_PATH": "/x"}, conf11},
+}
+
+// outcome is what a dispatcher did: the command it called, with which arguments,
+// its error and its output.
+type outcome struct {
+	Called string
+	Args   *CmdArgs
+	Code   uint
+	Msg    string
+	Detail string
+	Stdout string
+	Stderr string
+}
+
+func recorder(o *outcome) (Funcs, skel.CNIFuncs) {
+	call := func(name string) func(*CmdArgs) error {
+		return func(a *CmdArgs) error {
+			o.Called, o.Args = name, a
+			return nil
+		}
+	}
+	fromSkel := func(name string) func(*skel.CmdArgs) error {
+		return func(a *skel.CmdArgs) error {
+			o.Called = name
+			o.Args = &CmdArgs{ContainerID: a.ContainerID, Netns: a.Netns, IfName: a.IfName, Args: a.Args, Path: a.Path, NetnsOverride: a.NetnsOverride, StdinData: a.StdinData}
+			return nil
+		}
+	}
+	return Funcs{Add: call("ADD"), Del: call("DEL"), Check: call("CHECK"), GC: call("GC"), Status: call("STATUS")},
+		skel.CNIFuncs{Add: fromSkel("ADD"), Del: fromSkel("DEL"), Check: fromSkel("CHECK"), GC: fromSkel("GC"), Status: fromSkel("STATUS")}
+}
+
+func (o *outcome) setErr(e *types.Error) {
+	if e != nil {
+		o.Code, o.Msg, o.Detail = e.Code, e.Msg, e.Details
+	}
+}
+
+func runOurs(env map[string]string, stdin string) outcome {
+	var o outcome
+	funcs, _ := recorder(&o)
+	var stdout, stderr bytes.Buffer
+	o.setErr(Run(Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr}, funcs, versions, "istio-cni test"))
+	o.Stdout, o.Stderr = stdout.String(), stderr.String()
+	return o
+}
+
+// runSkel runs the CNI library's dispatcher on the same input: it reads the
+// process's environment and stdin, and writes to its stdout and stderr.
+func runSkel(t *testing.T, env map[string]string, stdin string) outcome {
+	t.Helper()
+	for _, k := range []string{"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH", "CNI_NETNS_OVERRIDE"} {
+		t.Setenv(k, env[k])
+	}
+	var o outcome
+	_, funcs := recorder(&o)
+	in, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		io.WriteString(inW, stdin)
+		inW.Close()
+	}()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	oldIn, oldOut, oldErr := os.Stdin, os.Stdout, os.Stderr
+	os.Stdin, os.Stdout, os.Stderr = in, outW, errW
+	outC, errC := readAll(outR), readAll(errR)
+	e := skel.PluginMainFuncsWithError(funcs, versions, "istio-cni test")
+	os.Stdin, os.Stdout, os.Stderr = oldIn, oldOut, oldErr
+	outW.Close()
+	errW.Close()
+	in.Close()
+	o.setErr(e)
+	o.Stdout, o.Stderr = <-outC, <-errC
+	return o
+}
+
+func readAll(r *os.File) chan string {
+	c := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		r.Close()
+		c <- string(b)
+	}()
+	return c
+}
+
+// TestRunDoesWhatSkelDoes runs each input through this package and through the
+// CNI library's skel: the same command called with the same arguments, or the
+// same error (code, message and details), and the same output.
+func TestRunDoesWhatSkelDoes(t *testing.T) {
+	for _, tc := range inputs {
+		t.Run(tc.name, func(t *testing.T) {
+			want := runSkel(t, tc.env, tc.stdin)
+			got := runOurs(tc.env, tc.stdin)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Run differs from skel (-skel +ours):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRunRefusesWhatSkelWouldNotCatch: the cases where this dispatcher is stricter
+// than the library's, each refused before the command runs, naming the cause.
+func TestRunRefusesWhatSkelWouldNotCatch(t *testing.T) {
+	big := `{"cniVersion":"1.1.0","name":"n","pad":"` + strings.Repeat("x", MaxConfigBytes) + `"}`
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		stdin    string
+		wantCode uint
+		wantMsg  string
+	}{
+		{"stdin over the bound", addEnv(), big, types.ErrInvalidNetworkConfig, "network config on stdin: more than 4194304 bytes"},
+		{"own netns on ADD, refused before ADD runs", with(addEnv(), "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same"},
+		{"own netns on DEL", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same"},
+		{"container ID over the bound", with(addEnv(), "CNI_CONTAINERID", strings.Repeat("a", maxNameLength+1)), conf11, types.ErrInvalidEnvironmentVariables, "invalid characters in containerID"},
+		{"unknown command", with(addEnv(), "CNI_COMMAND", "UPDATE"), conf11, types.ErrInvalidEnvironmentVariables, "unknown CNI_COMMAND: UPDATE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := runOurs(tc.env, tc.stdin)
+			if got.Called != "" {
+				t.Errorf("%s was called; want it refused first", got.Called)
+			}
+			if got.Code != tc.wantCode || got.Msg != tc.wantMsg {
+				t.Errorf("error = %d %q, want %d %q", got.Code, got.Msg, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+	// Overriding the check lets the command run (CNI_NETNS_OVERRIDE, as skel).
+	got := runOurs(with(addEnv(), "CNI_NETNS", "/proc/self/ns/net", "CNI_NETNS_OVERRIDE", "true"), conf11)
+	if got.Called != "ADD" || got.Code != 0 {
+		t.Errorf("with CNI_NETNS_OVERRIDE: called %q, error %d %q; want ADD, no error", got.Called, got.Code, got.Msg)
+	}
+}
+
+// TestRunReturnsTheCommandsError: a CNI error keeps its code; any other error is
+// an internal one (999) with its text.
+func TestRunReturnsTheCommandsError(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		wantCode uint
+		wantMsg  string
+	}{
+		{types.NewError(types.ErrTryAgainLater, "later", "d"), types.ErrTryAgainLater, "later"},
+		{errors.Join(errors.New("ctx"), types.NewError(types.ErrIOFailure, "io", "")), types.ErrIOFailure, "io"},
+		{errors.New("plain"), types.ErrInternal, "plain"},
+	} {
+		funcs := Funcs{Add: func(*CmdArgs) error { return tc.err }}
+		env := addEnv()
+		e := Run(Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(conf11), Stdout: io.Discard, Stderr: io.Discard}, funcs, versions, "")
+		if e == nil || e.Code != tc.wantCode || e.Msg != tc.wantMsg {
+			t.Errorf("Run with %v = %v, want code %d %q", tc.err, e, tc.wantCode, tc.wantMsg)
+		}
+	}
+}
+
+// TestPrintErrorIsTheSpecsJSON: the error printed on stdout decodes as the spec's
+// error object.
+func TestPrintErrorIsTheSpecsJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := printError(&buf, types.NewError(types.ErrInvalidNetNS, "msg", "details")); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"code": float64(types.ErrInvalidNetNS), "msg": "msg", "details": "details"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("printed error (-want +got):\n%s", diff)
+	}
+}
