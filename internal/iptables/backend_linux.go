@@ -69,6 +69,21 @@ type Backend struct {
 	nativeDir  string
 	nativeOnce sync.Once
 	native     bool // see nativeAllowed
+
+	mu        sync.Mutex
+	fallbacks []error // see NativeFallbacks
+}
+
+// NativeFallbacks returns, and forgets, the native writes the kernel refused
+// whose rules the restore then wrote: the pod is captured, and the refusal is
+// worth a warning (it means this iptables-nft writes rules the native writer
+// does not), which the caller logs.
+func (b *Backend) NativeFallbacks() []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.fallbacks
+	b.fallbacks = nil
+	return out
 }
 
 type tools struct {
@@ -220,7 +235,7 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {
-				nativeErr = writeNative(objs)
+				nativeErr = writeNativeObjects(objs)
 				timing.Mark(ctx, "iptables-native-"+f.String())
 				if nativeErr == nil {
 					changed = true
@@ -237,6 +252,11 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 				err = fmt.Errorf("%w (and before it, written natively: %w)", err, nativeErr)
 			}
 			return changed, fmt.Errorf("apply %s rules: %w", f, err)
+		}
+		if nativeErr != nil {
+			b.mu.Lock()
+			b.fallbacks = append(b.fallbacks, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))
+			b.mu.Unlock()
 		}
 		changed = true
 	}

@@ -344,6 +344,9 @@ func targetExpr(f redirect.Family, t redirect.Target) (expr.Any, error) {
 	return nil, fmt.Errorf("%w: target kind %d", errNotNative, t.Kind)
 }
 
+// writeNativeObjects is writeNative; a test replaces it to have the kernel refuse.
+var writeNativeObjects = writeNative
+
 // writeNative sends one family's objects in one batch over a netlink socket of
 // the calling thread's namespace: the kernel applies all of it or none.
 func writeNative(objs []nativeObjects) error {

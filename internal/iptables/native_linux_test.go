@@ -313,3 +313,41 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyReportsARefusedNativeWrite: when the kernel refuses the native batch
+// (here replaced by a refusal), the restore writes the same rules, verify finds
+// them exact, and the refusal is kept for the caller to log, once.
+func TestApplyReportsARefusedNativeWrite(t *testing.T) {
+	root.Require(t)
+	refused := errors.New("netlink: invalid argument (simulated)")
+	writeNativeObjects = func([]nativeObjects) error { return refused }
+	t.Cleanup(func() { writeNativeObjects = writeNative })
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := specs.Sidecar().Plan(t)
+	ns := newNS(t)
+	rec := timing.Start()
+	if _, err := capture.Apply(timing.With(context.Background(), rec), ns, b, plan); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range rec.Phases() {
+		names = append(names, p.Name)
+	}
+	if phases := strings.Join(names, " "); !strings.Contains(phases, "iptables-native-ipv4") || !strings.Contains(phases, "iptables-restore-ipv4") {
+		t.Errorf("phases %s: want the native write tried, then the restore", phases)
+	}
+	if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
+		t.Fatalf("verify after the restore: %v %v", diffs, err)
+	}
+	got := b.NativeFallbacks()
+	if len(got) == 0 || !errors.Is(got[0], refused) || !strings.Contains(got[0].Error(), "ipv4 rules") {
+		t.Fatalf("NativeFallbacks = %v, want the IPv4 refusal", got)
+	}
+	if again := b.NativeFallbacks(); len(again) != 0 {
+		t.Errorf("NativeFallbacks a second time = %v, want none", again)
+	}
+}

@@ -220,6 +220,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
+	warnNativeFallbacks(log, b)
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
@@ -476,6 +477,16 @@ func lookupFailure(err error, kind string) string {
 		return "the API server has another pod of that name"
 	}
 	return "the API server could not be reached"
+}
+
+// warnNativeFallbacks logs the native iptables-nft writes the kernel refused
+// before the restore wrote the same rules (the pod is captured either way).
+func warnNativeFallbacks(log *pluginlog.Logger, b capture.Backend) {
+	if nb, ok := b.(interface{ NativeFallbacks() []error }); ok {
+		for _, err := range nb.NativeFallbacks() {
+			log.Warn("iptables: rules restored after the native write was refused", "error", err)
+		}
+	}
 }
 
 // NewBackend picks the rule backend the config names; the repair path uses it to
