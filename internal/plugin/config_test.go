@@ -442,7 +442,7 @@ func (f *fallbackBackend) NativeFallbacks() []error { return f.errs }
 func TestNativeFallbacksAreLogged(t *testing.T) {
 	var buf bytes.Buffer
 	log := pluginlog.New(&buf, pluginlog.Options{})
-	warnNativeFallbacks(log, &fallbackBackend{errs: []error{errors.New("ipv4 rules: the native write was refused, the restore wrote them: EINVAL")}})
+	WarnNativeFallbacks(log.Logger, &fallbackBackend{errs: []error{errors.New("ipv4 rules: the native write was refused, the restore wrote them: EINVAL")}})
 	log.Close()
 	if got := buf.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "native write was refused") || !strings.Contains(got, "EINVAL") {
 		t.Errorf("log = %q, want a warning naming the refusal", got)

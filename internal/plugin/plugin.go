@@ -220,7 +220,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
-	warnNativeFallbacks(log, b)
+	WarnNativeFallbacks(log.Logger, b)
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
@@ -479,9 +479,10 @@ func lookupFailure(err error, kind string) string {
 	return "the API server could not be reached"
 }
 
-// warnNativeFallbacks logs the native iptables-nft writes the kernel refused
-// before the restore wrote the same rules (the pod is captured either way).
-func warnNativeFallbacks(log *pluginlog.Logger, b capture.Backend) {
+// WarnNativeFallbacks logs the native iptables-nft writes the kernel refused
+// before the restore wrote the same rules (the pod is captured either way): the
+// plugin's ADD and the repair in place call it after their apply.
+func WarnNativeFallbacks(log *slog.Logger, b capture.Backend) {
 	if nb, ok := b.(interface{ NativeFallbacks() []error }); ok {
 		for _, err := range nb.NativeFallbacks() {
 			log.Warn("iptables: rules restored after the native write was refused", "error", err)
