@@ -184,9 +184,9 @@ func (sm *sim) startAgents(t testing.TB, n int) {
 		restarts := 0
 		for a := sm.agents[i]; !a.synced(); a = sm.agents[i] {
 			if !a.proc.Running() {
-				// Its port, free when picked, may have been taken since by another
-				// agent's connection (ephemeral ports come from the same range):
-				// that agent is started again on another, at most three times.
+				// Its port, free when picked, may have been taken since (by a
+				// listener: agentPort picks below the ephemeral range): that
+				// agent is started again on another, at most three times.
 				if restarts < 3 && strings.Contains(a.proc.Tail(5), "address already in use") {
 					restarts++
 					a.proxy.close()
@@ -227,7 +227,7 @@ func (sm *sim) startAgent(root, bin, srcs, node string) (*agent, error) {
 		return nil, err
 	}
 	a.proxy = p
-	ports, err := controlplane.FreePorts(1)
+	ports, err := agentPort()
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +252,42 @@ func (sm *sim) startAgent(root, bin, srcs, node string) (*agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// agentPorts hands out the agents' monitoring ports below the kernel's ephemeral
+// range, so that no outgoing connection (hundreds of watches here) can take one
+// between its pick and the agent's bind, as a port picked by the kernel could.
+var agentPorts struct {
+	sync.Mutex
+	next int
+}
+
+// agentPort returns the next port below the ephemeral range that binds now.
+func agentPort() ([]int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	agentPorts.Lock()
+	defer agentPorts.Unlock()
+	if agentPorts.next == 0 {
+		agentPorts.next = max(1024, low-8000)
+	}
+	for ; agentPorts.next < low; agentPorts.next++ {
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", agentPorts.next))
+		if err != nil {
+			continue // held by something else: the next one
+		}
+		l.Close()
+		agentPorts.next++
+		return []int{agentPorts.next - 1}, nil
+	}
+	// Below the range all is taken: fall back to a port the kernel picks.
+	return controlplane.FreePorts(1)
 }
 
 // synced: Ready, and the pod cache holds the node's pods.
