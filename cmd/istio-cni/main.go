@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
-
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/version"
 )

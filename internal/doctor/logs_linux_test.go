@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
-
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
