@@ -138,19 +138,59 @@ func (b *Backend) Name() string { return "iptables-" + string(b.mode) }
 // Mode is the resolved mode.
 func (b *Backend) Mode() Mode { return b.mode }
 
+// MaxOutputBytes bounds what the plugin reads of an iptables-save or restore's
+// output: a namespace's rules are a few KiB; a larger output fails the command,
+// naming the bound, rather than filling the plugin's memory. Of stderr the first
+// maxStderrBytes are kept for the error.
+const (
+	MaxOutputBytes = 64 << 20
+	maxStderrBytes = 64 << 10
+)
+
 func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout := &boundedBuffer{max: MaxOutputBytes}
+	stderr := &boundedBuffer{max: maxStderrBytes, truncate: true}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+b.lockFile())
 	if err := cmd.Run(); err != nil {
+		if stdout.over {
+			err = fmt.Errorf("its output is over %d bytes: %w", MaxOutputBytes, err)
+		}
 		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
 }
+
+// boundedBuffer keeps at most max bytes: past them a write fails (the command's
+// copy stops and the command fails), or with truncate the rest is dropped. (It
+// holds its buffer rather than embedding it: an embedded bytes.Buffer's ReadFrom
+// would let io.Copy write past Write.)
+type boundedBuffer struct {
+	buf      bytes.Buffer
+	max      int
+	truncate bool
+	over     bool
+}
+
+var errOutputTooLarge = errors.New("output over the bound")
+
+func (w *boundedBuffer) Write(p []byte) (int, error) {
+	if room := w.max - w.buf.Len(); len(p) > room {
+		w.over = true
+		w.buf.Write(p[:max(room, 0)])
+		if w.truncate {
+			return len(p), nil
+		}
+		return 0, errOutputTooLarge
+	}
+	return w.buf.Write(p)
+}
+
+func (w *boundedBuffer) String() string { return w.buf.String() }
 
 // lockFile is this namespace's xtables lock: legacy iptables serializes on it, and a
 // lock per namespace keeps parallel pod set-ups from contending.

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,5 +160,31 @@ func eachModeAndCase(t *testing.T, f func(t *testing.T, mode Mode, tc backendCas
 				f(t, mode, tc, b)
 			})
 		}
+	}
+}
+
+// TestRunBoundsWhatItReads: an iptables tool whose output passes MaxOutputBytes
+// fails naming the bound; its stderr is kept to its first maxStderrBytes.
+func TestRunBoundsWhatItReads(t *testing.T) {
+	b, err := NewBackend(Config{LockDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	out, err := b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes))
+	if err != nil || len(out) != MaxOutputBytes {
+		t.Fatalf("output of exactly the bound: %d bytes, %v; want it whole", len(out), err)
+	}
+	_, err = b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes+1))
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("output is over %d bytes", MaxOutputBytes)) {
+		t.Fatalf("output over the bound: %v; want an error naming the bound", err)
+	}
+	_, err = b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x >&2; exit 3", 4*maxStderrBytes))
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("failing tool: %v; want its exit status", err)
+	}
+	msg := err.Error()
+	if n := len(msg[strings.LastIndex(msg, ": ")+2:]); n != maxStderrBytes {
+		t.Errorf("stderr kept in the error: %d bytes, want the first %d", n, maxStderrBytes)
 	}
 }
