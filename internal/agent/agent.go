@@ -70,7 +70,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		unsettled: map[string]unsettledError{}, recheck: make(chan struct{}, 1)}
 	template := s.NetworkConfig
 	if s.NetworkConfigFile != "" {
-		b, err := os.ReadFile(s.NetworkConfigFile)
+		b, err := cniconf.ReadConfig(s.NetworkConfigFile)
 		if err != nil {
 			return fmt.Errorf("CNI_NETWORK_CONFIG_FILE: %w", err)
 		}

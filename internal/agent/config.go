@@ -229,7 +229,13 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		return configWaiting, fmt.Errorf("standalone config %s not written: it would sort before %s in %s, and a runtime loads the first config in byte order as the node's network; set CNI_CONF_NAME (the chart's cniConfFileName) to a name that sorts after %s",
 			filepath.Base(path), after[0], filepath.Dir(path), after[len(after)-1])
 	}
-	if cur, err := os.ReadFile(path); err == nil && !a.isOurs(cur) {
+	switch cur, err := cniconf.ReadConfig(path); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		// Unreadable or over the size a config may have: not ours to replace.
+		a.cfg.inPlace = false
+		return configWaiting, fmt.Errorf("standalone config %s left untouched: %w", path, err)
+	case !a.isOurs(cur):
 		a.cfg.inPlace = false
 		return configWaiting, fmt.Errorf("standalone config %s left untouched: it holds another plugin's config (set CNI_CONF_NAME to a free name)", path)
 	}
@@ -255,7 +261,7 @@ func (a *agent) isOurs(data []byte) bool {
 func (a *agent) uninstallConfig() error {
 	if !a.s.Chained {
 		path := a.standalonePath()
-		cur, err := os.ReadFile(path)
+		cur, err := cniconf.ReadConfig(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}

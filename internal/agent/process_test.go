@@ -23,6 +23,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
@@ -557,6 +558,21 @@ func TestStandaloneConfigNeverSortsBeforeANetwork(t *testing.T) {
 		p.waitLog(t, "the refusal names both files", `standalone config istio-cni.conf not written: it would sort before multus.conf`)
 		if _, err := os.Stat(filepath.Join(n.confDir, "istio-cni.conf")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the refused config was written (stat: %v)", err)
+		}
+		if p.ready() {
+			t.Error("the agent is ready without its config")
+		}
+	})
+	t.Run("a file at our name over a config's size is left as it is", func(t *testing.T) {
+		t.Parallel()
+		n := newNode(t)
+		path := filepath.Join(n.confDir, DefaultStandaloneName)
+		big := []byte(`{"cniVersion":"1.0.0","name":"other","type":"bridge","pad":"` + strings.Repeat("x", cniconf.MaxConfigSize) + `"}`)
+		writeFile(t, path, big, 0o644)
+		p := n.startAgent(t, "CHAINED_CNI_PLUGIN=false")
+		p.waitLog(t, "the refusal names the file and the bound", `standalone config .*`+DefaultStandaloneName+` left untouched: .*more than the 1048576 bytes a CNI config may have`)
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, big) {
+			t.Errorf("the file was changed (%d bytes, %v)", len(got), err)
 		}
 		if p.ready() {
 			t.Error("the agent is ready without its config")
