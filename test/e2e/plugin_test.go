@@ -42,6 +42,21 @@ var (
 	shared *controlplane.ControlPlane
 )
 
+// installCopy writes a copy of the binary at src to dst with write(2), as the
+// agent installs binaries on a node and as a runtime extracts an image. A binary
+// is exec'd from that copy, never from the linker's output: the Go linker writes
+// its output through a memory mapping, and on this kernel (6.18, ext4) exec'ing
+// that file cost 0.35 ms more than a copy of the same bytes (2.81 against 2.45 ms
+// for an excluded ADD, 300 interleaved runs; the same after a sync), presumably
+// from how the file's pages are held in the page cache.
+func installCopy(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
 func TestMain(m *testing.M) {
 	sandbox.RunChildIfAsked()
 	code, err := run(m)
@@ -85,12 +100,17 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Built as it ships: static (no dynamic loader on the per-pod exec path) and stripped.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(pluginDir, "istio-cni"), "./cmd/istio-cni")
+	// Built as it ships: static (no dynamic loader on the per-pod exec path) and
+	// stripped; then copied into CNI_PATH, as the agent installs it (see installCopy).
+	built := filepath.Join(dir, "build", "istio-cni")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", built, "./cmd/istio-cni")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("build istio-cni: %w: %s", err, out)
+	}
+	if err := installCopy(built, filepath.Join(pluginDir, "istio-cni")); err != nil {
+		return 0, err
 	}
 	out, err := exec.Command(filepath.Join(root, "hack", "cni-plugins.sh")).Output()
 	if err != nil {
@@ -98,11 +118,7 @@ func run(m *testing.M) (int, error) {
 	}
 	refDir := strings.TrimSpace(string(out))
 	for _, p := range []string{"ptp", "host-local", "loopback"} {
-		data, err := os.ReadFile(filepath.Join(refDir, p))
-		if err != nil {
-			return 0, err
-		}
-		if err := os.WriteFile(filepath.Join(pluginDir, p), data, 0o755); err != nil {
+		if err := installCopy(filepath.Join(refDir, p), filepath.Join(pluginDir, p)); err != nil {
 			return 0, err
 		}
 	}
