@@ -165,19 +165,18 @@ func savedRules(s string) string {
 	return regexp.MustCompile(`\[\d+:\d+\]`).ReplaceAllString(stripComments(s), "")
 }
 
-// TestApplyWritesANewNamespaceNatively checks the switch in Apply: in nft mode a
-// new namespace's default sidecar rules are written without iptables-restore
-// (its phase is absent, the native one present), verify finds them exact, a second
-// apply changes nothing, and cleanup removes them.
-func TestApplyWritesANewNamespaceNatively(t *testing.T) {
-	root.Require(t)
+// applySidecarInNewNamespace applies the default sidecar plan with an nft-mode
+// backend that may write natively, in a new namespace, and returns the phases the
+// apply marked, in order.
+func applySidecarInNewNamespace(t *testing.T) (b *Backend, ns string, plan *redirect.Plan, phases string) {
+	t.Helper()
 	dir := t.TempDir()
 	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := specs.Sidecar().Plan(t)
-	ns := newNS(t)
+	plan = specs.Sidecar().Plan(t)
+	ns = newNS(t)
 	rec := timing.Start()
 	if _, err := capture.Apply(timing.With(context.Background(), rec), ns, b, plan); err != nil {
 		t.Fatal(err)
@@ -186,7 +185,16 @@ func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	for _, p := range rec.Phases() {
 		names = append(names, p.Name)
 	}
-	phases := strings.Join(names, " ")
+	return b, ns, plan, strings.Join(names, " ")
+}
+
+// TestApplyWritesANewNamespaceNatively checks the switch in Apply: in nft mode a
+// new namespace's default sidecar rules are written without iptables-restore
+// (its phase is absent, the native one present), verify finds them exact, a second
+// apply changes nothing, and cleanup removes them.
+func TestApplyWritesANewNamespaceNatively(t *testing.T) {
+	root.Require(t)
+	b, ns, plan, phases := applySidecarInNewNamespace(t)
 	if !strings.Contains(phases, "iptables-native-ipv4") || strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("phases %s: want the IPv4 rules written natively, without iptables-restore", phases)
 	}
@@ -322,22 +330,8 @@ func TestApplyReportsARefusedNativeWrite(t *testing.T) {
 	refused := errors.New("netlink: invalid argument (simulated)")
 	writeNativeObjects = func([]nativeObjects) error { return refused }
 	t.Cleanup(func() { writeNativeObjects = writeNative })
-	dir := t.TempDir()
-	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := specs.Sidecar().Plan(t)
-	ns := newNS(t)
-	rec := timing.Start()
-	if _, err := capture.Apply(timing.With(context.Background(), rec), ns, b, plan); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range rec.Phases() {
-		names = append(names, p.Name)
-	}
-	if phases := strings.Join(names, " "); !strings.Contains(phases, "iptables-native-ipv4") || !strings.Contains(phases, "iptables-restore-ipv4") {
+	b, ns, plan, phases := applySidecarInNewNamespace(t)
+	if !strings.Contains(phases, "iptables-native-ipv4") || !strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("phases %s: want the native write tried, then the restore", phases)
 	}
 	if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {

@@ -227,11 +227,11 @@ func (sm *sim) startAgent(root, bin, srcs, node string) (*agent, error) {
 		return nil, err
 	}
 	a.proxy = p
-	ports, err := agentPort()
+	monPort, err := agentPort()
 	if err != nil {
 		return nil, err
 	}
-	a.http = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	a.http = "http://127.0.0.1:" + strconv.Itoa(monPort)
 	host, port, _ := net.SplitHostPort(p.addr)
 	env := append([]string{
 		"MOUNTED_CNI_NET_DIR=" + filepath.Join(dir, "net.d"),
@@ -241,8 +241,8 @@ func (sm *sim) startAgent(root, bin, srcs, node string) (*agent, error) {
 		"SERVICE_ACCOUNT_DIR=" + sa,
 		"KUBERNETES_SERVICE_HOST=" + host,
 		"KUBERNETES_SERVICE_PORT=" + port,
-		fmt.Sprintf("MONITORING_PORT=%d", ports[0]),
-		fmt.Sprintf("READINESS_PORT=%d", ports[0]),
+		fmt.Sprintf("MONITORING_PORT=%d", monPort),
+		fmt.Sprintf("READINESS_PORT=%d", monPort),
 		"NODE_NAME=" + node,
 		"POD_NAME=" + daemonSetName + "-" + node,
 	}, agentEnv...)
@@ -263,7 +263,7 @@ var agentPorts struct {
 }
 
 // agentPort returns the next port below the ephemeral range that binds now.
-func agentPort() ([]int, error) {
+func agentPort() (int, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -284,10 +284,14 @@ func agentPort() ([]int, error) {
 		}
 		l.Close()
 		agentPorts.next++
-		return []int{agentPorts.next - 1}, nil
+		return agentPorts.next - 1, nil
 	}
 	// Below the range all is taken: fall back to a port the kernel picks.
-	return controlplane.FreePorts(1)
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
 }
 
 // synced: Ready, and the pod cache holds the node's pods.
