@@ -21,6 +21,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/version"
 )
 
@@ -554,8 +556,25 @@ func removeStaleConfTemps(dir string) {
 	}
 }
 
+// removeTLSSession removes the plugin's TLS session to the API server from the run
+// directory (plugin.TLSSessionName), and a temporary file of it that a killed
+// plugin left: it is made under the kubeconfig the agent removes.
+func removeTLSSession(runDir string) error {
+	var errs []error
+	entries, _ := os.ReadDir(runDir)
+	for _, e := range entries {
+		if n := e.Name(); n == plugin.TLSSessionName || kube.IsSessionFileTemp(n, plugin.TLSSessionName) {
+			if err := os.Remove(filepath.Join(runDir, n)); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, fmt.Errorf("remove the plugin's TLS session: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // uninstall removes what the agent installed: the entry (or standalone file), the
-// kubeconfig and the binaries. Every step runs even when another fails.
+// kubeconfig, the plugin's TLS session and the binaries. Every step runs even when
+// another fails.
 func (a *agent) uninstall() error {
 	var errs []error
 	if err := a.uninstallConfig(); err != nil {
@@ -563,6 +582,9 @@ func (a *agent) uninstall() error {
 	}
 	if err := os.Remove(a.s.KubeconfigPath()); err != nil && !os.IsNotExist(err) {
 		errs = append(errs, fmt.Errorf("remove kubeconfig: %w", err))
+	}
+	if err := removeTLSSession(a.s.RunDir); err != nil {
+		errs = append(errs, err)
 	}
 	for _, dir := range a.binDirs {
 		for _, b := range a.bins {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 func TestAgentInstallsThenSIGTERMLeavesTheConfDirAsItWas(t *testing.T) {
@@ -83,6 +84,12 @@ func TestAgentInstallsThenSIGTERMLeavesTheConfDirAsItWas(t *testing.T) {
 			if v := p.metric(t, "istio_cni_install_ready"); v != 1 {
 				t.Errorf("istio_cni_install_ready = %v, want 1", v)
 			}
+
+			// The plugin keeps its TLS session to the API server in the run dir, and
+			// a plugin killed mid-write leaves a temporary file: the uninstall
+			// removes both with the kubeconfig they were made under.
+			writeFile(t, filepath.Join(n.runDir, plugin.TLSSessionName), []byte("session"), 0o600)
+			writeFile(t, filepath.Join(n.runDir, "."+plugin.TLSSessionName+".tmp-123"), []byte("part"), 0o600)
 
 			p.stop(t)
 			if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {

@@ -26,6 +26,10 @@ type Client struct {
 	tls     *tls.Config
 	token   string
 	timeout time.Duration
+
+	sessions   *SessionFile // nil: every connection makes a full handshake
+	resumed    bool         // the last connection resumed a stored TLS session
+	sessionErr error        // the last Save's error
 }
 
 // ErrNotFound is returned when the object does not exist.
@@ -76,6 +80,21 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 	}
 	return c, nil
 }
+
+// ResumeSessions makes the client offer the TLS session stored at path and store
+// the one of a full handshake there (see SessionFile). An https client only;
+// for others it does nothing.
+func (c *Client) ResumeSessions(path string, kc *Kubeconfig) {
+	if c.tls == nil {
+		return
+	}
+	c.sessions = NewSessionFile(path, kc, c.tls.ServerName)
+	c.tls.ClientSessionCache = c.sessions
+}
+
+// Resumed says whether the last connection resumed a stored TLS session, and
+// the error of storing its session, if any (the lookup does not fail for it).
+func (c *Client) Resumed() (bool, error) { return c.resumed, c.sessionErr }
 
 // StatusError is an API error response.
 type StatusError struct {
@@ -148,6 +167,12 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 		h = append(h, [2]string{"Authorization", "Bearer " + c.token})
 	}
 	resp, err := http1.Do(conn, http1.Request{Method: "GET", Host: c.base.Host, Path: path, Header: h}, MaxAnswerBytes)
+	if tc, ok := conn.(*tls.Conn); ok && c.sessions != nil && err == nil {
+		// The answer is read: TLS 1.3's tickets, sent after the handshake, came
+		// before it.
+		c.resumed = tc.ConnectionState().DidResume
+		c.sessionErr = c.sessions.Save(c.resumed)
+	}
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
 	}

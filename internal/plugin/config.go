@@ -125,6 +125,9 @@ const MaxPodLookupBound = time.Minute
 const (
 	DefaultAgentRunDir = "/var/run/istio-cni"
 	KubeconfigName     = "istio-cni-kubeconfig"
+	// TLSSessionName is the file in the run directory where the plugin keeps its
+	// TLS session to the API server, so the next run resumes it (kube.SessionFile).
+	TLSSessionName = "istio-cni-tls-session"
 	// LogSocketName is the agent's SOCK_SEQPACKET socket for this plugin's log
 	// records and events (pluginlog.Options.Socket); Istio's plugin posts to
 	// IstioLogSocketName instead. Short: a unix socket's path is at most 107 bytes.

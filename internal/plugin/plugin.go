@@ -395,6 +395,14 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
+	client.ResumeSessions(filepath.Join(cfg.AgentRunDir, TLSSessionName), kc)
+	defer func() {
+		resumed, err := client.Resumed()
+		log.Logger = log.With(target.kind+"APITLSResumed", resumed)
+		if err != nil {
+			log.Debug("the TLS session to the API server was not stored; the next run makes a full handshake", "error", err)
+		}
+	}()
 	start := time.Now()
 	gets := 0 // every GET, the cache read included
 	var lastErr error
