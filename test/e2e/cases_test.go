@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
@@ -675,6 +676,30 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 				t.Errorf("no capture")
 			}
 		})
+	}
+}
+
+// TestTheNextADDResumesTheTLSSessionToTheAPIServer: an ADD that asks the real
+// API server keeps its TLS session in the run directory (0600), and the next
+// ADD's process resumes it (logged as podAPITLSResumed) and captures its pod.
+func TestTheNextADDResumesTheTLSSessionToTheAPIServer(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	session := filepath.Join(n.runDir, plugin.TLSSessionName)
+	for i, want := range []string{"podAPITLSResumed=false", "podAPITLSResumed=true"} {
+		pod := createPod(t, shared, meshedPod("tls-session", fmt.Sprintf("web-%d", i), nil))
+		before := len(n.stderr.String())
+		sb, _ := n.addPod(t, list, pod)
+		if log := n.stderr.String()[before:]; !strings.Contains(log, want) {
+			t.Errorf("ADD %d: the plugin's log lacks %s:\n%s", i+1, want, log)
+		}
+		if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
+			t.Errorf("ADD %d: no capture", i+1)
+		}
+		fi, err := os.Stat(session)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("ADD %d: the session file: %v (mode %v); want it, 0600", i+1, err, fi.Mode())
+		}
 	}
 }
 
