@@ -218,15 +218,12 @@ type rawPodLookup struct {
 // ignored: runtimes and installers add their own.
 func decodeConfig(data []byte) (rawConfig, error) {
 	var raw rawConfig
-	if err := json.Unmarshal(data, &raw); err != nil {
-		// A newer schema may have changed a key's type: say so rather than name the key.
-		var head struct {
-			ConfigSchema *int `json:"config_schema"`
-		}
-		if json.Unmarshal(data, &head) == nil {
-			if err := checkSchema(head.ConfigSchema); err != nil {
-				return rawConfig{}, err
-			}
+	if err := decodeJSON(data, &raw); err != nil {
+		// A newer schema may have changed a key's type: say so rather than name
+		// the key. (The decode goes on after a type error, so config_schema is
+		// there when it is itself well typed.)
+		if err := checkSchema(raw.ConfigSchema); err != nil {
+			return rawConfig{}, err
 		}
 		return rawConfig{}, configJSONError(err)
 	}
