@@ -30,6 +30,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/istio-cni/istio-cni/internal/jsontree"
 )
 
 // CmdArgs are a command's arguments: the environment's CNI_* values and the
@@ -242,8 +244,12 @@ func checkConfig(data []byte) (string, *types.Error) {
 		Name       string `json:"name"`
 		CNIVersion string `json:"cniVersion"`
 	}
-	if err := json.Unmarshal(data, &conf); err != nil {
-		return "", types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")
+	if !nameAndVersion(data, &conf.Name, &conf.CNIVersion) {
+		// Not a config whose name and version are strings: encoding/json decides,
+		// in skel's words.
+		if err := json.Unmarshal(data, &conf); err != nil {
+			return "", types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")
+		}
 	}
 	if conf.Name == "" {
 		return "", types.NewError(types.ErrInvalidNetworkConfig, "missing network name", "")
@@ -255,6 +261,38 @@ func checkConfig(data []byte) (string, *types.Error) {
 		conf.CNIVersion = "0.1.0"
 	}
 	return conf.CNIVersion, nil
+}
+
+// nameAndVersion reads the config's name and cniVersion without reflection
+// (package jsontree: encoding/json's first decode in a process costs more than
+// the rest of a pass-through ADD), as encoding/json would: keys matched exactly or
+// case-insensitively, a later duplicate winning, null leaving a value as it is.
+// It says false, deciding nothing, for anything else (not JSON, not an object, a
+// name or version that is not a string).
+func nameAndVersion(data []byte, name, cniVersion *string) bool {
+	doc, err := jsontree.Parse(data)
+	if err != nil || doc.Kind != jsontree.Object {
+		return false
+	}
+	for _, m := range doc.Members() {
+		var to *string
+		switch {
+		case m.Key == "name" || strings.EqualFold(m.Key, "name"):
+			to = name
+		case m.Key == "cniVersion" || strings.EqualFold(m.Key, "cniVersion"):
+			to = cniVersion
+		default:
+			continue
+		}
+		switch m.Value.Kind {
+		case jsontree.String:
+			*to = m.Value.Str()
+		case jsontree.Null:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // allowedFrom refuses cmd for a configuration older than min, or newer than every
