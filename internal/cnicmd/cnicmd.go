@@ -240,27 +240,38 @@ func argsFromEnv(env Env, cmd string) (*CmdArgs, *types.Error) {
 // checkConfig decodes the configuration's name and version, once, and checks the
 // name; an absent cniVersion is 0.1.0, as the spec says.
 func checkConfig(data []byte) (string, *types.Error) {
-	var conf struct {
-		Name       string `json:"name"`
-		CNIVersion string `json:"cniVersion"`
-	}
-	if !nameAndVersion(data, &conf.Name, &conf.CNIVersion) {
+	var name, cniVersion string
+	var versionErr *types.Error
+	if !nameAndVersion(data, &name, &cniVersion) {
 		// Not a config whose name and version are strings: encoding/json decides,
-		// in skel's words.
-		if err := json.Unmarshal(data, &conf); err != nil {
+		// as skel does, the name first and the version after, each in its words.
+		var n struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(data, &n); err != nil {
 			return "", types.NewError(types.ErrDecodingFailure, fmt.Sprintf("error unmarshall network config: %v", err), "")
 		}
+		var v struct {
+			CNIVersion string `json:"cniVersion"`
+		}
+		if err := json.Unmarshal(data, &v); err != nil {
+			versionErr = types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding version from network config: %v", err), "")
+		}
+		name, cniVersion = n.Name, v.CNIVersion
 	}
-	if conf.Name == "" {
+	if name == "" {
 		return "", types.NewError(types.ErrInvalidNetworkConfig, "missing network name", "")
 	}
-	if err := ValidateNetworkName(conf.Name); err != nil {
+	if err := ValidateNetworkName(name); err != nil {
 		return "", err
 	}
-	if conf.CNIVersion == "" {
-		conf.CNIVersion = "0.1.0"
+	if versionErr != nil {
+		return "", versionErr
 	}
-	return conf.CNIVersion, nil
+	if cniVersion == "" {
+		cniVersion = "0.1.0"
+	}
+	return cniVersion, nil
 }
 
 // nameAndVersion reads the config's name and cniVersion without reflection
