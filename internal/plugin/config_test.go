@@ -380,14 +380,30 @@ func TestConfigSchemaFailsClosedOnANewerConfig(t *testing.T) {
 // TestADDPrintsThePreviousResult: the previous result of the config's version is
 // printed byte for byte as the runtime gave it (a field this plugin does not know
 // included); one of another version is converted to the config's version; a
-// standalone ADD prints an empty result of the implemented version.
+// standalone ADD prints an empty result of the implemented version. The same
+// holds for a pod passed through before any lookup, whose previous result is not
+// parsed when it is printed as given (passThrough).
 func TestADDPrintsThePreviousResult(t *testing.T) {
 	given := `{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
 		`"ips":[{"interface":0,"address":"10.1.0.5/24","gateway":"10.1.0.1"}],"dns":{},"x-vendor":{"k":1}}`
+	printers := map[string]func(p *Plugin, c *Config) error{
+		"after a lookup": func(p *Plugin, c *Config) error {
+			r, err := result(c)
+			if err != nil {
+				return err
+			}
+			if _, err := c.PrevResultIPs(); err != nil { // ADD's order: both read the one parse
+				return err
+			}
+			return p.print(c, r)
+		},
+		"passed through before any lookup": (*Plugin).passThrough,
+	}
 	for _, tc := range []struct {
 		name, config string
 		wantRaw      string         // printed as given
 		want         map[string]any // or decoded, compared as JSON
+		wantErr      string
 	}{
 		{name: "same version, as given", config: `{"cniVersion":"1.1.0","name":"n","prevResult":` + given + `}`, wantRaw: given},
 		{name: "0.3.0 result in a 0.3.1 config, converted", config: `{"cniVersion":"0.3.1","name":"n","prevResult":{"cniVersion":"0.3.0",` +
@@ -395,37 +411,41 @@ func TestADDPrintsThePreviousResult(t *testing.T) {
 			want: map[string]any{"cniVersion": "0.3.1", "ips": []any{map[string]any{"version": "4", "address": "10.1.0.5/24"}}, "dns": map[string]any{}}},
 		{name: "standalone", config: `{"cniVersion":"1.0.0","name":"n"}`,
 			want: map[string]any{"cniVersion": "1.0.0"}},
+		{name: "a version that is not a string", config: `{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":1}}`,
+			wantErr: "prevResult"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig([]byte(tc.config))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := result(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.PrevResultIPs(); err != nil { // ADD's order: both read the one parse
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			if err := (&Plugin{Stdout: &out}).print(c, r); err != nil {
-				t.Fatal(err)
-			}
-			if tc.wantRaw != "" {
-				if out.String() != tc.wantRaw {
-					t.Errorf("printed\n%s\nwant as given\n%s", out.String(), tc.wantRaw)
+		for pname, printResult := range printers {
+			t.Run(tc.name+"/"+pname, func(t *testing.T) {
+				c, err := ParseConfig([]byte(tc.config))
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			var got map[string]any
-			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-				t.Fatalf("printed %q: %v", out.String(), err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("printed (-want +got):\n%s", diff)
-			}
-		})
+				var out bytes.Buffer
+				err = printResult(&Plugin{Stdout: &out}, c)
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("printed %q, error %v; want an error naming %s", out.String(), err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.wantRaw != "" {
+					if out.String() != tc.wantRaw {
+						t.Errorf("printed\n%s\nwant as given\n%s", out.String(), tc.wantRaw)
+					}
+					return
+				}
+				var got map[string]any
+				if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+					t.Fatalf("printed %q: %v", out.String(), err)
+				}
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("printed (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
@@ -224,8 +223,11 @@ func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
 			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 			log := pluginlog.New(io.Discard, pluginlog.Options{})
 			defer log.Close()
-			args := &cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/none", Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web"}
-			d, _, _, err := (&Plugin{}).decide(context.Background(), cfg, args, log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
+			podArgs, err := ParsePodArgs("K8S_POD_NAMESPACE=app;K8S_POD_NAME=web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _, err := (&Plugin{}).decide(context.Background(), cfg, podArgs, "/var/run/netns/none", log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
 				[]netip.Addr{netip.MustParseAddr("10.0.0.9")})
 			if got := int(nsGets.Load()); got != tc.wantNSGet {
 				t.Errorf("namespace GETs = %d, want %d", got, tc.wantNSGet)

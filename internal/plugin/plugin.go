@@ -21,6 +21,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/jsontree"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
@@ -176,19 +177,35 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
+	defer cancel()
+	podArgs, pre, err := decideWithoutPod(ctx, args, cfg, log)
+	if err != nil {
+		ev.Reason, err = failedStep(err)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		return err
+	}
+	if pre.Verdict == Skip {
+		// Passed through before any lookup (an excluded namespace, no Kubernetes
+		// arguments): the previous result is printed back as given when it is of
+		// the config's version, without parsing it (passedThrough).
+		ev.Reason = pluginlog.ReasonOutput
+		ev.Outcome = pluginlog.OutcomePassedThrough
+		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec)
+		logPeakMemory(log)
+		return p.passThrough(cfg)
+	}
 	ev.Reason = pluginlog.ReasonPrevResult
 	res, err := result(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
-	defer cancel()
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	rec.Mark("prev-result")
-	d, plan, podArgs, err := p.decide(ctx, cfg, args, log, cfg.PodLookup, ips)
+	d, plan, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
@@ -248,29 +265,69 @@ func failedStep(err error) (reason string, cause error) {
 	return pluginlog.ReasonPodSettings, err
 }
 
-// decide runs the selection and, for a pod to redirect, builds its plan. It looks
-// the pod up, and its namespace only when the namespace decides (RuleNeedNamespace);
-// lookup bounds each lookup's retries.
-func (p *Plugin) decide(ctx context.Context, cfg *Config, args *cnicmd.CmdArgs, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, PodArgs, error) {
+// decideWithoutPod reads the pod's CNI arguments and takes the decision that
+// needs no lookup: Skip (an excluded namespace, no Kubernetes arguments) or
+// Lookup. The log gets the pod's name.
+func decideWithoutPod(ctx context.Context, args *cnicmd.CmdArgs, cfg *Config, l *pluginlog.Logger) (PodArgs, Decision, error) {
 	podArgs, err := ParsePodArgs(args.Args)
 	if err != nil {
-		return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonCNIArgs, cniError(types.ErrInvalidEnvironmentVariables, err))
+		return podArgs, Decision{}, failedAt(pluginlog.ReasonCNIArgs, cniError(types.ErrInvalidEnvironmentVariables, err))
 	}
 	l.Logger = l.With("pod", podArgs.Key())
 	pp, _ := PlanFor(podArgs, cfg, nil, nil, Sandbox{})
 	timing.Mark(ctx, "decide")
-	if pp.Decision.Verdict != Lookup {
-		return pp.Decision, nil, podArgs, nil
+	return podArgs, pp.Decision, nil
+}
+
+// passThrough prints ADD's result for a pod passed through before any lookup:
+// the previous result as the runtime gave it when it is of the config's version
+// (the runtime checks what it reads back), else as print converts it. An
+// absent previous result is the empty result of a standalone plugin.
+func (p *Plugin) passThrough(cfg *Config) error {
+	if raw := cfg.prevResult; len(raw) > 0 && cfg.CNIVersion != "" && resultVersion(raw) == cfg.CNIVersion {
+		_, err := p.Stdout.Write(raw)
+		return err
 	}
+	res, err := result(cfg)
+	if err != nil {
+		return err
+	}
+	return p.print(cfg, res)
+}
+
+// resultVersion is a result's cniVersion, read as the CNI library reads it (and
+// without its reflection); "" when raw is not an object with a string cniVersion.
+func resultVersion(raw []byte) string {
+	doc, err := jsontree.Parse(raw)
+	if err != nil || doc.Kind != jsontree.Object {
+		return ""
+	}
+	version := ""
+	for _, m := range doc.Members() {
+		if m.Key == "cniVersion" || strings.EqualFold(m.Key, "cniVersion") {
+			if m.Value.Kind != jsontree.String {
+				return ""
+			}
+			version = m.Value.Str()
+		}
+	}
+	return version
+}
+
+// decide runs the selection for a pod that decideWithoutPod could not decide and,
+// for a pod to redirect, builds its plan. It looks the pod up, and its namespace
+// only when the namespace decides (RuleNeedNamespace); lookup bounds each lookup's
+// retries.
+func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns string, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, error) {
 	lookupStart := time.Now()
 	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
 	if err != nil {
-		return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonPodLookup, err)
+		return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, err)
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
-	sb := Sandbox{Addrs: ips, Netns: args.Netns}
-	pp, err = PlanFor(podArgs, cfg, pod, nil, sb)
+	sb := Sandbox{Addrs: ips, Netns: netns}
+	pp, err := PlanFor(podArgs, cfg, pod, nil, sb)
 	timing.Mark(ctx, "plan")
 	if err == nil && pp.Decision.Rule == RuleNeedNamespace {
 		// Only a pod without a sidecar that its own label does not place gets here.
@@ -278,7 +335,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *cnicmd.CmdArgs, 
 		nsStart := time.Now()
 		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup)
 		if nsErr != nil {
-			return Decision{}, nil, podArgs, failedAt(pluginlog.ReasonPodLookup, nsErr)
+			return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, nsErr)
 		}
 		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
@@ -289,9 +346,9 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, args *cnicmd.CmdArgs, 
 		if errors.Is(err, ErrNetnsUnreadable) {
 			code = types.ErrInternal
 		}
-		return pp.Decision, nil, podArgs, cniError(code, err)
+		return pp.Decision, nil, cniError(code, err)
 	}
-	return pp.Decision, pp.Plan, podArgs, nil
+	return pp.Decision, pp.Plan, nil
 }
 
 // lookup gets the pod, retrying within the configured budget: right after creation a
@@ -549,7 +606,11 @@ func (p *Plugin) Check(args *cnicmd.CmdArgs) error {
 		if err != nil {
 			return cniError(types.ErrDecodingFailure, err)
 		}
-		d, plan, _, err := p.decide(ctx, cfg, args, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+		podArgs, d, err := decideWithoutPod(ctx, args, cfg, log)
+		var plan *redirect.Plan
+		if err == nil && d.Verdict == Lookup {
+			d, plan, err = p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+		}
 		if err != nil {
 			_, err = failedStep(err)
 			return err
