@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -79,7 +78,7 @@ func (c *AgentClient) get(ctx context.Context, path string, out any) error {
 	default:
 		return fmt.Errorf("agent pod cache answered %d: %s", resp.StatusCode, redirect.Quote(string(resp.Body)))
 	}
-	if err := json.Unmarshal(resp.Body, out); err != nil {
+	if err := decodeJSON(resp.Body, out); err != nil {
 		return fmt.Errorf("agent pod cache: decode: %w", err)
 	}
 	return nil
@@ -123,7 +122,7 @@ func ReadAgentPodFile(dir, namespace, name string) (*Pod, error) {
 		return nil, fmt.Errorf("agent pod file: %w", err)
 	}
 	var pod Pod
-	if err := json.Unmarshal(data, &pod); err != nil {
+	if err := decodePod(data, &pod); err != nil {
 		return nil, fmt.Errorf("agent pod file %s: decode: %w", path, err)
 	}
 	return &pod, nil

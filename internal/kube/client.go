@@ -135,7 +135,7 @@ func (c *Client) Get(ctx context.Context, path string, out any) error {
 		}
 		return fmt.Errorf("GET %s: %w", path, serr)
 	}
-	if err := json.Unmarshal(resp.Body, out); err != nil {
+	if err := decodeJSON(resp.Body, out); err != nil {
 		return fmt.Errorf("GET %s: %w", path, &DecodeError{Err: err, Size: len(resp.Body)})
 	}
 	return nil

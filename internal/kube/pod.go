@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
@@ -94,7 +93,7 @@ const RestartPolicyAlways = "Always"
 // mistaken for a pod.
 func DecodePod(data []byte) (*Pod, error) {
 	var p Pod
-	if err := json.Unmarshal(data, &p); err != nil {
+	if err := decodePod(data, &p); err != nil {
 		return nil, fmt.Errorf("decode pod: %w", err)
 	}
 	if p.Metadata.Name == "" || p.Metadata.Namespace == "" {

@@ -1,0 +1,126 @@
+package kube
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// podPaths are every field decodePod reads, as JSON paths ("[]" an array's
+// element), in the case the struct tags give.
+var podPaths = []string{
+	"metadata", "metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.annotations",
+	"metadata.deletionTimestamp", "spec", "spec.nodeName", "spec.securityContext", "spec.securityContext.runAsUser",
+	"spec.securityContext.runAsGroup", "status", "status.phase", "status.podIP", "status.podIPs", "status.podIPs[].ip",
+}
+
+// containerPaths are a container's, under spec.containers[] and
+// spec.initContainers[].
+var containerPaths = []string{
+	"", "name", "image", "args", "args[]", "env", "env[]", "env[].name", "env[].value", "ports", "ports[]",
+	"ports[].name", "ports[].containerPort", "ports[].protocol", "securityContext", "securityContext.runAsUser",
+	"securityContext.runAsGroup", "restartPolicy",
+}
+
+var podSampleValues = []string{
+	`null`, `true`, `0`, `-1`, `1.5`, `1e3`, `2147483647`, `2147483648`, `9223372036854775808`, `""`, `"x"`,
+	`"2025-01-02T03:04:05Z"`, `"2025-13-02T03:04:05Z"`, `"\u00e9"`, `[]`, `[null]`, `["a"]`, `[1]`, `[{}]`,
+	`{}`, `{"a":"b"}`, `{"a":1}`, `{"a":null}`,
+}
+
+// nestPath puts value at path ("a.b[].c") in a document.
+func nestPath(path, value string) string {
+	if path == "" {
+		return value
+	}
+	head, rest, _ := strings.Cut(path, ".")
+	inner := nestPath(rest, value)
+	if name, ok := strings.CutSuffix(head, "[]"); ok {
+		if name == "" {
+			return "[" + inner + "]"
+		}
+		return fmt.Sprintf(`{%q:[%s]}`, name, inner)
+	}
+	return fmt.Sprintf(`{%q:%s}`, head, inner)
+}
+
+// samePod fails t unless decodePod and encoding/json decode doc to the same Pod,
+// or fail with the same error.
+func samePod(t *testing.T, doc []byte) {
+	t.Helper()
+	var want, got Pod
+	wantErr := json.Unmarshal(doc, &want)
+	gotErr := decodePod(doc, &got)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("%s: decodePod error %v, encoding/json %v", doc, gotErr, wantErr)
+	}
+	if wantErr != nil {
+		// Field and value: the type, a reflect.Type, is compared by its name.
+		w, g := fmt.Sprintf("%v", wantErr), fmt.Sprintf("%v", gotErr)
+		var wt, gt *json.UnmarshalTypeError
+		if asType(wantErr, &wt) && asType(gotErr, &gt) {
+			w = fmt.Sprintf("%s: %s into %s", wt.Field, wt.Value, wt.Type)
+			g = fmt.Sprintf("%s: %s into %s", gt.Field, gt.Value, gt.Type)
+		}
+		if w != g {
+			t.Fatalf("%s: error\n got %s\nwant %s", doc, g, w)
+		}
+		return
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("%s: decodes differently (-encoding/json +decodePod):\n%s", doc, diff)
+	}
+}
+
+func asType(err error, to **json.UnmarshalTypeError) bool {
+	te, ok := err.(*json.UnmarshalTypeError)
+	*to = te
+	return ok
+}
+
+func podDocs() [][]byte {
+	var docs [][]byte
+	paths := append([]string(nil), podPaths...)
+	for _, c := range containerPaths {
+		for _, under := range []string{"spec.containers[]", "spec.initContainers[]"} {
+			paths = append(paths, strings.TrimSuffix(under+"."+c, "."))
+		}
+	}
+	for _, p := range paths {
+		for _, v := range podSampleValues {
+			docs = append(docs, []byte(nestPath(p, v)), []byte(nestPath(strings.ToUpper(p), v)))
+		}
+	}
+	for _, extra := range []string{
+		`null`, `[]`, `"pod"`, `{}`, apiPod,
+		`{"metadata":{"name":"a","NAME":"b","labels":{"x":"1"},"labels":{"y":"2"}}}`,
+		`{"spec":{"containers":[{"name":"a","image":"i"},{"name":"b"}],"containers":[{"name":"c"}]}}`,
+		`{"spec":{"containers":[{"name":"a","args":["x","y"]}],"containers":[{"args":[null]}],"containers":[{},{}]}}`,
+		`{"spec":{"containers":[{"ports":[{"containerPort":80}]}],"containers":[]}}`,
+		`{"spec":{"securityContext":{"runAsUser":1},"securityContext":{"runAsGroup":2}}}`,
+		`{"spec":{"containers":[{"securityContext":{"runAsUser":1}}],"containers":[{"securityContext":null}]}}`,
+		`{"metadata":{"deletionTimestamp":"x","name":5}}`, `{"metadata":{"name":5,"deletionTimestamp":1}}`,
+		`{"metadata":{"deletionTimestamp":"2025-01-02T03:04:05Z","deletionTimestamp":null}}`,
+		`{"status":{"podIPs":[{"ip":"a"},{"ip":"b"}],"podIPs":[{"IP":"c"}]}}`,
+		`{"metadata":{"name":"x"}`, `{"metadata":}`,
+	} {
+		docs = append(docs, []byte(extra))
+	}
+	return docs
+}
+
+func TestDecodePodAgreesWithEncodingJSON(t *testing.T) {
+	for _, doc := range podDocs() {
+		samePod(t, doc)
+	}
+}
+
+func FuzzDecodePodAgreesWithEncodingJSON(f *testing.F) {
+	for _, doc := range podDocs() {
+		f.Add(doc)
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) { samePod(t, doc) })
+}
