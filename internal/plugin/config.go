@@ -19,6 +19,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/jsontree"
 	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
@@ -502,10 +503,74 @@ func (c *Config) Validate() error {
 }
 
 // PrevResultIPs returns the addresses in the previous plugin's result, in order; nil
-// when the plugin runs standalone (no prevResult). It reads the result that
-// ParsePrevResult parsed (and parses it if nothing has yet), so ADD's output and
-// the families its capture covers come from one parse of the same bytes.
+// when the plugin runs standalone (no prevResult). A result of the config's version
+// (what the runtime gives) is read as given, where every version this plugin
+// speaks (0.3.0 to 1.1.0) writes them alike: "ips", a list of objects whose
+// "address" is a CIDR; an entry without an address is skipped, as the CNI
+// library's result does. That read is without the library's decode (and its
+// reflection): for a pod to redirect the addresses are all of the previous result
+// ADD needs, and ADD prints a result of the config's version as given
+// (printResult). TestPrevResultIPsAgreesWithTheCNILibrary holds it to the
+// library's reading. Any other result (of another version, or in a Config built
+// in code) is read through the library.
 func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
+	if c.CNIVersion == "" || resultVersion(c.prevResult) != c.CNIVersion {
+		// Built in code, absent, or of another version (which the library
+		// converts, or refuses when the config's version cannot hold it).
+		return c.prevResultIPsFromLibrary()
+	}
+	doc, err := jsontree.Parse(c.prevResult)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
+	}
+	if doc.Kind != jsontree.Object {
+		return nil, fmt.Errorf("plugin config: prevResult: got %s, want an object", doc.Kind)
+	}
+	var ips jsontree.Value
+	for _, m := range doc.Members() {
+		if m.Key == "ips" || strings.EqualFold(m.Key, "ips") {
+			ips = m.Value
+		}
+	}
+	if ips.Kind == jsontree.Null {
+		return nil, nil
+	}
+	if ips.Kind != jsontree.Array {
+		return nil, fmt.Errorf(`plugin config: prevResult: "ips": got %s, want a list`, ips.Kind)
+	}
+	var out []netip.Addr
+	for i, ip := range ips.Elems() {
+		if ip.Kind == jsontree.Null {
+			continue
+		}
+		if ip.Kind != jsontree.Object {
+			return nil, fmt.Errorf(`plugin config: prevResult: "ips"[%d]: got %s, want an object`, i, ip.Kind)
+		}
+		var address *jsontree.Value
+		for _, m := range ip.Members() {
+			if m.Key == "address" || strings.EqualFold(m.Key, "address") {
+				address = &m.Value
+			}
+		}
+		if address == nil {
+			continue
+		}
+		if address.Kind != jsontree.String {
+			// null included: the library reads it as the empty string.
+			return nil, fmt.Errorf(`plugin config: prevResult: "ips"[%d].address: got %s, want a CIDR`, i, address.Kind)
+		}
+		prefix, err := netip.ParsePrefix(address.Str())
+		if err != nil {
+			return nil, fmt.Errorf(`plugin config: prevResult: "ips"[%d].address: %q is not a CIDR`, i, address.Str())
+		}
+		out = append(out, prefix.Addr().Unmap())
+	}
+	return out, nil
+}
+
+// prevResultIPsFromLibrary reads the addresses from the result the CNI library
+// parsed (ParsePrevResult).
+func (c *Config) prevResultIPsFromLibrary() ([]netip.Addr, error) {
 	if err := c.ParsePrevResult(); err != nil {
 		return nil, err
 	}
@@ -521,6 +586,9 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	}
 	var out []netip.Addr
 	for _, ip := range cur.IPs {
+		if ip == nil { // "ips": [null]
+			continue
+		}
 		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
 			out = append(out, a.Unmap())
 		}

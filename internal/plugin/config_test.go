@@ -317,6 +317,50 @@ func TestPrevResultIPsReadsEveryVersion(t *testing.T) {
 	}
 }
 
+// TestPrevResultIPsAgreesWithTheCNILibrary: the addresses PrevResultIPs reads from
+// the result as given are the ones the CNI library's parse of it holds, for
+// every version the plugin speaks and for results it refuses.
+func TestPrevResultIPsAgreesWithTheCNILibrary(t *testing.T) {
+	results := []string{
+		`{"cniVersion":"1.1.0","ips":[{"address":"10.1.0.5/24","gateway":"10.1.0.1","interface":0},{"address":"fd00::5/64"}]}`,
+		`{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"interface":0,"address":"10.1.0.5/32"}],"routes":[{"dst":"0.0.0.0/0"}]}`,
+		`{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.2.0.9/16"}],"dns":{}}`,
+		`{"cniVersion":"0.3.1","ips":[{"version":"6","address":"fd00::7/64"}]}`,
+		`{"cniVersion":"0.3.0","ips":[{"version":"4","address":"192.168.1.1/24"},{"version":"6","address":"::ffff:10.0.0.1/120"}]}`,
+		`{"cniVersion":"1.1.0","ips":[{"address":"::ffff:10.0.0.1/120"}]}`, `{"cniVersion":"1.1.0","ips":[null]}`,
+		`{"cniVersion":"1.1.0","ips":[{"address":null}]}`,
+		`{"cniVersion":"1.0.0","ips":[]}`, `{"cniVersion":"1.0.0","ips":null}`, `{"cniVersion":"1.0.0"}`,
+		`{"cniVersion":"1.0.0","ips":[{"interface":0}]}`, `{"cniVersion":"1.0.0","IPS":[{"ADDRESS":"10.0.0.1/8"}]}`,
+		`{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.1/8"}],"ips":[{"address":"10.0.0.2/8"}]}`,
+		// refused by both
+		`{"cniVersion":"1.0.0","ips":[{"address":"nope"}]}`, `{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.1"}]}`,
+		`{"cniVersion":"1.0.0","ips":[{"address":"010.0.0.1/8"}]}`, `{"cniVersion":"1.0.0","ips":[{"address":7}]}`,
+		`{"cniVersion":"1.0.0","ips":{"address":"10.0.0.1/8"}}`, `{"cniVersion":"1.0.0","ips":["10.0.0.1/8"]}`,
+	}
+	for _, res := range results {
+		for _, cfgVersion := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+			data := []byte(`{"cniVersion":"` + cfgVersion + `","name":"n","prevResult":` + res + `}`)
+			c, err := ParseConfig(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, _ := ParseConfig(data)
+			got, gotErr := c.PrevResultIPs()
+			want, wantErr := lib.prevResultIPsFromLibrary()
+			if (gotErr == nil) != (wantErr == nil) {
+				t.Errorf("config %s, result %s: error %v, the library's %v", cfgVersion, res, gotErr, wantErr)
+				continue
+			}
+			if gotErr != nil && !strings.Contains(gotErr.Error(), "prevResult") {
+				t.Errorf("config %s, result %s: error %v does not name prevResult", cfgVersion, res, gotErr)
+			}
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("config %s, result %s: IPs (-library +PrevResultIPs):\n%s", cfgVersion, res, diff)
+			}
+		}
+	}
+}
+
 func TestPrevResultIPsNamesPrevResultOnError(t *testing.T) {
 	c, err := ParseConfig([]byte(`{"cniVersion":"1.0.0","prevResult":{"ips":[{"address":"nope"}]}}`))
 	if err != nil {
@@ -380,24 +424,26 @@ func TestConfigSchemaFailsClosedOnANewerConfig(t *testing.T) {
 // TestADDPrintsThePreviousResult: the previous result of the config's version is
 // printed byte for byte as the runtime gave it (a field this plugin does not know
 // included); one of another version is converted to the config's version; a
-// standalone ADD prints an empty result of the implemented version. The same
-// holds for a pod passed through before any lookup, whose previous result is not
-// parsed when it is printed as given (passThrough).
+// standalone ADD prints an empty result of the implemented version. ADD prints
+// the result as given without parsing it (printResult): the same as what the CNI
+// library's parse prints.
 func TestADDPrintsThePreviousResult(t *testing.T) {
 	given := `{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
 		`"ips":[{"interface":0,"address":"10.1.0.5/24","gateway":"10.1.0.1"}],"dns":{},"x-vendor":{"k":1}}`
 	printers := map[string]func(p *Plugin, c *Config) error{
-		"after a lookup": func(p *Plugin, c *Config) error {
+		"as ADD prints it": func(p *Plugin, c *Config) error {
+			if _, err := c.PrevResultIPs(); err != nil { // ADD's order, for a pod it redirects
+				return err
+			}
+			return p.printResult(c)
+		},
+		"parsed by the CNI library": func(p *Plugin, c *Config) error {
 			r, err := result(c)
 			if err != nil {
 				return err
 			}
-			if _, err := c.PrevResultIPs(); err != nil { // ADD's order: both read the one parse
-				return err
-			}
 			return p.print(c, r)
 		},
-		"passed through before any lookup": (*Plugin).passThrough,
 	}
 	for _, tc := range []struct {
 		name, config string

@@ -193,13 +193,9 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		ev.Outcome = pluginlog.OutcomePassedThrough
 		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec)
 		logPeakMemory(log)
-		return p.passThrough(cfg)
+		return p.printResult(cfg)
 	}
 	ev.Reason = pluginlog.ReasonPrevResult
-	res, err := result(cfg)
-	if err != nil {
-		return err
-	}
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)
@@ -216,7 +212,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		ev.Outcome = pluginlog.OutcomePassedThrough
 		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start), "phases", rec)
 		logPeakMemory(log)
-		return p.print(cfg, res)
+		return p.printResult(cfg)
 	}
 	ev.Reason = pluginlog.ReasonBackend
 	b, err := NewBackend(cfg)
@@ -242,7 +238,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
 	logPeakMemory(log)
-	return p.print(cfg, res)
+	return p.printResult(cfg)
 }
 
 // stepError is an error of decide marked with the step that failed (a
@@ -279,11 +275,12 @@ func decideWithoutPod(ctx context.Context, args *cnicmd.CmdArgs, cfg *Config, l 
 	return podArgs, pp.Decision, nil
 }
 
-// passThrough prints ADD's result for a pod passed through before any lookup:
-// the previous result as the runtime gave it when it is of the config's version
-// (the runtime checks what it reads back), else as print converts it. An
-// absent previous result is the empty result of a standalone plugin.
-func (p *Plugin) passThrough(cfg *Config) error {
+// printResult prints ADD's result: the previous result as the runtime gave it
+// when it is of the config's version, without parsing it (the runtime checks what
+// it reads back; the addresses ADD needs are read by PrevResultIPs), else as
+// print converts it; an absent previous result is the empty result of a
+// standalone plugin.
+func (p *Plugin) printResult(cfg *Config) error {
 	if raw := cfg.prevResult; len(raw) > 0 && cfg.CNIVersion != "" && resultVersion(raw) == cfg.CNIVersion {
 		_, err := p.Stdout.Write(raw)
 		return err
