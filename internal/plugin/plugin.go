@@ -188,7 +188,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	if pre.Verdict == Skip {
 		// Passed through before any lookup (an excluded namespace, no Kubernetes
 		// arguments): the previous result is printed back as given when it is of
-		// the config's version, without parsing it (passedThrough).
+		// the config's version, without parsing it (printResult).
 		ev.Reason = pluginlog.ReasonOutput
 		ev.Outcome = pluginlog.OutcomePassedThrough
 		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec)
