@@ -2,7 +2,6 @@ package kube
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,35 +20,42 @@ type Kubeconfig struct {
 	ClientKeyData         []byte
 }
 
+// kubeconfigFile is what ParseKubeconfig reads of a kubeconfig (decodeKubeconfig).
 type kubeconfigFile struct {
-	CurrentContext string `json:"current-context"`
-	Clusters       []struct {
-		Name    string `json:"name"`
-		Cluster struct {
-			Server                   string `json:"server"`
-			CertificateAuthority     string `json:"certificate-authority"`
-			CertificateAuthorityData string `json:"certificate-authority-data"`
-			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
-		} `json:"cluster"`
-	} `json:"clusters"`
-	Contexts []struct {
-		Name    string `json:"name"`
-		Context struct {
-			Cluster string `json:"cluster"`
-			User    string `json:"user"`
-		} `json:"context"`
-	} `json:"contexts"`
-	Users []struct {
-		Name string `json:"name"`
-		User struct {
-			Token                 string `json:"token"`
-			TokenFile             string `json:"tokenFile"`
-			ClientCertificate     string `json:"client-certificate"`
-			ClientCertificateData string `json:"client-certificate-data"`
-			ClientKey             string `json:"client-key"`
-			ClientKeyData         string `json:"client-key-data"`
-		} `json:"user"`
-	} `json:"users"`
+	CurrentContext string              `json:"current-context"`
+	Clusters       []kubeconfigCluster `json:"clusters"`
+	Contexts       []kubeconfigContext `json:"contexts"`
+	Users          []kubeconfigUser    `json:"users"`
+}
+
+type kubeconfigCluster struct {
+	Name    string `json:"name"`
+	Cluster struct {
+		Server                   string `json:"server"`
+		CertificateAuthority     string `json:"certificate-authority"`
+		CertificateAuthorityData string `json:"certificate-authority-data"`
+		InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+	} `json:"cluster"`
+}
+
+type kubeconfigContext struct {
+	Name    string `json:"name"`
+	Context struct {
+		Cluster string `json:"cluster"`
+		User    string `json:"user"`
+	} `json:"context"`
+}
+
+type kubeconfigUser struct {
+	Name string `json:"name"`
+	User struct {
+		Token                 string `json:"token"`
+		TokenFile             string `json:"tokenFile"`
+		ClientCertificate     string `json:"client-certificate"`
+		ClientCertificateData string `json:"client-certificate-data"`
+		ClientKey             string `json:"client-key"`
+		ClientKeyData         string `json:"client-key-data"`
+	} `json:"user"`
 }
 
 // MaxFileBytes bounds each file the plugin reads for its API client: the
@@ -100,7 +106,7 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 		return nil, fmt.Errorf("not YAML or JSON: %w", err)
 	}
 	var f kubeconfigFile
-	if err := json.Unmarshal(js, &f); err != nil {
+	if err := decodeKubeconfig(js, &f); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	ctxName := f.CurrentContext

@@ -37,7 +37,7 @@ func decodePod(data []byte, p *Pod) error {
 		}
 		return err
 	}
-	d := &podDecoder{}
+	d := &podDecoder{root: "Pod"}
 	d.object("", doc, reflect.TypeFor[Pod](), func(k string, v jsontree.Value) {
 		switch {
 		case is(k, "metadata"):
@@ -55,10 +55,11 @@ func decodePod(data []byte, p *Pod) error {
 // folds it.
 func is(k, field string) bool { return k == field || strings.EqualFold(k, field) }
 
-// podDecoder keeps the first type error, as encoding/json does, and goes on; an
+// podDecoder (of pods and kubeconfigs) keeps the first type error, as encoding/json does, and goes on; an
 // error of a value that decodes itself (time.Time) stops it and is the error, as
 // in encoding/json.
 type podDecoder struct {
+	root    string // the decoded type's name, for the errors' Struct
 	err     error
 	stopped bool
 }
@@ -71,7 +72,7 @@ func (d *podDecoder) typeErr(field string, v jsontree.Value, want reflect.Type) 
 	if v.Kind == jsontree.Number && (want.Kind() == reflect.Int64 || want.Kind() == reflect.Int32) {
 		got = "number " + string(v.Raw())
 	}
-	d.err = &json.UnmarshalTypeError{Value: got, Type: want, Field: field}
+	d.err = &json.UnmarshalTypeError{Value: got, Type: want, Struct: d.root, Field: field}
 }
 
 // object calls each for the members of an object; null is nothing, another kind
@@ -88,6 +89,16 @@ func (d *podDecoder) object(field string, v jsontree.Value, t reflect.Type, each
 		}
 	default:
 		d.typeErr(field, v, t)
+	}
+}
+
+func (d *podDecoder) boolean(field string, v jsontree.Value, to *bool) {
+	switch v.Kind {
+	case jsontree.Null:
+	case jsontree.Bool:
+		*to = v.BoolValue()
+	default:
+		d.typeErr(field, v, reflect.TypeFor[bool]())
 	}
 }
 
@@ -320,4 +331,94 @@ func (d *podDecoder) status(v jsontree.Value, s *PodStatus) {
 			})
 		}
 	})
+}
+
+// decodeKubeconfig fills f from a kubeconfig's JSON (yamlToJSON's) as
+// encoding/json.Unmarshal would, without its reflection (see decodePod);
+// TestDecodeKubeconfigAgreesWithEncodingJSON holds the two to the same result.
+func decodeKubeconfig(data []byte, f *kubeconfigFile) error {
+	doc, err := jsontree.Parse(data)
+	if err != nil {
+		var v any
+		if stdErr := json.Unmarshal(data, &v); stdErr != nil {
+			return stdErr
+		}
+		return err
+	}
+	d := &podDecoder{root: "kubeconfigFile"}
+	d.object("", doc, reflect.TypeFor[kubeconfigFile](), func(k string, v jsontree.Value) {
+		switch {
+		case is(k, "current-context"):
+			d.str("current-context", v, &f.CurrentContext)
+		case is(k, "clusters"):
+			list(d, "clusters", v, &f.Clusters, func(e jsontree.Value, c *kubeconfigCluster) {
+				d.object("clusters", e, reflect.TypeFor[kubeconfigCluster](), func(k string, v jsontree.Value) {
+					switch {
+					case is(k, "name"):
+						d.str("clusters.name", v, &c.Name)
+					case is(k, "cluster"):
+						cl := &c.Cluster
+						d.object("clusters.cluster", v, reflect.TypeOf(c.Cluster), func(k string, v jsontree.Value) {
+							switch {
+							case is(k, "server"):
+								d.str("clusters.cluster.server", v, &cl.Server)
+							case is(k, "certificate-authority"):
+								d.str("clusters.cluster.certificate-authority", v, &cl.CertificateAuthority)
+							case is(k, "certificate-authority-data"):
+								d.str("clusters.cluster.certificate-authority-data", v, &cl.CertificateAuthorityData)
+							case is(k, "insecure-skip-tls-verify"):
+								d.boolean("clusters.cluster.insecure-skip-tls-verify", v, &cl.InsecureSkipTLSVerify)
+							}
+						})
+					}
+				})
+			})
+		case is(k, "contexts"):
+			list(d, "contexts", v, &f.Contexts, func(e jsontree.Value, c *kubeconfigContext) {
+				d.object("contexts", e, reflect.TypeFor[kubeconfigContext](), func(k string, v jsontree.Value) {
+					switch {
+					case is(k, "name"):
+						d.str("contexts.name", v, &c.Name)
+					case is(k, "context"):
+						d.object("contexts.context", v, reflect.TypeOf(c.Context), func(k string, v jsontree.Value) {
+							switch {
+							case is(k, "cluster"):
+								d.str("contexts.context.cluster", v, &c.Context.Cluster)
+							case is(k, "user"):
+								d.str("contexts.context.user", v, &c.Context.User)
+							}
+						})
+					}
+				})
+			})
+		case is(k, "users"):
+			list(d, "users", v, &f.Users, func(e jsontree.Value, u *kubeconfigUser) {
+				d.object("users", e, reflect.TypeFor[kubeconfigUser](), func(k string, v jsontree.Value) {
+					switch {
+					case is(k, "name"):
+						d.str("users.name", v, &u.Name)
+					case is(k, "user"):
+						us := &u.User
+						d.object("users.user", v, reflect.TypeOf(u.User), func(k string, v jsontree.Value) {
+							switch {
+							case is(k, "token"):
+								d.str("users.user.token", v, &us.Token)
+							case is(k, "tokenFile"):
+								d.str("users.user.tokenFile", v, &us.TokenFile)
+							case is(k, "client-certificate"):
+								d.str("users.user.client-certificate", v, &us.ClientCertificate)
+							case is(k, "client-certificate-data"):
+								d.str("users.user.client-certificate-data", v, &us.ClientCertificateData)
+							case is(k, "client-key"):
+								d.str("users.user.client-key", v, &us.ClientKey)
+							case is(k, "client-key-data"):
+								d.str("users.user.client-key-data", v, &us.ClientKeyData)
+							}
+						})
+					}
+				})
+			})
+		}
+	})
+	return d.err
 }

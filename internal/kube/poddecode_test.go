@@ -124,3 +124,71 @@ func FuzzDecodePodAgreesWithEncodingJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) { samePod(t, doc) })
 }
+
+var kubeconfigPaths = []string{
+	"current-context", "clusters", "clusters[]", "clusters[].name", "clusters[].cluster", "clusters[].cluster.server",
+	"clusters[].cluster.certificate-authority", "clusters[].cluster.certificate-authority-data",
+	"clusters[].cluster.insecure-skip-tls-verify", "contexts", "contexts[]", "contexts[].name", "contexts[].context",
+	"contexts[].context.cluster", "contexts[].context.user", "users", "users[]", "users[].name", "users[].user",
+	"users[].user.token", "users[].user.tokenFile", "users[].user.client-certificate",
+	"users[].user.client-certificate-data", "users[].user.client-key", "users[].user.client-key-data",
+}
+
+// sameKubeconfig fails t unless decodeKubeconfig and encoding/json decode doc to
+// the same kubeconfigFile, or fail with the same error.
+func sameKubeconfig(t *testing.T, doc []byte) {
+	t.Helper()
+	var want, got kubeconfigFile
+	wantErr := json.Unmarshal(doc, &want)
+	gotErr := decodeKubeconfig(doc, &got)
+	if (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("%s: decodeKubeconfig error %v, encoding/json %v", doc, gotErr, wantErr)
+	}
+	if wantErr != nil {
+		w, g := fmt.Sprintf("%v", wantErr), fmt.Sprintf("%v", gotErr)
+		var wt, gt *json.UnmarshalTypeError
+		if asType(wantErr, &wt) && asType(gotErr, &gt) {
+			w = fmt.Sprintf("%s: %s into %s", wt.Field, wt.Value, wt.Type)
+			g = fmt.Sprintf("%s: %s into %s", gt.Field, gt.Value, gt.Type)
+		}
+		if w != g {
+			t.Fatalf("%s: error\n got %s\nwant %s", doc, g, w)
+		}
+		return
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("%s: decodes differently (-encoding/json +decodeKubeconfig):\n%s", doc, diff)
+	}
+}
+
+func kubeconfigDocs() [][]byte {
+	var docs [][]byte
+	for _, p := range kubeconfigPaths {
+		for _, v := range podSampleValues {
+			docs = append(docs, []byte(nestPath(p, v)), []byte(nestPath(strings.ToUpper(p), v)))
+		}
+	}
+	for _, extra := range []string{
+		`{"current-context":"a","contexts":[{"name":"a","context":{"cluster":"c","user":"u"}}],` +
+			`"clusters":[{"name":"c","cluster":{"server":"https://x","certificate-authority-data":"QQ==","insecure-skip-tls-verify":false}}],` +
+			`"users":[{"name":"u","user":{"token":"t","tokenFile":"/f","client-certificate-data":"QQ==","client-key-data":"QQ=="}}]}`,
+		`{"clusters":[{"name":"a","cluster":{"server":"s"}}],"clusters":[{"cluster":{"insecure-skip-tls-verify":true}}]}`,
+		`{"users":[{"user":{"token":"a"}},{"name":"b"}],"users":[{"name":"c"}]}`,
+	} {
+		docs = append(docs, []byte(extra))
+	}
+	return docs
+}
+
+func TestDecodeKubeconfigAgreesWithEncodingJSON(t *testing.T) {
+	for _, doc := range kubeconfigDocs() {
+		sameKubeconfig(t, doc)
+	}
+}
+
+func FuzzDecodeKubeconfigAgreesWithEncodingJSON(f *testing.F) {
+	for _, doc := range kubeconfigDocs() {
+		f.Add(doc)
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) { sameKubeconfig(t, doc) })
+}
