@@ -151,3 +151,41 @@ func FuzzParseAgreesWithEncodingJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { agree(t, data) })
 }
+
+// quotedAgrees fails t unless AppendString(s) is a JSON string that Parse and
+// encoding/json both read as what encoding/json writes for s.
+func quotedAgrees(t *testing.T, s string) {
+	t.Helper()
+	out := AppendString(nil, s)
+	var std, fromStd string
+	if err := json.Unmarshal(out, &std); err != nil {
+		t.Fatalf("%q: AppendString wrote %s, not JSON: %v", s, out, err)
+	}
+	marshalled, _ := json.Marshal(s)
+	if err := json.Unmarshal(marshalled, &fromStd); err != nil {
+		t.Fatal(err)
+	}
+	if std != fromStd {
+		t.Fatalf("%q: AppendString's %s reads as %q, encoding/json's %s as %q", s, out, std, marshalled, fromStd)
+	}
+	v, err := Parse(out)
+	if err != nil || v.Str() != std {
+		t.Fatalf("%q: Parse reads %s as %q (%v), want %q", s, out, v.Str(), err, std)
+	}
+}
+
+var quoteCorpus = []string{"", "plain", `quote " and \ backslash`, "nl\ncr\rtab\tnul\x00esc\x1b", "caf\u00e9 \u4e2d \U0001F600",
+	"\u2028\u2029", "bad \xff utf8 \xe9x", "<html>&amp;", "\x7f"}
+
+func TestAppendStringWritesWhatEncodingJSONReadsBack(t *testing.T) {
+	for _, s := range quoteCorpus {
+		quotedAgrees(t, s)
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range quoteCorpus {
+		f.Add(s)
+	}
+	f.Fuzz(quotedAgrees)
+}

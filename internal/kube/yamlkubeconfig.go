@@ -3,8 +3,11 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/jsontree"
 )
 
 // The plugin reads its kubeconfig with the YAML reader below rather than a YAML
@@ -45,7 +48,52 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 	if p.i < len(p.ls) {
 		return nil, p.errf(p.ls[p.i].no, "unexpected indentation")
 	}
-	return json.Marshal(v)
+	return appendJSON(nil, v)
+}
+
+// appendJSON writes the tree node builds (maps, lists, strings, booleans, null)
+// as JSON, keys sorted as encoding/json sorts them, without its reflection (the
+// plugin reads a kubeconfig per ADD that asks the API server).
+func appendJSON(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, v), nil
+	case string:
+		return jsontree.AppendString(b, v), nil
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(jsontree.AppendString(b, k), ':')
+			var err error
+			if b, err = appendJSON(b, v[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	}
+	return nil, fmt.Errorf("yaml: a %T in the tree", v)
 }
 
 type yamlLine struct {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestRecordsReachStderrFileAndSocket proves one record goes to all three outputs,
@@ -346,5 +348,37 @@ func BenchmarkConnect(b *testing.B) {
 	}()
 	for b.Loop() {
 		New(io.Discard, Options{Socket: sock}).Close()
+	}
+}
+
+// TestEventJSONIsEncodingJSONs: the event the plugin writes by hand decodes to the
+// same JSON value as encoding/json's encoding of it, and ParseEvent reads it back.
+func TestEventJSONIsEncodingJSONs(t *testing.T) {
+	for _, e := range []Event{
+		{Command: "ADD", Outcome: OutcomeRedirected, Seconds: 0.004123},
+		{Command: "ADD", Outcome: OutcomeFailed, Reason: ReasonPodLookup, Seconds: 12.5},
+		{Command: "ADD", Outcome: OutcomePassedThrough, Seconds: 0},
+		{Command: "A\"D\\D\n", Outcome: "\xff\u2028", Seconds: 1e-9},
+		{Command: "ADD", Outcome: OutcomeRedirected, Seconds: 123456789.125},
+	} {
+		got := e.appendJSON(nil)
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotV, wantV any
+		if err := json.Unmarshal(got, &gotV); err != nil {
+			t.Fatalf("%+v: wrote %s, not JSON: %v", e, got, err)
+		}
+		if err := json.Unmarshal(want, &wantV); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantV, gotV); diff != "" {
+			t.Errorf("%+v: %s against encoding/json's %s (-want +got):\n%s", e, got, want, diff)
+		}
+		back, ok := ParseEvent(got)
+		if !ok || back.Seconds != e.Seconds || back.Reason != e.Reason {
+			t.Errorf("%+v: ParseEvent(%s) = %+v, %v", e, got, back, ok)
+		}
 	}
 }
