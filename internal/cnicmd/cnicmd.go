@@ -288,9 +288,9 @@ func nameAndVersion(data []byte, name, cniVersion *string) bool {
 	for _, m := range doc.Members() {
 		var to *string
 		switch {
-		case m.Key == "name" || strings.EqualFold(m.Key, "name"):
+		case jsontree.Is(m.Key, "name"):
 			to = name
-		case m.Key == "cniVersion" || strings.EqualFold(m.Key, "cniVersion"):
+		case jsontree.Is(m.Key, "cniVersion"):
 			to = cniVersion
 		default:
 			continue

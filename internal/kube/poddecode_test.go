@@ -47,18 +47,17 @@ func nestPath(path, value string) string {
 	return fmt.Sprintf(`{%q:%s}`, head, inner)
 }
 
-// samePod fails t unless decodePod and encoding/json decode doc to the same Pod,
-// or fail with the same error.
-func samePod(t *testing.T, doc []byte) {
+// sameDecode fails t unless decode and encoding/json decode doc to the same T, or
+// fail with the same error (a type error compared by its field, value and type).
+func sameDecode[T any](t *testing.T, doc []byte, decode func([]byte, *T) error) {
 	t.Helper()
-	var want, got Pod
+	var want, got T
 	wantErr := json.Unmarshal(doc, &want)
-	gotErr := decodePod(doc, &got)
+	gotErr := decode(doc, &got)
 	if (gotErr == nil) != (wantErr == nil) {
-		t.Fatalf("%s: decodePod error %v, encoding/json %v", doc, gotErr, wantErr)
+		t.Fatalf("%s: error %v, encoding/json's %v", doc, gotErr, wantErr)
 	}
 	if wantErr != nil {
-		// Field and value: the type, a reflect.Type, is compared by its name.
 		w, g := fmt.Sprintf("%v", wantErr), fmt.Sprintf("%v", gotErr)
 		var wt, gt *json.UnmarshalTypeError
 		if asType(wantErr, &wt) && asType(gotErr, &gt) {
@@ -71,9 +70,11 @@ func samePod(t *testing.T, doc []byte) {
 		return
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("%s: decodes differently (-encoding/json +decodePod):\n%s", doc, diff)
+		t.Fatalf("%s: decodes differently (-encoding/json +ours):\n%s", doc, diff)
 	}
 }
+
+func samePod(t *testing.T, doc []byte) { t.Helper(); sameDecode(t, doc, decodePod) }
 
 func asType(err error, to **json.UnmarshalTypeError) bool {
 	te, ok := err.(*json.UnmarshalTypeError)
@@ -134,32 +135,7 @@ var kubeconfigPaths = []string{
 	"users[].user.client-certificate-data", "users[].user.client-key", "users[].user.client-key-data",
 }
 
-// sameKubeconfig fails t unless decodeKubeconfig and encoding/json decode doc to
-// the same kubeconfigFile, or fail with the same error.
-func sameKubeconfig(t *testing.T, doc []byte) {
-	t.Helper()
-	var want, got kubeconfigFile
-	wantErr := json.Unmarshal(doc, &want)
-	gotErr := decodeKubeconfig(doc, &got)
-	if (gotErr == nil) != (wantErr == nil) {
-		t.Fatalf("%s: decodeKubeconfig error %v, encoding/json %v", doc, gotErr, wantErr)
-	}
-	if wantErr != nil {
-		w, g := fmt.Sprintf("%v", wantErr), fmt.Sprintf("%v", gotErr)
-		var wt, gt *json.UnmarshalTypeError
-		if asType(wantErr, &wt) && asType(gotErr, &gt) {
-			w = fmt.Sprintf("%s: %s into %s", wt.Field, wt.Value, wt.Type)
-			g = fmt.Sprintf("%s: %s into %s", gt.Field, gt.Value, gt.Type)
-		}
-		if w != g {
-			t.Fatalf("%s: error\n got %s\nwant %s", doc, g, w)
-		}
-		return
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("%s: decodes differently (-encoding/json +decodeKubeconfig):\n%s", doc, diff)
-	}
-}
+func sameKubeconfig(t *testing.T, doc []byte) { t.Helper(); sameDecode(t, doc, decodeKubeconfig) }
 
 func kubeconfigDocs() [][]byte {
 	var docs [][]byte
@@ -174,6 +150,7 @@ func kubeconfigDocs() [][]byte {
 			`"users":[{"name":"u","user":{"token":"t","tokenFile":"/f","client-certificate-data":"QQ==","client-key-data":"QQ=="}}]}`,
 		`{"clusters":[{"name":"a","cluster":{"server":"s"}}],"clusters":[{"cluster":{"insecure-skip-tls-verify":true}}]}`,
 		`{"users":[{"user":{"token":"a"}},{"name":"b"}],"users":[{"name":"c"}]}`,
+		`{"clusters":[{"cluster":"x","name":5}]}`, `{"users":[{"name":5,"user":[]}]}`,
 	} {
 		docs = append(docs, []byte(extra))
 	}

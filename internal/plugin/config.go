@@ -528,7 +528,7 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	}
 	var ips jsontree.Value
 	for _, m := range doc.Members() {
-		if m.Key == "ips" || strings.EqualFold(m.Key, "ips") {
+		if jsontree.Is(m.Key, "ips") {
 			ips = m.Value
 		}
 	}
@@ -548,7 +548,7 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 		}
 		var address *jsontree.Value
 		for _, m := range ip.Members() {
-			if m.Key == "address" || strings.EqualFold(m.Key, "address") {
+			if jsontree.Is(m.Key, "address") {
 				address = &m.Value
 			}
 		}

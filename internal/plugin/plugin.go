@@ -301,7 +301,7 @@ func resultVersion(raw []byte) string {
 	}
 	version := ""
 	for _, m := range doc.Members() {
-		if m.Key == "cniVersion" || strings.EqualFold(m.Key, "cniVersion") {
+		if jsontree.Is(m.Key, "cniVersion") {
 			if m.Value.Kind != jsontree.String {
 				return ""
 			}
