@@ -282,27 +282,15 @@ func checkConfig(data []byte) (string, *types.Error) {
 // name or version that is not a string).
 func nameAndVersion(data []byte, name, cniVersion *string) bool {
 	doc, err := jsontree.Parse(data)
-	if err != nil || doc.Kind != jsontree.Object {
+	if err != nil {
 		return false
 	}
-	for _, m := range doc.Members() {
-		var to *string
-		switch {
-		case jsontree.Is(m.Key, "name"):
-			to = name
-		case jsontree.Is(m.Key, "cniVersion"):
-			to = cniVersion
-		default:
-			continue
-		}
-		switch m.Value.Kind {
-		case jsontree.String:
-			*to = m.Value.Str()
-		case jsontree.Null:
-		default:
-			return false
-		}
+	n, nameOK := doc.StringMember("name")
+	v, versionOK := doc.StringMember("cniVersion")
+	if !nameOK || !versionOK {
+		return false
 	}
+	*name, *cniVersion = n, v
 	return true
 }
 

@@ -233,3 +233,26 @@ func Ptr[T any](v Value, to **T, decode func(into *T)) {
 	}
 	decode(*to)
 }
+
+// StringMember is the string an object's member named key (matched as Is
+// matches) stores in a string field, as encoding/json stores it: the last of
+// them that is not null ("" if none). ok is false when v is not an object or one
+// of those members is neither a string nor null (a type error).
+func (v Value) StringMember(key string) (s string, ok bool) {
+	if v.Kind != Object {
+		return "", false
+	}
+	for _, m := range v.members {
+		if !Is(m.Key, key) {
+			continue
+		}
+		switch m.Value.Kind {
+		case String:
+			s = m.Value.Str()
+		case Null:
+		default:
+			return "", false
+		}
+	}
+	return s, true
+}

@@ -189,3 +189,23 @@ func FuzzAppendString(f *testing.F) {
 	}
 	f.Fuzz(quotedAgrees)
 }
+
+func TestStringMemberStoresAsEncodingJSON(t *testing.T) {
+	for _, doc := range []string{
+		`{"name":"a"}`, `{}`, `{"NAME":"b"}`, `{"name":"a","name":"b"}`, `{"name":"a","name":null}`,
+		`{"name":null}`, `{"name":1}`, `{"name":"a","Name":true}`, `[]`, `"name"`, `{"other":1,"nAmE":"c"}`,
+	} {
+		v, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := v.StringMember("name")
+		var want struct {
+			Name string `json:"name"`
+		}
+		stdErr := json.Unmarshal([]byte(doc), &want)
+		if ok != (stdErr == nil) || ok && got != want.Name {
+			t.Errorf("%s: StringMember = %q, %v; encoding/json %q, %v", doc, got, ok, want.Name, stdErr)
+		}
+	}
+}

@@ -296,18 +296,10 @@ func (p *Plugin) printResult(cfg *Config) error {
 // without its reflection); "" when raw is not an object with a string cniVersion.
 func resultVersion(raw []byte) string {
 	doc, err := jsontree.Parse(raw)
-	if err != nil || doc.Kind != jsontree.Object {
+	if err != nil {
 		return ""
 	}
-	version := ""
-	for _, m := range doc.Members() {
-		if jsontree.Is(m.Key, "cniVersion") {
-			if m.Value.Kind != jsontree.String {
-				return ""
-			}
-			version = m.Value.Str()
-		}
-	}
+	version, _ := doc.StringMember("cniVersion")
 	return version
 }
 
