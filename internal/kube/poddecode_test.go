@@ -82,20 +82,29 @@ func asType(err error, to **json.UnmarshalTypeError) bool {
 	return ok
 }
 
-func podDocs() [][]byte {
+// pathDocs are the documents a decoder's tests start from: every path with every
+// sample value, in its own case and upper case, and the extras.
+func pathDocs(paths []string, extras ...string) [][]byte {
 	var docs [][]byte
+	for _, p := range paths {
+		for _, v := range podSampleValues {
+			docs = append(docs, []byte(nestPath(p, v)), []byte(nestPath(strings.ToUpper(p), v)))
+		}
+	}
+	for _, extra := range extras {
+		docs = append(docs, []byte(extra))
+	}
+	return docs
+}
+
+func podDocs() [][]byte {
 	paths := append([]string(nil), podPaths...)
 	for _, c := range containerPaths {
 		for _, under := range []string{"spec.containers[]", "spec.initContainers[]"} {
 			paths = append(paths, strings.TrimSuffix(under+"."+c, "."))
 		}
 	}
-	for _, p := range paths {
-		for _, v := range podSampleValues {
-			docs = append(docs, []byte(nestPath(p, v)), []byte(nestPath(strings.ToUpper(p), v)))
-		}
-	}
-	for _, extra := range []string{
+	return pathDocs(paths,
 		`null`, `[]`, `"pod"`, `{}`, apiPod,
 		`{"metadata":{"name":"a","NAME":"b","labels":{"x":"1"},"labels":{"y":"2"}}}`,
 		`{"spec":{"containers":[{"name":"a","image":"i"},{"name":"b"}],"containers":[{"name":"c"}]}}`,
@@ -107,10 +116,7 @@ func podDocs() [][]byte {
 		`{"metadata":{"deletionTimestamp":"2025-01-02T03:04:05Z","deletionTimestamp":null}}`,
 		`{"status":{"podIPs":[{"ip":"a"},{"ip":"b"}],"podIPs":[{"IP":"c"}]}}`,
 		`{"metadata":{"name":"x"}`, `{"metadata":}`,
-	} {
-		docs = append(docs, []byte(extra))
-	}
-	return docs
+	)
 }
 
 func TestDecodePodAgreesWithEncodingJSON(t *testing.T) {
@@ -138,23 +144,14 @@ var kubeconfigPaths = []string{
 func sameKubeconfig(t *testing.T, doc []byte) { t.Helper(); sameDecode(t, doc, decodeKubeconfig) }
 
 func kubeconfigDocs() [][]byte {
-	var docs [][]byte
-	for _, p := range kubeconfigPaths {
-		for _, v := range podSampleValues {
-			docs = append(docs, []byte(nestPath(p, v)), []byte(nestPath(strings.ToUpper(p), v)))
-		}
-	}
-	for _, extra := range []string{
-		`{"current-context":"a","contexts":[{"name":"a","context":{"cluster":"c","user":"u"}}],` +
-			`"clusters":[{"name":"c","cluster":{"server":"https://x","certificate-authority-data":"QQ==","insecure-skip-tls-verify":false}}],` +
+	return pathDocs(kubeconfigPaths,
+		`{"current-context":"a","contexts":[{"name":"a","context":{"cluster":"c","user":"u"}}],`+
+			`"clusters":[{"name":"c","cluster":{"server":"https://x","certificate-authority-data":"QQ==","insecure-skip-tls-verify":false}}],`+
 			`"users":[{"name":"u","user":{"token":"t","tokenFile":"/f","client-certificate-data":"QQ==","client-key-data":"QQ=="}}]}`,
 		`{"clusters":[{"name":"a","cluster":{"server":"s"}}],"clusters":[{"cluster":{"insecure-skip-tls-verify":true}}]}`,
 		`{"users":[{"user":{"token":"a"}},{"name":"b"}],"users":[{"name":"c"}]}`,
 		`{"clusters":[{"cluster":"x","name":5}]}`, `{"users":[{"name":5,"user":[]}]}`,
-	} {
-		docs = append(docs, []byte(extra))
-	}
-	return docs
+	)
 }
 
 func TestDecodeKubeconfigAgreesWithEncodingJSON(t *testing.T) {
