@@ -189,7 +189,7 @@ func (d *Decoder) Bool(field string, v Value, to *bool) {
 	}
 }
 
-// Int decodes an integer that fits in [lo, hi] into a T.
+// Int decodes an integer that a T holds.
 func Int[T int | int32 | int64](d *Decoder, field string, v Value, to *T) {
 	switch v.Kind {
 	case Null:
