@@ -69,21 +69,18 @@ type Backend struct {
 	nativeDir  string
 	nativeOnce sync.Once
 	native     bool // see nativeAllowed
-
-	mu        sync.Mutex
-	fallbacks []error // see NativeFallbacks
 }
 
-// NativeFallbacks returns, and forgets, the native writes the kernel refused
-// whose rules the restore then wrote: the pod is captured, and the refusal is
-// worth a warning (it means this iptables-nft writes rules the native writer
-// does not), which the caller logs.
-func (b *Backend) NativeFallbacks() []error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := b.fallbacks
-	b.fallbacks = nil
-	return out
+type fallbacksKey struct{}
+
+// WithNativeFallbacks returns a context under which Apply adds to *into each
+// native write the kernel refused and whose rules the restore then wrote: the pod
+// is captured, and the refusal is worth a warning (this iptables-nft writes rules
+// the native writer does not), which the caller logs. The record is the apply's
+// own: concurrent applies on one Backend (the repair controller's) each get
+// theirs.
+func WithNativeFallbacks(ctx context.Context, into *[]error) context.Context {
+	return context.WithValue(ctx, fallbacksKey{}, into)
 }
 
 type tools struct {
@@ -293,10 +290,8 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 			}
 			return changed, fmt.Errorf("apply %s rules: %w", f, err)
 		}
-		if nativeErr != nil {
-			b.mu.Lock()
-			b.fallbacks = append(b.fallbacks, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))
-			b.mu.Unlock()
+		if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok && nativeErr != nil {
+			*into = append(*into, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))
 		}
 		changed = true
 	}

@@ -176,16 +176,24 @@ func applySidecarInNewNamespace(t *testing.T) (b *Backend, ns string, plan *redi
 		t.Fatal(err)
 	}
 	plan = specs.Sidecar().Plan(t)
+	ns, phases, _ = applyInNewNamespace(t, b, plan)
+	return b, ns, plan, phases
+}
+
+// applyInNewNamespace applies plan with b in a new namespace, and returns the
+// apply's phases and the native writes it recorded as refused.
+func applyInNewNamespace(t *testing.T, b *Backend, plan *redirect.Plan) (ns, phases string, refused []error) {
+	t.Helper()
 	ns = newNS(t)
 	rec := timing.Start()
-	if _, err := capture.Apply(timing.With(context.Background(), rec), ns, b, plan); err != nil {
+	if _, err := capture.Apply(WithNativeFallbacks(timing.With(context.Background(), rec), &refused), ns, b, plan); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, p := range rec.Phases() {
 		names = append(names, p.Name)
 	}
-	return b, ns, plan, strings.Join(names, " ")
+	return ns, strings.Join(names, " "), refused
 }
 
 // TestApplyWritesANewNamespaceNatively checks the switch in Apply: in nft mode a
@@ -324,24 +332,37 @@ func TestParseVersion(t *testing.T) {
 
 // TestApplyReportsARefusedNativeWrite: when the kernel refuses the native batch
 // (here replaced by a refusal), the restore writes the same rules, verify finds
-// them exact, and the refusal is kept for the caller to log, once.
+// them exact, and the refusal is in that apply's record; the next apply on the
+// same Backend, whose native write succeeds, records none (the record is the
+// apply's own, not the Backend's: the repair controller applies concurrently).
 func TestApplyReportsARefusedNativeWrite(t *testing.T) {
 	root.Require(t)
 	refused := errors.New("netlink: invalid argument (simulated)")
-	writeNativeObjects = func([]nativeObjects) error { return refused }
+	calls := 0
+	writeNativeObjects = func(objs []nativeObjects) error {
+		if calls++; calls == 1 {
+			return refused
+		}
+		return writeNative(objs)
+	}
 	t.Cleanup(func() { writeNativeObjects = writeNative })
-	b, ns, plan, phases := applySidecarInNewNamespace(t)
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := specs.Sidecar().Plan(t)
+	ns, phases, got := applyInNewNamespace(t, b, plan)
 	if !strings.Contains(phases, "iptables-native-ipv4") || !strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("phases %s: want the native write tried, then the restore", phases)
 	}
 	if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
 		t.Fatalf("verify after the restore: %v %v", diffs, err)
 	}
-	got := b.NativeFallbacks()
-	if len(got) == 0 || !errors.Is(got[0], refused) || !strings.Contains(got[0].Error(), "ipv4 rules") {
-		t.Fatalf("NativeFallbacks = %v, want the IPv4 refusal", got)
+	if len(got) != 1 || !errors.Is(got[0], refused) || !strings.Contains(got[0].Error(), "ipv4 rules") {
+		t.Fatalf("the apply recorded %v, want the IPv4 refusal", got)
 	}
-	if again := b.NativeFallbacks(); len(again) != 0 {
-		t.Errorf("NativeFallbacks a second time = %v, want none", again)
+	if _, phases, again := applyInNewNamespace(t, b, plan); len(again) != 0 || strings.Contains(phases, "iptables-restore-ipv4") {
+		t.Errorf("the next apply (written natively: %s) recorded %v, want none", phases, again)
 	}
 }

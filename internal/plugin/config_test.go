@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
@@ -495,20 +494,12 @@ func TestADDPrintsThePreviousResult(t *testing.T) {
 	}
 }
 
-// fallbackBackend is a capture.Backend that only reports native-write refusals.
-type fallbackBackend struct {
-	capture.Backend
-	errs []error
-}
-
-func (f *fallbackBackend) NativeFallbacks() []error { return f.errs }
-
-// TestNativeFallbacksAreLogged: a refusal the iptables backend kept is a warning in
-// the ADD's log, naming it.
+// TestNativeFallbacksAreLogged: a refusal the iptables backend recorded for the
+// apply is a warning in the ADD's log, naming it.
 func TestNativeFallbacksAreLogged(t *testing.T) {
 	var buf bytes.Buffer
 	log := pluginlog.New(&buf, pluginlog.Options{})
-	WarnNativeFallbacks(log.Logger, &fallbackBackend{errs: []error{errors.New("ipv4 rules: the native write was refused, the restore wrote them: EINVAL")}})
+	warnRefused(log.Logger, []error{errors.New("ipv4 rules: the native write was refused, the restore wrote them: EINVAL")})
 	log.Close()
 	if got := buf.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "native write was refused") || !strings.Contains(got, "EINVAL") {
 		t.Errorf("log = %q, want a warning naming the refusal", got)

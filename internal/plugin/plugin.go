@@ -223,7 +223,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonApply
 	rec.Mark("backend")
 	applyStart := time.Now()
-	if _, err := capture.Apply(ctx, args.Netns, b, plan); err != nil {
+	if err := ApplyAndWarn(ctx, log.Logger, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		if _, serr := os.Stat(args.Netns); serr != nil {
 			ev.Reason = pluginlog.ReasonNetnsGone
@@ -233,7 +233,6 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
-	WarnNativeFallbacks(log.Logger, b)
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
@@ -533,14 +532,21 @@ func lookupFailure(err error, kind string) string {
 	return "the API server could not be reached"
 }
 
-// WarnNativeFallbacks logs the native iptables-nft writes the kernel refused
-// before the restore wrote the same rules (the pod is captured either way): the
-// plugin's ADD and the repair in place call it after their apply.
-func WarnNativeFallbacks(log *slog.Logger, b capture.Backend) {
-	if nb, ok := b.(interface{ NativeFallbacks() []error }); ok {
-		for _, err := range nb.NativeFallbacks() {
-			log.Warn("iptables: rules restored after the native write was refused", "error", err)
-		}
+// ApplyAndWarn applies plan in the network namespace at netns as capture.Apply
+// does, and logs each native iptables-nft write the kernel refused before the
+// restore wrote the same rules (the pod is captured either way; see
+// iptables.WithNativeFallbacks): the plugin's ADD and the repair in place apply
+// through it.
+func ApplyAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture.Backend, plan *redirect.Plan) error {
+	var refused []error
+	_, err := capture.Apply(iptables.WithNativeFallbacks(ctx, &refused), netns, b, plan)
+	warnRefused(log, refused)
+	return err
+}
+
+func warnRefused(log *slog.Logger, refused []error) {
+	for _, r := range refused {
+		log.Warn("iptables: rules restored after the native write was refused", "error", r)
 	}
 }
 

@@ -68,11 +68,10 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	}
 	defer ns.Close()
 	b := c.inPlace.Backend
-	if _, err := capture.Apply(ctx, ns.Path, b, plan); err != nil {
+	if err := plugin.ApplyAndWarn(ctx, c.log.With("pod", key), ns.Path, b, plan); err != nil {
 		c.metrics.count(ActionRepair, ResultFail)
 		return false, "", fmt.Errorf("repair pod %s in place (namespace %s): %w", key, ns.Source, err)
 	}
-	plugin.WarnNativeFallbacks(c.log.With("pod", key), b)
 	diffs, err := capture.Verify(ctx, ns.Path, b, plan)
 	if err == nil && len(diffs) > 0 {
 		err = fmt.Errorf("rules differ after apply: %s", strings.Join(diffs, "; "))
