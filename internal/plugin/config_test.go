@@ -201,6 +201,8 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 			`plugin config: "log_uds_address": "x.sock" is not an absolute path`},
 		{"ambient mode", `{"ambient_enabled":true}`,
 			`plugin config: "ambient_enabled": true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)`},
+		{"a type error, then a schema that is not an integer", `{"plugin_log_level":3,"config_schema":"2"}`,
+			`plugin config: "plugin_log_level": got number, want a string`},
 		{"not an object", `["istio-cni"]`,
 			`plugin config: must be a JSON object, got array`},
 		{"broken JSON", `{"name":"istio-cni",}`,

@@ -129,12 +129,19 @@ func decodeMember(d *jsontree.Decoder, raw *rawConfig, k string, v jsontree.Valu
 	case is(k, "config_schema"):
 		// Set only when it is an integer: decodeConfig reads it after a type
 		// error elsewhere, to refuse a newer config by its schema.
-		var n int
-		if before := d.Err(); v.Kind == jsontree.Null {
+		// (Whether it is one is the value's own matter: an earlier type error
+		// keeps the decoder from recording this one.)
+		if v.Kind == jsontree.Null {
 			raw.ConfigSchema = nil
-		} else if jsontree.Int(d, "config_schema", v, &n); d.Err() == before {
-			raw.ConfigSchema = &n
+			break
 		}
+		if n, ok := v.Int64(); v.Kind == jsontree.Number && ok && int64(int(n)) == n {
+			schema := int(n)
+			raw.ConfigSchema = &schema
+			break
+		}
+		var ignored int
+		jsontree.Int(d, "config_schema", v, &ignored) // the type error
 	case is(k, "iptables_mode"):
 		str("iptables_mode", &raw.IptablesMode)
 	case is(k, "pod_lookup"):

@@ -97,6 +97,7 @@ func configDocs(t testing.TB) [][]byte {
 		`{"capabilities":{"portMappings":true},"capabilities":{"bandwidth":false}}`,
 		`{"plugin_log_level":1,"iptables_mode":true}`,
 		`{"config_schema":9,"exclude_namespaces":{"a":1}}`,
+		`{"plugin_log_level":1,"config_schema":"2"}`, `{"plugin_log_level":1,"config_schema":1.5}`,
 		`{"prevResult": {"cniVersion":"1.0.0","ips":[]} ,"runtimeConfig" : [1] }`,
 		`{"name":"x",}`, `{"name" "x"}`, `{"name":"x"`,
 	} {
