@@ -92,6 +92,9 @@ type Config struct {
 	// for every caller.
 	prevResult    json.RawMessage
 	prevResultErr error
+	// given is prevResult parsed, when givenOK (see givenResult).
+	given              jsontree.Value
+	givenRead, givenOK bool
 }
 
 // Backend is the rule backend.
@@ -514,17 +517,11 @@ func (c *Config) Validate() error {
 // library's reading. Any other result (of another version, or in a Config built
 // in code) is read through the library.
 func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
-	if c.CNIVersion == "" || resultVersion(c.prevResult) != c.CNIVersion {
+	doc, ok := c.givenResult()
+	if !ok {
 		// Built in code, absent, or of another version (which the library
 		// converts, or refuses when the config's version cannot hold it).
 		return c.prevResultIPsFromLibrary()
-	}
-	doc, err := jsontree.Parse(c.prevResult)
-	if err != nil {
-		return nil, fmt.Errorf("plugin config: prevResult: %w", err)
-	}
-	if doc.Kind != jsontree.Object {
-		return nil, fmt.Errorf("plugin config: prevResult: got %s, want an object", doc.Kind)
 	}
 	var ips jsontree.Value
 	for _, m := range doc.Members() {
@@ -568,6 +565,25 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// givenResult is the previous result as the runtime gave it, parsed once, when it
+// is of the config's version (what a runtime gives): ADD prints it as given
+// (printResult) and reads its addresses from it (PrevResultIPs). ok is false
+// otherwise (absent, of another version, or in a Config built in code), and the
+// CNI library reads it.
+func (c *Config) givenResult() (doc jsontree.Value, ok bool) {
+	if !c.givenRead {
+		c.givenRead = true
+		if len(c.prevResult) > 0 && c.CNIVersion != "" {
+			if d, err := jsontree.Parse(c.prevResult); err == nil {
+				if v, isString := d.StringMember("cniVersion"); isString && v == c.CNIVersion {
+					c.given, c.givenOK = d, true
+				}
+			}
+		}
+	}
+	return c.given, c.givenOK
+}
+
 // prevResultIPsFromLibrary reads the addresses from the result the CNI library
 // parsed (ParsePrevResult).
 func (c *Config) prevResultIPsFromLibrary() ([]netip.Addr, error) {
@@ -594,16 +610,6 @@ func (c *Config) prevResultIPsFromLibrary() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// prevResultAsGiven is the previous result as the runtime wrote it when r is that
-// result, parsed without error, and of the config's version: ADD may print it
-// as it is. Otherwise nil (a result to convert, or one built here).
-func (c *Config) prevResultAsGiven(r types.Result) []byte {
-	if r == nil || r != c.PrevResult || len(c.prevResult) == 0 || c.prevResultErr != nil || c.CNIVersion == "" || r.Version() != c.CNIVersion {
-		return nil
-	}
-	return c.prevResult
 }
 
 // ParsePrevResult parses the previous result into PrevResult, once, as the

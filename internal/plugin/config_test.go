@@ -426,8 +426,8 @@ func TestConfigSchemaFailsClosedOnANewerConfig(t *testing.T) {
 // printed byte for byte as the runtime gave it (a field this plugin does not know
 // included); one of another version is converted to the config's version; a
 // standalone ADD prints an empty result of the implemented version. ADD prints
-// the result as given without parsing it (printResult): the same as what the CNI
-// library's parse prints.
+// a result of the config's version as given without parsing it (printResult);
+// the others go through the CNI library, and print the same through either.
 func TestADDPrintsThePreviousResult(t *testing.T) {
 	given := `{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
 		`"ips":[{"interface":0,"address":"10.1.0.5/24","gateway":"10.1.0.1"}],"dns":{},"x-vendor":{"k":1}}`
@@ -462,6 +462,11 @@ func TestADDPrintsThePreviousResult(t *testing.T) {
 			wantErr: "prevResult"},
 	} {
 		for pname, printResult := range printers {
+			if tc.wantRaw != "" && pname != "as ADD prints it" {
+				// The library drops the fields it does not know: ADD never
+				// prints a result of the config's version through it.
+				continue
+			}
 			t.Run(tc.name+"/"+pname, func(t *testing.T) {
 				c, err := ParseConfig([]byte(tc.config))
 				if err != nil {
