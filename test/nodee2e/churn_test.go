@@ -308,17 +308,37 @@ func (t *churnTracker) checker(ctx context.Context) {
 		r.checks = append(r.checks, rulesCheck{containerID: id, at: time.Now(), captured: ok})
 		sample := ok && r.sample && !r.trafficDone
 		resident := r.resident
+		checkedAt := r.checks[len(r.checks)-1].at
 		t.mu.Unlock()
 		if sample {
-			err := t.checkTraffic(ctx, job.name)
-			t.mu.Lock()
-			r.trafficDone, r.trafficErr = true, err
-			t.mu.Unlock()
+			// A request may have to wait out a reboot, and the reboot waits for the
+			// residents' checks: the checkers go on meanwhile.
+			go t.sample(ctx, job.name, checkedAt)
+			continue
 		}
 		if !resident {
 			t.delete(ctx, job.name)
 		}
 	}
+}
+
+// errCheckedBeforeReboot says that the sandbox whose rules were checked is gone:
+// the node rebooted after the check.
+var errCheckedBeforeReboot = errors.New("the sandbox checked is gone: the node rebooted after the check")
+
+// sample sends a sampled pod its request, records it and deletes the pod. A
+// sample voided by a reboot is not recorded and the pod is kept: the check of its
+// new sandbox samples it again.
+func (t *churnTracker) sample(ctx context.Context, name string, checkedAt time.Time) {
+	err := t.checkTraffic(ctx, name, checkedAt)
+	if errors.Is(err, errCheckedBeforeReboot) {
+		return
+	}
+	t.mu.Lock()
+	r := t.pods[name]
+	r.trafficDone, r.trafficErr = true, err
+	t.mu.Unlock()
+	t.delete(ctx, name)
 }
 
 // readRules reads the rules of the pod's app container id, trying again for up to
@@ -357,9 +377,17 @@ func (t *churnTracker) delete(ctx context.Context, name string) {
 // checkTraffic sends a request from the first resident to the pod (both as they
 // are now) and proves it went out through the client's proxy and in through the
 // pod's.
-func (t *churnTracker) checkTraffic(ctx context.Context, name string) error {
-	t.trafficGate.RLock()
+func (t *churnTracker) checkTraffic(ctx context.Context, name string, checkedAt time.Time) error {
+	if err := t.enterTraffic(ctx); err != nil {
+		return err
+	}
 	defer t.trafficGate.RUnlock()
+	t.mu.Lock()
+	voided := !t.rebootAt.IsZero() && checkedAt.Before(t.rebootAt)
+	t.mu.Unlock()
+	if voided {
+		return errCheckedBeforeReboot
+	}
 	// The pod is Ready once its proxy is (the app container has no probe), so its app
 	// may not listen yet: a request is tried again for a few seconds. Only a request
 	// that went through both proxies counts.
@@ -370,6 +398,35 @@ func (t *churnTracker) checkTraffic(ctx context.Context, name string) error {
 			return err
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// clientBackBound bounds the wait of a sample for the client resident to be back
+// in a new sandbox after the reboot (the reboot's own bound).
+const clientBackBound = 3 * time.Minute
+
+// enterTraffic takes the traffic gate for reading once the client resident is
+// in a sandbox that is there to stay: before the reboot began, or back in a new
+// sandbox after it (one CI run sampled a pod while resident-0 was still down
+// from the reboot, for longer than a request's retries). It waits outside the
+// gate, which the reboot takes for writing after it has begun.
+func (t *churnTracker) enterTraffic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, clientBackBound)
+	defer cancel()
+	for {
+		t.trafficGate.RLock()
+		t.mu.Lock()
+		back := t.rebootAt.IsZero() || !t.pods[residentName(0)].backAfterReboot.IsZero()
+		t.mu.Unlock()
+		if back {
+			return nil
+		}
+		t.trafficGate.RUnlock()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not back in a new sandbox %s after the reboot began: %w", residentName(0), clientBackBound, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
