@@ -22,6 +22,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	"github.com/istio-cni/istio-cni/test/harness/poll"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // built holds install-cni and the binaries it installs (istio-cni, istio-iptables),
@@ -95,7 +96,7 @@ func (n *node) writeCalico(t testing.TB) string {
 
 func newNode(t testing.TB) *node {
 	t.Helper()
-	root := t.TempDir()
+	root := shortdir.New(t) // the agent's sockets go in it
 	n := &node{
 		confDir: filepath.Join(root, "etc/cni/net.d"),
 		binDir:  filepath.Join(root, "opt/cni/bin"),

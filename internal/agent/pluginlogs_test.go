@@ -13,6 +13,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // TestNoPluginRecordIsLostInABurst: 500 plugin runs at once (the plugin's own
@@ -25,7 +26,7 @@ import (
 // sends through the datagram socket may still be dropped under such a burst, so
 // its half is checked with as many runs as the socket's queue holds, one at a time.
 func TestNoPluginRecordIsLostInABurst(t *testing.T) {
-	dir := t.TempDir()
+	dir := shortdir.New(t) // sockets go in it
 	packet, dgram := filepath.Join(dir, plugin.LogSocketName), filepath.Join(dir, plugin.DatagramLogSocketName)
 	var out logbuf.Buffer
 	sink := &pluginLogSink{out: &out, m: newMetrics()}

@@ -640,11 +640,28 @@ func (s *Settings) validate() error {
 	if s.MountedNetDir == s.RunDir {
 		errs = append(errs, fmt.Errorf("CNI_AGENT_RUN_DIR %q is the CNI config dir: the runtime would see the agent's files", s.RunDir))
 	}
+	for _, sock := range s.socketPaths() {
+		if len(sock) > MaxSocketPathBytes {
+			errs = append(errs, fmt.Errorf("CNI_AGENT_RUN_DIR %q is too long: its socket %s would be %d bytes, over the %d of a unix socket's path; choose a shorter directory",
+				s.RunDir, sock, len(sock), MaxSocketPathBytes))
+			break
+		}
+	}
 	if s.ConfName != "" && !s.Chained && filepath.Ext(s.ConfName) == ".conflist" {
 		// A standalone config is a single plugin: written as a .conf.
 		errs = append(errs, fmt.Errorf("CNI_CONF_NAME %q: a standalone config is a single plugin and must end in .conf", s.ConfName))
 	}
 	return errors.Join(errs...)
+}
+
+// MaxSocketPathBytes is the longest path a unix socket can be bound to: the
+// kernel's sun_path holds 108 bytes, its terminating NUL included. The agent's
+// sockets are in CNI_AGENT_RUN_DIR, which is refused when one would not fit.
+const MaxSocketPathBytes = 107
+
+// socketPaths are the unix sockets the agent binds in RunDir.
+func (s *Settings) socketPaths() []string {
+	return []string{s.LogSocketPath(), s.DatagramLogSocketPath(), s.IstioLogSocketPath(), filepath.Join(s.RunDir, plugin.PodCacheSocketName)}
 }
 
 // KubeconfigPath is where the plugin's kubeconfig is written (and where the

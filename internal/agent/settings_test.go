@@ -289,6 +289,8 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"revert count", nil, map[string]string{"REVERT_WARN_COUNT": "0"}, []string{"REVERT_WARN_COUNT", `"0"`}},
 		{"agent log level", []string{"--log_output_level=chatty"}, nil, []string{"--log_output_level", `"chatty"`}},
 		{"both templates", nil, map[string]string{"CNI_NETWORK_CONFIG": "{}", "CNI_NETWORK_CONFIG_FILE": "/t.json"}, []string{"CNI_NETWORK_CONFIG", "CNI_NETWORK_CONFIG_FILE", `"/t.json"`}},
+		{"run dir too long for its sockets", nil, map[string]string{"CNI_AGENT_RUN_DIR": "/var/run/" + strings.Repeat("d", 90)},
+			[]string{"CNI_AGENT_RUN_DIR", `"/var/run/` + strings.Repeat("d", 90) + `"`, "too long", "over the 107"}},
 		{"run dir is the conf dir", nil, map[string]string{"CNI_AGENT_RUN_DIR": "/host/etc/cni/net.d"}, []string{"CNI_AGENT_RUN_DIR", `"/host/etc/cni/net.d"`}},
 		{"bin dir is the source", nil, map[string]string{"MOUNTED_CNI_BIN_DIR": "/opt/cni/bin"}, []string{"MOUNTED_CNI_BIN_DIR", `"/opt/cni/bin"`, "onto themselves"}},
 		{"unknown flag", []string{"--cni-conf-dir=/x"}, nil, []string{"cni-conf-dir"}},

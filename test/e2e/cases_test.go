@@ -52,9 +52,14 @@ func TestMeshedPodIsRedirectedEndToEnd(t *testing.T) {
 			n := newNode(t, shared)
 			list := n.chain(n.istioEntry(b.extra))
 			pod := createPod(t, shared, meshedPod("e2e-"+b.name, "web", nil))
+			before := len(n.stderr.String())
 			sb, res := n.addPod(t, list, pod)
 			if len(res.IPs) == 0 {
 				t.Fatalf("ADD returned no IPs: the previous result was not passed through: %+v", res)
+			}
+			// No agent: the namespace was entered and read while the API server answered.
+			if log := n.stderr.String()[before:]; !strings.Contains(log, "namespaceReadAhead=") {
+				t.Errorf("the ADD's log lacks namespaceReadAhead:\n%s", log)
 			}
 			serveTraffic(t, n, sb)
 			expectCaptured(t, n, sb)
@@ -622,8 +627,17 @@ func startPodCache(t testing.TB, n *node) {
 	go func() { errc <- srv.Run(ctx, sock) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for !srv.Synced() || !srv.NamespacesSynced() || !exists(sock) {
+		select {
+		case err := <-errc:
+			// Run's own error, at once (a socket path over the kernel's 108
+			// bytes under a long TMPDIR was a bare timeout before).
+			cancel()
+			t.Fatalf("pod cache did not start: %v (socket %s)", err, sock)
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("pod cache did not start")
+			cancel()
+			t.Fatalf("pod cache did not start within 10s (socket %s)", sock)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -640,7 +654,8 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 // TestLookupUsesTheAgentsPodCache: with the agent's pod cache running, ADD reads the
 // pod from the agent's file of it, or from its socket when there is no file; a pod
 // the cache does not hold (scheduled to another node in its view) is still read
-// from the API server, so the cache never decides alone.
+// from the API server, so the cache never decides alone; the namespace is read
+// ahead only while the API server is asked.
 func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 	n := newNode(t, shared)
 	startPodCache(t, n)
@@ -648,10 +663,12 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 	for _, tc := range []struct {
 		name, node, wantLog string
 		removeFile          bool
+		// wantAhead: the namespace is read while the API server answers, and only then.
+		wantAhead bool
 	}{
-		{"on-this-node", "node-1", "pod found in the agent's files", false},
-		{"no-file", "node-1", "pod found in the agent's cache", true},
-		{"cache-miss", "node-2", "asking the API server", false},
+		{"on-this-node", "node-1", "pod found in the agent's files", false, false},
+		{"no-file", "node-1", "pod found in the agent's cache", true, false},
+		{"cache-miss", "node-2", "asking the API server", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := createPod(t, shared, meshedPod("cache", tc.name, nil, func(p *corev1.Pod) { p.Spec.NodeName = tc.node }))
@@ -666,11 +683,16 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 					t.Fatalf("the agent's file of the pod: %v", err)
 				}
 			}
+			before := len(n.stderr.String())
 			if _, err := n.add(list, sb); err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
-			if !strings.Contains(n.stderr.String(), tc.wantLog) {
+			log := n.stderr.String()[before:]
+			if !strings.Contains(log, tc.wantLog) {
 				t.Errorf("plugin log lacks %q", tc.wantLog)
+			}
+			if ahead := strings.Contains(log, "namespaceReadAhead="); ahead != tc.wantAhead {
+				t.Errorf("namespace read ahead: %v, want %v; log:\n%s", ahead, tc.wantAhead, log)
 			}
 			if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
 				t.Errorf("no capture")

@@ -26,10 +26,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	localnode "github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
@@ -189,7 +191,7 @@ var subnetSeq struct {
 
 func newNode(t *testing.T, cp *controlplane.ControlPlane) *node {
 	t.Helper()
-	dir := t.TempDir()
+	dir := shortdir.New(t) // the agent's sockets go in it
 	n := &node{t: t, cp: cp, dir: dir, runDir: filepath.Join(dir, "run"), stderr: &logbuf.Buffer{}}
 	subnetSeq.Lock()
 	subnetSeq.n++
@@ -327,6 +329,9 @@ func wantNoRules(t *testing.T, sb *sandboxPod, after string) {
 	t.Helper()
 	if out := runIn(t, sb.netns, "iptables-save"); strings.Contains(out, "ISTIO_") {
 		t.Errorf("%s left rules:\n%s", after, out)
+	}
+	if out := runIn(t, sb.netns, "nft", "list", "ruleset"); strings.Contains(out, nftables.TablePrefix) {
+		t.Errorf("%s left nftables tables:\n%s", after, out)
 	}
 }
 
