@@ -34,27 +34,20 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 	timing.Mark(ctx, "before-apply")
 	err = netns.Do(nsPath, func() error {
 		timing.Mark(ctx, "netns-enter")
+		if err := applyRouting(plan); err != nil {
+			return errors.Join(err, removeRouting(plan))
+		}
+		timing.Mark(ctx, "routing")
 		var aerr error
-		changed, aerr = applyHere(ctx, b, b.Apply, plan)
-		return aerr
+		changed, aerr = b.Apply(ctx, plan)
+		if aerr != nil {
+			return errors.Join(aerr, b.Cleanup(ctx), removeRouting(plan))
+		}
+		return nil
 	})
 	timing.Mark(ctx, "netns-exit")
 	if err != nil {
 		return false, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
-	}
-	return changed, nil
-}
-
-// applyHere is Apply in the namespace the calling thread is in, with the rules
-// written by apply (b's own, or one prepared ahead, see Begin).
-func applyHere(ctx context.Context, b Backend, apply ApplyFunc, plan *redirect.Plan) (bool, error) {
-	if err := applyRouting(plan); err != nil {
-		return false, errors.Join(err, removeRouting(plan))
-	}
-	timing.Mark(ctx, "routing")
-	changed, err := apply(ctx, plan)
-	if err != nil {
-		return false, errors.Join(err, b.Cleanup(ctx), removeRouting(plan))
 	}
 	return changed, nil
 }

@@ -244,28 +244,12 @@ func planLayouts(plan *redirect.Plan) (map[redirect.Family][]tableLayout, error)
 // namespace holds no table at all (tablesHeld: a pod's new namespace) has nothing
 // of ours to read, so only its restore runs.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
-	held := b.tablesHeld()
-	timing.Mark(ctx, "iptables-probe")
-	return b.applyHeld(ctx, plan, held)
-}
-
-// Prepare implements capture.Preparer: Apply's probe of the namespace's tables
-// (and, in nft mode, whether this node's iptables-nft allows the native write),
-// done before the plan is known.
-func (b *Backend) Prepare(ctx context.Context) (func(context.Context, *redirect.Plan) (bool, error), func(), error) {
-	held := b.tablesHeld()
-	b.nativeAllowed()
-	return func(ctx context.Context, plan *redirect.Plan) (bool, error) {
-		return b.applyHeld(ctx, plan, held)
-	}, func() {}, nil
-}
-
-// applyHeld is Apply given which families' tables the namespace holds.
-func (b *Backend) applyHeld(ctx context.Context, plan *redirect.Plan, held map[redirect.Family]bool) (bool, error) {
 	layouts, err := planLayouts(plan)
 	if err != nil {
 		return false, err
 	}
+	held := b.tablesHeld()
+	timing.Mark(ctx, "iptables-probe")
 	changed := false
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		want, planned := layouts[f]

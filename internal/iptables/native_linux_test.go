@@ -23,9 +23,6 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
-// The plugin enters a pod's namespace and probes it while it looks the pod up.
-var _ capture.Preparer = (*Backend)(nil)
-
 // nativeExtraCases reach encodings the golden cases do not: prefixes that are
 // not byte-aligned, in both families.
 var nativeExtraCases = []backendCase{

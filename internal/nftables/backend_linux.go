@@ -57,46 +57,17 @@ func (b *Backend) Name() string { return "nftables" }
 // this one does not). When the live tables already equal the plan nothing is
 // written and changed is false.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
-	return b.applyFrom(ctx, plan, nil)
-}
-
-// Prepare implements capture.Preparer: the connection and the read of our tables
-// that Apply begins with, done before the plan is known.
-func (b *Backend) Prepare(ctx context.Context) (func(context.Context, *redirect.Plan) (bool, error), func(), error) {
-	st, err := b.read(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	// One of the two is called, on the thread that read (capture.Pending).
-	applied := false
-	release := func() {
-		if !applied {
-			st.c.Close()
-		}
-	}
-	apply := func(ctx context.Context, plan *redirect.Plan) (bool, error) {
-		applied = true // applyFrom closes the connection
-		return b.applyFrom(ctx, plan, st)
-	}
-	return apply, release, nil
-}
-
-// applyFrom is Apply, its first try from the read given (nil: read first).
-func (b *Backend) applyFrom(ctx context.Context, plan *redirect.Plan, first *readState) (bool, error) {
 	rs, err := translate(plan, b.groups)
 	if err != nil {
-		if first != nil {
-			first.c.Close()
-		}
 		return false, fmt.Errorf("apply nftables: %w", err)
 	}
 	timing.Mark(ctx, "nft-translate")
-	changed, err := b.applyOnce(ctx, rs, first)
+	changed, err := b.applyOnce(ctx, rs)
 	if err != nil {
 		// A table of ours may have appeared since the read (a concurrent apply),
 		// which fails "create table" and with it the whole transaction, changing
 		// nothing. Read again, on a new socket, and retry once.
-		changed, err = b.applyOnce(ctx, rs, nil)
+		changed, err = b.applyOnce(ctx, rs)
 	}
 	if err != nil {
 		return false, fmt.Errorf("apply nftables: %w", err)
@@ -104,51 +75,32 @@ func (b *Backend) applyFrom(ctx context.Context, plan *redirect.Plan, first *rea
 	return changed, nil
 }
 
-// readState is a connection and what it read of our tables.
-type readState struct {
-	c   *conn
-	got []liveTable
-}
-
-// read opens a connection in the calling thread's namespace and reads our tables.
-func (b *Backend) read(ctx context.Context) (*readState, error) {
+// applyOnce reads our tables and, unless they already hold rs, replaces them.
+func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 	c, err := dialHere()
 	if err != nil {
-		return nil, err
+		return false, err
 	}
+	// After a failed batch the socket may still hold replies: never reuse it.
+	defer c.Close()
 	got, err := readOurs(c.Conn)
 	timing.Mark(ctx, "nft-read")
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read our tables: %w", err)
+		return false, fmt.Errorf("read our tables: %w", err)
 	}
-	return &readState{c: c, got: got}, nil
-}
-
-// applyOnce replaces our tables with rs unless they already hold it, from the
-// read st (nil: read now). It closes st's connection.
-func (b *Backend) applyOnce(ctx context.Context, rs *ruleset, st *readState) (bool, error) {
-	if st == nil {
-		var err error
-		if st, err = b.read(ctx); err != nil {
-			return false, err
-		}
-	}
-	// After a failed batch the socket may still hold replies: never reuse it.
-	defer st.c.Close()
-	if len(diffTables(rs, st.got)) == 0 {
+	if len(diffTables(rs, got)) == 0 {
 		return false, nil
 	}
 	defer timing.Mark(ctx, "nft-write")
 	var present []tableID
-	for _, t := range st.got {
+	for _, t := range got {
 		present = append(present, t.id)
 	}
 	if b.applyVia == applyExec {
 		_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
 		return err == nil, err
 	}
-	nlErr := flushRuleset(st.c.Conn, rs, present)
+	nlErr := flushRuleset(c.Conn, rs, present)
 	if nlErr == nil {
 		return true, nil
 	}

@@ -18,10 +18,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
-var (
-	_ capture.Backend  = (*Backend)(nil)
-	_ capture.Preparer = (*Backend)(nil)
-)
+var _ capture.Backend = (*Backend)(nil)
 
 // testNS creates a throwaway network namespace removed when the test ends.
 func testNS(t testing.TB) string {

@@ -73,7 +73,7 @@ func TestPodLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 			}
 			cfg := lookupConfig(t, server, caPEM)
 			checkBoundedFailure(t, budget, append(tc.want, "pod app/web", "(bound 5s)"), func(log *pluginlog.Logger) error {
-				_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget, nil)
+				_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
 				return err
 			})
 		})
@@ -136,7 +136,7 @@ func TestLookupFailureNamesAPodOfTheSameName(t *testing.T) {
 	cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	log := pluginlog.New(io.Discard, pluginlog.Options{})
 	defer log.Close()
-	_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "old"}, log, PodLookup{Retries: 2, Interval: 50 * time.Millisecond}, nil)
+	_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "old"}, log, PodLookup{Retries: 2, Interval: 50 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "the API server has another pod of that name") || !strings.Contains(err.Error(), "pod recreated") {
 		t.Fatalf("lookup of a recreated pod = %v, want it named as another pod", err)
 	}
@@ -171,7 +171,7 @@ func TestNamespaceLookupIsBoundedAndSaysWhatHappened(t *testing.T) {
 			t.Cleanup(srv.Close)
 			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 			checkBoundedFailure(t, budget, append(tc.want, "pod app/web: namespace app: lookup failed", "(bound 5s)"), func(log *pluginlog.Logger) error {
-				_, err := (&Plugin{}).lookupNamespace(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget, nil)
+				_, err := (&Plugin{}).lookupNamespace(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
 				return err
 			})
 		})
@@ -228,7 +228,7 @@ func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
 				t.Fatal(err)
 			}
 			d, _, err := (&Plugin{}).decide(context.Background(), cfg, podArgs, "/var/run/netns/none", log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
-				[]netip.Addr{netip.MustParseAddr("10.0.0.9")}, nil)
+				[]netip.Addr{netip.MustParseAddr("10.0.0.9")})
 			if got := int(nsGets.Load()); got != tc.wantNSGet {
 				t.Errorf("namespace GETs = %d, want %d", got, tc.wantNSGet)
 			}
@@ -287,7 +287,7 @@ func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
 			// One try and a long interval: a second GET within the budget, and no
 			// wait, only if the cache read is not counted and not waited after.
 			start := time.Now()
-			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: 10 * time.Second}, nil)
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,8 +309,7 @@ func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
 // TestLookupReadsTheAgentsPodFileFirst: a pod file of the sandbox's pod (name and
 // uid) answers without any request; a file of the pod's predecessor (another uid),
 // a file that does not decode, or no file at all goes on to the API server (here
-// a stand-in counting its GETs), which answers. whileAPI (the ADD's read ahead of
-// the namespace) is called once, before the first GET, and only then.
+// a stand-in counting its GETs), which answers.
 func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-api"}}`
 	for _, tc := range []struct {
@@ -344,23 +343,12 @@ func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 			}
 			log := pluginlog.New(io.Discard, pluginlog.Options{})
 			defer log.Close()
-			// whileAPI (the ADD's read ahead of the namespace) runs once, before the
-			// first GET, and only when the API server is asked.
-			var whileAPI []int32
-			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: time.Second},
-				func() { whileAPI = append(whileAPI, gets.Load()) })
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, PodLookup{Retries: 1, Interval: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if p.Spec.NodeName != tc.wantNode || int(gets.Load()) != tc.wantGETs {
 				t.Errorf("looked up the pod of %q with %d GETs, want %q with %d", p.Spec.NodeName, gets.Load(), tc.wantNode, tc.wantGETs)
-			}
-			var wantWhile []int32
-			if tc.wantGETs > 0 {
-				wantWhile = []int32{0}
-			}
-			if diff := cmp.Diff(wantWhile, whileAPI); diff != "" {
-				t.Errorf("whileAPI called with these GET counts (-want +got):\n%s", diff)
 			}
 		})
 	}

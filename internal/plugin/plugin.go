@@ -195,11 +195,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	rec.Mark("prev-result")
-	// While the API server is asked for the pod (milliseconds of waiting), the
-	// pod's namespace is entered and read (readAhead).
-	ahead := &readAhead{ctx: ctx, cfg: cfg, netns: args.Netns}
-	defer ahead.close()
-	d, plan, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips, ahead.start)
+	d, plan, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
@@ -213,7 +209,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		return p.printResult(cfg)
 	}
 	ev.Reason = pluginlog.ReasonBackend
-	b, pending, err := ahead.backend()
+	b, err := NewBackend(cfg)
 	if err != nil {
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
@@ -221,21 +217,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonApply
 	rec.Mark("backend")
 	applyStart := time.Now()
-	var applyErr error
-	if pending != nil {
-		if _, took, readErr := pending.Ready(); readErr != nil {
-			log.Debug("reading the namespace ahead failed; the apply reads it again", "error", readErr)
-		} else {
-			log.Logger = log.With("namespaceReadAhead", took)
-		}
-		applyErr = applyAndWarn(ctx, log.Logger, func(ctx context.Context) error {
-			_, err := pending.Apply(ctx, plan)
-			return err
-		})
-	} else {
-		applyErr = ApplyAndWarn(ctx, log.Logger, args.Netns, b, plan)
-	}
-	if err := applyErr; err != nil {
+	if err := ApplyAndWarn(ctx, log.Logger, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		if _, serr := os.Stat(args.Netns); serr != nil {
 			ev.Reason = pluginlog.ReasonNetnsGone
@@ -307,9 +289,9 @@ func (p *Plugin) printResult(cfg *Config) error {
 // for a pod to redirect, builds its plan. It looks the pod up, and its namespace
 // only when the namespace decides (RuleNeedNamespace); lookup bounds each lookup's
 // retries.
-func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns string, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr, whileAPI func()) (Decision, *redirect.Plan, error) {
+func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns string, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, error) {
 	lookupStart := time.Now()
-	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup, whileAPI)
+	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
 	if err != nil {
 		return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, err)
 	}
@@ -322,7 +304,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 		// Only a pod without a sidecar that its own label does not place gets here.
 		l.Debug("looking up the namespace", "reason", pp.Decision.Reason)
 		nsStart := time.Now()
-		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup, whileAPI)
+		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup)
 		if nsErr != nil {
 			return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, nsErr)
 		}
@@ -342,7 +324,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 
 // lookup gets the pod, retrying within the configured budget: right after creation a
 // pod may not be visible yet, and the API server may be briefly unreachable.
-func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup, whileAPI func()) (*kube.Pod, error) {
+func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Pod, error) {
 	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Pod]{
 		kind: "pod", errPrefix: "pod " + args.Key(),
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
@@ -351,15 +333,14 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 		fromFile: func(dir string) (*kube.Pod, error) {
 			return kube.ReadAgentPodFile(dir, args.Namespace, args.Name)
 		},
-		path:     kube.PodPath(args.Namespace, args.Name),
-		match:    args.MatchesPod,
-		whileAPI: whileAPI,
+		path:  kube.PodPath(args.Namespace, args.Name),
+		match: args.MatchesPod,
 	})
 }
 
 // lookupNamespace gets the pod's namespace, for its labels, within the same bounds
 // as the pod's lookup (its own budget, asked only once the pod is found).
-func (p *Plugin) lookupNamespace(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup, whileAPI func()) (*kube.Namespace, error) {
+func (p *Plugin) lookupNamespace(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Namespace, error) {
 	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Namespace]{
 		kind: "namespace", errPrefix: fmt.Sprintf("pod %s: namespace %s", args.Key(), args.Namespace),
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Namespace, error) {
@@ -372,7 +353,6 @@ func (p *Plugin) lookupNamespace(ctx context.Context, cfg *Config, args PodArgs,
 			}
 			return nil
 		},
-		whileAPI: whileAPI,
 	})
 }
 
@@ -389,9 +369,6 @@ type lookupTarget[T any] struct {
 	fromFile func(dir string) (*T, error)
 	path     string
 	match    func(*T) error
-	// whileAPI, when set, is called before the API server is asked: work that
-	// can go on while the answer comes.
-	whileAPI func()
 }
 
 // lookupObject gets what target names. The node agent's cache answers in well under
@@ -429,9 +406,6 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		}); ok {
 			return obj, nil
 		}
-	}
-	if target.whileAPI != nil {
-		target.whileAPI()
 	}
 	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
 	timing.Mark(ctx, "kubeconfig")
@@ -547,17 +521,8 @@ func lookupFailure(err error, kind string) string {
 // iptables.WithNativeFallbacks): the plugin's ADD and the repair in place apply
 // through it.
 func ApplyAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture.Backend, plan *redirect.Plan) error {
-	return applyAndWarn(ctx, log, func(ctx context.Context) error {
-		_, err := capture.Apply(ctx, netns, b, plan)
-		return err
-	})
-}
-
-// applyAndWarn runs apply (capture.Apply or a capture.Pending's) recording and
-// logging the native writes refused, as ApplyAndWarn.
-func applyAndWarn(ctx context.Context, log *slog.Logger, apply func(context.Context) error) error {
 	var refused []error
-	err := apply(iptables.WithNativeFallbacks(ctx, &refused))
+	_, err := capture.Apply(iptables.WithNativeFallbacks(ctx, &refused), netns, b, plan)
 	warnRefused(log, refused)
 	return err
 }
@@ -622,7 +587,7 @@ func (p *Plugin) Check(args *cnicmd.CmdArgs) error {
 		podArgs, d, err := decideWithoutPod(ctx, args, cfg, log)
 		var plan *redirect.Plan
 		if err == nil && d.Verdict == Lookup {
-			d, plan, err = p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips, nil)
+			d, plan, err = p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
 		}
 		if err != nil {
 			_, err = failedStep(err)
@@ -765,56 +730,4 @@ func ForNode(cfg *Config, nodeRoot string) *Config {
 	c := *cfg
 	c.IptablesMode = iptables.DetectMode(nodeRoot)
 	return &c
-}
-
-// readAhead enters the pod's namespace and reads it (capture.Begin) while the ADD
-// waits for the API server's answer, which takes milliseconds where the read
-// takes a fraction of one; the apply then starts from that read. It starts only
-// when the lookup goes to the API server (the agent's file answers at once), and
-// for a pod that then needs no redirection it leaves the namespace unchanged.
-type readAhead struct {
-	ctx   context.Context
-	cfg   *Config
-	netns string
-	// Set by the goroutine start begins, before ready is closed.
-	ready   chan struct{}
-	b       capture.Backend
-	err     error
-	pending *capture.Pending
-}
-
-// start begins the read, once.
-func (a *readAhead) start() {
-	if a.ready != nil {
-		return
-	}
-	a.ready = make(chan struct{})
-	go func() {
-		defer close(a.ready)
-		if a.b, a.err = NewBackend(a.cfg); a.err == nil {
-			a.pending = capture.Begin(a.ctx, a.netns, a.b)
-		}
-	}()
-}
-
-// backend returns the backend and, when the read started, the namespace entered
-// ahead; else a new backend.
-func (a *readAhead) backend() (capture.Backend, *capture.Pending, error) {
-	if a.ready == nil {
-		b, err := NewBackend(a.cfg)
-		return b, nil, err
-	}
-	<-a.ready
-	return a.b, a.pending, a.err
-}
-
-// close leaves the namespace entered ahead, unchanged unless the plan was applied.
-func (a *readAhead) close() {
-	if a.ready == nil {
-		return
-	}
-	<-a.ready
-	if a.pending != nil {
-		a.pending.Close()
-	}
 }

@@ -52,14 +52,9 @@ func TestMeshedPodIsRedirectedEndToEnd(t *testing.T) {
 			n := newNode(t, shared)
 			list := n.chain(n.istioEntry(b.extra))
 			pod := createPod(t, shared, meshedPod("e2e-"+b.name, "web", nil))
-			before := len(n.stderr.String())
 			sb, res := n.addPod(t, list, pod)
 			if len(res.IPs) == 0 {
 				t.Fatalf("ADD returned no IPs: the previous result was not passed through: %+v", res)
-			}
-			// No agent: the namespace was entered and read while the API server answered.
-			if log := n.stderr.String()[before:]; !strings.Contains(log, "namespaceReadAhead=") {
-				t.Errorf("the ADD's log lacks namespaceReadAhead:\n%s", log)
 			}
 			serveTraffic(t, n, sb)
 			expectCaptured(t, n, sb)
@@ -654,8 +649,7 @@ func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 // TestLookupUsesTheAgentsPodCache: with the agent's pod cache running, ADD reads the
 // pod from the agent's file of it, or from its socket when there is no file; a pod
 // the cache does not hold (scheduled to another node in its view) is still read
-// from the API server, so the cache never decides alone; the namespace is read
-// ahead only while the API server is asked.
+// from the API server, so the cache never decides alone.
 func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 	n := newNode(t, shared)
 	startPodCache(t, n)
@@ -663,12 +657,10 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 	for _, tc := range []struct {
 		name, node, wantLog string
 		removeFile          bool
-		// wantAhead: the namespace is read while the API server answers, and only then.
-		wantAhead bool
 	}{
-		{"on-this-node", "node-1", "pod found in the agent's files", false, false},
-		{"no-file", "node-1", "pod found in the agent's cache", true, false},
-		{"cache-miss", "node-2", "asking the API server", false, true},
+		{"on-this-node", "node-1", "pod found in the agent's files", false},
+		{"no-file", "node-1", "pod found in the agent's cache", true},
+		{"cache-miss", "node-2", "asking the API server", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := createPod(t, shared, meshedPod("cache", tc.name, nil, func(p *corev1.Pod) { p.Spec.NodeName = tc.node }))
@@ -683,16 +675,11 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 					t.Fatalf("the agent's file of the pod: %v", err)
 				}
 			}
-			before := len(n.stderr.String())
 			if _, err := n.add(list, sb); err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
-			log := n.stderr.String()[before:]
-			if !strings.Contains(log, tc.wantLog) {
+			if !strings.Contains(n.stderr.String(), tc.wantLog) {
 				t.Errorf("plugin log lacks %q", tc.wantLog)
-			}
-			if ahead := strings.Contains(log, "namespaceReadAhead="); ahead != tc.wantAhead {
-				t.Errorf("namespace read ahead: %v, want %v; log:\n%s", ahead, tc.wantAhead, log)
 			}
 			if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
 				t.Errorf("no capture")
