@@ -403,6 +403,13 @@ func (b *Backend) nativeAllowed() bool {
 	return b.native
 }
 
+// NativeWrites says whether this backend writes new namespaces natively, asking
+// the node's iptables-nft-restore its version if no run asked it before (see
+// nativeAllowed). The plugin's STATUS calls it, so that the pods after an
+// install or a reboot find the answer remembered instead of each running the
+// binary at the start of a burst.
+func (b *Backend) NativeWrites() bool { return b.nativeAllowed() }
+
 func (b *Backend) restoreVersion() ([3]int, error) {
 	bin := b.tools[redirect.IPv4].restore
 	st, err := os.Stat(bin)

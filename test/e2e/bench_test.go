@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -427,14 +429,27 @@ func waitCached(b *testing.B, n *node, pod *corev1.Pod) {
 }
 
 // BenchmarkPluginAddParallel runs 20 ADDs of redirected pods at once (each its own
-// pod and fresh namespace) and reports their p50/p99 and the plugin's peak memory.
+// pod and fresh namespace, read from the agent's pod cache as on a node) and
+// reports their p50/p99 and the plugin's peak memory. iptables-version-unknown is
+// iptables mode with the node's iptables-nft version not yet remembered (after an
+// install or a reboot, before a STATUS asked it): every ADD of the batch runs
+// iptables-nft-restore --version.
 func BenchmarkPluginAddParallel(b *testing.B) {
 	n := newNodeB(b)
+	startPodCache(b, n)
 	ours := filepath.Join(pluginDir, "istio-cni")
 	size := strippedSize(b)
 	ref := newRefNet(b)
-	for _, backend := range []string{"iptables", "nftables"} {
-		b.Run(backend, func(b *testing.B) {
+	for _, tc := range []struct {
+		name, backend  string
+		versionUnknown bool
+	}{
+		{"iptables", "iptables", false},
+		{"iptables-version-unknown", "iptables", true},
+		{"nftables", "nftables", false},
+	} {
+		backend := tc.backend
+		b.Run(tc.name, func(b *testing.B) {
 			entry := n.istioEntry(map[string]any{"native_nftables": backend == "nftables"})
 			var mu sync.Mutex
 			var lat []time.Duration
@@ -445,7 +460,13 @@ func BenchmarkPluginAddParallel(b *testing.B) {
 				for j := 0; j < 20; j++ {
 					benchSeq++
 					pod := createPod(b, shared, meshedPod("bench", fmt.Sprintf("parallel-%s-%d", backend, benchSeq), nil))
+					waitCached(b, n, pod)
 					sbs = append(sbs, ref.sandbox(b, n.dir, pod))
+				}
+				if tc.versionUnknown {
+					if err := os.Remove(filepath.Join(n.runDir, "xtables", "iptables-nft-version")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						b.Fatal(err)
+					}
 				}
 				b.StartTimer()
 				var wg sync.WaitGroup

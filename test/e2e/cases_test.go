@@ -23,6 +23,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -414,6 +415,36 @@ func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 	err := n.cni.GetStatusNetworkList(t.Context(), list)
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
+	}
+}
+
+// TestStatusRemembersTheIptablesNftVersion: STATUS (which the runtime runs every
+// few seconds) asks the node's iptables-nft-restore its version and remembers it
+// in the run dir, so the first ADDs after an install or a reboot do not each run
+// the binary; in nftables mode it asks nothing.
+func TestStatusRemembersTheIptablesNftVersion(t *testing.T) {
+	if iptables.DetectMode("/") != iptables.ModeNFT {
+		t.Fatal("this test needs iptables-nft as the node's iptables")
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			list := n.chain(n.istioEntry(b.extra))
+			version := filepath.Join(n.runDir, "xtables", "iptables-nft-version")
+			if exists(version) {
+				t.Fatalf("%s before STATUS", version)
+			}
+			if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
+				t.Fatalf("STATUS: %v", err)
+			}
+			data, err := os.ReadFile(version)
+			switch {
+			case b.name == "nftables" && err == nil:
+				t.Errorf("STATUS in nftables mode wrote %s: %q", version, data)
+			case b.name == "iptables" && (err != nil || !strings.Contains(string(data), "iptables-nft-restore")):
+				t.Errorf("after STATUS in iptables mode, %s: %q, %v; want the binary and its version", version, data, err)
+			}
+		})
 	}
 }
 
