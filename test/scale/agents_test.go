@@ -25,6 +25,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // agentRules are the chart's grants to the agent (clusterrole.yaml and role.yaml
@@ -153,7 +154,7 @@ func newSim(t testing.TB, s clusterSize) *sim {
 		t.Fatal(err)
 	}
 	// The agents' directories go after the agents (cleanups run last-in first-out).
-	sm := &sim{cp: cp, size: s, token: parsed.Token, ca: ca, cert: cert, launch: childproc.NewLauncher(), root: t.TempDir()}
+	sm := &sim{cp: cp, size: s, token: parsed.Token, ca: ca, cert: cert, launch: childproc.NewLauncher(), root: shortdir.New(t)} // the agents' sockets go in it
 	t.Cleanup(func() {
 		for _, a := range sm.agents {
 			a.stop()
