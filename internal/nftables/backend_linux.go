@@ -82,7 +82,13 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 		return false, err
 	}
 	// After a failed batch the socket may still hold replies: never reuse it.
-	defer c.Close()
+	// Closing a socket that committed a batch can wait: the kernel's release of a
+	// NETLINK_NETFILTER socket first flushes the namespace's pending destroy work
+	// of that commit, which waits for an RCU grace period. Its own phase says so.
+	defer func() {
+		c.Close()
+		timing.Mark(ctx, "nft-close")
+	}()
 	got, err := readOurs(c.Conn)
 	timing.Mark(ctx, "nft-read")
 	if err != nil {

@@ -242,7 +242,7 @@ type burstStats struct {
 var (
 	lookupPhases = []string{"pod-agent-file", "pod-agent-cache", "kubeconfig", "api-client", "api-connect", "pod-api-get", "pod-retry-wait"}
 	rulePhases   = []string{"iptables-probe", "iptables-save-ipv4", "iptables-save-ipv6", "iptables-native-ipv4", "iptables-native-ipv6",
-		"iptables-restore-ipv4", "iptables-restore-ipv6", "nft-translate", "nft-read", "nft-write"}
+		"iptables-restore-ipv4", "iptables-restore-ipv6", "nft-translate", "nft-read", "nft-write", "nft-close"}
 )
 
 func sumPhases(a addRecord, names []string) time.Duration {
@@ -300,6 +300,36 @@ func slowest(adds []addRecord) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f", n, stats.Ms(worst.Phases[n])))
 	}
 	return fmt.Sprintf("slowest %.1f ms (%s ms)", stats.Ms(worst.Took), strings.Join(parts, ", "))
+}
+
+// tailPhases names the n phases with the largest p99 over adds, with their p50 and
+// p99 (an ADD that lacks a phase counts as 0 there): which steps the burst's tail
+// waited in, over all its ADDs rather than the slowest one.
+func tailPhases(adds []addRecord, n int) string {
+	byName := map[string][]time.Duration{}
+	for _, a := range adds {
+		for name := range a.Phases {
+			byName[name] = nil
+		}
+	}
+	type row struct {
+		name     string
+		p50, p99 time.Duration
+	}
+	var rows []row
+	for name := range byName {
+		ds := make([]time.Duration, 0, len(adds))
+		for _, a := range adds {
+			ds = append(ds, a.Phases[name])
+		}
+		rows = append(rows, row{name, stats.Percentile(ds, 0.5), stats.Percentile(ds, 0.99)})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].p99 > rows[j].p99 || (rows[i].p99 == rows[j].p99 && rows[i].name < rows[j].name) })
+	var parts []string
+	for _, r := range rows[:min(n, len(rows))] {
+		parts = append(parts, fmt.Sprintf("%s %.2f/%.1f", r.name, stats.Ms(r.p50), stats.Ms(r.p99)))
+	}
+	return "largest phase p99s (p50/p99 ms): " + strings.Join(parts, ", ")
 }
 
 // burstRuns is how many bursts the benchmark runs per backend.
@@ -380,7 +410,8 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 			out.within++
 		}
 		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms (p99/p50 %.2f), lookup p99 %.2f ms (API %d), rules p99 %.1f ms; %s",
-			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), ratio, stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds)))
+			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), ratio, stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds)),
+			"  "+tailPhases(r.adds, 6))
 	}
 	out.stats = summarize(all)
 	out.log = strings.Join(lines, "\n")
