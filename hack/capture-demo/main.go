@@ -145,7 +145,7 @@ func demo(ctx context.Context, backendName string) error {
 	}
 	fmt.Println("Verify reads the live rules back: they match the plan.")
 
-	if err := capture.Cleanup(ctx, tp.Pod, b, plan); err != nil {
+	if _, err := capture.Cleanup(ctx, tp.Pod, b, plan); err != nil {
 		return err
 	}
 	got, err := send(tp, exe, flows[0])

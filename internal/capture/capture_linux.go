@@ -35,13 +35,16 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 	err = netns.Do(nsPath, func() error {
 		timing.Mark(ctx, "netns-enter")
 		if err := applyRouting(plan); err != nil {
-			return errors.Join(err, removeRouting(plan))
+			_, rerr := removeRouting(plan)
+			return errors.Join(err, rerr)
 		}
 		timing.Mark(ctx, "routing")
 		var aerr error
 		changed, aerr = b.Apply(ctx, plan)
 		if aerr != nil {
-			return errors.Join(aerr, b.Cleanup(ctx), removeRouting(plan))
+			cerr := b.Cleanup(ctx)
+			_, rerr := removeRouting(plan)
+			return errors.Join(aerr, cerr, rerr)
 		}
 		return nil
 	})
@@ -70,18 +73,28 @@ func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) 
 	return diffs, nil
 }
 
-// Cleanup removes the capture's rules and routing from the namespace at nsPath.
-// plan may be nil; routing is then removed for the default mark and table.
-func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) error {
+// Cleanup removes the capture's rules and routing from the namespace at nsPath,
+// and says which routing entries it removed (see removeRouting). plan may be nil;
+// routing is then removed for the default mark and table. The rules and the
+// routing are each a phase of ctx's recorder (cleanup-rules, cleanup-routing).
+func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (removedRouting []string, err error) {
 	if plan == nil {
 		plan = &redirect.Plan{Routing: &redirect.Routing{Mark: redirect.DefaultTProxyMark, Table: redirect.DefaultTProxyRouteTable},
 			IPv6InboundPassthroughAddr: redirect.InboundPassthroughV6}
 	}
-	err := netns.Do(nsPath, func() error {
-		return errors.Join(b.Cleanup(ctx), removeRouting(plan))
+	timing.Mark(ctx, "before-cleanup")
+	err = netns.Do(nsPath, func() error {
+		timing.Mark(ctx, "netns-enter")
+		cerr := b.Cleanup(ctx)
+		timing.Mark(ctx, "cleanup-rules")
+		var rerr error
+		removedRouting, rerr = removeRouting(plan)
+		timing.Mark(ctx, "cleanup-routing")
+		return errors.Join(cerr, rerr)
 	})
+	timing.Mark(ctx, "netns-exit")
 	if err != nil {
-		return fmt.Errorf("clean up %s capture in %s: %w", b.Name(), nsPath, err)
+		return removedRouting, fmt.Errorf("clean up %s capture in %s: %w", b.Name(), nsPath, err)
 	}
-	return nil
+	return removedRouting, nil
 }

@@ -1,10 +1,16 @@
 package capture
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -88,20 +94,43 @@ func hasRule(fam int, r *redirect.Routing) (bool, error) {
 	return false, nil
 }
 
-// removeRouting removes what applyRouting adds; missing entries are not errors.
-func removeRouting(plan *redirect.Plan) error {
+// removeRouting removes what applyRouting adds, and says what it removed; missing
+// entries are not errors. It looks before it changes anything, in ways that do not
+// take the kernel's routing lock (rtnl) on current kernels: the address in
+// /proc/thread-self/net/if_inet6 (never under the lock), the rules and the table's
+// routes by netlink dumps (the rule dump is lock-free since Linux 6.9; on 6.18 a
+// burst's DELs showed no wait on the lock at all). A pod that never had TPROXY
+// routing nor the passthrough address, the common REDIRECT pod, yet the default
+// plan every DEL cleans up with, then costs no change and no wait on that lock,
+// which a node deleting many pods at once (each one's veth and namespace teardown
+// holding it) makes long. On older kernels the dumps take the lock, as the
+// deletions they spare did.
+func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 	var errs []error
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("find lo: %w", err)
+	tried := func() { routingRemovalsTried.Add(1) }
+	var lo netlink.Link
+	findLo := func() bool {
+		if lo != nil {
+			return true
+		}
+		l, err := netlink.LinkByName("lo")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("find lo: %w", err))
+			return false
+		}
+		lo = l
+		return true
 	}
-	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() && onLo(p.Addr()) && findLo() {
+		tried()
 		if err := netlink.AddrDel(lo, passthroughAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove %s from lo: %w", p, err))
+		} else if err == nil {
+			removed = append(removed, fmt.Sprintf("address %s on lo", p))
 		}
 	}
 	if plan.Routing == nil {
-		return errors.Join(errs...)
+		return removed, errors.Join(errs...)
 	}
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 		for {
@@ -109,20 +138,75 @@ func removeRouting(plan *redirect.Plan) error {
 			if err != nil || !ok {
 				break
 			}
+			tried()
 			if err := netlink.RuleDel(tproxyRule(fam, plan.Routing)); err != nil {
 				errs = append(errs, fmt.Errorf("remove rule fwmark %d: %w", plan.Routing.Mark, err))
 				break
 			}
+			removed = append(removed, fmt.Sprintf("rule fwmark %d lookup %d (family %d)", plan.Routing.Mark, plan.Routing.Table, fam))
 		}
+		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: plan.Routing.Table}, netlink.RT_FILTER_TABLE)
+		switch {
+		case errors.Is(err, unix.EAFNOSUPPORT):
+			continue // the family is off in this namespace: nothing of it to remove
+		case err == nil && !slices.ContainsFunc(routes, isTProxyRoute):
+			continue
+		}
+		// A local route of the table is there, or the list failed: delete as if it were.
+		if !findLo() {
+			continue
+		}
+		tried()
 		if err := netlink.RouteDel(tproxyRoute(fam, plan.Routing, lo)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove local route from table %d: %w", plan.Routing.Table, err))
+		} else if err == nil {
+			removed = append(removed, fmt.Sprintf("local default route of table %d (family %d)", plan.Routing.Table, fam))
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
+}
+
+// routingRemovalsTried counts removeRouting's deletions, each a change under the
+// kernel's routing lock, for the tests.
+var routingRemovalsTried atomic.Int64
+
+// isTProxyRoute says whether r, a route of the TPROXY table, is applyRouting's:
+// the local default route.
+func isTProxyRoute(r netlink.Route) bool {
+	return r.Type == unix.RTN_LOCAL && (r.Dst == nil || r.Dst.IP.IsUnspecified())
+}
+
+// ifInet6 lists the calling thread's namespace's IPv6 addresses (a variable for
+// the tests). The kernel writes it under RCU, never under rtnl.
+var ifInet6 = "/proc/thread-self/net/if_inet6"
+
+// onLo says whether addr is an address of lo in the calling thread's namespace,
+// by ifInet6: each line is the address in 32 hex digits, four hex fields and the
+// interface's name. A namespace without IPv6 has no such file (or an empty one):
+// no. A file that cannot be read otherwise: yes, so the caller removes as before.
+func onLo(addr netip.Addr) bool {
+	b, err := os.ReadFile(ifInet6)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	want := hex.EncodeToString(addr.AsSlice())
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 6 && f[0] == want && f[5] == "lo" {
+			return true
+		}
+	}
+	return false
 }
 
 // verifyRouting lists what of applyRouting's work is missing.
 func verifyRouting(plan *redirect.Plan) ([]string, error) {
+	if plan.Routing == nil && !plan.IPv6InboundPassthroughAddr.IsValid() {
+		return nil, nil // the common REDIRECT, IPv4-only pod: nothing to read
+	}
 	var diffs []string
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {

@@ -198,7 +198,7 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 						t.Errorf("%s: %s %s from %s landed on %q, want %q", f.name, f.proto, f.dst, f.from, got, f.want)
 					}
 				}
-				if err := capture.Cleanup(ctx, tp.Pod, b, plan); err != nil {
+				if _, err := capture.Cleanup(ctx, tp.Pod, b, plan); err != nil {
 					t.Fatal(err)
 				}
 				for _, f := range tc.flows {

@@ -130,7 +130,7 @@ func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 		if diffs, err := capture.Verify(ctx, ns, b, plan); err != nil || len(diffs) > 0 {
 			t.Fatalf("verify after repair: %v %q", err, diffs)
 		}
-		if err := capture.Cleanup(ctx, ns, b, plan); err != nil {
+		if _, err := capture.Cleanup(ctx, ns, b, plan); err != nil {
 			t.Fatal(err)
 		}
 		if got := stripComments(runIn(t, ns, ipt+"-save")); got != before4 {

@@ -210,7 +210,7 @@ func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	if err != nil || len(diffs) > 0 {
 		t.Fatalf("verify after the native write: %v %v", diffs, err)
 	}
-	if err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
+	if _, err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
 		t.Fatal(err)
 	}
 	if got := stripComments(runIn(t, ns, "iptables-nft-save")); strings.Contains(got, redirect.ChainPrefix) {

@@ -84,7 +84,7 @@ func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 				t.Fatalf("apply with an IPv6 table present did not read it: %q", ran)
 			}
 		}
-		if err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
+		if _, err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
 			t.Fatal(err)
 		}
 		if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); strings.Contains(got, "ISTIO_") {

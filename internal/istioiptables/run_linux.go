@@ -56,10 +56,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if err := capture.Cleanup(ctx, nsPath, b, plan); err != nil {
+		routing, err := capture.Cleanup(ctx, nsPath, b, plan)
+		if err != nil {
 			return err
 		}
-		log.Info("capture removed", "backend", b.Name())
+		log.Info("capture removed", "backend", b.Name(), "routingRemoved", routing)
 		return nil
 	}
 

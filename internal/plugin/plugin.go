@@ -545,11 +545,21 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 
 // Del removes our rules when the namespace still exists. It always succeeds for a
 // namespace that is gone, and never fails for lack of the pod (DEL must be idempotent).
+// Its log line has its run time and phases, as an ADD's has.
 func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
-	cfg, log, err := p.setup(args, "DEL", nil)
+	start := time.Now()
+	rec := timing.Start()
+	if !p.Started.IsZero() {
+		rec = timing.StartAt(p.Started)
+		rec.Mark("stdin")
+	}
+	cfg, log, err := p.setup(args, "DEL", rec)
 	defer log.Close()
 	if err != nil {
 		return nil // nothing of ours can be removed without a config; do not block the pod's deletion
+	}
+	if podArgs, err := ParsePodArgs(args.Args); err == nil && podArgs.Name != "" {
+		log.Logger = log.With("pod", podArgs.Key())
 	}
 	if args.Netns == "" {
 		log.Debug("DEL: no network namespace, nothing to do")
@@ -564,13 +574,16 @@ func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 		log.Warn("DEL: no backend", "error", err)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	rec.Mark("backend")
+	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
-	if err := capture.Cleanup(ctx, args.Netns, b, nil); err != nil {
+	routing, err := capture.Cleanup(ctx, args.Netns, b, nil)
+	if err != nil {
 		// The namespace is about to be destroyed with everything in it.
-		log.Warn("DEL: cleanup incomplete", "error", err)
+		log.Warn("DEL: cleanup incomplete", "error", err, "routingRemoved", routing, "took", time.Since(start), "phases", rec)
+		return nil
 	}
-	log.Info("DEL: done")
+	log.Info("DEL: done", "routingRemoved", routing, "took", time.Since(start), "phases", rec)
 	return nil
 }
 

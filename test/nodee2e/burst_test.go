@@ -55,6 +55,7 @@ type burstResult struct {
 	ready    int
 	adds     []addRecord // the ADDs that captured a pod
 	failed   []addRecord // the ADDs that failed
+	dels     []addRecord // the DELs of the pods' deletion, all at once after the burst
 	failures []string    // kubelet's FailedCreatePodSandBox events
 	took     time.Duration
 }
@@ -86,6 +87,32 @@ func agentLogADDs(tb testing.TB, agent *corev1.Pod, namespace string) (ok, faile
 	return addRecords(raw, namespace)
 }
 
+// pluginDELs reads the plugin's DEL records ("DEL: done", with their run time and
+// phases) of pods in namespace from the same log file.
+func pluginDELs(tb testing.TB, namespace string) []addRecord {
+	tb.Helper()
+	var raw []byte
+	for _, name := range []string{plugin.LogFileName + ".1", plugin.LogFileName} {
+		data, err := os.ReadFile(filepath.Join(meshnode.AgentRunDir(theNode), name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			tb.Fatalf("plugin log: %v", err)
+		}
+		raw = append(raw, data...)
+	}
+	var dels []addRecord
+	for _, line := range strings.Split(string(raw), "\n") {
+		var rec struct {
+			addRecord
+			Command string `json:"command"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "DEL" || !strings.HasPrefix(rec.Pod, namespace+"/") || rec.Phases == nil {
+			continue
+		}
+		dels = append(dels, rec.addRecord)
+	}
+	return dels
+}
+
 // addRecords picks the plugin's ADD outcome records of pods in namespace from
 // JSON log lines (other lines are skipped).
 func addRecords(raw []byte, namespace string) (ok, failed []addRecord) {
@@ -108,9 +135,9 @@ func addRecords(raw []byte, namespace string) (ok, failed []addRecord) {
 }
 
 // runBurst creates burstPods meshed pods in namespace at once, waits until they
-// are Ready (or the bound passes), reads what the plugin logged of their ADDs, and
-// deletes them.
-func runBurst(tb testing.TB, namespace string) burstResult {
+// are Ready (or the bound passes), reads what the plugin logged of their ADDs,
+// deletes them all at once and reads what it logged of their DELs.
+func runBurst(tb testing.TB, namespace string) (r burstResult) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), burstReadyBound)
 	defer cancel()
@@ -129,6 +156,7 @@ func runBurst(tb testing.TB, namespace string) burstResult {
 			gone = append(gone, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})
 		}
 		waitPodsGoneWithin(tb, gone, 5*time.Minute)
+		r.dels = pluginDELs(tb, namespace)
 	}()
 	began := time.Now()
 	var wg sync.WaitGroup
@@ -149,7 +177,7 @@ func runBurst(tb testing.TB, namespace string) burstResult {
 	for err := range errs {
 		tb.Fatal(err)
 	}
-	r := burstResult{pods: burstPods}
+	r = burstResult{pods: burstPods}
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{})
 		if err == nil {
@@ -302,6 +330,19 @@ func slowest(adds []addRecord) string {
 	return fmt.Sprintf("slowest %.1f ms (%s ms)", stats.Ms(worst.Took), strings.Join(parts, ", "))
 }
 
+// delStats sums up the DELs of a burst's pods, deleted all at once: their
+// number, run time p50/p99 and the phases with the largest p99.
+func delStats(dels []addRecord) string {
+	if len(dels) == 0 {
+		return "DEL: none logged"
+	}
+	var took []time.Duration
+	for _, d := range dels {
+		took = append(took, d.Took)
+	}
+	return fmt.Sprintf("DEL (%d): p50 %.1f p99 %.1f ms; %s", len(dels), stats.Ms(stats.Percentile(took, 0.5)), stats.Ms(stats.Percentile(took, 0.99)), tailPhases(dels, 4))
+}
+
 // tailPhases names the n phases with the largest p99 over adds, with their p50 and
 // p99 (an ADD that lacks a phase counts as 0 there): which steps the burst's tail
 // waited in, over all its ADDs rather than the slowest one.
@@ -411,7 +452,8 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 		}
 		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms (p99/p50 %.2f), lookup p99 %.2f ms (API %d), rules p99 %.1f ms; %s",
 			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), ratio, stats.Ms(st.lookupP99), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds)),
-			"  "+tailPhases(r.adds, 6))
+			"  "+tailPhases(r.adds, 6),
+			"  "+delStats(r.dels))
 	}
 	out.stats = summarize(all)
 	out.log = strings.Join(lines, "\n")
