@@ -365,7 +365,9 @@ func tailPhases(adds []addRecord, n int) string {
 		}
 		rows = append(rows, row{name, stats.Percentile(ds, 0.5), stats.Percentile(ds, 0.99)})
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].p99 > rows[j].p99 || (rows[i].p99 == rows[j].p99 && rows[i].name < rows[j].name) })
+	sort.Slice(rows, func(i, j int) bool {
+		return rows[i].p99 > rows[j].p99 || (rows[i].p99 == rows[j].p99 && rows[i].name < rows[j].name)
+	})
 	var parts []string
 	for _, r := range rows[:min(n, len(rows))] {
 		parts = append(parts, fmt.Sprintf("%s %.2f/%.1f", r.name, stats.Ms(r.p50), stats.Ms(r.p99)))
