@@ -71,10 +71,15 @@ func TestLogsShowTheRealPluginsDecisions(t *testing.T) {
 		"ADD   INFO  app/web  redirected to the sidecar (iptables-nft), took ",
 		"ADD   INFO  kube-system/dns  NOT redirected: rule namespace-excluded: ",
 		"ADD   ERROR app/nosuch  ADD failed: ",
-		"DEL   INFO  app/web  DEL: done  [container c0ffee000001]",
+		"DEL   INFO  app/web  DEL: done, took ",
 	} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, stdout.String())
+		}
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if strings.Contains(line, "DEL   INFO  app/web") && !strings.HasSuffix(line, "[container c0ffee000001]") {
+			t.Errorf("the DEL's line does not end with its container: %q", line)
 		}
 	}
 	stdout.Reset()

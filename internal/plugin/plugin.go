@@ -578,12 +578,16 @@ func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
 	routing, err := capture.Cleanup(ctx, args.Netns, b, nil)
+	attrs := []any{"took", time.Since(start), "phases", rec}
+	if len(routing) > 0 {
+		attrs = append(attrs, "routingRemoved", routing)
+	}
 	if err != nil {
 		// The namespace is about to be destroyed with everything in it.
-		log.Warn("DEL: cleanup incomplete", "error", err, "routingRemoved", routing, "took", time.Since(start), "phases", rec)
+		log.Warn("DEL: cleanup incomplete", append([]any{"error", err}, attrs...)...)
 		return nil
 	}
-	log.Info("DEL: done", "routingRemoved", routing, "took", time.Since(start), "phases", rec)
+	log.Info("DEL: done", attrs...)
 	return nil
 }
 
