@@ -320,7 +320,9 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 }
 
 // Cleanup implements capture.Backend: it removes our chains and our hook rules, in one
-// restore per family, and leaves every other rule alone.
+// restore per family, and leaves every other rule alone. Where the ADD writes a new
+// namespace natively (nft mode, a known iptables-nft: nativeAllowed), the removal is
+// one netlink transaction instead (cleanupNative), and the restore only its fallback.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	var errs []error
 	held := b.tablesHeld()
@@ -328,7 +330,19 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		if !held[f] {
 			continue // no table, so nothing of ours
 		}
+		var nativeErr error
+		if b.nativeAllowed() {
+			nativeErr = cleanupNative(f)
+			timing.Mark(ctx, "iptables-native-cleanup-"+f.String())
+			if nativeErr == nil {
+				continue
+			}
+			if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok {
+				*into = append(*into, fmt.Errorf("%s rules: the native removal was refused, the restore removes them: %w", f, nativeErr))
+			}
+		}
 		live, err := b.save(ctx, f)
+		timing.Mark(ctx, "iptables-save-"+f.String())
 		if err != nil {
 			if f == redirect.IPv4 {
 				errs = append(errs, err)
@@ -338,7 +352,9 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		if len(live) == 0 {
 			continue
 		}
-		if err := b.restore(ctx, f, restoreText(nil, live)); err != nil {
+		err = b.restore(ctx, f, restoreText(nil, live))
+		timing.Mark(ctx, "iptables-restore-"+f.String())
+		if err != nil {
 			errs = append(errs, fmt.Errorf("remove %s rules: %w", f, err))
 		}
 	}

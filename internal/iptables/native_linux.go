@@ -370,6 +370,95 @@ func writeNative(objs []nativeObjects) error {
 	return nil
 }
 
+// cleanupNative removes our chains, and the rules of the built-in chains that
+// jump to them, from family f's iptables-nft tables in the calling thread's
+// namespace, in one netlink transaction: what restoring restoreText(nil, live)
+// does (our chains flushed, the hook rules deleted, our chains deleted), without
+// the save and the restore processes, which a DEL in iptables mode spent most of
+// its time in. Every other chain and rule is left alone, as by the restore. The
+// transaction applies whole or not at all: on an error nothing changed, and the
+// caller removes the rules with the restore instead.
+func cleanupNative(f redirect.Family) error {
+	fam := gnft.TableFamilyIPv4
+	if f == redirect.IPv6 {
+		fam = gnft.TableFamilyIPv6
+	}
+	c, err := nftables.DialHere()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	chains, err := c.ListChainsOfTableFamily(fam)
+	if err != nil {
+		return fmt.Errorf("list %s chains: %w", f, err)
+	}
+	byTable := map[string][]*gnft.Chain{}
+	var tables []string
+	for _, ch := range chains {
+		if ch.Table == nil {
+			continue
+		}
+		if _, ok := byTable[ch.Table.Name]; !ok {
+			tables = append(tables, ch.Table.Name)
+		}
+		byTable[ch.Table.Name] = append(byTable[ch.Table.Name], ch)
+	}
+	changes := 0
+	for _, t := range tables {
+		var mine []*gnft.Chain
+		for _, ch := range byTable[t] {
+			if isOurs(ch.Name) {
+				mine = append(mine, ch)
+			}
+		}
+		if len(mine) == 0 {
+			continue // no chain of ours, so no rule can jump to one
+		}
+		for _, ch := range byTable[t] {
+			if isOurs(ch.Name) || !redirect.IsBuiltin(ch.Name) {
+				continue
+			}
+			rules, err := c.GetRules(ch.Table, ch)
+			if err != nil {
+				return fmt.Errorf("list %s rules of %s %s: %w", f, t, ch.Name, err)
+			}
+			for _, r := range rules {
+				if jumpsToOurs(r) {
+					if err := c.DelRule(r); err != nil {
+						return fmt.Errorf("delete a %s rule of %s %s: %w", f, t, ch.Name, err)
+					}
+					changes++
+				}
+			}
+		}
+		for _, ch := range mine {
+			c.FlushChain(ch)
+		}
+		for _, ch := range mine {
+			c.DelChain(ch)
+		}
+		changes += len(mine)
+	}
+	if changes == 0 {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables batch: %w", err)
+	}
+	return nil
+}
+
+// jumpsToOurs says whether r jumps or goes to one of our chains: iptables-nft
+// writes "-j CHAIN" and "-g CHAIN" as an nftables verdict naming the chain.
+func jumpsToOurs(r *gnft.Rule) bool {
+	for _, e := range r.Exprs {
+		if v, ok := e.(*expr.Verdict); ok && (v.Kind == expr.VerdictJump || v.Kind == expr.VerdictGoto) && isOurs(v.Chain) {
+			return true
+		}
+	}
+	return false
+}
+
 // nativeMinVersion is the oldest iptables-nft whose reading of these objects is
 // known: they are what 1.8.9 writes (TestNativeWritesEqualIptablesRestore
 // compares with the node's own restore), and later versions read what earlier

@@ -123,3 +123,56 @@ func TestNftTableFamiliesReadsTheNamespacesTables(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanupInNftModeRunsNoProcess: where the ADD writes natively (nft mode, a
+// known iptables-nft), DEL's cleanup removes our chains and hook rules in one
+// netlink transaction per family that holds tables, running no iptables-save and
+// no restore, and leaves the namespace exactly as before the apply: foreign rules
+// in the built-in chains, a foreign chain and a foreign jump to it kept. In
+// legacy mode it saves, and restores where something of ours is, as before.
+func TestCleanupInNftModeRunsNoProcess(t *testing.T) {
+	root.Require(t)
+	eachModeAndCase(t, func(t *testing.T, mode Mode, tc backendCase, b *Backend) {
+		if mode == ModeNFT && !b.nativeAllowed() {
+			t.Fatalf("this machine's iptables-nft is older than %v: the native removal is not tested", nativeMinVersion)
+		}
+		plan := tc.opts.Plan(t)
+		ns := newNS(t)
+		for _, ipt := range []string{"iptables-" + string(mode), "ip6tables-" + string(mode)} {
+			runIn(t, ns, ipt, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999", "-j", "RETURN")
+			runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
+			runIn(t, ns, ipt, "-t", "nat", "-A", "PREROUTING", "-p", "udp", "-j", "FOREIGN")
+		}
+		before4 := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save"))
+		before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
+		if _, err := capture.Apply(context.Background(), ns, b, plan); err != nil {
+			t.Fatal(err)
+		}
+		rec := timing.Start()
+		if _, err := capture.Cleanup(timing.With(context.Background(), rec), ns, b, plan); err != nil {
+			t.Fatal(err)
+		}
+		var ran []string
+		for _, p := range rec.Phases() {
+			if strings.HasPrefix(p.Name, "iptables-") {
+				ran = append(ran, p.Name)
+			}
+		}
+		want := []string{"iptables-native-cleanup-ipv4", "iptables-native-cleanup-ipv6"}
+		if mode == ModeLegacy {
+			want = []string{"iptables-save-ipv4", "iptables-restore-ipv4", "iptables-save-ipv6"}
+			if plan.Family(redirect.IPv6) != nil {
+				want = append(want, "iptables-restore-ipv6") // else nothing of ours there to remove
+			}
+		}
+		if diff := cmp.Diff(want, ran); diff != "" {
+			t.Errorf("cleanup's steps (-want +got):\n%s", diff)
+		}
+		if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); got != before4 {
+			t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
+		}
+		if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
+			t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
+		}
+	})
+}
