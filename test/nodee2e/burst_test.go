@@ -65,6 +65,13 @@ type burstResult struct {
 // file it was rotated to): what the plugin itself wrote, whatever reached the agent.
 func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
 	tb.Helper()
+	return addRecords(pluginLog(tb), namespace)
+}
+
+// pluginLog is the log file every plugin process appends to in the agent's run
+// dir, after the file it was rotated to.
+func pluginLog(tb testing.TB) []byte {
+	tb.Helper()
 	var raw []byte
 	for _, name := range []string{plugin.LogFileName + ".1", plugin.LogFileName} {
 		data, err := os.ReadFile(filepath.Join(meshnode.AgentRunDir(theNode), name))
@@ -73,7 +80,7 @@ func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
 		}
 		raw = append(raw, data...)
 	}
-	return addRecords(raw, namespace)
+	return raw
 }
 
 // agentLogADDs reads the same records from the agent's container log, where they
@@ -91,16 +98,8 @@ func agentLogADDs(tb testing.TB, agent *corev1.Pod, namespace string) (ok, faile
 // phases) of pods in namespace from the same log file.
 func pluginDELs(tb testing.TB, namespace string) []addRecord {
 	tb.Helper()
-	var raw []byte
-	for _, name := range []string{plugin.LogFileName + ".1", plugin.LogFileName} {
-		data, err := os.ReadFile(filepath.Join(meshnode.AgentRunDir(theNode), name))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			tb.Fatalf("plugin log: %v", err)
-		}
-		raw = append(raw, data...)
-	}
 	var dels []addRecord
-	for _, line := range strings.Split(string(raw), "\n") {
+	for _, line := range strings.Split(string(pluginLog(tb)), "\n") {
 		var rec struct {
 			addRecord
 			Command string `json:"command"`
