@@ -138,7 +138,11 @@ type podRecord struct {
 	backAfterReboot time.Time
 	trafficDone     bool
 	trafficErr      error
-	lastStatus      string
+	// sampling is set while a sample's request is in flight: the checks of the
+	// pod's later updates neither sample it again nor delete it (a CI run had two
+	// samples of one pod at once; the first deleted the pod under the second).
+	sampling   bool
+	lastStatus string
 }
 
 func (r *podRecord) sandboxFailures() int {
@@ -306,7 +310,11 @@ func (t *churnTracker) checker(ctx context.Context) {
 		}
 		ok := meshnode.Captured(out)
 		r.checks = append(r.checks, rulesCheck{containerID: id, at: time.Now(), captured: ok})
-		sample := ok && r.sample && !r.trafficDone
+		sampling := r.sampling
+		sample := ok && r.sample && !r.trafficDone && !sampling
+		if sample {
+			r.sampling = true
+		}
 		resident := r.resident
 		checkedAt := r.checks[len(r.checks)-1].at
 		t.mu.Unlock()
@@ -315,6 +323,9 @@ func (t *churnTracker) checker(ctx context.Context) {
 			// residents' checks: the checkers go on meanwhile.
 			go t.sample(ctx, job.name, checkedAt)
 			continue
+		}
+		if sampling {
+			continue // the sample in flight records the pod and deletes it
 		}
 		if !resident {
 			t.delete(ctx, job.name)
@@ -328,14 +339,25 @@ var errCheckedBeforeReboot = errors.New("the sandbox checked is gone: the node r
 
 // sample sends a sampled pod its request, records it and deletes the pod. A
 // sample voided by a reboot is not recorded and the pod is kept: the check of its
-// new sandbox samples it again.
+// new sandbox samples it again, or this goroutine does when that check came while
+// it waited. One sample of a pod is in flight at a time (sampling).
 func (t *churnTracker) sample(ctx context.Context, name string, checkedAt time.Time) {
 	err := t.checkTraffic(ctx, name, checkedAt)
-	if errors.Is(err, errCheckedBeforeReboot) {
-		return
-	}
 	t.mu.Lock()
 	r := t.pods[name]
+	if errors.Is(err, errCheckedBeforeReboot) {
+		// Its new sandbox may have been checked while this sample waited (that
+		// check did not sample it, this one being in flight): sample that one.
+		if last := r.checks[len(r.checks)-1]; last.at.After(checkedAt) && last.captured {
+			t.mu.Unlock()
+			t.sample(ctx, name, last.at)
+			return
+		}
+		r.sampling = false
+		t.mu.Unlock()
+		return
+	}
+	r.sampling = false
 	r.trafficDone, r.trafficErr = true, err
 	t.mu.Unlock()
 	t.delete(ctx, name)
