@@ -28,7 +28,8 @@ func TestCleanupRemovesOnlyTheRoutingThatIsThere(t *testing.T) {
 		name  string
 		plan  *redirect.Plan // applied first, when not nil
 		setup [][]string     // commands run in the namespace before the cleanup
-		want  []string
+		want  []string       // what Cleanup says it removed
+		keep  []string       // what must still be there after it
 	}{
 		{name: "REDIRECT, IPv4", plan: specs.Settings{}.Plan(t)},
 		{name: "REDIRECT, dual stack", plan: specs.Settings{redirect.FieldIPv6: "true"}.Plan(t),
@@ -53,7 +54,7 @@ func TestCleanupRemovesOnlyTheRoutingThatIsThere(t *testing.T) {
 			{"ip", "route", "add", "10.9.0.0/16", "dev", "lo", "table", "133"},
 			{"ip", "rule", "add", "fwmark", "7", "lookup", "133"},
 			{"ip", "-6", "addr", "add", "::7/128", "dev", "lo"},
-		}},
+		}, keep: []string{"10.9.0.0/16", "fwmark 0x7", "::7/128"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,11 +96,9 @@ func TestCleanupRemovesOnlyTheRoutingThatIsThere(t *testing.T) {
 			if len(tc.want) == 0 && before != after {
 				t.Errorf("Cleanup removed nothing, but the routing changed:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
-			if tc.name == "another program's routing is kept" {
-				for _, keep := range []string{"10.9.0.0/16", "fwmark 0x7", "::7/128"} {
-					if !strings.Contains(after, keep) {
-						t.Errorf("Cleanup removed another program's %q:\n%s", keep, after)
-					}
+			for _, keep := range tc.keep {
+				if !strings.Contains(after, keep) {
+					t.Errorf("Cleanup removed another program's %q:\n%s", keep, after)
 				}
 			}
 		})
