@@ -332,7 +332,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		}
 		var nativeErr error
 		if b.nativeAllowed() {
-			nativeErr = cleanupNative(f)
+			nativeErr = cleanupNativeFamily(f)
 			timing.Mark(ctx, "iptables-native-cleanup-"+f.String())
 			if nativeErr == nil {
 				continue

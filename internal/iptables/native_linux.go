@@ -370,6 +370,9 @@ func writeNative(objs []nativeObjects) error {
 	return nil
 }
 
+// cleanupNativeFamily is cleanupNative; a test replaces it to have the kernel refuse.
+var cleanupNativeFamily = cleanupNative
+
 // cleanupNative removes our chains, and the rules of the built-in chains that
 // jump to them, from family f's iptables-nft tables in the calling thread's
 // namespace, in one netlink transaction: what restoring restoreText(nil, live)

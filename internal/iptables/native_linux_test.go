@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -364,5 +365,43 @@ func TestApplyReportsARefusedNativeWrite(t *testing.T) {
 	}
 	if _, phases, again := applyInNewNamespace(t, b, plan); len(again) != 0 || strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("the next apply (written natively: %s) recorded %v, want none", phases, again)
+	}
+}
+
+// TestCleanupReportsARefusedNativeRemoval: when the kernel refuses the native
+// removal, the restore removes the rules, and the refusal is recorded for the
+// caller's log (DEL warns with it), not dropped.
+func TestCleanupReportsARefusedNativeRemoval(t *testing.T) {
+	root.Require(t)
+	refused := errors.New("netlink: device or resource busy (simulated)")
+	cleanupNativeFamily = func(redirect.Family) error { return refused }
+	t.Cleanup(func() { cleanupNativeFamily = cleanupNative })
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := specs.Sidecar().Plan(t)
+	ns, _, _ := applyInNewNamespace(t, b, plan)
+	var got []error
+	rec := timing.Start()
+	ctx := timing.With(WithNativeFallbacks(context.Background(), &got), rec)
+	if _, err := capture.Cleanup(ctx, ns, b, plan); err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, p := range rec.Phases() {
+		if strings.HasPrefix(p.Name, "iptables-") {
+			ran = append(ran, p.Name)
+		}
+	}
+	if want := []string{"iptables-native-cleanup-ipv4", "iptables-save-ipv4", "iptables-restore-ipv4"}; !slices.Equal(ran[:min(3, len(ran))], want) {
+		t.Errorf("cleanup's steps %q, want %q first", ran, want)
+	}
+	if out := runIn(t, ns, "iptables-nft-save"); strings.Contains(out, "ISTIO_") {
+		t.Errorf("the restore left rules of ours:\n%s", out)
+	}
+	if len(got) == 0 || !errors.Is(got[0], refused) || !strings.Contains(got[0].Error(), "native removal was refused") {
+		t.Fatalf("the cleanup recorded %v, want the IPv4 refusal", got)
 	}
 }

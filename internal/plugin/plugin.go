@@ -75,6 +75,17 @@ func cniError(code uint, err error) error {
 	return types.NewError(code, err.Error(), "")
 }
 
+// recorder starts a command's phases: at main when the process noted it, whose
+// first phase, up to now, is cnicmd's reading of the environment and stdin.
+func (p *Plugin) recorder() *timing.Recorder {
+	if p.Started.IsZero() {
+		return timing.Start()
+	}
+	rec := timing.StartAt(p.Started)
+	rec.Mark("stdin")
+	return rec
+}
+
 // setup parses the config and opens the logger. The logger must be closed. rec,
 // when not nil, gets the two as phases.
 func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorder) (*Config, *pluginlog.Logger, error) {
@@ -148,11 +159,7 @@ func (p *Plugin) print(cfg *Config, r types.Result) error {
 // did not get it: a failed lookup or apply fails the ADD (fail closed).
 func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	start := time.Now()
-	rec := timing.Start()
-	if !p.Started.IsZero() {
-		rec = timing.StartAt(p.Started)
-		rec.Mark("stdin") // cnicmd: the environment and the config on stdin
-	}
+	rec := p.recorder()
 	cfg, log, err := p.setup(args, "ADD", rec)
 	// The agent's metrics get the ADD's outcome and run time: one message, sent
 	// after the work; what the run waits for the agent is bounded by
@@ -529,7 +536,7 @@ func ApplyAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture
 
 func warnRefused(log *slog.Logger, refused []error) {
 	for _, r := range refused {
-		log.Warn("iptables: rules restored after the native write was refused", "error", r)
+		log.Warn("iptables: the kernel refused the native netlink batch; iptables-restore did its work instead", "error", r)
 	}
 }
 
@@ -548,11 +555,7 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 // Its log line has its run time and phases, as an ADD's has.
 func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 	start := time.Now()
-	rec := timing.Start()
-	if !p.Started.IsZero() {
-		rec = timing.StartAt(p.Started)
-		rec.Mark("stdin")
-	}
+	rec := p.recorder()
 	cfg, log, err := p.setup(args, "DEL", rec)
 	defer log.Close()
 	if err != nil {
@@ -577,7 +580,9 @@ func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 	rec.Mark("backend")
 	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
-	routing, err := capture.Cleanup(ctx, args.Netns, b, nil)
+	var refused []error
+	routing, err := capture.Cleanup(iptables.WithNativeFallbacks(ctx, &refused), args.Netns, b, nil)
+	warnRefused(log.Logger, refused)
 	attrs := []any{"took", time.Since(start), "phases", rec}
 	if len(routing) > 0 {
 		attrs = append(attrs, "routingRemoved", routing)
