@@ -7,6 +7,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	_ "github.com/istio-cni/istio-cni/internal/timerslack/widen" // at initialisation: see the package
 	"github.com/istio-cni/istio-cni/internal/version"
 )
 

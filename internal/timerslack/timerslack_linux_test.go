@@ -1,0 +1,144 @@
+package timerslack
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// slackOf reads a thread's timer slack.
+func slackOf(t testing.TB, tid string) (uint64, bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + tid + "/timerslack_ns")
+	if os.IsNotExist(err) {
+		return 0, false // the thread ended
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, true
+}
+
+func threads(t testing.TB) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []string
+	for _, e := range ents {
+		tids = append(tids, e.Name())
+	}
+	return tids
+}
+
+// restoreSlack puts every thread's slack back as it was, so the tests that
+// follow run with the kernel's default.
+func restoreSlack(t *testing.T) {
+	before := map[string]uint64{}
+	for _, tid := range threads(t) {
+		if v, ok := slackOf(t, tid); ok {
+			before[tid] = v
+		}
+	}
+	t.Cleanup(func() {
+		for _, tid := range threads(t) {
+			v, ok := before[tid]
+			if !ok {
+				v = 50_000 // a thread made during the test: the kernel's default
+			}
+			_ = os.WriteFile("/proc/"+tid+"/timerslack_ns", []byte(strconv.FormatUint(v, 10)), 0)
+		}
+	})
+}
+
+func TestWidenSetsEveryThreadAndNewThreadsInheritIt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (CAP_SYS_NICE) to set another thread's timer slack")
+	}
+	restoreSlack(t)
+	// Threads that block in the kernel, so the process has several when Widen runs.
+	stop := make(chan struct{})
+	defer close(stop)
+	for range 3 {
+		started := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			close(started)
+			<-stop
+		}()
+		<-started
+	}
+	const ns = 3_000_000
+	before := threads(t)
+	n, err := Widen(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 4 || n > len(before) {
+		t.Errorf("Widen set %d threads; the process had %d before", n, len(before))
+	}
+	for _, tid := range before {
+		if v, ok := slackOf(t, tid); ok && v != ns {
+			t.Errorf("thread %s: timer slack %d, want %d", tid, v, ns)
+		}
+	}
+
+	// A thread made after Widen inherits the slack from the thread that made it.
+	// Each goroutine below holds a thread of its own until the test ends, so the
+	// runtime soon has to make new ones.
+	old := map[string]bool{}
+	for _, tid := range before {
+		old[tid] = true
+	}
+	var made []string
+	for i := 0; i < 32 && len(made) == 0; i++ {
+		started := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			close(started)
+			<-stop
+		}()
+		<-started
+		for _, tid := range threads(t) {
+			if !old[tid] {
+				made = append(made, tid)
+			}
+		}
+	}
+	if len(made) == 0 {
+		t.Fatal("no thread was made after Widen")
+	}
+	for _, tid := range made {
+		if v, ok := slackOf(t, tid); ok && v != ns {
+			t.Errorf("thread %s, made after Widen: timer slack %d, want %d", tid, v, ns)
+		}
+	}
+}
+
+func TestWidenRefusesZero(t *testing.T) {
+	// 0 written to timerslack_ns means "the default": never what a caller wants.
+	if _, err := Widen(0); err == nil {
+		t.Fatal("Widen(0) returned no error")
+	}
+}
+
+func BenchmarkWiden(b *testing.B) {
+	for b.Loop() {
+		if _, err := Widen(5_000_000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	for _, tid := range threads(b) {
+		_ = os.WriteFile("/proc/"+tid+"/timerslack_ns", []byte("50000"), 0)
+	}
+}
