@@ -129,6 +129,11 @@ func (s *blockingSocket) exchange(req []netlink.Message) ([]netlink.Message, err
 		if m.Header.PID == nltest.PID {
 			m.Header.PID = s.port
 		}
+		// The library asks the kernel to echo every rule it adds, and reads the
+		// echo only to throw it away (its Flush keeps no handle): without the
+		// flag, the kernel neither builds nor sends a copy of each rule, and each
+		// rule's answer is its ack alone, one receive instead of two.
+		m.Header.Flags &^= unix.NLM_F_ECHO
 		mb, err := m.MarshalBinary()
 		if err != nil {
 			return nil, fmt.Errorf("netlink: marshal: %w", err)

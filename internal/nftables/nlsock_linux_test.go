@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gnft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/mdlayher/netlink"
 )
 
 // TestDumpOverManyDatagramsIsReadWhole reads back a chain far larger than one
@@ -70,6 +74,57 @@ func TestNetlinkWaitIsBounded(t *testing.T) {
 		}
 		if took < 200*time.Millisecond || took > 2*time.Second {
 			t.Errorf("receive returned after %v, want about the 200ms bound", took)
+		}
+		return nil
+	})
+}
+
+// TestABatchIsAnsweredWithAcksAlone: the library flags each rule it adds for an
+// echo it then throws away; the socket clears the flag, so the kernel answers a
+// batch with one ack per message and builds no copy of any rule, and the rules
+// are there all the same.
+func TestABatchIsAnsweredWithAcksAlone(t *testing.T) {
+	ns := testNS(t)
+	in(t, ns, func() error {
+		s, err := openBlockingSocket()
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		var acks, others int
+		c, err := gnft.New(gnft.AsLasting(), gnft.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+			got, err := s.exchange(req)
+			for _, m := range got {
+				if m.Header.Type == netlink.Error {
+					acks++
+				} else {
+					others++
+				}
+			}
+			return got, err
+		}))
+		if err != nil {
+			return err
+		}
+		defer c.CloseLasting()
+		tb := c.AddTable(&gnft.Table{Family: gnft.TableFamilyIPv4, Name: "echo-test"})
+		ch := c.AddChain(&gnft.Chain{Table: tb, Name: "c"})
+		const rules = 3
+		for range rules {
+			c.AddRule(&gnft.Rule{Table: tb, Chain: ch, Exprs: []expr.Any{&expr.Counter{}}})
+		}
+		if err := c.Flush(); err != nil {
+			return err
+		}
+		if others != 0 || acks != 2+rules {
+			t.Errorf("the batch was answered with %d acks and %d other messages, want %d acks alone", acks, others, 2+rules)
+		}
+		got, err := c.GetRules(tb, ch)
+		if err != nil {
+			return err
+		}
+		if len(got) != rules {
+			t.Errorf("read back %d rules, want %d", len(got), rules)
 		}
 		return nil
 	})
