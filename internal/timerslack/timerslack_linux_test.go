@@ -58,6 +58,19 @@ func restoreSlack(t *testing.T) {
 	})
 }
 
+// holdThread starts a goroutine that holds an OS thread of its own until stop is
+// closed, and returns once it holds it.
+func holdThread(stop <-chan struct{}) {
+	started := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		close(started)
+		<-stop
+	}()
+	<-started
+}
+
 func TestWidenSetsEveryThreadAndNewThreadsInheritIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (CAP_SYS_NICE) to set another thread's timer slack")
@@ -67,14 +80,7 @@ func TestWidenSetsEveryThreadAndNewThreadsInheritIt(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	for range 3 {
-		started := make(chan struct{})
-		go func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			close(started)
-			<-stop
-		}()
-		<-started
+		holdThread(stop)
 	}
 	const ns = 3_000_000
 	before := threads(t)
@@ -100,14 +106,7 @@ func TestWidenSetsEveryThreadAndNewThreadsInheritIt(t *testing.T) {
 	}
 	var made []string
 	for i := 0; i < 32 && len(made) == 0; i++ {
-		started := make(chan struct{})
-		go func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			close(started)
-			<-stop
-		}()
-		<-started
+		holdThread(stop)
 		for _, tid := range threads(t) {
 			if !old[tid] {
 				made = append(made, tid)
