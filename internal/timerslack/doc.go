@@ -11,9 +11,8 @@
 // kernel fire a thread's timers up to that much late and batch them: with a few
 // milliseconds, sysmon wakes two or three times per run.
 //
-// The slack delays every timed wait of the process by at most that much: a
-// plugin's retry interval of 200 ms, a deadline of seconds, sysmon's own
-// preemption of a goroutine that runs for over 10 ms. Nothing of the plugin waits
-// on a timer shorter than that. Child processes inherit the slack of the thread
-// that starts them.
+// The slack delays every timed wait of the process by at most that much: the
+// plugin's lookup retry interval (200 ms by default), a deadline of seconds,
+// sysmon's own preemption of a goroutine that runs for over 10 ms. Child
+// processes inherit the slack of the thread that starts them.
 package timerslack
