@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // slackOf reads a thread's timer slack.
@@ -72,9 +74,7 @@ func holdThread(stop <-chan struct{}) {
 }
 
 func TestWidenSetsEveryThreadAndNewThreadsInheritIt(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (CAP_SYS_NICE) to set another thread's timer slack")
-	}
+	root.Require(t) // CAP_SYS_NICE, to set another thread's timer slack
 	restoreSlack(t)
 	// Threads that block in the kernel, so the process has several when Widen runs.
 	stop := make(chan struct{})

@@ -5,15 +5,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // The test binary imports the package, so its init ran before this test: every
 // thread of the process has the slack, those of the init's time and those made
 // since, which inherit it.
 func TestInitWidenedEveryThread(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (CAP_SYS_NICE) to set another thread's timer slack")
-	}
+	root.Require(t) // CAP_SYS_NICE, to set another thread's timer slack
 	if Err != nil || Threads < 2 {
 		t.Fatalf("at init: %d threads set, error %v; want the runtime's threads and no error", Threads, Err)
 	}
