@@ -12,7 +12,7 @@
 // milliseconds, sysmon wakes two or three times per run.
 //
 // The slack delays every timed wait of the process by at most that much: the
-// plugin's lookup retry interval (200 ms by default), a deadline of seconds,
+// plugin's lookup retry interval (1 s by default), a deadline of seconds,
 // sysmon's own preemption of a goroutine that runs for over 10 ms. Child
 // processes inherit the slack of the thread that starts them.
 package timerslack

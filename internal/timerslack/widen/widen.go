@@ -13,7 +13,7 @@ import "github.com/istio-cni/istio-cni/internal/timerslack"
 
 // Slack is the timer slack set, in nanoseconds: the Go runtime's monitor then
 // wakes every few milliseconds instead of every 20 us. The plugin's shortest
-// timed wait is its lookup's retry interval, 200 ms by default.
+// timed wait is its lookup's retry interval, 1 s by default.
 const Slack = 5_000_000
 
 // Threads is how many threads were set, and Err the failure, if any.
