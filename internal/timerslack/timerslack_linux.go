@@ -18,8 +18,8 @@ const MaxThreads = 64
 // set; a thread that ends meanwhile is skipped, and the first other error is
 // returned after trying them all.
 //
-// It uses the syscall package alone, so that a package can call it early in the
-// process's initialisation (see package widen).
+// It needs only the syscall, errors and strconv packages, so that a package can
+// call it early in the process's initialisation (see package widen).
 func Widen(ns uint64) (int, error) {
 	if ns == 0 {
 		return 0, errors.New("timer slack: 0 would reset it to the default")

@@ -1,8 +1,8 @@
 // Package widen sets the timer slack of the process's threads to Slack when it
 // is initialised (timerslack.Widen): a short-lived command's main package imports
 // it for that effect alone, as the CNI plugin does, so that it happens early in
-// the process's initialisation rather than at the top of main. The package
-// depends on the syscall package alone, so it is initialised before the heavier
+// the process's initialisation rather than at the top of main. The package needs
+// only syscall, errors and strconv, so it is initialised before the heavier
 // packages (crypto, TLS, netlink).
 //
 // A failure (no CAP_SYS_NICE, no /proc) leaves the kernel's default slack (50
