@@ -37,10 +37,7 @@ func TestOnLoReadsIfInet6(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			old := ifInet6
-			ifInet6 = p
-			defer func() { ifInet6 = old }()
-			if got := onLo(six); got != tc.want {
+			if got := onLo(p, six); got != tc.want {
 				t.Errorf("onLo(::6) = %v, want %v", got, tc.want)
 			}
 		})

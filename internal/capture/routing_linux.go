@@ -121,7 +121,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 		lo = l
 		return true
 	}
-	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() && onLo(p.Addr()) && findLo() {
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() && onLo(ifInet6, p.Addr()) && findLo() {
 		tried()
 		if err := netlink.AddrDel(lo, passthroughAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove %s from lo: %w", p, err))
@@ -176,16 +176,17 @@ func isTProxyRoute(r netlink.Route) bool {
 	return r.Type == unix.RTN_LOCAL && (r.Dst == nil || r.Dst.IP.IsUnspecified())
 }
 
-// ifInet6 lists the calling thread's namespace's IPv6 addresses (a variable for
-// the tests). The kernel writes it under RCU, never under rtnl.
-var ifInet6 = "/proc/thread-self/net/if_inet6"
+// ifInet6 lists the calling thread's namespace's IPv6 addresses. The kernel
+// writes it under RCU, never under rtnl.
+const ifInet6 = "/proc/thread-self/net/if_inet6"
 
-// onLo says whether addr is an address of lo in the calling thread's namespace,
-// by ifInet6: each line is the address in 32 hex digits, four hex fields and the
-// interface's name. A namespace without IPv6 has no such file (or an empty one):
-// no. A file that cannot be read otherwise: yes, so the caller removes as before.
-func onLo(addr netip.Addr) bool {
-	b, err := os.ReadFile(ifInet6)
+// onLo says whether addr is an address of lo in the namespace whose if_inet6 file
+// is at path (ifInet6 for the calling thread's): each line is the address in 32
+// hex digits, four hex fields and the interface's name. A namespace without IPv6
+// has no such file (or an empty one): no. A file that cannot be read otherwise:
+// yes, so the caller removes as before.
+func onLo(path string, addr netip.Addr) bool {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
