@@ -35,7 +35,7 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 	err = netns.Do(nsPath, func() error {
 		timing.Mark(ctx, "netns-enter")
 		if err := applyRouting(plan); err != nil {
-			_, rerr := removeRouting(plan)
+			_, _, rerr := removeRouting(plan)
 			return errors.Join(err, rerr)
 		}
 		timing.Mark(ctx, "routing")
@@ -43,7 +43,7 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		changed, aerr = b.Apply(ctx, plan)
 		if aerr != nil {
 			cerr := b.Cleanup(ctx)
-			_, rerr := removeRouting(plan)
+			_, _, rerr := removeRouting(plan)
 			return errors.Join(aerr, cerr, rerr)
 		}
 		return nil
@@ -78,6 +78,13 @@ func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) 
 // routing is then removed for the default mark and table. The rules and the
 // routing are each a phase of ctx's recorder (cleanup-rules, cleanup-routing).
 func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (removedRouting []string, err error) {
+	removedRouting, _, err = cleanup(ctx, nsPath, b, plan)
+	return removedRouting, err
+}
+
+// cleanup is Cleanup, and also counts the routing deletions it tried (see
+// removeRouting).
+func cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (removedRouting []string, routingTried int, err error) {
 	if plan == nil {
 		plan = &redirect.Plan{Routing: &redirect.Routing{Mark: redirect.DefaultTProxyMark, Table: redirect.DefaultTProxyRouteTable},
 			IPv6InboundPassthroughAddr: redirect.InboundPassthroughV6}
@@ -88,13 +95,13 @@ func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan)
 		cerr := b.Cleanup(ctx)
 		timing.Mark(ctx, "cleanup-rules")
 		var rerr error
-		removedRouting, rerr = removeRouting(plan)
+		removedRouting, routingTried, rerr = removeRouting(plan)
 		timing.Mark(ctx, "cleanup-routing")
 		return errors.Join(cerr, rerr)
 	})
 	timing.Mark(ctx, "netns-exit")
 	if err != nil {
-		return removedRouting, fmt.Errorf("clean up %s capture in %s: %w", b.Name(), nsPath, err)
+		return removedRouting, routingTried, fmt.Errorf("clean up %s capture in %s: %w", b.Name(), nsPath, err)
 	}
-	return removedRouting, nil
+	return removedRouting, routingTried, nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -105,9 +104,11 @@ func hasRule(fam int, r *redirect.Routing) (bool, error) {
 // which a node deleting many pods at once (each one's veth and namespace teardown
 // holding it) makes long. On older kernels the dumps take the lock, as the
 // deletions they spare did.
-func removeRouting(plan *redirect.Plan) (removed []string, err error) {
+//
+// tried counts the deletions it made, each a change under that lock: a test
+// checks that a look spares every one it should.
+func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error) {
 	var errs []error
-	tried := func() { routingRemovalsTried.Add(1) }
 	var lo netlink.Link
 	findLo := func() bool {
 		if lo != nil {
@@ -122,7 +123,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 		return true
 	}
 	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() && onLo(ifInet6, p.Addr()) && findLo() {
-		tried()
+		tried++
 		if err := netlink.AddrDel(lo, passthroughAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove %s from lo: %w", p, err))
 		} else if err == nil {
@@ -130,7 +131,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 		}
 	}
 	if plan.Routing == nil {
-		return removed, errors.Join(errs...)
+		return removed, tried, errors.Join(errs...)
 	}
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 		for {
@@ -138,7 +139,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 			if err != nil || !ok {
 				break
 			}
-			tried()
+			tried++
 			if err := netlink.RuleDel(tproxyRule(fam, plan.Routing)); err != nil {
 				errs = append(errs, fmt.Errorf("remove rule fwmark %d: %w", plan.Routing.Mark, err))
 				break
@@ -156,19 +157,15 @@ func removeRouting(plan *redirect.Plan) (removed []string, err error) {
 		if !findLo() {
 			continue
 		}
-		tried()
+		tried++
 		if err := netlink.RouteDel(tproxyRoute(fam, plan.Routing, lo)); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove local route from table %d: %w", plan.Routing.Table, err))
 		} else if err == nil {
 			removed = append(removed, fmt.Sprintf("local default route of table %d (family %d)", plan.Routing.Table, fam))
 		}
 	}
-	return removed, errors.Join(errs...)
+	return removed, tried, errors.Join(errs...)
 }
-
-// routingRemovalsTried counts removeRouting's deletions, each a change under the
-// kernel's routing lock, for the tests.
-var routingRemovalsTried atomic.Int64
 
 // isTProxyRoute says whether r, a route of the TPROXY table, is applyRouting's:
 // the local default route.

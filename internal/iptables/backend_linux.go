@@ -69,6 +69,11 @@ type Backend struct {
 	nativeDir  string
 	nativeOnce sync.Once
 	native     bool // see nativeAllowed
+	// writeNative and cleanupNative send one family's native batch (writeNative and
+	// cleanupNative of native_linux.go); a test of the restore fallback replaces
+	// them on its own Backend to have the kernel refuse.
+	writeNative   func([]nativeObjects) error
+	cleanupNative func(redirect.Family) error
 }
 
 type fallbacksKey struct{}
@@ -96,7 +101,8 @@ func NewBackend(cfg Config) (*Backend, error) {
 	if mode == ModeAuto {
 		mode = DetectMode("/")
 	}
-	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: map[redirect.Family]tools{}}
+	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: map[redirect.Family]tools{},
+		writeNative: writeNative, cleanupNative: cleanupNative}
 	if b.lockDir == "" {
 		if f := os.Getenv("XTABLES_LOCKFILE"); f != "" {
 			b.lockPath, b.lockDir = f, filepath.Dir(f)
@@ -272,7 +278,7 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {
-				nativeErr = writeNativeObjects(objs)
+				nativeErr = b.writeNative(objs)
 				timing.Mark(ctx, "iptables-native-"+f.String())
 				if nativeErr == nil {
 					changed = true
@@ -332,7 +338,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		}
 		var nativeErr error
 		if b.nativeAllowed() {
-			nativeErr = cleanupNativeFamily(f)
+			nativeErr = b.cleanupNative(f)
 			timing.Mark(ctx, "iptables-native-cleanup-"+f.String())
 			if nativeErr == nil {
 				continue

@@ -344,9 +344,6 @@ func targetExpr(f redirect.Family, t redirect.Target) (expr.Any, error) {
 	return nil, fmt.Errorf("%w: target kind %d", errNotNative, t.Kind)
 }
 
-// writeNativeObjects is writeNative; a test replaces it to have the kernel refuse.
-var writeNativeObjects = writeNative
-
 // writeNative sends one family's objects in one batch over a netlink socket of
 // the calling thread's namespace: the kernel applies all of it or none.
 func writeNative(objs []nativeObjects) error {
@@ -369,9 +366,6 @@ func writeNative(objs []nativeObjects) error {
 	}
 	return nil
 }
-
-// cleanupNativeFamily is cleanupNative; a test replaces it to have the kernel refuse.
-var cleanupNativeFamily = cleanupNative
 
 // cleanupNative removes our chains, and the rules of the built-in chains that
 // jump to them, from family f's iptables-nft tables in the calling thread's

@@ -339,18 +339,17 @@ func TestParseVersion(t *testing.T) {
 func TestApplyReportsARefusedNativeWrite(t *testing.T) {
 	root.Require(t)
 	refused := errors.New("netlink: invalid argument (simulated)")
-	calls := 0
-	writeNativeObjects = func(objs []nativeObjects) error {
-		if calls++; calls == 1 {
-			return refused
-		}
-		return writeNative(objs)
-	}
-	t.Cleanup(func() { writeNativeObjects = writeNative })
 	dir := t.TempDir()
 	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
 		t.Fatal(err)
+	}
+	calls := 0
+	b.writeNative = func(objs []nativeObjects) error {
+		if calls++; calls == 1 {
+			return refused
+		}
+		return writeNative(objs)
 	}
 	plan := specs.Sidecar().Plan(t)
 	ns, phases, got := applyInNewNamespace(t, b, plan)
@@ -374,13 +373,12 @@ func TestApplyReportsARefusedNativeWrite(t *testing.T) {
 func TestCleanupReportsARefusedNativeRemoval(t *testing.T) {
 	root.Require(t)
 	refused := errors.New("netlink: device or resource busy (simulated)")
-	cleanupNativeFamily = func(redirect.Family) error { return refused }
-	t.Cleanup(func() { cleanupNativeFamily = cleanupNative })
 	dir := t.TempDir()
 	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.cleanupNative = func(redirect.Family) error { return refused }
 	plan := specs.Sidecar().Plan(t)
 	ns, _, _ := applyInNewNamespace(t, b, plan)
 	var got []error

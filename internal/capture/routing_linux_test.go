@@ -1,4 +1,4 @@
-package capture_test
+package capture
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -66,7 +65,7 @@ func TestCleanupRemovesOnlyTheRoutingThatIsThere(t *testing.T) {
 			testns.Run(t, ns, exec.Command("ip", "link", "set", "lo", "up"))
 			b := nftables.NewBackend()
 			if tc.plan != nil {
-				if _, err := capture.Apply(context.Background(), ns, b, tc.plan); err != nil {
+				if _, err := Apply(context.Background(), ns, b, tc.plan); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -74,10 +73,9 @@ func TestCleanupRemovesOnlyTheRoutingThatIsThere(t *testing.T) {
 				testns.Run(t, ns, exec.Command(c[0], c[1:]...))
 			}
 			before := routingOf(t, ns)
-			tried := capture.RoutingRemovalsTried()
-			got, err := capture.Cleanup(context.Background(), ns, b, nil)
-			if n := capture.RoutingRemovalsTried() - tried; n != int64(len(tc.want)) {
-				t.Errorf("Cleanup tried %d routing deletions, want %d: one per entry there, none for what is not", n, len(tc.want))
+			got, tried, err := cleanup(context.Background(), ns, b, nil)
+			if tried != len(tc.want) {
+				t.Errorf("Cleanup tried %d routing deletions, want %d: one per entry there, none for what is not", tried, len(tc.want))
 			}
 			if err != nil {
 				t.Fatalf("Cleanup: %v", err)
