@@ -16,7 +16,10 @@ const MaxThreads = 64
 // has as root). A thread the runtime creates later inherits the slack of the
 // thread that creates it, which is one of these. It returns how many threads it
 // set; a thread that ends meanwhile is skipped, and the first other error is
-// returned after trying them all.
+// returned after trying them all. (/proc/<tid> is not confined to this process: a
+// thread that ended between the listing and its write, its id taken by another
+// process's thread, would have that thread set instead. The Go runtime ends no
+// thread while packages initialise, where package widen calls it.)
 //
 // It needs only the syscall, errors and strconv packages, so that a package can
 // call it early in the process's initialisation (see package widen).
