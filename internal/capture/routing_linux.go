@@ -105,7 +105,7 @@ func hasRule(fam int, r *redirect.Routing) (bool, error) {
 // holding it) makes long. On older kernels the dumps take the lock, as the
 // deletions they spare did.
 //
-// tried counts the deletions it made, each a change under that lock: a test
+// tried counts the deletions it tried, each a change under that lock: a test
 // checks that a look spares every one it should.
 func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error) {
 	var errs []error
