@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,24 +191,15 @@ func istioPeerEntry(n *node, nftables bool) map[string]any {
 func initTime(b *testing.B, bin string) time.Duration {
 	var runs []time.Duration
 	for range 9 {
-		cmd := exec.Command(bin)
-		cmd.Env = []string{"GODEBUG=inittrace=1", "CNI_COMMAND=VERSION"}
-		cmd.Stdin = strings.NewReader(`{"cniVersion":"1.1.0"}`)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			b.Fatalf("VERSION: %v: %s", err, stderr.String())
+		recs, _, err := initTrace(bin)
+		if err != nil {
+			b.Fatal(err)
 		}
-		var sum float64
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			f := strings.Fields(line)
-			// init PKG @T ms, D ms clock, B bytes, A allocs
-			if len(f) >= 7 && f[0] == "init" && f[6] == "clock," {
-				v, _ := strconv.ParseFloat(f[4], 64)
-				sum += v
-			}
+		var sum time.Duration
+		for _, r := range recs {
+			sum += r.took
 		}
-		runs = append(runs, time.Duration(sum*float64(time.Millisecond)))
+		runs = append(runs, sum)
 	}
 	return stats.Percentile(runs, 0.5)
 }
@@ -545,11 +535,8 @@ func buildEmptyMain(b *testing.B) string {
 		b.Fatal(err)
 	}
 	built := filepath.Join(dir, "empty.lnk")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", built, src)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build an empty main: %v: %s", err, strings.TrimSpace(string(msg)))
+	if err := buildAsShipped(dir, built, src); err != nil {
+		b.Fatal(err)
 	}
 	out := filepath.Join(dir, "empty")
 	if err := installCopy(built, out); err != nil {
@@ -565,11 +552,8 @@ func strippedSize(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	out := filepath.Join(b.TempDir(), "istio-cni")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/istio-cni")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v: %s", err, strings.TrimSpace(string(msg)))
+	if err := buildAsShipped(root, out, "./cmd/istio-cni"); err != nil {
+		b.Fatal(err)
 	}
 	st, err := os.Stat(out)
 	if err != nil {
