@@ -49,8 +49,10 @@ test-unit:
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
 # The plugin's ADD (test/e2e BenchmarkPluginAdd) is printed per backend with its
-# phases and against the goals; ISTIO_CNI_PLUGIN=<Istio's istio-cni binary> adds
-# the side-by-side ratio (see the README's "ADD latency"). bench-add runs only that.
+# phases, against the goals and side by side with Istio's own plugin (the ratio, see
+# the README's "ADD latency"): the one hack/tools/istio-cni-peer pins, built on first
+# use (hack/peer.sh), or ISTIO_CNI_PLUGIN=<Istio's istio-cni binary>, or none with
+# ISTIO_CNI_PLUGIN=none. bench-add runs only that.
 BENCHTIME ?= 50x
 ISTIO_CNI_PLUGIN ?=
 export ISTIO_CNI_PLUGIN
@@ -58,12 +60,12 @@ export ISTIO_CNI_PLUGIN
 # does the cluster simulation (test/scale: SCALE_PODS, SCALE_AGENTS, SCALE_WINDOW,
 # SCALE_CHURN; about 30 minutes with the defaults).
 bench: prereqs
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out
+	peer=$$(hack/peer.sh) && ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 90m ./test/scale/ 2>&1 | tee -a bench.out
 
 bench-add: prereqs
-	$(GO) test -run '^$$' -bench 'BenchmarkPluginAdd$$' -benchtime $(BENCHTIME) -count 1 -timeout 30m ./test/e2e/ 2>&1 | tee bench-add.out
+	peer=$$(hack/peer.sh) && ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench 'BenchmarkPluginAdd$$' -benchtime $(BENCHTIME) -count 1 -timeout 30m ./test/e2e/ 2>&1 | tee bench-add.out
 
 # demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
 # image built here, runs meshed pods with an istio-proxy stand-in and shows their

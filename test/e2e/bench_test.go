@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,14 +224,16 @@ func initTime(b *testing.B, bin string) time.Duration {
 // cover) and package init (GODEBUG=inittrace=1), then one line per case against
 // the goals.
 //
-// Istio's plugin for the README's figures: `go build ./cni/cmd/istio-cni` in
-// Istio's source of the 1.29 release (its VERSION file; 1.29.1 by the session that
-// built it), Go 1.26.8, 82 MB; `go version -m` on the binary shows the Go version
-// and the module (istio.io/istio, devel: a source tree, not a module download). It
-// is not part of this repository: build it and point ISTIO_CNI_PLUGIN at it.
+// Istio's plugin: make bench and make bench-add build the one hack/tools/istio-cni-peer
+// pins (hack/peer.sh) unless ISTIO_CNI_PLUGIN names another; the README's figures
+// up to session 16 used 1.29.1's, built from Istio's source at that tag with Go
+// 1.26.8 (`-ldflags='-s -w'`, 82 MB). The summary names the module version and Go
+// version the binary carries.
 func BenchmarkPluginAdd(b *testing.B) {
 	istio := os.Getenv(IstioPluginEnv)
+	peerName := "none"
 	if istio != "" {
+		peerName = describeBinary(istio)
 		// Exec'd from a copy, as this plugin is (see installCopy).
 		peerCopy := filepath.Join(b.TempDir(), "istio-cni")
 		if err := installCopy(istio, peerCopy); err != nil {
@@ -377,13 +380,14 @@ func BenchmarkPluginAdd(b *testing.B) {
 			case len(ratios) > 0:
 				verdict = fmt.Sprintf("ratio %.3f (p50 %.2f ms vs Istio's %.2f ms), goal <= %.2f: %s", stats.Percentile(ratios, 0.5), stats.Ms(stats.Percentile(lat, 0.5)), stats.Ms(stats.Percentile(peer, 0.5)), goalRatio, met(stats.Percentile(ratios, 0.5) <= goalRatio))
 			default:
-				verdict = fmt.Sprintf("no ratio: set %s to Istio's istio-cni binary", IstioPluginEnv)
+				verdict = fmt.Sprintf("no ratio: %s names no Istio plugin (make bench-add builds one unless it is none)", IstioPluginEnv)
 			}
 			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "))
 			summary[tc.name] = fmt.Sprintf("%-30s %3d runs: %s", tc.name, len(lat), verdict)
 		})
 	}
-	lines := []string{"ADD against the goals (p50 exec to exit; ratio: median of the per-pair ratios to Istio's plugin):"}
+	lines := []string{"ADD against the goals (p50 exec to exit; ratio: median of the per-pair ratios to Istio's plugin):",
+		"Istio's plugin: " + peerName}
 	for _, tc := range cases {
 		if l, ok := summary[tc.name]; ok {
 			lines = append(lines, l)
@@ -560,4 +564,14 @@ func strippedSize(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return st.Size()
+}
+
+// describeBinary names a Go binary by what it carries: its path, its main module's
+// path and version, and the Go that built it (or why they could not be read).
+func describeBinary(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("%s (no Go build information: %v)", path, err)
+	}
+	return fmt.Sprintf("%s (%s %s, %s)", path, bi.Main.Path, bi.Main.Version, bi.GoVersion)
 }
