@@ -204,6 +204,9 @@ func TestAnnotationsShapeTheCapture(t *testing.T) {
 // TestLegacyConfigFormat: the seed documents' kubernetes{...} block still works.
 func TestLegacyConfigFormat(t *testing.T) {
 	n := newNode(t, shared)
+	// The legacy format names no run dir: the plugin uses its default on the
+	// host, as an Istio install's legacy config would.
+	undoDefaultRunDir(t)
 	list := n.chain(map[string]any{
 		"type":      "istio-cni",
 		"log_level": "debug",
@@ -924,4 +927,46 @@ func TestOversizedAnnotationsAreRefusedWithinTheirLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// undoDefaultRunDir removes, when the test ends, what the plugin wrote under its
+// default run dir (plugin.DefaultAgentRunDir, on the host) in a test whose config
+// names no run dir: the directory itself if it was not there before, else what
+// appeared in it. The plugin writes there at least the node's iptables-nft
+// version (iptables.Config.NativeStateDir); a fresh machine has no such
+// directory, and make test's host check fails a run that leaves one.
+func undoDefaultRunDir(t *testing.T) {
+	t.Helper()
+	dir := plugin.DefaultAgentRunDir
+	before := map[string]bool{}
+	_, err := os.Lstat(dir)
+	existed := err == nil
+	if existed {
+		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err == nil {
+				before[p] = true
+			}
+			return nil
+		})
+	}
+	t.Cleanup(func() {
+		if !existed {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Errorf("removing the plugin's default run dir: %v", err)
+			}
+			return
+		}
+		var added []string
+		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err == nil && !before[p] {
+				added = append(added, p)
+			}
+			return nil
+		})
+		for i := len(added) - 1; i >= 0; i-- { // deepest first
+			if err := os.RemoveAll(added[i]); err != nil {
+				t.Errorf("removing what the test left in the plugin's default run dir: %v", err)
+			}
+		}
+	})
 }
