@@ -231,9 +231,9 @@ func initTime(b *testing.B, bin string) time.Duration {
 // version the binary carries.
 func BenchmarkPluginAdd(b *testing.B) {
 	istio := os.Getenv(IstioPluginEnv)
-	peerName := "none"
+	peerDesc := "none"
 	if istio != "" {
-		peerName = describeBinary(istio)
+		peerDesc = describeBinary(istio)
 		// Exec'd from a copy, as this plugin is (see installCopy).
 		peerCopy := filepath.Join(b.TempDir(), "istio-cni")
 		if err := installCopy(istio, peerCopy); err != nil {
@@ -387,7 +387,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 		})
 	}
 	lines := []string{"ADD against the goals (p50 exec to exit; ratio: median of the per-pair ratios to Istio's plugin):",
-		"Istio's plugin: " + peerName}
+		"Istio's plugin: " + peerDesc}
 	for _, tc := range cases {
 		if l, ok := summary[tc.name]; ok {
 			lines = append(lines, l)

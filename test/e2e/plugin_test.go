@@ -46,13 +46,6 @@ var (
 	shared *controlplane.ControlPlane
 )
 
-// installCopy writes a copy of the binary at src to dst with write(2), as the
-// agent installs binaries on a node and as a runtime extracts an image. A binary
-// is exec'd from that copy, never from the linker's output: the Go linker writes
-// its output through a memory mapping, and on this kernel (6.18, ext4) exec'ing
-// that file cost 0.35 ms more than a copy of the same bytes (2.81 against 2.45 ms
-// for an excluded ADD, 300 interleaved runs; the same after a sync), presumably
-// from how the file's pages are held in the page cache.
 // buildAsShipped builds target (a package, or a main file) in dir into out as the
 // plugin ships: static (no dynamic loader on the per-pod exec path) and stripped.
 func buildAsShipped(dir, out, target string) error {
@@ -81,9 +74,16 @@ func initTrace(bin string) ([]initRecord, string, error) {
 	for _, line := range strings.Split(stderr.String(), "\n") {
 		// init PKG @T ms, D ms clock, B bytes, A allocs
 		if f := strings.Fields(line); len(f) >= 7 && f[0] == "init" && f[6] == "clock," {
-			ms, _ := strconv.ParseFloat(f[4], 64)
+			ms, err := strconv.ParseFloat(f[4], 64)
+			if err != nil {
+				return nil, stderr.String(), fmt.Errorf("init trace line %q: %w", line, err)
+			}
 			recs = append(recs, initRecord{pkg: f[1], took: time.Duration(ms * float64(time.Millisecond))})
 		}
+	}
+	if len(recs) == 0 {
+		// A runtime whose trace reads otherwise would give no init time at all.
+		return nil, stderr.String(), fmt.Errorf("VERSION under GODEBUG=inittrace=1 printed no init line we read: %s", stderr.String())
 	}
 	return recs, stderr.String(), nil
 }
@@ -94,6 +94,13 @@ type initRecord struct {
 	took time.Duration
 }
 
+// installCopy writes a copy of the binary at src to dst with write(2), as the
+// agent installs binaries on a node and as a runtime extracts an image. A binary
+// is exec'd from that copy, never from the linker's output: the Go linker writes
+// its output through a memory mapping, and on this kernel (6.18, ext4) exec'ing
+// that file cost 0.35 ms more than a copy of the same bytes (2.81 against 2.45 ms
+// for an excluded ADD, 300 interleaved runs; the same after a sync), presumably
+// from how the file's pages are held in the page cache.
 func installCopy(src, dst string) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
