@@ -47,7 +47,8 @@ UNIT_PKGS := ./internal/redirect/ ./internal/plugin/ ./internal/cnicmd/ ./intern
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
 
-# bench prints the figures (latencies p50/p99, sizes, memory); it asserts nothing.
+# bench prints the figures (latencies p50/p99, sizes, memory); it asserts no figure,
+# but a benchmark that fails makes it exit non-zero (after the others have run).
 # The plugin's ADD (test/e2e BenchmarkPluginAdd) is printed per backend with its
 # phases, against the goals and side by side with Istio's own plugin (the ratio, see
 # the README's "ADD latency"): the one hack/tools/istio-cni-peer pins, built on first
@@ -60,12 +61,15 @@ export ISTIO_CNI_PLUGIN
 # does the cluster simulation (test/scale: SCALE_PODS, SCALE_AGENTS, SCALE_WINDOW,
 # SCALE_CHURN; about 30 minutes with the defaults).
 bench: prereqs
-	peer=$$(hack/peer.sh) && ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 90m ./test/scale/ 2>&1 | tee -a bench.out
+	set -o pipefail; rc=0; peer=$$(hack/peer.sh) || exit 1; \
+	ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 60m $$($(GO) list ./... | grep -v '/internal/repair$$\|/test/scale$$') 2>&1 | tee bench.out || rc=1; \
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./internal/repair/ 2>&1 | tee -a bench.out || rc=1; \
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 90m ./test/scale/ 2>&1 | tee -a bench.out || rc=1; \
+	[[ $$rc == 0 ]] || echo 'make bench: a benchmark failed (FAIL in bench.out); the figures of the others are printed above' >&2; exit $$rc
 
 bench-add: prereqs
-	peer=$$(hack/peer.sh) && ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench 'BenchmarkPluginAdd$$' -benchtime $(BENCHTIME) -count 1 -timeout 30m ./test/e2e/ 2>&1 | tee bench-add.out
+	set -o pipefail; peer=$$(hack/peer.sh) || exit 1; \
+	ISTIO_CNI_PLUGIN="$$peer" $(GO) test -run '^$$' -bench 'BenchmarkPluginAdd$$' -benchtime $(BENCHTIME) -count 1 -timeout 30m ./test/e2e/ 2>&1 | tee bench-add.out
 
 # demo brings up a real node (kubelet + containerd), helm-installs istio-cni from an
 # image built here, runs meshed pods with an istio-proxy stand-in and shows their
