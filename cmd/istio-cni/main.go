@@ -3,11 +3,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	_ "github.com/istio-cni/istio-cni/internal/timerslack/widen" // at initialisation: see the package
+	"github.com/istio-cni/istio-cni/internal/timerslack/widen" // at initialisation: see the package
 	"github.com/istio-cni/istio-cni/internal/version"
 )
 
@@ -19,5 +20,9 @@ func main() {
 	if os.Getenv("PATH") == "" {
 		os.Setenv("PATH", defaultPath)
 	}
-	cnicmd.Main(plugin.New().Funcs(), plugin.SupportedVersions, "istio-cni "+version.Version)
+	p := plugin.New()
+	if widen.Err != nil {
+		p.StartErr = fmt.Errorf("timer slack left at the kernel's default: %w", widen.Err)
+	}
+	cnicmd.Main(p.Funcs(), plugin.SupportedVersions, "istio-cni "+version.Version)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
@@ -510,5 +511,32 @@ func TestNativeFallbacksAreLogged(t *testing.T) {
 	log.Close()
 	if got := buf.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "native write was refused") || !strings.Contains(got, "EINVAL") {
 		t.Errorf("log = %q, want a warning naming the refusal", got)
+	}
+}
+
+// TestStartErrIsLoggedAtDebug: a failure of the process's start (the timer
+// slack's) is a debug line of every command, and nothing at the default level.
+func TestStartErrIsLoggedAtDebug(t *testing.T) {
+	for _, tc := range []struct {
+		level    string
+		startErr error
+		want     bool
+	}{
+		{"debug", errors.New("timer slack left at the kernel's default: EPERM"), true},
+		{"info", errors.New("timer slack left at the kernel's default: EPERM"), false},
+		{"debug", nil, false},
+	} {
+		var stderr bytes.Buffer
+		p := &Plugin{Stderr: &stderr, StartErr: tc.startErr}
+		conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","log_level":%q,"cni_agent_run_dir":%q}`, tc.level, t.TempDir())
+		_, log, err := p.setup(&cnicmd.CmdArgs{ContainerID: "c1", StdinData: []byte(conf)}, "ADD", nil)
+		if err != nil {
+			t.Fatalf("setup: %v", err)
+		}
+		log.Close()
+		got := strings.Contains(stderr.String(), "timer slack left at the kernel's default: EPERM")
+		if got != tc.want || (got && !strings.Contains(stderr.String(), "level=DEBUG")) {
+			t.Errorf("level %s, StartErr %v: logged %q, want the error at debug: %v", tc.level, tc.startErr, stderr.String(), tc.want)
+		}
 	}
 }

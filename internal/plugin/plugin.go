@@ -40,6 +40,11 @@ type Plugin struct {
 	// Started is when the process reached main; the ADD's logged phases begin there
 	// (zero: when Add is called).
 	Started time.Time
+	// StartErr is a failure of the process's start that changed nothing a command
+	// depends on (the timer slack's: package timerslack/widen); every command logs
+	// it at debug, so that a node where it fails can be told from one where it
+	// does not.
+	StartErr error
 }
 
 // New returns the plugin as the runtime runs it.
@@ -105,6 +110,9 @@ func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorde
 	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
 		DatagramSocket: filepath.Join(cfg.AgentRunDir, DatagramLogSocketName), IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
+	if p.StartErr != nil {
+		l.Debug("at the process's start", "error", p.StartErr)
+	}
 	rec.Mark("log-open")
 	return cfg, l, nil
 }

@@ -6,7 +6,7 @@
 // packages (crypto, TLS, netlink).
 //
 // A failure (no CAP_SYS_NICE, no /proc) leaves the kernel's default slack (50
-// us) and is kept in Err.
+// us) and is kept in Err; the plugin logs it at debug in every command.
 package widen
 
 import "github.com/istio-cni/istio-cni/internal/timerslack"
