@@ -575,3 +575,45 @@ func describeBinary(path string) string {
 	}
 	return fmt.Sprintf("%s (%s %s, %s)", path, bi.Main.Path, bi.Main.Version, bi.GoVersion)
 }
+
+// TestPeerScript: hack/peer.sh, which names the Istio plugin make bench runs beside
+// this one, prints the binary ISTIO_CNI_PLUGIN names, an empty line for none, and
+// otherwise the pinned build in the cache dir keyed by hack/tools/istio-cni-peer's
+// version of istio.io/istio (here a stand-in put there beforehand, so nothing is
+// built).
+func TestPeerScript(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "hack/tools/istio-cni-peer/go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^(?:require)?\s*istio\.io/istio (v\S+)`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatalf("hack/tools/istio-cni-peer/go.mod requires no version of istio.io/istio:\n%s", gomod)
+	}
+	cache := t.TempDir()
+	pinned := filepath.Join(cache, "tools-istio-cni-peer-"+string(m[1]), "istio-cni-peer")
+	if err := os.MkdirAll(filepath.Dir(pinned), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pinned, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ env, want string }{
+		{"/opt/istio/istio-cni", "/opt/istio/istio-cni\n"},
+		{"none", "\n"},
+		{"", pinned + "\n"},
+	} {
+		cmd := exec.Command(filepath.Join(root, "hack/peer.sh"))
+		cmd.Env = append(os.Environ(), IstioPluginEnv+"="+tc.env, "ISTIO_CNI_CACHE="+cache)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil || string(out) != tc.want || stderr.Len() > 0 {
+			t.Errorf("%s=%q hack/peer.sh: printed %q, stderr %q, err %v; want %q and nothing on stderr", IstioPluginEnv, tc.env, out, stderr.String(), err, tc.want)
+		}
+	}
+}
