@@ -454,7 +454,7 @@ func (a *agent) writeKubeconfig() error {
 			return fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
 	}
-	if sameFile(path, data) {
+	if cniconf.SameContent(path, data) {
 		return nil
 	}
 	if err := cniconf.WriteAtomic(path, data, a.s.KubeconfigMode); err != nil {

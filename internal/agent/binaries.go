@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -145,8 +144,3 @@ func removeStaleTemps(dir string) {
 	}
 }
 
-// sameFile reports whether the file at path holds exactly data.
-func sameFile(path string, data []byte) bool {
-	cur, err := os.ReadFile(path)
-	return err == nil && bytes.Equal(cur, data)
-}

@@ -216,7 +216,7 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 	if err != nil {
 		return configWaiting, fmt.Errorf("standalone config: %w", err)
 	}
-	if sameFile(path, want) {
+	if cniconf.SameContent(path, want) {
 		a.cfg.current, a.cfg.inPlace = path, true
 		return configUnchanged, nil
 	}

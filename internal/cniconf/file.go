@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ErrChanged means a file changed between our read and our write; the caller reads
@@ -16,13 +17,21 @@ import (
 var ErrChanged = errors.New("changed while we were editing it")
 
 // ReadConfig reads a config file, refusing one larger than MaxConfigSize before
-// reading it whole.
+// reading it whole, and anything but a regular file (a FIFO would block the reader
+// until someone writes to it; it is opened without blocking and refused).
 func ReadConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read CNI config: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read CNI config %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, invalid(path, "is not a regular file (%s)", fi.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read CNI config %s: %w", path, err)
@@ -33,19 +42,59 @@ func ReadConfig(path string) ([]byte, error) {
 	return data, nil
 }
 
+// SameContent reports whether the regular file at path holds exactly data, reading
+// no more than len(data)+1 bytes of it.
+func SameContent(path string, data []byte) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return false
+	}
+	cur, err := io.ReadAll(io.LimitReader(f, int64(len(data))+1))
+	return err == nil && bytes.Equal(cur, data)
+}
+
 // WriteAtomic replaces path with data so that a reader sees either the old file or
 // the new one, whole: data goes to a temporary file in the same directory (named
 // with an extension the runtime ignores), is synced, then renamed over path. An
-// existing file keeps its permissions; a new one gets mode.
+// existing file keeps its permissions and, where the process may set them
+// (CAP_CHOWN), its owner and group; a new one gets mode. When path is a symbolic
+// link (a primary CNI that keeps its config elsewhere and links it into the
+// directory), the file it points to is replaced and the link stays.
 func WriteAtomic(path string, data []byte, mode os.FileMode) error {
-	if fi, err := os.Stat(path); err == nil {
+	owner := -1
+	var group int
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+		fi, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 		mode = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner, group = int(st.Uid), int(st.Gid)
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	err := ReplaceAtomic(path, ".tmp-", mode, func(w io.Writer) error {
 		_, err := w.Write(data)
-		return err
+		if err != nil || owner < 0 {
+			return err
+		}
+		f, ok := w.(*os.File)
+		if !ok {
+			return nil
+		}
+		// Best effort: without CAP_CHOWN the new file is the agent's (root's, as the
+		// chart runs it), which every runtime reads alike.
+		if err := f.Chown(owner, group); err != nil && !errors.Is(err, fs.ErrPermission) {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -125,7 +174,7 @@ func backupNames(name string) []string {
 // FindBackup returns the original kept for the config now named name, or nil.
 func FindBackup(dir, name string) (*Original, error) {
 	for _, n := range backupNames(name) {
-		data, err := os.ReadFile(BackupPath(dir, n))
+		data, err := ReadConfig(BackupPath(dir, n))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -169,6 +218,11 @@ func Install(dir, name string, entry []byte) (string, error) {
 	if outName == name && bytes.Equal(out, data) {
 		return outPath, nil
 	}
+	if outName != name {
+		if err := notAnother(outPath, name, typ); err != nil {
+			return "", err
+		}
+	}
 	if !has {
 		if err := removeBackups(dir, outName); err != nil {
 			return "", err
@@ -181,6 +235,22 @@ func Install(dir, name string, entry []byte) (string, error) {
 		return "", err
 	}
 	return outPath, nil
+}
+
+// notAnother refuses to wrap name into path (its NAME.conflist) when path is there
+// and is not an earlier wrap of ours (a list holding an entry of type typ): it is
+// another config, which the wrap would replace and the uninstall then delete.
+func notAnother(path, name, typ string) error {
+	data, err := ReadConfig(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		if ours, _ := hasType(data, filepath.Base(path), typ); ours {
+			return nil
+		}
+	}
+	return invalid(name, "wrapping it into a list would replace %s, another config already there; remove or rename one of the two", filepath.Base(path))
 }
 
 // Uninstall takes our entry out of dir/name, putting back the original file when

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,5 +332,89 @@ func TestInstallAfterPrimaryRecopiesItsConf(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{"10-flannel.conf": "-rw-r--r--\n" + string(v2)}, snapshot(t, dir)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestInstallNeverReplacesAnotherConflist: wrapping NAME.conf into NAME.conflist
+// when another config already has that name is refused, naming both, and leaves
+// the dir as it was; a NAME.conflist of our own earlier wrap is replaced as before.
+func TestInstallNeverReplacesAnotherConflist(t *testing.T) {
+	entry := testEntry(t)
+	conf := `{"cniVersion":"0.3.1","name":"cbr0","type":"flannel"}`
+	other := `{"cniVersion":"0.3.1","name":"other","plugins":[{"type":"bridge"}]}`
+	dir := writeDir(t, map[string]string{"10-net.conf": conf, "10-net.conflist": other})
+	before := snapshot(t, dir)
+	_, err := Install(dir, "10-net.conf", entry)
+	var inv *InvalidError
+	if !errors.As(err, &inv) || err.Error() != "10-net.conf: wrapping it into a list would replace 10-net.conflist, another config already there; remove or rename one of the two" {
+		t.Errorf("Install: %v, want an InvalidError naming both files", err)
+	}
+	if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
+		t.Errorf("dir changed (-before +after):\n%s", diff)
+	}
+
+	// Our earlier wrap, beside a .conf the primary wrote again: replaced.
+	dir = writeDir(t, map[string]string{"10-net.conf": conf})
+	if _, err := Install(dir, "10-net.conf", entry); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "10-net.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(dir, "10-net.conf", entry); err != nil {
+		t.Errorf("re-wrap over our own earlier output: %v", err)
+	}
+}
+
+// TestInstallThroughASymlink: a primary config that is a symbolic link (the CNI
+// keeps the file elsewhere) stays a link; the file it points to gets the entry,
+// and after Uninstall holds its bytes again.
+func TestInstallThroughASymlink(t *testing.T) {
+	entry := testEntry(t)
+	data := readFile(t, "testdata/in/calico.conflist")
+	target := filepath.Join(t.TempDir(), "calico.conflist")
+	if err := os.WriteFile(target, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	dir := writeDir(t, map[string]string{"10-calico.conflist": "->" + target})
+	written, err := Install(dir, "10-calico.conflist", entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, _ := Insert(data, "10-calico.conflist", entry)
+	if fi, err := os.Lstat(written); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("after Install %s is no longer a link (%v)", written, err)
+	}
+	if got := readFile(t, target); !bytes.Equal(got, want) {
+		t.Errorf("the link's target does not hold the entry:\n%s", got)
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o640 {
+		t.Errorf("target mode %v, want 0640 kept", fi.Mode().Perm())
+	}
+	if _, err := Uninstall(dir, "10-calico.conflist"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(written); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("after Uninstall %s is no longer a link (%v)", written, err)
+	}
+	if got := readFile(t, target); !bytes.Equal(got, data) {
+		t.Errorf("the link's target after Uninstall:\n%s\nwant the original bytes", got)
+	}
+}
+
+// TestBackupReadIsBounded: a backup larger than a config may be is refused, not
+// read whole.
+func TestBackupReadIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(BackupPath(dir, "10-x.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := FindBackup(dir, "10-x.conflist"); err == nil || !strings.Contains(err.Error(), "more than the 1048576 bytes") {
+		t.Errorf("FindBackup of a 64 MiB backup: %v, want it refused", err)
 	}
 }

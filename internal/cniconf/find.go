@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 )
@@ -31,8 +32,8 @@ func (s Skipped) String() string { return s.Err.Error() }
 // FindPrimary returns the path of the config the runtime uses for pods: with name
 // empty, the first file of dir in lexical order with a loadable extension that
 // holds a valid config, as libcni's ConfFiles plus a sort pick it; with name given
-// (CNI_CONF_NAME), exactly that file, or NAME.conflist when NAME is a .conf that an
-// earlier install wrapped.
+// (CNI_CONF_NAME), exactly that file, or, when it is not there, NAME.conflist for a
+// NAME.conf (an earlier install wrapped it) and NAME.conf for a NAME.conflist.
 //
 // Files passed over come back in skipped with the reason, for the agent to log.
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
@@ -62,9 +63,18 @@ func findNamed(dir, name string) (string, []Skipped, error) {
 		return "", nil, fmt.Errorf("CNI_CONF_NAME %q: not a file name ending in .conf, .conflist or .json", name)
 	}
 	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && filepath.Ext(name) == ".conf" {
-		if _, err := os.Stat(path + "list"); err == nil {
-			path += "list"
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		// As Istio's install-cni: a .conf may have become a .conflist (our wrap) and
+		// the other way round (a primary CNI that changed its format).
+		other := ""
+		switch filepath.Ext(name) {
+		case ".conf":
+			other = path + "list"
+		case ".conflist":
+			other = strings.TrimSuffix(path, "list")
+		}
+		if _, err := os.Stat(other); other != "" && err == nil {
+			path = other
 		}
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {

@@ -5,13 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
 // writeDir fills a fresh temporary directory: a value starting with "->" makes a
-// symlink to that target, "/" a directory, anything else a file.
+// symlink to that target, "/" a directory, "|" a FIFO, anything else a file.
 func writeDir(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -21,6 +22,8 @@ func writeDir(t *testing.T, files map[string]string) string {
 		switch {
 		case content == "/":
 			err = os.Mkdir(p, 0o755)
+		case content == "|":
+			err = syscall.Mkfifo(p, 0o644)
 		case len(content) > 2 && content[:2] == "->":
 			err = os.Symlink(content[2:], p)
 		default:
@@ -68,6 +71,8 @@ func TestFindPrimary(t *testing.T) {
 			"read CNI config: open DIR/04-dangling.conflist: no such file or directory",
 			"05-istio-cni.conf: is istio-cni's own config, not a primary network",
 		}},
+		{name: "a FIFO is skipped, not waited on", files: map[string]string{"00-fifo.conf": "|", "10-calico.conflist": list},
+			want: "10-calico.conflist", wantSkipped: []string{"00-fifo.conf: is not a regular file (p---------)"}},
 		{name: "our standalone list is not a primary", files: map[string]string{"00-istio.conflist": `{"name":"i","plugins":[{"type":"istio-cni"}]}`, "10-flannel.conflist": list},
 			want: "10-flannel.conflist", wantSkipped: []string{"00-istio.conflist: holds only istio-cni plugins: our own config, not a primary network"}},
 		{name: "json extension counts", files: map[string]string{"10-ptp.json": single}, want: "10-ptp.json"},
@@ -75,6 +80,7 @@ func TestFindPrimary(t *testing.T) {
 		{name: "only invalid files", files: map[string]string{"10-x.conflist": "{"}, wantNone: true, wantSkipped: []string{"10-x.conflist: invalid JSON at offset 1: unexpected end of JSON input"}},
 		{name: "CNI_CONF_NAME picks exactly that file", files: map[string]string{"10-a.conf": single, "20-b.conflist": list}, confName: "20-b.conflist", want: "20-b.conflist"},
 		{name: "CNI_CONF_NAME of a .conf we wrapped finds the .conflist", files: map[string]string{"10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conflist"},
+		{name: "CNI_CONF_NAME of a .conflist finds the .conf (as Istio's)", files: map[string]string{"10-flannel.conf": single}, confName: "10-flannel.conflist", want: "10-flannel.conf"},
 		{name: "CNI_CONF_NAME prefers the .conf when both exist", files: map[string]string{"10-flannel.conf": single, "10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conf"},
 		{name: "CNI_CONF_NAME missing: wait for it", files: map[string]string{"10-a.conf": single}, confName: "20-b.conflist", wantNone: true},
 		{name: "CNI_CONF_NAME invalid", files: map[string]string{"20-b.conflist": `{"name":"x","plugins":[]}`}, confName: "20-b.conflist", wantErr: `20-b.conflist: "plugins" is empty`},
