@@ -50,6 +50,13 @@ type agent struct {
 	// the loop once settleDelay later; an error still there then is logged.
 	unsettled map[string]unsettledError
 	recheck   chan struct{}
+	// retry wakes the loop to try again what failed for a reason no event will
+	// announce (a full disk, a read-only remount): retryDirty, after retryDelay,
+	// which doubles from retryMin to retryMax while the failures go on.
+	retry        chan struct{}
+	retryDirty   dirty
+	retryDelay   time.Duration
+	retryPending bool
 
 	ready atomic.Bool
 
@@ -57,6 +64,12 @@ type agent struct {
 	tokens *tokenSource
 	// owner is this agent's DaemonSet, learnt at start for the exit decision.
 	owner atomic.Pointer[owner]
+}
+
+// newAgent is an agent with its bookkeeping ready and nothing installed yet.
+func newAgent(s *Settings, log *slog.Logger) *agent {
+	return &agent{s: s, log: log, m: newMetrics(), reported: map[string]string{},
+		unsettled: map[string]unsettledError{}, recheck: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
 }
 
 // Run installs the plugin, keeps it installed until ctx ends, then uninstalls it.
@@ -68,8 +81,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	if s.NodeName == "" {
 		s.NodeName, _ = os.Hostname() // only fills __KUBERNETES_NODE_NAME__
 	}
-	a := &agent{s: &s, log: log, m: newMetrics(), reported: map[string]string{},
-		unsettled: map[string]unsettledError{}, recheck: make(chan struct{}, 1)}
+	a := newAgent(&s, log)
 	template := s.NetworkConfig
 	if s.NetworkConfigFile != "" {
 		b, err := cniconf.ReadConfig(s.NetworkConfigFile)
@@ -316,6 +328,9 @@ func (a *agent) loop(ctx context.Context, w *watcher) {
 			d |= w.classify(ev)
 		case <-a.recheck:
 			d = dirtyConfig
+		case <-a.retry:
+			a.retryPending = false
+			d = a.retryDirty
 		case <-a.tokenChanged():
 			d = dirtyKubeconfig
 		case err, ok := <-w.Errors:
@@ -349,23 +364,36 @@ func (a *agent) tokenChanged() <-chan struct{} {
 	return a.tokens.changed
 }
 
-// reconcile puts back whatever d says may be missing, and updates readiness.
+// reconcile puts back whatever d says may be missing, and updates readiness. What
+// failed for a reason other than a broken config (which waits for the config dir's
+// next change) is tried again later (scheduleRetry).
 func (a *agent) reconcile(d dirty) {
+	var failed dirty
 	if d&dirtyBinaries != 0 {
 		a.reconcileBinaries()
+		if !a.binsOK {
+			failed |= dirtyBinaries
+		}
 	}
 	if d&dirtyKubeconfig != 0 {
 		a.reconcileKubeconfig()
+		if !a.kubeOK {
+			failed |= dirtyKubeconfig
+		}
 	}
 	if d&dirtyConfig != 0 {
 		res, err := a.reconcileConfig()
+		var invalid *cniconf.InvalidError
 		switch {
-		case err != nil:
-			var invalid *cniconf.InvalidError
-			if !errors.As(err, &invalid) || a.settled("config", err) {
+		case err != nil && errors.As(err, &invalid):
+			if a.settled("config", err) {
 				a.report("config", err, "waiting for the next change to the config dir")
 				a.m.installFailed(installConfigFailure)
 			}
+		case err != nil:
+			failed |= dirtyConfig
+			a.report("config", err, retryHint)
+			a.m.installFailed(installConfigFailure)
 		case res == configInstalled:
 			a.clearReport("config")
 			a.log.Info("the CNI config holds the istio-cni entry", "file", a.cfg.current)
@@ -373,12 +401,43 @@ func (a *agent) reconcile(d dirty) {
 			a.clearReport("config")
 		}
 	}
+	a.scheduleRetry(d, failed)
 	ready := a.cfg.inPlace && a.binsOK && a.kubeOK
 	if ready != a.ready.Load() {
 		a.log.Info("readiness changed", "ready", ready)
 	}
 	a.ready.Store(ready)
 	a.m.setReady(ready)
+}
+
+// The bounds of the retry of a failed install step.
+const (
+	retryMin  = time.Second
+	retryMax  = 30 * time.Second
+	retryHint = "retrying after 1s, doubling to at most 30s, until it succeeds"
+)
+
+// scheduleRetry notes that the steps in failed failed (of those in tried) and, while
+// any is still failing, wakes the loop to try them again: after retryMin, doubling
+// up to retryMax; a success of every step resets the delay. One wake is pending at
+// a time. Only the loop's goroutine calls it.
+func (a *agent) scheduleRetry(tried, failed dirty) {
+	a.retryDirty = a.retryDirty&^tried | failed
+	if a.retryDirty == 0 {
+		a.retryDelay = 0
+		return
+	}
+	if a.retryPending {
+		return
+	}
+	a.retryDelay = min(max(2*a.retryDelay, retryMin), retryMax)
+	a.retryPending = true
+	time.AfterFunc(a.retryDelay, func() {
+		select {
+		case a.retry <- struct{}{}:
+		default:
+		}
+	})
 }
 
 func (a *agent) reconcileBinaries() {
@@ -410,9 +469,9 @@ func (a *agent) reconcileBinaries() {
 
 func hintForWriteError(err error) string {
 	if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-		return "the directory is not writable: check the hostPath mount and SELinux"
+		return "the directory is not writable: check the hostPath mount and SELinux; " + retryHint
 	}
-	return ""
+	return retryHint
 }
 
 func (a *agent) reconcileKubeconfig() {
@@ -420,7 +479,7 @@ func (a *agent) reconcileKubeconfig() {
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)
-		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes")
+		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes, and "+retryHint)
 		return
 	}
 	a.clearReport("kubeconfig")

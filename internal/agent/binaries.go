@@ -143,4 +143,3 @@ func removeStaleTemps(dir string) {
 		}
 	}
 }
-

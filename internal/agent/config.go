@@ -52,12 +52,14 @@ func (a *agent) reconcileConfig() (configResult, error) {
 	}
 	dir := a.s.MountedNetDir
 	path, skipped, err := cniconf.FindPrimary(dir, a.s.ConfName)
+	unsettled := false
 	for _, sk := range skipped {
 		err := fmt.Errorf("CNI config %s left untouched: %w", filepath.Join(dir, sk.Name), sk.Err)
 		if !a.settled("skip:"+sk.Name, err) {
+			unsettled = true
 			continue
 		}
-		a.report("skip:"+sk.Name, err, "the runtime skips it too; fix or remove it")
+		a.report("skip:"+sk.Name, err, "a runtime that skips it uses a later file (containerd fails every pod's network instead); fix or remove it")
 	}
 	a.clearReportsExcept("skip:", skipped)
 	if errors.Is(err, cniconf.ErrNoPrimary) {
@@ -70,6 +72,14 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		return configWaiting, fmt.Errorf("CNI config left untouched: %w", err)
 	}
 	a.clearReport("primary")
+	if unsettled {
+		// A file that sorts before path has been broken for less than settleDelay:
+		// most likely its CNI is writing it in place, and it is the primary. Choosing
+		// path now would put the entry where the runtime will not look, and move it
+		// again a moment later; settled has asked for a recheck. A file still broken
+		// then is passed over, as Istio's install-cni passes it over.
+		return configWaiting, nil
+	}
 	name := filepath.Base(path)
 	data, err := cniconf.ReadConfig(path)
 	if err != nil {

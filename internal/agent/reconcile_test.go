@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/istio-cni/istio-cni/internal/cniconf"
+)
+
+// The reconcile tests run the agent's loop in-process on a conf dir of their own,
+// with binaries and kubeconfig taken as done: only the config step runs.
+
+const (
+	calicoList   = `{"cniVersion":"0.3.1","name":"k8s","plugins":[{"type":"calico"}]}`
+	loopbackConf = `{"cniVersion":"0.3.1","name":"lo","type":"loopback"}`
+)
+
+func configAgent(t *testing.T) *agent {
+	t.Helper()
+	s := &Settings{MountedNetDir: t.TempDir(), Chained: true, RevertWarnCount: 5, RevertWarnWindow: time.Minute}
+	a := newAgent(s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.entry = []byte(`{"name":"istio-cni","type":"istio-cni"}`)
+	a.binsOK, a.kubeOK = true, true
+	return a
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestHalfWrittenPrimaryIsWaitedFor: a file that sorts first and does not parse
+// (a primary CNI writing it in place) holds the install back for settleDelay
+// instead of putting the entry into a later file; once it parses, the entry goes
+// into it. One still broken after settleDelay is passed over, as Istio's is.
+func TestHalfWrittenPrimaryIsWaitedFor(t *testing.T) {
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList[:40], "99-loopback.conf": loopbackConf})
+	before := names(t, dir)
+	res, err := a.reconcileConfig()
+	if err != nil || res != configWaiting {
+		t.Fatalf("half-written first file: %v, %v; want waiting", res, err)
+	}
+	if got := names(t, dir); !slicesEqual(got, before) {
+		t.Errorf("while waiting the dir changed: %v, want %v", got, before)
+	}
+
+	// The primary finishes its write: the entry goes there.
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList})
+	if res, err := a.reconcileConfig(); err != nil || res != configInstalled || a.cfg.current != filepath.Join(dir, "10-calico.conflist") {
+		t.Fatalf("after the write: %v, %v, in %s; want installed in 10-calico.conflist", res, err, a.cfg.current)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "99-loopback.conf")); string(data) != loopbackConf {
+		t.Errorf("99-loopback.conf changed: %s", data)
+	}
+
+	// Broken for longer than settleDelay: passed over.
+	a = configAgent(t)
+	dir = a.s.MountedNetDir
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList[:40], "99-loopback.conf": loopbackConf})
+	if res, _ := a.reconcileConfig(); res != configWaiting {
+		t.Fatalf("first look: %v, want waiting", res)
+	}
+	for k, u := range a.unsettled {
+		u.since = u.since.Add(-2 * settleDelay)
+		a.unsettled[k] = u
+	}
+	if res, err := a.reconcileConfig(); err != nil || res != configInstalled || a.cfg.current != filepath.Join(dir, "99-loopback.conflist") {
+		t.Errorf("still broken after settleDelay: %v, %v, in %s; want installed in 99-loopback.conflist", res, err, a.cfg.current)
+	}
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFailedWriteIsRetried: an install step that fails for a reason no event
+// announces (here the backup's path is taken by a non-empty directory, as a full
+// disk or a read-only remount would fail it) is tried again without any change to
+// the dir, and the agent becomes ready once the cause is gone.
+func TestFailedWriteIsRetried(t *testing.T) {
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList})
+	blocker := cniconf.BackupPath(dir, "10-calico.conflist")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(dirtyConfig)
+	if a.ready.Load() || !a.retryPending || a.retryDirty != dirtyConfig {
+		t.Fatalf("after the failure: ready %v, retry pending %v for %b; want not ready and a retry of the config", a.ready.Load(), a.retryPending, a.retryDirty)
+	}
+	fw, err := fsnotify.NewWatcher() // watches nothing: only the retry can wake the loop
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.loop(ctx, &watcher{Watcher: fw}); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	// The first retry comes after retryMin; allow it many times over.
+	for deadline := time.Now().Add(20 * retryMin); !a.ready.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready %s after the cause went away: no retry", 20*retryMin)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRetryBackoff: the delay doubles from retryMin to retryMax while a step keeps
+// failing, one wake is pending at a time, and a success resets it.
+func TestRetryBackoff(t *testing.T) {
+	a := configAgent(t)
+	var got []time.Duration
+	for range 8 {
+		a.retryPending = false // as the loop does when the wake arrives
+		a.scheduleRetry(dirtyConfig, dirtyConfig)
+		got = append(got, a.retryDelay)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30, 30}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("delays %v, want %v seconds", got, want)
+		}
+	}
+	a.scheduleRetry(dirtyKubeconfig, dirtyKubeconfig) // pending already: no second wake
+	if a.retryDelay != retryMax || a.retryDirty != dirtyConfig|dirtyKubeconfig {
+		t.Errorf("a failure while a wake is pending: delay %s, dirty %b", a.retryDelay, a.retryDirty)
+	}
+	a.scheduleRetry(dirtyConfig|dirtyKubeconfig, 0)
+	if a.retryDelay != 0 || a.retryDirty != 0 {
+		t.Errorf("after success: delay %s, dirty %b; want both reset", a.retryDelay, a.retryDirty)
+	}
+}
+
+// TestPrimaryKeepsItsOwner: the primary's config keeps its owner and group when
+// the agent writes the entry into it (root: the agent chowns, as the chart runs it).
+func TestPrimaryKeepsItsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: the test gives the primary's config another owner")
+	}
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	p := filepath.Join(dir, "10-calico.conflist")
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList})
+	if err := os.Chown(p, 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.reconcileConfig(); err != nil || res != configInstalled {
+		t.Fatalf("install: %v, %v", res, err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 5678 {
+		t.Errorf("after the install the primary is %d:%d, want 1234:5678 kept", st.Uid, st.Gid)
+	}
+}
