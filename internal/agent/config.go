@@ -222,7 +222,7 @@ func (a *agent) standalonePath() string {
 
 func (a *agent) reconcileStandalone() (configResult, error) {
 	path := a.standalonePath()
-	want, err := cniconf.Standalone(a.entry, standaloneCNIVersion, PluginType)
+	want, err := cniconf.Standalone(a.entry, standaloneCNIVersion, a.s.StandaloneNetworkName())
 	if err != nil {
 		return configWaiting, fmt.Errorf("standalone config: %w", err)
 	}

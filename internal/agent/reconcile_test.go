@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -193,5 +194,34 @@ func TestPrimaryKeepsItsOwner(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 5678 {
 		t.Errorf("after the install the primary is %d:%d, want 1234:5678 kept", st.Uid, st.Gid)
+	}
+}
+
+// TestStandaloneNameIsMultusNetwork: with Multus, the standalone config is named as
+// the NetworkAttachmentDefinition (Multus finds a definition without a spec's
+// config by that name); without, istio-cni.
+func TestStandaloneNameIsMultusNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		multus  bool
+		network string
+		want    string
+	}{
+		{true, "mesh-net", "mesh-net"},
+		{false, "mesh-net", "istio-cni"},
+	} {
+		a := configAgent(t)
+		a.s.Chained = false
+		a.s.Multus.Enabled, a.s.Multus.Network = tc.multus, tc.network
+		if res, err := a.reconcileConfig(); err != nil || res != configInstalled {
+			t.Fatalf("standalone install: %v, %v", res, err)
+		}
+		data, err := os.ReadFile(a.standalonePath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct{ Name string }
+		if err := json.Unmarshal(data, &c); err != nil || c.Name != tc.want {
+			t.Errorf("Multus %v, network %q: standalone config named %q (%v), want %q", tc.multus, tc.network, c.Name, err, tc.want)
+		}
 	}
 }

@@ -438,12 +438,19 @@ func setIptablesMode(s *Settings, v string) error {
 	return nil
 }
 
-// setKubeconfigMode reads an octal mode as chmod does ("600", "0600", "0o600").
+// setKubeconfigMode reads an octal mode written with its leading 0 ("0600",
+// "0o600"). Without one the value is refused: Istio's install-cni reads "600" as
+// the decimal 600, and "420" as 0644, so a bare number means one mode there and
+// another here.
 func setKubeconfigMode(s *Settings, v string) error {
-	t := strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(v), "0o"), "0O")
+	trimmed := strings.TrimSpace(v)
+	t := strings.TrimPrefix(strings.TrimPrefix(trimmed, "0o"), "0O")
 	n, err := strconv.ParseUint(t, 8, 32)
 	if err != nil || t == "" || n > 0o777 {
 		return fmt.Errorf("%q is not an octal file mode (0000-0777, e.g. 0600)", v)
+	}
+	if t == trimmed && !strings.HasPrefix(t, "0") {
+		return fmt.Errorf("%q: write the octal mode with its leading 0 (for example 0%s): Istio's install-cni reads a number without one as decimal", v, t)
 	}
 	if n&0o400 == 0 {
 		return fmt.Errorf("%q: the owner could not read the file", v)
@@ -493,8 +500,12 @@ func setRevertWarnWindow(s *Settings, v string) error {
 	return nil
 }
 
+// PluginLogScope is the scope of Istio's --log_output_level that sets the plugin's
+// level ("default:info,cni-plugin:debug"), as Istio's install-cni reads it.
+const PluginLogScope = "cni-plugin"
+
 func setAgentLogLevel(s *Settings, v string) error {
-	l, err := cli.ParseOutputLevel(v)
+	l, err := cli.ParseOutputLevel(v, PluginLogScope)
 	if err != nil {
 		return err
 	}
@@ -534,12 +545,21 @@ var ErrHelp = settings.ErrHelp
 // lookupEnv) into Settings. A flag overrides its variables; an empty variable counts
 // as unset. Every error names the flag or variable and quotes the value.
 func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, error) {
-	if err := refuseAmbient(lookupEnv); err != nil {
+	if err := refuseUnimplemented(lookupEnv); err != nil {
 		return Settings{}, err
 	}
 	var s Settings
 	if err := table.Parse(&s, args, lookupEnv); err != nil {
 		return Settings{}, err
+	}
+	// Istio's cni-plugin (or all) scope sets the plugin's level unless the plugin's
+	// own setting is given.
+	if levels, ok := table.Lookup("log_output_level", args, lookupEnv); ok {
+		if l, ok := cli.ScopeLevel(levels, PluginLogScope); ok {
+			if _, given := table.Lookup("plugin-log-level", args, lookupEnv); !given {
+				s.PluginLogLevel = l
+			}
+		}
 	}
 	if err := s.validate(); err != nil {
 		return Settings{}, err
@@ -702,26 +722,49 @@ func addrOrEvery(a netip.Addr) string {
 	return a.String()
 }
 
+// StandaloneNetworkName is the "name" of the standalone config: with Multus, the
+// NetworkAttachmentDefinition's (MULTUS_NETWORK_NAME), since Multus finds the config
+// of a definition without a spec by that name; otherwise istio-cni.
+func (s *Settings) StandaloneNetworkName() string {
+	if s.Multus.Enabled && s.Multus.Network != "" {
+		return s.Multus.Network
+	}
+	return PluginType
+}
+
 // PluginName is the installed plugin binary's name and its entry's type.
 func (s *Settings) PluginName() string { return s.BinariesPrefix + PluginType }
 
 // EnvAmbientEnabled is Istio's switch for ambient mode.
 const EnvAmbientEnabled = "AMBIENT_ENABLED"
 
-// refuseAmbient stops the agent when Istio's ambient mode is asked for: this
-// istio-cni has none, and ignoring the setting would leave ambient pods with no
-// proxy in their path. False (or unset) is what Istio's sidecar mode sets.
-func refuseAmbient(lookupEnv func(string) (string, bool)) error {
-	v, ok := lookupEnv(EnvAmbientEnabled)
-	if !ok || strings.TrimSpace(v) == "" {
-		return nil
-	}
-	on, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		return fmt.Errorf("invalid environment variable %s: %q is not true or false", EnvAmbientEnabled, v)
-	}
-	if on {
-		return fmt.Errorf("environment variable %s=%s: this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it", EnvAmbientEnabled, v)
+// EnvIstioOwnedCNIConfig is Istio's switch for writing the chain to a file of its
+// own (ISTIO_OWNED_CNI_CONFIG_FILENAME) instead of into the primary's.
+const EnvIstioOwnedCNIConfig = "ISTIO_OWNED_CNI_CONFIG"
+
+// refused are Istio's switches this istio-cni does not implement, and why: true
+// stops the agent, since ignoring it would leave the node other than its owner
+// asked for. False (or unset) is what Istio's sidecar mode sets.
+var refused = []struct{ env, why string }{
+	{EnvAmbientEnabled, "this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it"},
+	{EnvIstioOwnedCNIConfig, "this istio-cni inserts its entry into the primary network's own config file and does not write a copy of the chain to a file of its own; unset it (or set CNI_CONF_NAME to pick the file)"},
+}
+
+// refuseUnimplemented stops the agent when one of the refused switches is on, or
+// is not a boolean.
+func refuseUnimplemented(lookupEnv func(string) (string, bool)) error {
+	for _, r := range refused {
+		v, ok := lookupEnv(r.env)
+		if !ok || strings.TrimSpace(v) == "" {
+			continue
+		}
+		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("invalid environment variable %s: %q is not true or false", r.env, v)
+		}
+		if on {
+			return fmt.Errorf("environment variable %s=%s: %s", r.env, v, r.why)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 )
 
@@ -53,9 +54,13 @@ func levelNames() string {
 // "scope:level" pairs where a bare level is the "default" scope's. A command here
 // has a single log, so the "default" scope's level counts (the last one given);
 // without one, the first scope given counts, so that "cni:debug" means debug.
-// Every level must be a valid name, including those of scopes that do not count.
-func ParseOutputLevel(s string) (Level, error) {
+// Scopes named in others belong to another program's log (the agent passes
+// "cni-plugin", the plugin's scope: see ScopeLevel) and never count; a value that
+// names only those leaves the command at info. Every level must be a valid name,
+// including those of scopes that do not count.
+func ParseOutputLevel(s string, others ...string) (Level, error) {
 	var def, first Level
+	named := false
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -65,13 +70,16 @@ func ParseOutputLevel(s string) (Level, error) {
 		if !scoped {
 			scope, name = "default", item
 		}
+		scope = strings.TrimSpace(scope)
 		l, err := ParseLevel(name)
 		if err != nil {
 			return "", outputLevelError(s)
 		}
+		named = true
 		switch {
-		case strings.TrimSpace(scope) == "default":
+		case scope == "default":
 			def = l
+		case slices.Contains(others, scope):
 		case first == "":
 			first = l
 		}
@@ -81,8 +89,27 @@ func ParseOutputLevel(s string) (Level, error) {
 		return def, nil
 	case first != "":
 		return first, nil
+	case named:
+		return LevelInfo, nil
 	}
 	return "", outputLevelError(s)
+}
+
+// ScopeLevel is the level a --log_output_level value s gives scope, as Istio's
+// logging reads it: the last "scope:level" for it, or "all:level", which sets every
+// scope; ok is false when s names neither (a bare level is the "default" scope's
+// only). s must have passed ParseOutputLevel.
+func ScopeLevel(s, scope string) (l Level, ok bool) {
+	for _, item := range strings.Split(s, ",") {
+		sc, name, scoped := strings.Cut(strings.TrimSpace(item), ":")
+		if sc = strings.TrimSpace(sc); !scoped || (sc != scope && sc != "all") {
+			continue
+		}
+		if parsed, err := ParseLevel(name); err == nil {
+			l, ok = parsed, true
+		}
+	}
+	return l, ok
 }
 
 func outputLevelError(s string) error {

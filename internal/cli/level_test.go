@@ -31,21 +31,60 @@ func TestParseLevelAndParseOutputLevelReadIstioForms(t *testing.T) {
 		{ParseLevel, "fatal", LevelFatal},
 		{ParseLevel, "panic", LevelPanic},
 		{ParseLevel, "none", LevelNone},
-		{ParseOutputLevel, "debug", LevelDebug},
-		{ParseOutputLevel, "default:warn", LevelWarn},
-		{ParseOutputLevel, "cni:debug,default:warn", LevelWarn},
-		{ParseOutputLevel, "default:warn,cni:debug", LevelWarn},
-		{ParseOutputLevel, "error,cni:debug", LevelError},
-		{ParseOutputLevel, "cni:debug", LevelDebug},
-		{ParseOutputLevel, "cni:debug,install:error", LevelDebug},
-		{ParseOutputLevel, "default:info,default:debug", LevelDebug},
-		{ParseOutputLevel, " default:debug , ", LevelDebug},
-		{ParseOutputLevel, "default:warning", LevelWarn},
+		{parseOutputLevel, "debug", LevelDebug},
+		{parseOutputLevel, "default:warn", LevelWarn},
+		{parseOutputLevel, "cni:debug,default:warn", LevelWarn},
+		{parseOutputLevel, "default:warn,cni:debug", LevelWarn},
+		{parseOutputLevel, "error,cni:debug", LevelError},
+		{parseOutputLevel, "cni:debug", LevelDebug},
+		{parseOutputLevel, "cni:debug,install:error", LevelDebug},
+		{parseOutputLevel, "default:info,default:debug", LevelDebug},
+		{parseOutputLevel, " default:debug , ", LevelDebug},
+		{parseOutputLevel, "default:warning", LevelWarn},
 	}
 	for _, tc := range cases {
 		got, err := tc.parse(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("parse %q = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func parseOutputLevel(s string) (Level, error) { return ParseOutputLevel(s) }
+
+// TestOtherProgramsScopes: a scope named as another program's never sets the
+// command's level; a value naming only such scopes leaves it at info; ScopeLevel
+// reads a scope's own level or all's, the last one given.
+func TestOtherProgramsScopes(t *testing.T) {
+	for in, want := range map[string]Level{
+		"cni-plugin:debug":                  LevelInfo,
+		"cni-plugin:debug,cni-agent:warn":   LevelWarn,
+		"default:error,cni-plugin:debug":    LevelError,
+		"cni-plugin:debug,all:warn":         LevelWarn,
+		"cni-plugin:debug , default:debug,": LevelDebug,
+	} {
+		if got, err := ParseOutputLevel(in, "cni-plugin"); err != nil || got != want {
+			t.Errorf("ParseOutputLevel(%q, cni-plugin) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseOutputLevel("cni-plugin:loud", "cni-plugin"); err == nil {
+		t.Errorf("a bad level of another program's scope was accepted")
+	}
+	type scoped struct {
+		l  Level
+		ok bool
+	}
+	for in, want := range map[string]scoped{
+		"default:info,cni-plugin:debug": {LevelDebug, true},
+		"all:warn":                      {LevelWarn, true},
+		"cni-plugin:debug,all:error":    {LevelError, true},
+		"all:error, cni-plugin : debug": {LevelDebug, true},
+		"debug":                         {"", false},
+		"default:debug,cni-agent:debug": {"", false},
+	} {
+		l, ok := ScopeLevel(in, "cni-plugin")
+		if (scoped{l, ok}) != want {
+			t.Errorf("ScopeLevel(%q, cni-plugin) = %q, %v; want %q, %v", in, l, ok, want.l, want.ok)
 		}
 	}
 }

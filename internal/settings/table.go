@@ -156,6 +156,28 @@ func (t Table[T]) Parse(dst *T, args []string, lookupEnv func(string) (string, b
 	return errors.Join(errs...)
 }
 
+// Lookup is the value the setting named name takes from its flag in args or from
+// one of its variables (set and not blank), and whether it takes one from there
+// rather than from its Default: for a command where one setting may stand in for
+// another that is not given. Parse reports any error in args; here they only make
+// the flag count as not given.
+func (t Table[T]) Lookup(name string, args []string, lookupEnv func(string) (string, bool)) (string, bool) {
+	fs := t.FlagSet()
+	fs.SetOutput(io.Discard)
+	flagOK := fs.Parse(args) == nil
+	for _, s := range t.Settings {
+		if s.Name != name {
+			continue
+		}
+		if flagOK && fs.Changed(name) {
+			return fs.Lookup(name).Value.String(), true
+		}
+		v, _, ok := s.fromEnv(lookupEnv)
+		return v, ok
+	}
+	return "", false
+}
+
 // Field is a Set that parses the value with parse and stores the result in the
 // field of T that field points to.
 func Field[T, V any](field func(*T) *V, parse func(string) (V, error)) func(*T, string) error {
