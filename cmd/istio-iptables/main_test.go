@@ -73,7 +73,7 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// baseEnv keeps the host's environment (an ENVOY_PORT, a DRY_RUN) out of the runs
+// baseEnv keeps the host's environment (a DRY_RUN, an ISTIO_INBOUND_PORTS) out of the runs
 // and makes the proxy uid default deterministic (no such user: 1337).
 func baseEnv(extra ...string) []string {
 	return append([]string{"PATH=" + os.Getenv("PATH"), "ENVOY_USER=istio-iptables-test-no-such-user",

@@ -100,8 +100,10 @@ func toggle(field func(*Config) *bool) func(*Config, string) error {
 // project's additions, and the settings Istio reads only from the environment.
 // Defaults are shown in --help only: ParseConfig starts from DefaultConfig.
 var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settings.Setting[Config]{
-	{Name: "envoy-port", Short: "p", Envs: []string{"ENVOY_PORT"}, Default: "15001",
-		Usage: "port the outbound TCP traffic is redirected to",
+	// Istio binds --envoy-port without a variable (ENVOY_PORT is only logged there),
+	// so an ENVOY_PORT meant for something else never moves the outbound capture.
+	{Name: "envoy-port", Short: "p", Default: "15001",
+		Usage: "port the outbound TCP traffic is redirected to (no environment variable, as in Istio)",
 		Set:   captureField(redirect.FieldProxyPort)},
 	{Name: "inbound-capture-port", Short: "z", Envs: []string{"INBOUND_CAPTURE_PORT"}, Default: "15006",
 		Usage: "port the inbound TCP traffic is redirected to",

@@ -111,7 +111,7 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 		{
 			name: "every environment variable",
 			env: map[string]string{
-				"ENVOY_PORT": "15101", "INBOUND_CAPTURE_PORT": "15106", "INBOUND_TUNNEL_PORT": "15108",
+				"INBOUND_CAPTURE_PORT": "15106", "INBOUND_TUNNEL_PORT": "15108",
 				"PROXY_UID": "1000", "PROXY_GID": "2000", "ISTIO_INBOUND_INTERCEPTION_MODE": "TPROXY",
 				"ISTIO_INBOUND_TPROXY_MARK": "7", "ISTIO_INBOUND_TPROXY_ROUTE_TABLE": "77",
 				"ISTIO_INBOUND_PORTS": "*", "ISTIO_LOCAL_EXCLUDE_PORTS": "15020", "ISTIO_EXCLUDE_INTERFACES": "eth1",
@@ -125,7 +125,7 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 			},
 			want: func(c *Config) {
 				s := &c.Capture
-				s.ProxyPort, s.InboundCapturePort, s.InboundTunnelPort = 15101, 15106, 15108
+				s.InboundCapturePort, s.InboundTunnelPort = 15106, 15108
 				s.ProxyUIDs, s.ProxyGIDs = []uint32{1000}, []uint32{2000}
 				s.Mode, s.TProxyMark, s.TProxyRouteTable = redirect.ModeTProxy, 7, 77
 				s.InboundPorts = redirect.PortSet{All: true}
@@ -174,7 +174,12 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 		},
 		{
 			name: "an empty variable counts as unset",
-			env:  map[string]string{"DRY_RUN": "", "ENVOY_PORT": " "},
+			env:  map[string]string{"DRY_RUN": "", "INBOUND_CAPTURE_PORT": " "},
+			want: func(c *Config) {},
+		},
+		{
+			name: "ENVOY_PORT is not read: Istio binds --envoy-port to no variable",
+			env:  map[string]string{"ENVOY_PORT": "15101"},
 			want: func(c *Config) {},
 		},
 		{
@@ -224,7 +229,6 @@ func TestParseConfigErrorsNameTheFlagOrVariableAndTheValue(t *testing.T) {
 		{"interface with shell metacharacters", []string{"-c", "eth0;rm"}, nil, []string{"-c/--istio-exclude-interfaces", `"eth0;rm"`}},
 		{"virtual interface with a slash", []string{"-k", "a/b"}, nil, []string{"-k/--kube-virt-interfaces", `"a/b"`}},
 		{"bad envoy port", []string{"-p", "abc"}, nil, []string{"-p/--envoy-port", `"abc"`}},
-		{"bad envoy port in the environment", nil, map[string]string{"ENVOY_PORT": "0"}, []string{"ENVOY_PORT", `"0"`}},
 		{"bad capture port", []string{"-z", "-1"}, nil, []string{"-z/--inbound-capture-port", `"-1"`}},
 		{"bad tunnel port", nil, map[string]string{"INBOUND_TUNNEL_PORT": "x"}, []string{"INBOUND_TUNNEL_PORT", `"x"`}},
 		{"bad uid", []string{"-u", "istio"}, nil, []string{"-u/--proxy-uid", `"istio"`}},
