@@ -383,8 +383,19 @@ func testApplyValidateCleanup(t *testing.T, backendArgs []string) {
 		t.Errorf("validation as root: exit %d, want 126 with a hint about the uid; stderr:\n%s", r.code, r.stderr)
 	}
 
+	// As in Istio, --skip-rule-apply skips the removal as well.
+	skipped := append([]string{"--network-namespace", ns, "--cleanup-only", "--skip-rule-apply"}, backendArgs...)
+	cmd := exec.Command(binary(t), skipped...)
+	cmd.Env = baseEnv()
+	if r := run(t, cmd); r.code != 0 {
+		t.Fatalf("cleanup with --skip-rule-apply: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if len(leftovers(t, ns)) == 0 {
+		t.Error("--cleanup-only --skip-rule-apply removed the capture")
+	}
+
 	cleanup := append([]string{"--network-namespace", ns, "--cleanup-only"}, backendArgs...)
-	cmd := exec.Command(binary(t), cleanup...)
+	cmd = exec.Command(binary(t), cleanup...)
 	cmd.Env = baseEnv()
 	if r := run(t, cmd); r.code != 0 {
 		t.Fatalf("cleanup: exit %d, stderr:\n%s", r.code, r.stderr)

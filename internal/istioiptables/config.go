@@ -154,7 +154,7 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 		Usage: "print the rules instead of applying them",
 		Set:   toggle(func(c *Config) *bool { return &c.DryRun })},
 	{Name: "skip-rule-apply", Envs: []string{"SKIP_RULE_APPLY"}, Bool: true,
-		Usage: "do not program anything (with --run-validation: only validate)",
+		Usage: "do not program or remove anything (with --run-validation: only validate)",
 		Set:   toggle(func(c *Config) *bool { return &c.SkipRuleApply })},
 	{Name: "run-validation", Envs: []string{"RUN_VALIDATION"}, Bool: true,
 		Usage: "check that traffic is redirected to the proxy; exit 126 if not",

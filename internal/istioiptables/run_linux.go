@@ -25,9 +25,7 @@ import (
 // which a locked goroutine elsewhere could have switched.
 const currentNamespace = "/proc/thread-self/ns/net"
 
-// Run does what cfg asks, in this order as Istio does: build the plan; remove it
-// (--cleanup-only, then stop), or print it (--dry-run) or apply it (unless
-// --skip-rule-apply); then validate (--run-validation). Logs go to slog's default
+// Run does what cfg asks, in the order Steps gives. Logs go to slog's default
 // logger; only --dry-run writes to stdout.
 func Run(ctx context.Context, cfg Config) error {
 	log := slog.Default()
@@ -47,25 +45,21 @@ func Run(ctx context.Context, cfg Config) error {
 		nsPath = currentNamespace
 	}
 
-	if cfg.CleanupOnly {
-		if cfg.DryRun {
+	for _, s := range Steps(cfg) {
+		switch s {
+		case StepDescribeRemoval:
 			log.Info("dry run: would remove the capture", "nftables", cfg.NativeNftables)
-			return nil
-		}
-		b, err := newBackend(cfg)
-		if err != nil {
-			return err
-		}
-		routing, err := capture.Cleanup(ctx, nsPath, b, plan)
-		if err != nil {
-			return err
-		}
-		log.Info("capture removed", "backend", b.Name(), "routingRemoved", routing)
-		return nil
-	}
-
-	if !cfg.SkipRuleApply {
-		if cfg.DryRun {
+		case StepRemove:
+			b, err := newBackend(cfg)
+			if err != nil {
+				return err
+			}
+			routing, err := capture.Cleanup(ctx, nsPath, b, plan)
+			if err != nil {
+				return err
+			}
+			log.Info("capture removed", "backend", b.Name(), "routingRemoved", routing)
+		case StepPrint:
 			log.Info("dry run: printing the rules, changing nothing", "ipv6", spec.IPv6)
 			text, err := DryRunText(plan, cfg.NativeNftables)
 			if err != nil {
@@ -74,13 +68,15 @@ func Run(ctx context.Context, cfg Config) error {
 			if _, err := os.Stdout.WriteString(text); err != nil {
 				return fmt.Errorf("write rules: %w", err)
 			}
-		} else if err := apply(ctx, log, cfg, nsPath, plan); err != nil {
-			return err
+		case StepApply:
+			if err := apply(ctx, log, cfg, nsPath, plan); err != nil {
+				return err
+			}
+		case StepValidate:
+			if err := validate(ctx, log, cfg, spec); err != nil {
+				return err
+			}
 		}
-	}
-
-	if cfg.RunValidation {
-		return validate(ctx, log, cfg, spec)
 	}
 	return nil
 }
