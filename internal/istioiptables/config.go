@@ -35,6 +35,10 @@ type Config struct {
 	// IptablesMode ("" picks nft or legacy from the installed binaries).
 	NativeNftables bool
 	IptablesMode   iptables.Mode
+	// ForceIptablesBinary is Istio's --force-iptables-binary as given (auto when
+	// empty or absent). ParseConfig folds it into IptablesMode, which alone
+	// decides.
+	ForceIptablesBinary iptables.Mode
 
 	// NetworkNamespace is the namespace to program; empty means the current one.
 	NetworkNamespace string
@@ -207,6 +211,9 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 	{Name: "iptables-mode", Envs: []string{"IPTABLES_MODE"}, Default: "auto",
 		Usage: `iptables implementation, "legacy", "nft" or "auto" (nft when installed)`,
 		Set:   settings.Field(func(c *Config) *iptables.Mode { return &c.IptablesMode }, iptables.ParseMode)},
+	{Name: "force-iptables-binary", Envs: []string{"FORCE_IPTABLES_BINARY"},
+		Usage: `Istio's name for --iptables-mode: "legacy" or "nft"; empty detects`,
+		Set:   settings.Field(func(c *Config) *iptables.Mode { return &c.ForceIptablesBinary }, parseForcedBinary)},
 	{Name: "resolv-conf", Default: DefaultResolvConf, Hidden: true,
 		Usage: "resolv.conf to read DNS servers from",
 		Set: func(c *Config, v string) error {
@@ -245,6 +252,16 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 	{Envs: []string{EnvEnvoyUser}, Usage: "user whose uid is the default proxy uid (default istio-proxy)",
 		Set: func(c *Config, v string) error { c.EnvoyUser = strings.TrimSpace(v); return nil }},
 }}
+
+// parseForcedBinary parses --force-iptables-binary as Istio does: "legacy", "nft",
+// or empty to detect; unlike --iptables-mode, "auto" is not one of its values.
+func parseForcedBinary(v string) (iptables.Mode, error) {
+	switch m := iptables.Mode(strings.TrimSpace(v)); m {
+	case iptables.ModeAuto, iptables.ModeLegacy, iptables.ModeNFT:
+		return m, nil
+	}
+	return "", fmt.Errorf("%q is not an iptables binary (legacy or nft; empty detects)", v)
+}
 
 func ignoreBool(_ *Config, v string) error {
 	_, err := redirect.ParseBool(v)
@@ -306,10 +323,21 @@ func ownerGroupsConflict(lookupEnv func(string) (string, bool)) error {
 	return nil
 }
 
-// validate checks what no single setting can: combinations.
+// validate checks what no single setting can: combinations. It also folds
+// --force-iptables-binary into IptablesMode.
 func (c *Config) validate() error {
 	if c.NativeNftables && c.IptablesMode != iptables.ModeAuto {
 		return fmt.Errorf("--iptables-mode %q cannot be combined with --native-nftables", c.IptablesMode)
+	}
+	if force := c.ForceIptablesBinary; force != iptables.ModeAuto {
+		switch {
+		case c.NativeNftables:
+			return fmt.Errorf("--force-iptables-binary (FORCE_IPTABLES_BINARY) %q cannot be combined with --native-nftables", force)
+		case c.IptablesMode != iptables.ModeAuto && c.IptablesMode != force:
+			return fmt.Errorf("--force-iptables-binary (FORCE_IPTABLES_BINARY) %q conflicts with --iptables-mode (IPTABLES_MODE) %q",
+				force, c.IptablesMode)
+		}
+		c.IptablesMode = force
 	}
 	if c.RunValidation && (c.ProbePort == c.Capture.ProxyPort || c.ProbePort == c.Capture.InboundCapturePort) {
 		return fmt.Errorf("--iptables-probe-port %d must differ from the capture ports %d and %d",

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
@@ -193,6 +194,33 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 			want: func(c *Config) {},
 		},
 		{
+			name: "FORCE_IPTABLES_BINARY picks the iptables mode",
+			env:  map[string]string{"FORCE_IPTABLES_BINARY": "legacy"},
+			want: func(c *Config) { c.ForceIptablesBinary, c.IptablesMode = iptables.ModeLegacy, iptables.ModeLegacy },
+		},
+		{
+			name: "--force-iptables-binary picks the iptables mode",
+			args: []string{"--force-iptables-binary", "nft"},
+			want: func(c *Config) { c.ForceIptablesBinary, c.IptablesMode = iptables.ModeNFT, iptables.ModeNFT },
+		},
+		{
+			name: "an empty --force-iptables-binary detects",
+			args: []string{"--force-iptables-binary="},
+			want: func(c *Config) {},
+		},
+		{
+			name: "--force-iptables-binary agreeing with IPTABLES_MODE",
+			args: []string{"--force-iptables-binary", "nft"},
+			env:  map[string]string{"IPTABLES_MODE": "nft"},
+			want: func(c *Config) { c.ForceIptablesBinary, c.IptablesMode = iptables.ModeNFT, iptables.ModeNFT },
+		},
+		{
+			name: "FORCE_IPTABLES_BINARY overrides an --iptables-mode of auto",
+			args: []string{"--iptables-mode", "auto"},
+			env:  map[string]string{"FORCE_IPTABLES_BINARY": "legacy"},
+			want: func(c *Config) { c.ForceIptablesBinary, c.IptablesMode = iptables.ModeLegacy, iptables.ModeLegacy },
+		},
+		{
 			name: "Istio's log levels",
 			args: []string{"--log_output_level", "validation:debug,default:warn"},
 			want: func(c *Config) { c.LogLevel = slog.LevelWarn },
@@ -257,6 +285,11 @@ func TestParseConfigErrorsNameTheFlagOrVariableAndTheValue(t *testing.T) {
 		{"owner groups include and exclude", nil, map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS": "a", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE": "b"},
 			[]string{"ISTIO_OUTBOUND_OWNER_GROUPS=", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE="}},
 		{"non-loopback loopback CIDR", nil, map[string]string{"ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR": "10.0.0.1/32"}, []string{"ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR", `"10.0.0.1/32"`}},
+		{"bad forced iptables binary", []string{"--force-iptables-binary", "auto"}, nil, []string{"--force-iptables-binary", `"auto"`}},
+		{"bad forced iptables binary in the environment", nil, map[string]string{"FORCE_IPTABLES_BINARY": "NFT"}, []string{"FORCE_IPTABLES_BINARY", `"NFT"`}},
+		{"forced iptables binary conflicting with the iptables mode", []string{"--iptables-mode", "nft"}, map[string]string{"FORCE_IPTABLES_BINARY": "legacy"},
+			[]string{"FORCE_IPTABLES_BINARY", `"legacy"`, "IPTABLES_MODE", `"nft"`}},
+		{"forced iptables binary with native nftables", []string{"--native-nftables", "--force-iptables-binary", "legacy"}, nil, []string{"--force-iptables-binary", "--native-nftables"}},
 		{"iptables mode with native nftables", []string{"--native-nftables", "--iptables-mode", "nft"}, nil, []string{"--iptables-mode", "--native-nftables"}},
 		{"probe port equal to a capture port", []string{"--run-validation", "--iptables-probe-port", "15006"}, nil, []string{"--iptables-probe-port", "15006"}},
 		{"both bad values reported at once", []string{"-b", "70000", "-q", "x"}, nil, []string{"--istio-inbound-ports", "--istio-outbound-ports"}},
