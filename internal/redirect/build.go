@@ -393,7 +393,7 @@ func (b *builder) plan() (*Plan, error) {
 		}
 		p.Families = append(p.Families, fp)
 	}
-	if b.spec.Mode == ModeTProxy {
+	if b.spec.NeedsTProxyRouting() {
 		p.Routing = &Routing{Mark: b.spec.TProxyMark, Table: b.spec.TProxyRouteTable}
 	}
 	if b.spec.IPv6 {

@@ -48,6 +48,7 @@ var specCases = []struct {
 	{"host-loopback-cidr", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldHostIPv4Loopback: "127.0.0.1/8"}},
 	{"tproxy", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldInboundPortsExclude: sidecarInboundExclude, FieldOutboundCIDRs: "*"}},
 	{"tproxy-ports", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "8080"}},
+	{"tproxy-no-inbound-ports", specs.Settings{FieldMode: "TPROXY", FieldOutboundCIDRs: "*", FieldExcludeInterfaces: "net1"}},
 	{"tproxy-ipv6", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldIPv6: "true", FieldExcludeInterfaces: "net1"}},
 	{"tproxy-kubevirt", specs.Settings{FieldMode: "TPROXY", FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldRerouteVirtualInterfaces: "eth1"}},
 	{"drop-invalid", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldDropInvalid: "true"}},

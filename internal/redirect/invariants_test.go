@@ -223,6 +223,37 @@ func TestRandomSpecsBuildValidPlans(t *testing.T) {
 	})
 }
 
+// TestRandomSpecsRouteOnlyTProxyCapturedInbound: a plan has TPROXY's policy
+// routing exactly when it TPROXY-captures inbound traffic (TPROXY mode and inbound
+// ports), as Istio's configureTProxyRoutes; a plan with a TPROXY rule always has it.
+func TestRandomSpecsRouteOnlyTProxyCapturedInbound(t *testing.T) {
+	eachRandomPlan(t, 1, func(i int, _ *rand.Rand, s Spec, p *Plan) {
+		want := s.Mode == ModeTProxy && !s.InboundPorts.Empty()
+		if got := p.Routing != nil; got != want {
+			t.Fatalf("spec %d: routing %v, want %v (mode %s, inbound ports %+v)", i, got, want, s.Mode, s.InboundPorts)
+		}
+		if hasTarget(p, TargetTProxy) && p.Routing == nil {
+			t.Fatalf("spec %d: a TPROXY rule without policy routing\n%+v", i, s)
+		}
+		if p.Routing != nil && (p.Routing.Mark != s.TProxyMark || p.Routing.Table != s.TProxyRouteTable) {
+			t.Fatalf("spec %d: routing %+v, want mark %d table %d", i, *p.Routing, s.TProxyMark, s.TProxyRouteTable)
+		}
+	})
+}
+
+func hasTarget(p *Plan, kind TargetKind) bool {
+	for _, fp := range p.Families {
+		for _, tp := range fp.Tables {
+			for _, r := range tp.Rules {
+				if r.Target.Kind == kind {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // TestRandomSpecsTraceWithoutError: the tracer understands every plan the builder
 // makes, for any packet.
 func TestRandomSpecsTraceWithoutError(t *testing.T) {

@@ -172,7 +172,7 @@ type Routing struct {
 // never decide anything.
 type Plan struct {
 	Families []FamilyPlan
-	// Routing is set in TPROXY mode.
+	// Routing is set when Spec.NeedsTProxyRouting.
 	Routing *Routing `json:",omitempty"`
 	// IPv6InboundPassthroughAddr is added to lo when IPv6 is on: it is the source
 	// address the proxy binds for inbound passthrough (Istio's ::6).

@@ -137,6 +137,14 @@ func DefaultSpec() Spec {
 	}
 }
 
+// NeedsTProxyRouting says whether the capture needs TPROXY's policy routing (the
+// fwmark rule and the local route of its table): only when inbound traffic is
+// TPROXY-captured at all, as in Istio, which adds them only in TPROXY mode with
+// inbound ports to capture. Build decides with it; nothing else decides routing.
+func (s *Spec) NeedsTProxyRouting() bool {
+	return s.Mode == ModeTProxy && !s.InboundPorts.Empty()
+}
+
 // Validate checks the spec's invariants. It names the field and the value at fault.
 func (s *Spec) Validate() error {
 	var errs []error
