@@ -177,6 +177,9 @@ func Describe(s redirect.Spec) []string {
 	if s.DNS.Enabled {
 		lines = append(lines, fmt.Sprintf("DNS: captured to %d (all DNS: %v)", s.DNSPort, s.DNS.CaptureAll))
 	}
+	if !s.OwnerGroups.Except && len(s.OwnerGroups.Groups) == 0 {
+		lines = append(lines, "outbound of no group captured (an empty include list)")
+	}
 	if len(s.OwnerGroups.Groups) > 0 {
 		groups := append([]string(nil), s.OwnerGroups.Groups...)
 		sort.Strings(groups)

@@ -242,9 +242,11 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 	{Name: "reconcile", Envs: []string{"RECONCILE"}, Bool: true, Hidden: true, Set: ignoreBool},
 	{Name: "force-apply", Envs: []string{"FORCE_APPLY"}, Bool: true, Hidden: true, Set: ignoreBool},
 	// Environment only, as in Istio. A conflict between the two owner group lists
-	// is reported by ParseConfig, which then reads neither.
-	{Envs: []string{EnvOwnerGroupsInclude}, Usage: `groups whose outbound traffic is captured (default "*")`,
-		Set: captureEnv(redirect.FieldOwnerGroupsInclude)},
+	// is reported by ParseConfig, which then reads neither. Set but empty, the
+	// include list captures no group, as in Istio (unset, it is "*").
+	{Envs: []string{EnvOwnerGroupsInclude}, EmptyIsValue: true,
+		Usage: `groups whose outbound traffic is captured (default "*"; set but empty: none)`,
+		Set:   captureEnv(redirect.FieldOwnerGroupsInclude)},
 	{Envs: []string{EnvOwnerGroupsExclude}, Usage: "groups whose outbound traffic is not captured",
 		Set: captureEnv(redirect.FieldOwnerGroupsExclude)},
 	{Envs: []string{EnvIPv4LoopbackCIDR}, Usage: "IPv4 loopback range of the pod (default 127.0.0.1/32)",
@@ -309,14 +311,14 @@ func ParseConfig(args []string, lookupEnv func(string) (string, bool)) (Config, 
 }
 
 // ownerGroupsConflict reports both owner group lists being set: Istio captures the
-// groups listed or all but those listed, not both.
+// groups listed or all but those listed, not both. A set but empty include list is
+// a list (of no group), so it conflicts with an exclude list too.
 func ownerGroupsConflict(lookupEnv func(string) (string, bool)) error {
-	get := func(name string) string {
-		v, _ := lookupEnv(name)
-		return strings.TrimSpace(v)
-	}
-	include, exclude := get(EnvOwnerGroupsInclude), get(EnvOwnerGroupsExclude)
-	if include != "" && include != "*" && exclude != "" {
+	include, includeSet := lookupEnv(EnvOwnerGroupsInclude)
+	include = strings.TrimSpace(include)
+	exclude, _ := lookupEnv(EnvOwnerGroupsExclude)
+	exclude = strings.TrimSpace(exclude)
+	if includeSet && include != "*" && exclude != "" {
 		return fmt.Errorf("environment variables %s=%q and %s=%q cannot both be set",
 			EnvOwnerGroupsInclude, include, EnvOwnerGroupsExclude, exclude)
 	}

@@ -189,6 +189,16 @@ func TestParseConfigReadsFlagsAndEnvironmentLikeIstio(t *testing.T) {
 			want: func(c *Config) { c.Capture.OwnerGroups = redirect.GroupFilter{Groups: []string{"app", "1234"}} },
 		},
 		{
+			name: "a set but empty owner groups include list captures no group, as in Istio",
+			env:  map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS": ""},
+			want: func(c *Config) { c.Capture.OwnerGroups = redirect.GroupFilter{} },
+		},
+		{
+			name: "a set but empty owner groups exclude list excludes none",
+			env:  map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE": ""},
+			want: func(c *Config) {},
+		},
+		{
 			name: "auto iptables mode is the default mode",
 			args: []string{"--iptables-mode", "auto"},
 			want: func(c *Config) {},
@@ -284,6 +294,8 @@ func TestParseConfigErrorsNameTheFlagOrVariableAndTheValue(t *testing.T) {
 		{"bad excluded owner group", nil, map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE": "-x"}, []string{"ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE", `"-x"`}},
 		{"owner groups include and exclude", nil, map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS": "a", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE": "b"},
 			[]string{"ISTIO_OUTBOUND_OWNER_GROUPS=", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE="}},
+		{"empty owner groups include and an exclude list", nil, map[string]string{"ISTIO_OUTBOUND_OWNER_GROUPS": "", "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE": "b"},
+			[]string{`ISTIO_OUTBOUND_OWNER_GROUPS=""`, `ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE="b"`}},
 		{"non-loopback loopback CIDR", nil, map[string]string{"ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR": "10.0.0.1/32"}, []string{"ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR", `"10.0.0.1/32"`}},
 		{"bad forced iptables binary", []string{"--force-iptables-binary", "auto"}, nil, []string{"--force-iptables-binary", `"auto"`}},
 		{"bad forced iptables binary in the environment", nil, map[string]string{"FORCE_IPTABLES_BINARY": "NFT"}, []string{"FORCE_IPTABLES_BINARY", `"NFT"`}},

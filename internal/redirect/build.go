@@ -204,7 +204,10 @@ func (b *builder) build() {
 		for _, g := range s.OwnerGroups.Groups {
 			b.both(TableNAT, ChainOutputOurs, ret, gidOwner(g))
 		}
-	} else if len(s.OwnerGroups.Groups) > 0 {
+	} else {
+		// Only the listed groups are captured: the others return. With no group
+		// listed that is a bare RETURN, so nothing below it is captured (Istio's
+		// "-A ISTIO_OUTPUT -j RETURN").
 		var none []Match
 		for _, g := range s.OwnerGroups.Groups {
 			none = append(none, notGIDOwner(g))

@@ -43,6 +43,7 @@ var specCases = []struct {
 	{"dns-no-servers", specs.Settings{FieldOutboundCIDRs: "*", FieldRedirectDNS: "true"}},
 	{"owner-groups-include", specs.Settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsInclude: "java,202"}},
 	{"owner-groups-exclude", specs.Settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsExclude: "888,ftp"}},
+	{"owner-groups-include-empty", specs.Settings{FieldOutboundCIDRs: "*", FieldOwnerGroupsInclude: ""}},
 	{"multi-uid", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldProxyUIDs: "3,4", FieldProxyGIDs: "1,2", FieldRedirectDNS: "true", FieldDNSServers: "10.96.0.10"}},
 	{"loopback-include", specs.Settings{FieldOutboundCIDRs: "127.1.2.3/32"}},
 	{"host-loopback-cidr", specs.Settings{FieldInboundPorts: "*", FieldOutboundCIDRs: "*", FieldHostIPv4Loopback: "127.0.0.1/8"}},

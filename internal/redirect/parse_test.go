@@ -260,25 +260,41 @@ func TestValidateNames(t *testing.T) {
 }
 
 // TestSetOwnerGroups covers the include/exclude pair on its own. {Except: true} with
-// no groups captures every group.
+// no groups captures every group; {Except: false} with none captures no group, as
+// Istio makes of a set but empty include list.
 func TestSetOwnerGroups(t *testing.T) {
+	const unset = "(unset)"
 	tests := []struct {
 		include, exclude string
 		want             GroupFilter
 		wantErr          string
 	}{
-		{"", "", GroupFilter{Except: true}, ""},
-		{"*", "", GroupFilter{Except: true}, ""},
+		{unset, unset, GroupFilter{Except: true}, ""},
+		{"*", unset, GroupFilter{Except: true}, ""},
 		{" * ", " ", GroupFilter{Except: true}, ""},
-		{"java,202", "", GroupFilter{Groups: []string{"java", "202"}}, ""},
-		{"", "888, ftp,", GroupFilter{Except: true, Groups: []string{"888", "ftp"}}, ""},
-		{",", "", GroupFilter{Except: true}, ""},
+		{"java,202", unset, GroupFilter{Groups: []string{"java", "202"}}, ""},
+		{unset, "888, ftp,", GroupFilter{Except: true, Groups: []string{"888", "ftp"}}, ""},
+		{"*", "888", GroupFilter{Except: true, Groups: []string{"888"}}, ""},
+		{unset, "", GroupFilter{Except: true}, ""},
+		{unset, ",", GroupFilter{Except: true}, ""},
+		{"", unset, GroupFilter{}, ""},
+		{" ", unset, GroupFilter{}, ""},
+		{",", unset, GroupFilter{}, ""},
+		{"", "", GroupFilter{}, ""},
 		{"java", "ftp", GroupFilter{}, `owner groups exclude: cannot be combined with owner groups include "java"`},
-		{"*,java", "", GroupFilter{}, `owner groups include: "*" is not a group name or id`},
-		{"", "*", GroupFilter{}, `owner groups exclude: "*" is not a group name or id`},
+		{"", "ftp", GroupFilter{}, `owner groups exclude: cannot be combined with owner groups include "" (set but empty: no group captured)`},
+		{"*,java", unset, GroupFilter{}, `owner groups include: "*" is not a group name or id`},
+		{unset, "*", GroupFilter{}, `owner groups exclude: "*" is not a group name or id`},
 	}
 	for _, tt := range tests {
-		got, err := specs.Settings{FieldOwnerGroupsInclude: tt.include, FieldOwnerGroupsExclude: tt.exclude}.Spec()
+		set := specs.Settings{}
+		if tt.include != unset {
+			set[FieldOwnerGroupsInclude] = tt.include
+		}
+		if tt.exclude != unset {
+			set[FieldOwnerGroupsExclude] = tt.exclude
+		}
+		got, err := set.Spec()
 		if tt.wantErr != "" {
 			if err == nil || err.Error() != tt.wantErr {
 				t.Errorf("owner groups (%q, %q): error = %v, want %q", tt.include, tt.exclude, err, tt.wantErr)

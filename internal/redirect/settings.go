@@ -168,34 +168,42 @@ func parseUnlessBlank[T any](dst *T, v string, parse func(string) (T, error)) er
 	return parseInto(dst, v, parse)
 }
 
-// setOwnerGroups applies Istio's two owner group variables: an include list ("*",
-// the default, is every group) or an exclude list, never both.
+// setOwnerGroups applies Istio's two owner group variables: an include list ("*"
+// is every group, the default) or an exclude list, never both. As in Istio, an
+// include list that names no group (empty, or only commas) captures no group, and
+// an empty exclude list excludes none.
 func (s *Spec) setOwnerGroups(f Field, v string) error {
 	v = strings.TrimSpace(v)
 	include := f == FieldOwnerGroupsInclude
 	if !include && v == "" {
 		return nil
 	}
-	if include && (v == "" || v == "*") {
-		if !s.OwnerGroups.Except {
+	other := s.OwnerGroups
+	if include && v == "*" {
+		if !other.Except {
 			s.OwnerGroups = GroupFilter{Except: true} // every group
 		}
 		return nil
 	}
-	if other := s.OwnerGroups; len(other.Groups) > 0 && other.Except == include {
+	// An include list (Except false, even with no group) rules out an exclude list,
+	// and an exclude list with groups rules out an include list.
+	if include && other.Except && len(other.Groups) > 0 || !include && !other.Except {
 		otherField := FieldOwnerGroupsInclude
 		if other.Except {
 			otherField = FieldOwnerGroupsExclude
 		}
-		return fmt.Errorf("cannot be combined with %s %s", otherField, Quote(strings.Join(other.Groups, ",")))
+		hint := ""
+		if len(other.Groups) == 0 {
+			hint = " (set but empty: no group captured)"
+		}
+		return fmt.Errorf("cannot be combined with %s %s%s", otherField, Quote(strings.Join(other.Groups, ",")), hint)
 	}
 	groups, err := ParseGroupList(v)
 	if err != nil {
 		return err
 	}
-	if len(groups) == 0 {
-		s.OwnerGroups = GroupFilter{Except: true} // every group
-		return nil
+	if !include && len(groups) == 0 {
+		return nil // only commas: no group excluded
 	}
 	s.OwnerGroups = GroupFilter{Except: !include, Groups: groups}
 	return nil

@@ -40,11 +40,13 @@ type PrefixSet struct {
 	Prefixes []netip.Prefix
 }
 
-// GroupFilter selects outbound traffic by the sending process's group. An empty filter
-// captures every group; DefaultSpec spells that {Except: true} (no group excepted).
+// GroupFilter selects outbound traffic by the sending process's group, as Istio's
+// InterceptFilter. Every group is {Except: true} with no groups (DefaultSpec's);
+// {Except: false} with no groups captures no group's traffic at all, which is what
+// Istio makes of a set but empty ISTIO_OUTBOUND_OWNER_GROUPS.
 type GroupFilter struct {
-	// Except: when true, Groups are the groups NOT captured; when false and Groups is
-	// non-empty, only Groups are captured.
+	// Except: when true, Groups are the groups NOT captured; when false, only Groups
+	// are captured (none when Groups is empty).
 	Except bool
 	Groups []string
 }

@@ -100,6 +100,8 @@ func TestTraceMeaning(t *testing.T) {
 		{"owner groups include: a numeric group is captured", "owner-groups-include", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(202, "")), trace.RedirectTo(15001)},
 		{"owner groups include: supplementary groups do not count (xt_owner checks the fsgid)", "owner-groups-include", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(1000, "app"), trace.WithGroups("java", "202")), trace.Pass()},
 		{"owner groups include: the proxy still passes", "owner-groups-include", trace.Out(trace.ProxyUID, "10.0.0.5", 80), trace.Pass()},
+		{"owner groups include set but empty: no group is captured", "owner-groups-include-empty", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(1000, "app")), trace.Pass()},
+		{"owner groups include set but empty: the proxy still passes", "owner-groups-include-empty", trace.Out(trace.ProxyUID, "10.0.0.5", 80), trace.Pass()},
 		{"owner groups exclude: a numeric group passes", "owner-groups-exclude", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(888, "")), trace.Pass()},
 		{"owner groups exclude: a named group passes", "owner-groups-exclude", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(21, "ftp")), trace.Pass()},
 		{"owner groups exclude: other groups are captured", "owner-groups-exclude", trace.Out(trace.AppUID, "10.0.0.5", 80, trace.WithGroup(1000, "app")), trace.RedirectTo(15001)},

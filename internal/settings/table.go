@@ -29,6 +29,11 @@ type Setting[T any] struct {
 	Usage   string
 	// Hidden leaves the flag out of --help; it is still accepted.
 	Hidden bool
+	// EmptyIsValue passes a variable that is set but empty or blank to Set, for a
+	// setting whose empty value means something other than its default (Istio's
+	// ISTIO_OUTBOUND_OWNER_GROUPS: empty captures no group, unset every group).
+	// Without it such a variable counts as unset.
+	EmptyIsValue bool
 	// Set parses a value into the config. Its error says what is wrong with the
 	// value; Parse prefixes it with where the value came from.
 	Set func(*T, string) error
@@ -46,10 +51,11 @@ func (s Setting[T]) flag() string {
 	return "--" + s.Name
 }
 
-// fromEnv is the value of the last of s.Envs that is set and not blank.
+// fromEnv is the value of the last of s.Envs that is set and not blank (or, with
+// EmptyIsValue, set).
 func (s Setting[T]) fromEnv(lookupEnv func(string) (string, bool)) (value, env string, ok bool) {
 	for i := len(s.Envs) - 1; i >= 0; i-- {
-		if v, ok := lookupEnv(s.Envs[i]); ok && strings.TrimSpace(v) != "" {
+		if v, ok := lookupEnv(s.Envs[i]); ok && (s.EmptyIsValue || strings.TrimSpace(v) != "") {
 			return v, s.Envs[i], true
 		}
 	}
@@ -123,7 +129,8 @@ func (t Table[T]) EnvUsages() string {
 
 // Parse applies the command-line arguments and the environment (looked up with
 // lookupEnv) to dst: each setting's flag when given, else the last of its
-// variables that is set and not blank, else its Default when SetDefaults is on.
+// variables that is set and not blank (set, with EmptyIsValue), else its Default
+// when SetDefaults is on.
 // It reports every bad value at once, as "invalid flag --x: ..." or "invalid
 // environment variable X: ...", and ErrHelp for -h and --help.
 func (t Table[T]) Parse(dst *T, args []string, lookupEnv func(string) (string, bool)) error {

@@ -16,6 +16,8 @@ type conf struct {
 	On    bool
 	Quiet bool
 	User  string
+	// Groups is nil until GROUPS is set, even to "".
+	Groups *string
 }
 
 func atoi(v string) (int, error) {
@@ -50,6 +52,8 @@ func testTable(setDefaults bool) Table[conf] {
 			Set: Field(func(c *conf) *string { return &c.User }, text)},
 	}}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func envOf(kv map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
@@ -86,6 +90,35 @@ func TestParseAppliesFlagsThenVariablesThenDefaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := start
 			if err := testTable(tc.setDefaults).Parse(&got, tc.args, envOf(tc.env)); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEmptyIsValuePassesASetButEmptyVariable(t *testing.T) {
+	tbl := Table[conf]{Command: "demo", Settings: []Setting[conf]{
+		{Envs: []string{"GROUPS"}, EmptyIsValue: true, Usage: "groups (unset: all; empty: none)",
+			Set: func(c *conf, v string) error { c.Groups = &v; return nil }},
+		{Envs: []string{"USER_NAME"}, Set: Field(func(c *conf) *string { return &c.User }, text)},
+	}}
+	cases := []struct {
+		name string
+		env  map[string]string
+		want conf
+	}{
+		{"unset is still unset", nil, conf{}},
+		{"empty is a value", map[string]string{"GROUPS": ""}, conf{Groups: ptr("")}},
+		{"blank is a value", map[string]string{"GROUPS": " "}, conf{Groups: ptr(" ")}},
+		{"without EmptyIsValue empty is unset", map[string]string{"USER_NAME": ""}, conf{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got conf
+			if err := tbl.Parse(&got, nil, envOf(tc.env)); err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
