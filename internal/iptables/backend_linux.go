@@ -325,8 +325,10 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 	return diffs, nil
 }
 
-// Cleanup implements capture.Backend: it removes our chains and our hook rules, in one
-// restore per family, and leaves every other rule alone. Where the ADD writes a new
+// Cleanup implements capture.Backend: it removes our chains and our hook rules, and
+// where Istio programmed the namespace the rules its layout writes straight into
+// built-in chains (istioBuiltinForm), in one restore per family, and leaves every
+// other rule alone. Where the ADD writes a new
 // namespace natively (nft mode, a known iptables-nft: nativeAllowed), the removal is
 // one netlink transaction instead (cleanupNative), and the restore only its fallback.
 func (b *Backend) Cleanup(ctx context.Context) error {
@@ -343,7 +345,9 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			if nativeErr == nil {
 				continue
 			}
-			if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok {
+			// A rule that may be one of Istio's in a built-in chain is for the
+			// restore to judge, from its text: no refusal to report.
+			if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok && !errors.Is(nativeErr, errIstioRulesToRead) {
 				*into = append(*into, fmt.Errorf("%s rules: the native removal was refused, the restore removes them: %w", f, nativeErr))
 			}
 		}

@@ -2,7 +2,9 @@
 // iptables-restore input (one restore per family, applied atomically, legacy or nft
 // flavour), owns the ISTIO_* chains and the one jump from each built-in chain, reads
 // the live rules back with iptables-save to verify them against the plan, and
-// removes exactly what it added. In nft mode, rules for a namespace that holds no
+// removes exactly what it added, plus, in a namespace Istio's own istio-iptables
+// programmed, the rules of the fixed forms Istio writes straight into built-in
+// chains (istioforms.go) and nothing else. In nft mode, rules for a namespace that holds no
 // table yet (a pod's new one, every ADD) are sent as the netlink batch
 // iptables-nft-restore would send, without its process (native_linux.go); what
 // that translation does not cover is restored.

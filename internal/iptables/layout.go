@@ -73,6 +73,11 @@ type liveTable struct {
 	Lines map[string][]DumpLine
 	// HookLines are the lines in built-in chains that jump into one of our chains.
 	HookLines []DumpLine
+	// IstioLines are the lines in built-in chains that have one of the fixed forms
+	// Istio's own layout writes there (istioBuiltinForm), in a family that holds
+	// chains of ours: left by Istio's istio-iptables or CNI, they are removed with
+	// ours. Our own layout never writes them: a built-in chain holds only our jumps.
+	IstioLines []DumpLine
 }
 
 // isOurs says whether a chain name belongs to this project (and to Istio).
@@ -91,6 +96,12 @@ func jumpTarget(args []string) string {
 // ours extracts our part of a dump, per table.
 func ours(d *Dump) map[redirect.Table]*liveTable {
 	out := map[redirect.Table]*liveTable{}
+	// Istio's fixed forms count as ours only where Istio (or we) programmed the
+	// family: without a chain of ours, an "-i eth1 -j RETURN" is someone else's.
+	programmed := false
+	for _, t := range d.Tables {
+		programmed = programmed || slices.ContainsFunc(t.Chains, isOurs)
+	}
 	for name, t := range d.Tables {
 		lt := &liveTable{Lines: map[string][]DumpLine{}}
 		for _, c := range t.Chains {
@@ -104,9 +115,13 @@ func ours(d *Dump) map[redirect.Table]*liveTable {
 				lt.Lines[l.Chain] = append(lt.Lines[l.Chain], l)
 			case redirect.IsBuiltin(l.Chain) && isOurs(jumpTarget(l.Args)):
 				lt.HookLines = append(lt.HookLines, l)
+			case programmed && redirect.IsBuiltin(l.Chain):
+				if r, err := ParseRuleArgs(l.Chain, l.Args); err == nil && istioBuiltinForm(name, r) {
+					lt.IstioLines = append(lt.IstioLines, l)
+				}
 			}
 		}
-		if len(lt.Chains) > 0 || len(lt.HookLines) > 0 {
+		if len(lt.Chains) > 0 || len(lt.HookLines) > 0 || len(lt.IstioLines) > 0 {
 			out[name] = lt
 		}
 	}
@@ -266,7 +281,7 @@ func restoreText(want []tableLayout, live map[redirect.Table]*liveTable) string 
 				fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 			}
 		}
-		for _, l := range lt.HookLines {
+		for _, l := range append(slices.Clone(lt.HookLines), lt.IstioLines...) {
 			fmt.Fprintf(&b, "-D %s %s\n", l.Chain, quoteArgs(l.Args))
 		}
 		for _, builtin := range []string{redirect.ChainPrerouting, redirect.ChainOutput} {

@@ -367,6 +367,11 @@ func writeNative(objs []nativeObjects) error {
 	return nil
 }
 
+// errIstioRulesToRead is cleanupNative's answer for a family whose built-in chains
+// hold a rule that may be one of those Istio's layout writes there: the restore
+// path reads it as text and removes it if it is (istioBuiltinForm).
+var errIstioRulesToRead = errors.New("a built-in chain holds a rule that may be Istio's: left to the restore to read")
+
 // cleanupNative removes our chains, and the rules of the built-in chains that
 // jump to them, from family f's iptables-nft tables in the calling thread's
 // namespace, in one netlink transaction: what restoring restoreText(nil, live)
@@ -374,7 +379,10 @@ func writeNative(objs []nativeObjects) error {
 // the save and the restore processes, which a DEL in iptables mode spent most of
 // its time in. Every other chain and rule is left alone, as by the restore. The
 // transaction applies whole or not at all: on an error nothing changed, and the
-// caller removes the rules with the restore instead.
+// caller removes the rules with the restore instead. A namespace Istio programmed
+// also holds rules of its in built-in chains; when one may be there
+// (mayBeIstios), nothing is sent and errIstioRulesToRead leaves the family to the
+// restore.
 func cleanupNative(f redirect.Family) error {
 	fam := gnft.TableFamilyIPv4
 	if f == redirect.IPv6 {
@@ -391,6 +399,7 @@ func cleanupNative(f redirect.Family) error {
 	}
 	byTable := map[string][]*gnft.Chain{}
 	var tables []string
+	programmed := false
 	for _, ch := range chains {
 		if ch.Table == nil {
 			continue
@@ -399,20 +408,20 @@ func cleanupNative(f redirect.Family) error {
 			tables = append(tables, ch.Table.Name)
 		}
 		byTable[ch.Table.Name] = append(byTable[ch.Table.Name], ch)
+		programmed = programmed || isOurs(ch.Name)
 	}
-	changes := 0
+	if !programmed {
+		return nil // no chain of ours, so no rule can jump to one, and Istio was not here
+	}
+	var hooks []*gnft.Rule
+	var mine []*gnft.Chain
 	for _, t := range tables {
-		var mine []*gnft.Chain
 		for _, ch := range byTable[t] {
 			if isOurs(ch.Name) {
 				mine = append(mine, ch)
+				continue
 			}
-		}
-		if len(mine) == 0 {
-			continue // no chain of ours, so no rule can jump to one
-		}
-		for _, ch := range byTable[t] {
-			if isOurs(ch.Name) || !redirect.IsBuiltin(ch.Name) {
+			if !redirect.IsBuiltin(ch.Name) {
 				continue
 			}
 			rules, err := c.GetRules(ch.Table, ch)
@@ -420,29 +429,57 @@ func cleanupNative(f redirect.Family) error {
 				return fmt.Errorf("list %s rules of %s %s: %w", f, t, ch.Name, err)
 			}
 			for _, r := range rules {
-				if jumpsToOurs(r) {
-					if err := c.DelRule(r); err != nil {
-						return fmt.Errorf("delete a %s rule of %s %s: %w", f, t, ch.Name, err)
-					}
-					changes++
+				switch {
+				case jumpsToOurs(r):
+					hooks = append(hooks, r)
+				case (t == string(redirect.TableNAT) || t == string(redirect.TableMangle)) && mayBeIstios(r):
+					return errIstioRulesToRead
 				}
 			}
 		}
-		for _, ch := range mine {
-			c.FlushChain(ch)
-		}
-		for _, ch := range mine {
-			c.DelChain(ch)
-		}
-		changes += len(mine)
 	}
-	if changes == 0 {
-		return nil
+	for _, r := range hooks {
+		if err := c.DelRule(r); err != nil {
+			return fmt.Errorf("delete a %s rule of %s %s: %w", f, r.Table.Name, r.Chain.Name, err)
+		}
+	}
+	for _, ch := range mine {
+		c.FlushChain(ch)
+	}
+	for _, ch := range mine {
+		c.DelChain(ch)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables batch: %w", err)
 	}
 	return nil
+}
+
+// mayBeIstios says whether r could be one of the fixed forms Istio writes into
+// built-in chains (istioBuiltinForm): all of them return or set the packet or
+// connection mark, and none matches a port. It only chooses between the native
+// removal and the restore; the restore decides from the rule's text.
+func mayBeIstios(r *gnft.Rule) bool {
+	effect := false
+	for _, e := range r.Exprs {
+		switch e := e.(type) {
+		case *expr.Payload:
+			if e.Base == expr.PayloadBaseTransportHeader {
+				return false
+			}
+		case *expr.Match:
+			return false // an xtables match iptables-nft did not translate: not Istio's forms
+		case *expr.Verdict:
+			effect = effect || e.Kind == expr.VerdictReturn
+		case *expr.Meta:
+			effect = effect || e.SourceRegister && e.Key == expr.MetaKeyMARK
+		case *expr.Ct:
+			effect = effect || e.SourceRegister && e.Key == expr.CtKeyMARK
+		case *expr.Target:
+			effect = effect || e.Name == "MARK" || e.Name == "CONNMARK"
+		}
+	}
+	return effect
 }
 
 // jumpsToOurs says whether r jumps or goes to one of our chains: iptables-nft
