@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config) error {
 			if err != nil {
 				return err
 			}
-			routing, err := capture.Cleanup(ctx, nsPath, b, plan)
+			routing, err := capture.Cleanup(ctx, nsPath, b, removalPlan(spec, plan))
 			if err != nil {
 				return err
 			}
@@ -79,6 +79,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// removalPlan is what --cleanup-only removes: the plan, and in TPROXY mode its
+// policy routing even when the plan has none (no inbound ports given now): an
+// apply with inbound ports added it, and the removal takes only what is there.
+func removalPlan(spec redirect.Spec, plan *redirect.Plan) *redirect.Plan {
+	if plan.Routing != nil || spec.Mode != redirect.ModeTProxy {
+		return plan
+	}
+	p := *plan
+	p.Routing = &redirect.Routing{Mark: spec.TProxyMark, Table: spec.TProxyRouteTable}
+	return &p
 }
 
 func apply(ctx context.Context, log *slog.Logger, cfg Config, nsPath string, plan *redirect.Plan) error {
