@@ -107,6 +107,7 @@ func TestEntryRefusesBadTemplatesNamingTheProblem(t *testing.T) {
 		{"prefix not in the type", `{"type": "istio-cni"}`, map[string]string{"CNI_BINARIES_PREFIX": "v2-"}, []string{`"v2-istio-cni"`, "CNI_BINARIES_PREFIX"}},
 		{"a value the plugin refuses", `{"type": "istio-cni", "plugin_log_level": "loud"}`, nil, []string{"plugin_log_level", `"loud"`}},
 		{"ambient mode", `{"type": "istio-cni", "ambient_enabled": true}`, nil, []string{"ambient_enabled", "no ambient mode"}},
+		{"a uid no process has", `{"type": "istio-cni", "extra_bypass_uids": [4294967295]}`, nil, []string{"extra_bypass_uids", "4294967295"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/jsontree"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Config is the plugin's configuration from the CNI network config on stdin, merged
@@ -501,6 +502,11 @@ func (c *Config) Validate() error {
 	}
 	if slices.Contains(c.ExtraBypassUIDs, 0) {
 		bad("extra_bypass_uids", "uid 0 (root) may not bypass redirection")
+	}
+	// Refused here, not at each ADD: the rules could never be built, so every meshed
+	// pod's ADD would fail while the node looked ready.
+	if slices.Contains(c.ExtraBypassUIDs, redirect.InvalidID) {
+		bad("extra_bypass_uids", "uid %d is (uid_t)-1, which no process has and iptables refuses", uint32(redirect.InvalidID))
 	}
 	return errors.Join(errs...)
 }

@@ -172,6 +172,8 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 			`plugin config: "extra_bypass_uids": got string, want an integer 0-4294967295`},
 		{"root uid", `{"extra_bypass_uids":[0]}`,
 			`plugin config: "extra_bypass_uids": uid 0 (root) may not bypass redirection`},
+		{"uid (uid_t)-1", `{"extra_bypass_uids":[1000,4294967295]}`,
+			`plugin config: "extra_bypass_uids": uid 4294967295 is (uid_t)-1, which no process has and iptables refuses`},
 		{"fractional retries", `{"pod_lookup":{"retries":1.5}}`,
 			`plugin config: "pod_lookup.retries": got number 1.5, want an integer`},
 		{"zero retries", `{"pod_lookup":{"retries":0}}`,
