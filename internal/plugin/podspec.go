@@ -47,21 +47,23 @@ const (
 var alwaysExcludedInboundPorts = []uint16{15020, 15021, 15090}
 
 // annotationFields are the traffic annotations in the order they are read, each with
-// the capture field it sets and Istio's CNI default when it is absent ("" and absent
-// leave the field as redirect.DefaultSpec has it).
+// the capture field it sets, Istio's CNI default when it is absent ("" and absent
+// leave the field as redirect.DefaultSpec has it) and the check Istio's plugin makes
+// of a value the pod gives (see annotationsyntax.go; nil: Istio's plugin takes any).
 var annotationFields = []struct {
 	key   string
 	field redirect.Field
 	def   string
+	istio func(string) error
 }{
-	{AnnotationInterceptionMode, redirect.FieldMode, ""},
-	{AnnotationIncludeOutboundIPRanges, redirect.FieldOutboundCIDRs, defaultOutboundIPRanges},
-	{AnnotationExcludeOutboundIPRanges, redirect.FieldOutboundCIDRsExclude, ""},
-	{AnnotationIncludeInboundPorts, redirect.FieldInboundPorts, defaultInboundPorts},
-	{AnnotationExcludeInboundPorts, redirect.FieldInboundPortsExclude, defaultExcludeInboundPorts},
-	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, ""},
-	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts},
-	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, ""},
+	{AnnotationInterceptionMode, redirect.FieldMode, "", checkInterceptionMode},
+	{AnnotationIncludeOutboundIPRanges, redirect.FieldOutboundCIDRs, defaultOutboundIPRanges, checkCIDRList},
+	{AnnotationExcludeOutboundIPRanges, redirect.FieldOutboundCIDRsExclude, "", checkCIDRList},
+	{AnnotationIncludeInboundPorts, redirect.FieldInboundPorts, defaultInboundPorts, checkPortList},
+	{AnnotationExcludeInboundPorts, redirect.FieldInboundPortsExclude, defaultExcludeInboundPorts, checkPortList},
+	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, "", checkPortList},
+	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts, checkPortList},
+	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, "", nil},
 }
 
 // specFromPod builds the capture spec of a pod selected for redirection, as Istio's
@@ -74,18 +76,25 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 	ann := pod.Metadata.Annotations
 	spec := redirect.DefaultSpec()
 	var errs []error
-	set := func(key string, f redirect.Field, v string) {
+	set := func(key string, f redirect.Field, v string) bool {
 		if err := spec.Set(f, v); err != nil {
 			errs = append(errs, fmt.Errorf("annotation %s: %w", key, err))
+			return false
 		}
+		return true
 	}
 	for _, a := range annotationFields {
 		v, ok := ann[a.key]
 		if !ok {
 			v = a.def
 		}
-		if v != "" {
-			set(a.key, a.field, v)
+		if v != "" && !set(a.key, a.field, v) {
+			continue
+		}
+		if ok && a.istio != nil {
+			if err := a.istio(v); err != nil {
+				errs = append(errs, fmt.Errorf("annotation %s: %w", a.key, err))
+			}
 		}
 	}
 	// The current annotation wins when present, even empty; the deprecated one is

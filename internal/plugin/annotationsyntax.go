@@ -1,0 +1,95 @@
+package plugin
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
+)
+
+// Istio's plugin checks each traffic annotation before it uses it
+// (cni/pkg/plugin/sidecar_redirect.go, getAnnotationOrDefault) and fails the ADD on
+// a value its check refuses. The parsers in internal/redirect also read the
+// istio-iptables command's flags, which Istio reads more leniently (items trimmed,
+// empty items dropped, a bare address taken as a host), so a pod's annotation is
+// held here to Istio's plugin's checks as well: a value it refuses fails the ADD
+// rather than being given a meaning.
+//
+// These checks run only on a value the shared parser accepted, so a value both
+// refuse keeps the parser's message; and they refuse nothing Istio's plugin
+// accepts, so what an accepted value means is still the parser's reading.
+
+// checkInterceptionMode is Istio's validateInterceptionMode: REDIRECT or TPROXY
+// exactly, so neither an empty value nor one with spaces.
+func checkInterceptionMode(v string) error {
+	switch v {
+	case "REDIRECT", "TPROXY":
+		return nil
+	case "":
+		return fmt.Errorf(`"" is not an interception mode: Istio's plugin takes exactly REDIRECT or TPROXY (without the annotation the mode is REDIRECT)`)
+	}
+	return fmt.Errorf("%s is not an interception mode: Istio's plugin takes exactly REDIRECT or TPROXY", redirect.Quote(v))
+}
+
+// checkPortList is Istio's validatePortListWithWildcard: "*" alone, or a list that,
+// trimmed as a whole, is empty or has a number in every item (each item trimmed).
+// So an empty item ("80,,443", "80,") is refused, and so is a wildcard with spaces.
+func checkPortList(v string) error {
+	trimmed := strings.TrimSpace(v)
+	switch {
+	case v == "*" || trimmed == "":
+		return nil
+	case trimmed == "*":
+		return errSpacedWildcard(v)
+	}
+	for _, item := range strings.Split(trimmed, ",") {
+		if strings.TrimSpace(item) == "" {
+			return errEmptyItem(v)
+		}
+	}
+	return nil
+}
+
+// checkCIDRList is Istio's validateCIDRListWithWildcard and validateCIDRList: "*"
+// alone, "", or items split at commas, each of which netip.ParsePrefix accepts as
+// it is, untrimmed. So an address without a prefix length, an item with spaces
+// around it ("10.0.0.0/8, 192.168.0.0/16") and an empty item are refused.
+func checkCIDRList(v string) error {
+	if v == "*" || v == "" {
+		return nil
+	}
+	switch strings.TrimSpace(v) {
+	case "*":
+		return errSpacedWildcard(v)
+	case "":
+		return fmt.Errorf("%s is blank: Istio's plugin refuses it (an empty value means no ranges)", redirect.Quote(v))
+	}
+	for _, item := range strings.Split(v, ",") {
+		if _, err := netip.ParsePrefix(item); err == nil {
+			continue
+		}
+		trimmed := strings.TrimSpace(item)
+		if trimmed == "" {
+			return errEmptyItem(v)
+		}
+		if trimmed != item {
+			return fmt.Errorf("%s has spaces around %s: Istio's plugin does not trim list items, so it refuses them",
+				redirect.Quote(v), redirect.Quote(trimmed))
+		}
+		if a, err := netip.ParseAddr(item); err == nil {
+			return fmt.Errorf("%s has no prefix length: Istio's plugin takes only CIDRs (for this address alone, %s)",
+				redirect.Quote(item), redirect.Quote(netip.PrefixFrom(a, a.BitLen()).String()))
+		}
+		return fmt.Errorf("%s is not a CIDR", redirect.Quote(item))
+	}
+	return nil
+}
+
+func errSpacedWildcard(v string) error {
+	return fmt.Errorf(`%s is not the wildcard: Istio's plugin takes "*" only without spaces`, redirect.Quote(v))
+}
+
+func errEmptyItem(v string) error {
+	return fmt.Errorf("%s has an empty item: Istio's plugin refuses it", redirect.Quote(v))
+}
