@@ -106,13 +106,20 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 		virtIfaces = ann[virtKey]
 	}
 	set(virtKey, redirect.FieldRerouteVirtualInterfaces, virtIfaces)
-	if err := errors.Join(errs...); err != nil {
-		return redirect.Spec{}, podError(pod, err)
-	}
+	// The always excluded ports count towards the list's limit, so the pod's own
+	// list can go over it only here, where the error can still name the annotation.
+	given := len(spec.InboundPortsExclude)
 	for _, p := range alwaysExcludedInboundPorts {
 		if !slices.Contains(spec.InboundPortsExclude, p) {
 			spec.InboundPortsExclude = append(spec.InboundPortsExclude, p)
 		}
+	}
+	if n := len(spec.InboundPortsExclude); n > redirect.MaxListItems {
+		errs = append(errs, fmt.Errorf("annotation %s: %d ports given; with %s, which are always excluded, that is %d, more than the limit of %d",
+			AnnotationExcludeInboundPorts, given, portsText(alwaysExcludedInboundPorts), n, redirect.MaxListItems))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return redirect.Spec{}, podError(pod, err)
 	}
 
 	proxy, _, _ := pod.Container(ContainerIstioProxy)
@@ -137,6 +144,22 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 		return redirect.Spec{}, podError(pod, err)
 	}
 	return spec, nil
+}
+
+// portsText is "15020, 15021 and 15090".
+func portsText(ports []uint16) string {
+	var b strings.Builder
+	for i, p := range ports {
+		switch {
+		case i == 0:
+		case i == len(ports)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(int(p)))
+	}
+	return b.String()
 }
 
 func podError(pod *kube.Pod, err error) error {

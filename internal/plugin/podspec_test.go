@@ -74,6 +74,10 @@ func TestSpecFromPod(t *testing.T) {
 			want: func(s *redirect.Spec) { s.InboundPortsExclude = []uint16{8443, 15020, 15021, 15090} }},
 		{name: "exclude inbound ports deduplicated, items trimmed as Istio's plugin does", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, " 15021, 8443 ,15021")),
 			want: func(s *redirect.Spec) { s.InboundPortsExclude = []uint16{15021, 8443, 15020, 15090} }},
+		{name: "exclude inbound ports: 256 in all with the agent's ports", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, "15090,"+portList(1, 253)+",15020")),
+			want: func(s *redirect.Spec) {
+				s.InboundPortsExclude = append(append([]uint16{15090}, portRange(1, 253)...), 15020, 15021)
+			}},
 		{name: "exclude inbound ports empty still excludes the agent's ports", pod: injectedPod(withAnnotation(AnnotationExcludeInboundPorts, ""))},
 		{name: "include outbound ports", pod: injectedPod(withAnnotation(AnnotationIncludeOutboundPorts, "443")),
 			want: func(s *redirect.Spec) { s.OutboundPorts = []uint16{443} }},
@@ -215,6 +219,8 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundPorts: "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"... (1048576 bytes) is 1048576 bytes, longer than the limit of 16384`},
 		{"too many ports", injectedPod(withAnnotation(AnnotationExcludeOutboundPorts, portList(1, 257))),
 			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeOutboundPorts: 257 items given, at most 256 are supported`},
+		{"too many excluded inbound ports with the agent's", injectedPod(withAnnotation(AnnotationExcludeInboundPorts, portList(20000, 254))),
+			`pod default/web-1: annotation traffic.sidecar.istio.io/excludeInboundPorts: 254 ports given; with 15020, 15021 and 15090, which are always excluded, that is 257, more than the limit of 256`},
 		{"too many CIDRs", injectedPod(withAnnotation(AnnotationIncludeOutboundIPRanges, cidrList(300))),
 			`pod default/web-1: annotation traffic.sidecar.istio.io/includeOutboundIPRanges: 300 items given, at most 256 are supported`},
 		{"too many items in all", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, portList(1, 256)), withAnnotation(AnnotationExcludeOutboundPorts, portList(1000, 256)),
@@ -245,6 +251,15 @@ func portList(first, n int) string {
 		ports[i] = strconv.Itoa(first + i)
 	}
 	return strings.Join(ports, ",")
+}
+
+// portRange is first, first+1, ... with n ports.
+func portRange(first, n int) []uint16 {
+	ports := make([]uint16, n)
+	for i := range ports {
+		ports[i] = uint16(first + i)
+	}
+	return ports
 }
 
 // cidrList is n distinct /32s.
