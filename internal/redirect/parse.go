@@ -12,7 +12,9 @@ import (
 // variables, pod annotations) into typed values. They accept what Istio accepts
 // (surrounding spaces, empty items) and reject anything else with an error that
 // quotes the offending item. Pod authors control annotations, so nothing that passes
-// here is ever pasted into a command line unchecked.
+// here is ever pasted into a command line unchecked. Istio's istio-iptables reads its
+// flags this leniently; its CNI plugin checks pod annotations more strictly, and
+// internal/plugin adds those checks for annotations.
 
 // splitList splits a comma-separated list, trimming spaces and dropping empty items.
 func splitList(s string) []string {
