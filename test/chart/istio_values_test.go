@@ -138,7 +138,7 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 		"default": {
 			{"hub, tag, image, global.hub, global.tag", "install-cni image: this chart's (Istio's global hub holds Istio's agent)",
 				agentOf(func(c corev1.Container) any { return c.Image }), "registry.example.com/mesh/install-cni:" + appVersion},
-			{"pullPolicy, global.imagePullPolicy (both empty)", "install-cni imagePullPolicy", agentOf(func(c corev1.Container) any { return string(c.ImagePullPolicy) }), "Always"},
+			{"pullPolicy, global.imagePullPolicy (both empty)", "no install-cni imagePullPolicy (Kubernetes' default, as Istio's chart leaves it)", agentOf(func(c corev1.Container) any { return string(c.ImagePullPolicy) }), ""},
 			{"global.logging.level", "AGENT_LOG_LEVEL", envOf("AGENT_LOG_LEVEL"), "info"},
 			{"global.logAsJson", "AGENT_LOG_AS_JSON", envOf("AGENT_LOG_AS_JSON"), "false"},
 			{"cniBinDir", "host path mounted at /host/opt/cni/bin", mountedAt("/opt/cni/bin"), "/host/opt/cni/bin"},

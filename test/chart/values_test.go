@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"os"
@@ -231,8 +232,13 @@ func TestValuesReachTheObjects(t *testing.T) {
 			if got, want := m.agent(t).Image, "registry.example.com/mesh/install-cni:"+appVersion; got != want {
 				t.Errorf("image %q, want %q", got, want)
 			}
-			if got := m.agent(t).ImagePullPolicy; got != corev1.PullAlways {
-				t.Errorf("imagePullPolicy %q, want the seed's default Always", got)
+			// No pull policy given: the field is left out and Kubernetes picks one
+			// (IfNotPresent for a versioned tag), as Istio's chart does.
+			if got := m.agent(t).ImagePullPolicy; got != "" {
+				t.Errorf("imagePullPolicy %q, want none (Kubernetes' default)", got)
+			}
+			if ds := m.find("DaemonSet", "istio-cni-node"); bytes.Contains(ds.raw, []byte("imagePullPolicy")) {
+				t.Error("the DaemonSet writes imagePullPolicy although pullPolicy and global.imagePullPolicy are empty")
 			}
 		},
 	}, {

@@ -112,8 +112,9 @@ stays this chart's: a repository path under hub.
 {{- /* Istio's tag may be a YAML number (1.24 is one). */ -}}
 {{- $_ := set $v "tag" (toString ($v.tag | default "")) -}}
 {{- $_ := set $v.repair "tag" (toString ($v.repair.tag | default "")) -}}
-{{- /* Pull policy: pullPolicy, global.imagePullPolicy, Always. */ -}}
-{{- $_ := set $v "pullPolicy" ($v.pullPolicy | default $g.imagePullPolicy | default "Always") -}}
+{{- /* Pull policy: pullPolicy, else global.imagePullPolicy, else none: Kubernetes'
+       default (Always for :latest or no tag, else IfNotPresent), as in Istio's chart. */ -}}
+{{- $_ := set $v "pullPolicy" ($v.pullPolicy | default $g.imagePullPolicy | default "") -}}
 {{- /* The agent's log: agentLogLevel, logging.level, global.logging.level, info. */ -}}
 {{- if not $v.agentLogLevel -}}
 {{- with (coalesce $l.level $gl.level) -}}
