@@ -937,6 +937,9 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"misspelt monitor key", []string{"--set", "monitoring.podMonitor.enable=true"}, []string{"/monitoring/podMonitor", "'enable'"}},
 		{"negative grace period", []string{"--set", "terminationGracePeriodSeconds=-5"}, []string{"/terminationGracePeriodSeconds", "got -5"}},
 		{"negative maxUnavailable", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=-1"}, []string{"/updateStrategy/rollingUpdate/maxUnavailable", "got -1"}},
+		{"surge pod beside the old one", []string{"--set", "updateStrategy.rollingUpdate.maxSurge=1", "--set", "updateStrategy.rollingUpdate.maxUnavailable=0"},
+			[]string{"updateStrategy.rollingUpdate.maxSurge is 1", "host network", "15014", "8000", "hang"}},
+		{"surge as a percentage", []string{"--set", "updateStrategy.rollingUpdate.maxSurge=10%"}, []string{"updateStrategy.rollingUpdate.maxSurge is 10%", "host network"}},
 		{"unknown top-level key", []string{"--set", "excludeNamespace={foo}"}, []string{"additional properties 'excludeNamespace' not allowed"}},
 		{"misspelt repair key", []string{"--set", "repair.labelpods=true"}, []string{"/repair", "'labelpods'"}},
 		{"pod cache switch not a boolean", []string{"--set-string", "podCache.enabled=yes"}, []string{"/podCache/enabled", "want boolean"}},
@@ -1028,4 +1031,15 @@ func TestChartWithoutHubFailsSayingHowToPush(t *testing.T) {
 // when they name the agent's own image.
 func TestRepairImageMayRepeatTheAgents(t *testing.T) {
 	mustRender(t, "--set", "hub=docker.io/example", "--set", "tag=1.0", "--set", "repair.hub=docker.io/example", "--set", "repair.tag=1.0")
+}
+
+// TestNoSurgeIsAccepted: a maxSurge of 0 (Kubernetes' own default for a DaemonSet) is
+// accepted in either form; only a surge above it is refused (TestBadValuesAreRefusedNamingThem).
+func TestNoSurgeIsAccepted(t *testing.T) {
+	for _, surge := range []string{"0", "0%"} {
+		m := mustRender(t, "--set", "updateStrategy.rollingUpdate.maxSurge="+surge)
+		if got := m.daemonSet(t).Spec.UpdateStrategy.RollingUpdate.MaxSurge; got == nil || got.String() != surge {
+			t.Errorf("maxSurge %s rendered as %v", surge, got)
+		}
+	}
 }

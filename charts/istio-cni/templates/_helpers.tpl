@@ -208,3 +208,15 @@ install rather than in a crash-looping agent.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The agent runs on the host network and binds fixed host ports (monitoringPort, probes.port):
+a surge pod beside the old one on the same node can never be scheduled, so a rollout with
+maxSurge above 0 (and maxUnavailable 0) would wait forever.
+*/}}
+{{- define "istio-cni.checkUpdateStrategy" -}}
+{{- $ru := (.Values.updateStrategy | default dict).rollingUpdate | default dict }}
+{{- if and (hasKey $ru "maxSurge") (not (kindIs "invalid" $ru.maxSurge)) (not (has (toString $ru.maxSurge) (list "0" "0%"))) }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge is %v, but the agent uses the host network and binds the node's ports %d (metrics) and %d (probes): a second agent pod can never start beside the old one on a node, so the rollout would hang; remove maxSurge (or set it to 0) and use maxUnavailable" $ru.maxSurge (int .Values.monitoringPort) (int .Values.probes.port)) }}
+{{- end }}
+{{- end }}
