@@ -237,6 +237,9 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 			{"cni.chained", "CHAINED_CNI_PLUGIN", envOf("CHAINED_CNI_PLUGIN"), "false"},
 			{"cni.cniConfFileName", "CNI_CONF_NAME", envOf("CNI_CONF_NAME"), "istio-cni.conf"},
 			{"cni.provider: multus", "MULTUS_ENABLED", envOf("MULTUS_ENABLED"), "true"},
+			{"pilot, trustedZtunnelNamespace (Istio's other charts' keys)", "nothing rendered from them", func(t *testing.T, m *manifest) any {
+				return strings.Contains(string(m.raw), "pilot") || strings.Contains(string(m.raw), "ztunnel")
+			}, false},
 			{"cni.provider: multus", "NetworkAttachmentDefinition istio-cni in default", func(t *testing.T, m *manifest) any {
 				var ns []string
 				for _, d := range m.all("NetworkAttachmentDefinition") {
