@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -947,6 +948,15 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"AppArmor profile name without a type", []string{"--set", "appArmorProfile.localhostProfile=istio-cni"}, []string{"/appArmorProfile", "missing property 'type'"}},
 		{"AppArmor profile name with another type", []string{"--set", "appArmorProfile.type=RuntimeDefault", "--set", "appArmorProfile.localhostProfile=istio-cni"}, []string{"/appArmorProfile/type", "'Localhost'"}},
 		{"empty Localhost profile name", []string{"--set", "appArmorProfile.type=Localhost", "--set", "appArmorProfile.localhostProfile="}, []string{"/appArmorProfile/localhostProfile", "minLength"}},
+		{"pod label the selector uses", []string{"--set", "podLabels.k8s-app=mine"}, []string{"podLabels.k8s-app", "the DaemonSet's selector", "remove it"}},
+		{"pod label against injection", []string{"--set-string", `podLabels.sidecar\.istio\.io/inject=true`}, []string{"podLabels.sidecar.istio.io/inject", "injector"}},
+		{"pod label of the chart's common ones", []string{"--set", `podLabels.app\.kubernetes\.io/name=mine`}, []string{"podLabels.app.kubernetes.io/name", "common labels"}},
+		{"pod annotation of the metrics port", []string{"--set-string", `podAnnotations.prometheus\.io/port=9090`}, []string{"podAnnotations.prometheus.io/port", "monitoringPort"}},
+		{"pod annotation of scraping", []string{"--set-string", `podAnnotations.prometheus\.io/scrape=false`}, []string{"podAnnotations.prometheus.io/scrape"}},
+		{"pod annotation against injection", []string{"--set-string", `podAnnotations.sidecar\.istio\.io/inject=true`}, []string{"podAnnotations.sidecar.istio.io/inject"}},
+		{"pod annotation of the config checksum", []string{"--set-string", `podAnnotations.checksum/config=x`}, []string{"podAnnotations.checksum/config"}},
+		{"pod annotation of AppArmor", []string{"--set-string", `podAnnotations.container\.apparmor\.security\.beta\.kubernetes\.io/install-cni=unconfined`},
+			[]string{"podAnnotations.container.apparmor.security.beta.kubernetes.io/install-cni", "appArmorProfile"}},
 		{"unknown top-level key", []string{"--set", "excludeNamespace={foo}"}, []string{"additional properties 'excludeNamespace' not allowed"}},
 		{"misspelt repair key", []string{"--set", "repair.labelpods=true"}, []string{"/repair", "'labelpods'"}},
 		{"pod cache switch not a boolean", []string{"--set-string", "podCache.enabled=yes"}, []string{"/podCache/enabled", "want boolean"}},
@@ -1047,6 +1057,27 @@ func TestNoSurgeIsAccepted(t *testing.T) {
 		m := mustRender(t, "--set", "updateStrategy.rollingUpdate.maxSurge="+surge)
 		if got := m.daemonSet(t).Spec.UpdateStrategy.RollingUpdate.MaxSurge; got == nil || got.String() != surge {
 			t.Errorf("maxSurge %s rendered as %v", surge, got)
+		}
+	}
+}
+
+// TestPodMetadataCannotRepeatTheChartsKeys: every label and annotation the chart itself
+// writes on the agent pods is refused in podLabels and podAnnotations, naming the key,
+// instead of being written twice into the pod template (which no validator accepts).
+func TestPodMetadataCannotRepeatTheChartsKeys(t *testing.T) {
+	m := mustRender(t, "--set", "appArmorProfile.type=Unconfined", "--set", "useAppArmorAnnotation=true")
+	meta := m.daemonSet(t).Spec.Template.ObjectMeta
+	for value, keys := range map[string]map[string]string{"podLabels": meta.Labels, "podAnnotations": meta.Annotations} {
+		for _, key := range slices.Sorted(maps.Keys(keys)) {
+			file := filepath.Join(t.TempDir(), "values.yaml")
+			data, err := yaml.Marshal(map[string]any{value: map[string]string{key: "mine"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Run(value+"."+key, func(t *testing.T) { wantRefused(t, []string{"-f", file}, []string{value + "." + key, "remove it"}) })
 		}
 	}
 }

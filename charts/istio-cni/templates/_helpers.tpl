@@ -220,3 +220,32 @@ maxSurge above 0 (and maxUnavailable 0) would wait forever.
 {{- fail (printf "updateStrategy.rollingUpdate.maxSurge is %v, but the agent uses the host network and binds the node's ports %d (metrics) and %d (probes): a second agent pod can never start beside the old one on a node, so the rollout would hang; remove maxSurge (or set it to 0) and use maxUnavailable" $ru.maxSurge (int .Values.monitoringPort) (int .Values.probes.port)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+podLabels and podAnnotations may not name a key the chart writes on the agent pods itself:
+the pod template would hold the key twice (an invalid manifest), and the chart's value is
+the one the agent, the DaemonSet's selector or Istio's injector needs.
+*/}}
+{{- define "istio-cni.checkPodMetadata" -}}
+{{- $labels := dict "k8s-app" "the DaemonSet's selector" "sidecar.istio.io/inject" "it keeps Istio's injector away from the agent" }}
+{{- range $k, $_ := include "istio-cni.commonLabels" . | fromYaml }}
+{{- $_ := set $labels $k "one of the chart's common labels" }}
+{{- end }}
+{{- range $k := keys (.Values.podLabels | default dict) | sortAlpha }}
+{{- with get $labels $k }}
+{{- fail (printf "podLabels.%s: the chart sets this label on the agent pods itself (%s); remove it from podLabels" $k .) }}
+{{- end }}
+{{- end }}
+{{- $annotations := dict
+    "sidecar.istio.io/inject" "it keeps Istio's injector away from the agent"
+    "checksum/config" "a change of the plugin config rolls the agents"
+    "prometheus.io/scrape" "the agent's metrics"
+    "prometheus.io/port" "set monitoringPort instead"
+    "prometheus.io/path" "the agent's metrics"
+    "container.apparmor.security.beta.kubernetes.io/install-cni" "set appArmorProfile and useAppArmorAnnotation=true instead" }}
+{{- range $k := keys (.Values.podAnnotations | default dict) | sortAlpha }}
+{{- with get $annotations $k }}
+{{- fail (printf "podAnnotations.%s: the chart sets this annotation on the agent pods itself (%s); remove it from podAnnotations" $k .) }}
+{{- end }}
+{{- end }}
+{{- end }}
