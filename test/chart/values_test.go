@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -1069,15 +1068,9 @@ func TestPodMetadataCannotRepeatTheChartsKeys(t *testing.T) {
 	meta := m.daemonSet(t).Spec.Template.ObjectMeta
 	for value, keys := range map[string]map[string]string{"podLabels": meta.Labels, "podAnnotations": meta.Annotations} {
 		for _, key := range slices.Sorted(maps.Keys(keys)) {
-			file := filepath.Join(t.TempDir(), "values.yaml")
-			data, err := yaml.Marshal(map[string]any{value: map[string]string{key: "mine"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(file, data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Run(value+"."+key, func(t *testing.T) { wantRefused(t, []string{"-f", file}, []string{value + "." + key, "remove it"}) })
+			t.Run(value+"."+key, func(t *testing.T) {
+				wantRefused(t, valuesFile(t, map[string]any{value: map[string]string{key: "mine"}}), []string{value + "." + key, "remove it"})
+			})
 		}
 	}
 }

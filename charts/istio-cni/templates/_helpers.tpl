@@ -81,13 +81,82 @@ repair in place, else {{ $fallback }}
 {{- end -}}
 {{- end }}
 
-{{/* The DaemonSet's nodeSelector as a label selector, key=value,... in key order. */}}
-{{- define "istio-cni.nodeSelector" -}}
+{{/*
+The nodes the DaemonSet runs on, as the label selector the taint controller watches nodes
+by (TAINT_NODE_LABEL_SELECTOR): nodeSelector (key=value, in key order) and the one term of
+affinity.nodeAffinity's required node selector (In, NotIn, Exists, DoesNotExist, Gt and Lt
+are label selector operators too), joined by "and". A node outside it would be tainted and
+never get an agent to untaint it. What a label selector cannot say is refused: several
+terms (either-or) and matchFields (node names). The preferred terms exclude no node.
+*/}}
+{{- define "istio-cni.taintNodeSelector" -}}
 {{- $terms := list -}}
 {{- range $k, $v := .Values.nodeSelector -}}
 {{- $terms = append $terms (printf "%s=%s" $k $v) -}}
 {{- end -}}
+{{- $na := (.Values.affinity | default dict).nodeAffinity | default dict -}}
+{{- with $na.requiredDuringSchedulingIgnoredDuringExecution -}}
+{{- $nodeTerms := .nodeSelectorTerms | default list -}}
+{{- $why := "the taint controller finds the agent's nodes by one label selector (TAINT_NODE_LABEL_SELECTOR), and a node tainted where no agent can run would stay tainted for good" -}}
+{{- if ne (len $nodeTerms) 1 -}}
+{{- fail (printf "taint.enabled is true, but affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution has %d nodeSelectorTerms: %s, which cannot say either-or; use one term, or nodeSelector" (len $nodeTerms) $why) -}}
+{{- end -}}
+{{- $term := first $nodeTerms | default dict -}}
+{{- if $term.matchFields -}}
+{{- fail (printf "taint.enabled is true, but affinity.nodeAffinity selects nodes by matchFields (node names): %s, which sees labels only; select the nodes by labels (nodeSelector, or matchExpressions)" $why) -}}
+{{- end -}}
+{{- if not $term.matchExpressions -}}
+{{- fail (printf "taint.enabled is true, but the nodeSelectorTerm of affinity.nodeAffinity has no matchExpressions: it matches no node, so no agent would run; %s" $why) -}}
+{{- end -}}
+{{- range $e := $term.matchExpressions -}}
+{{- $values := $e.values | default list -}}
+{{- if has $e.operator (list "In" "NotIn") -}}
+{{- if not $values -}}
+{{- fail (printf "affinity.nodeAffinity: %s %s needs values" $e.key $e.operator) -}}
+{{- end -}}
+{{- $terms = append $terms (printf "%s %s (%s)" $e.key (lower $e.operator) (join "," $values)) -}}
+{{- else if eq $e.operator "Exists" -}}
+{{- $terms = append $terms $e.key -}}
+{{- else if eq $e.operator "DoesNotExist" -}}
+{{- $terms = append $terms (printf "!%s" $e.key) -}}
+{{- else if has $e.operator (list "Gt" "Lt") -}}
+{{- if ne (len $values) 1 -}}
+{{- fail (printf "affinity.nodeAffinity: %s %s needs exactly one value, an integer" $e.key $e.operator) -}}
+{{- end -}}
+{{- $terms = append $terms (printf "%s%s%v" $e.key (ternary ">" "<" (eq $e.operator "Gt")) (first $values)) -}}
+{{- else -}}
+{{- fail (printf "affinity.nodeAffinity: operator %q of %s is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt" (toString $e.operator) $e.key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- join "," $terms -}}
+{{- end }}
+
+{{/*
+With taint.enabled the agents taint their nodes until they are ready there: an agent that
+does not tolerate that taint could never be scheduled back onto its node after a restart
+(upgrade, eviction, crash of the node), and the node would stay tainted. A toleration
+matches as Kubernetes matches it: no key with Exists tolerates every key; the taint's key
+with Exists, or with Equal and the taint's value "true"; no effect, or the taint's. For
+NoExecute it must be without tolerationSeconds, which would evict the agent.
+*/}}
+{{- define "istio-cni.checkTaintTolerated" -}}
+{{- $t := .Values.taint }}
+{{- if $t.enabled }}
+{{- $ok := false }}
+{{- range $tol := .Values.tolerations | default list }}
+{{- $op := $tol.operator | default "Equal" }}
+{{- $keyMatches := or (and (not $tol.key) (eq $op "Exists")) (and (eq (toString $tol.key) $t.key) (or (eq $op "Exists") (eq (toString $tol.value) "true"))) }}
+{{- $effectMatches := or (not $tol.effect) (eq $tol.effect $t.effect) }}
+{{- $stays := or (ne $t.effect "NoExecute") (kindIs "invalid" $tol.tolerationSeconds) }}
+{{- if and $keyMatches $effectMatches $stays }}
+{{- $ok = true }}
+{{- end }}
+{{- end }}
+{{- if not $ok }}
+{{- fail (printf "taint.enabled is true, but no entry of tolerations tolerates the taint %s=true:%s the agents put on nodes where they are not ready: an agent that restarts could never be scheduled back onto its node, which would stay tainted; add the toleration {key: %s, operator: Exists, effect: %s} (the default tolerations, [{operator: Exists}], tolerate it)" $t.key $t.effect $t.key $t.effect) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
