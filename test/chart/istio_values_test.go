@@ -346,6 +346,8 @@ func TestIstioValuesOfMissingFeaturesAreRefused(t *testing.T) {
 		{"unknown istio log level", []string{"--set", "logging.level=default:trace"}, []string{"/logging/level", "'default:trace'"}},
 		{"unknown key under cni", []string{"--set", "cni.cniBinDirs=/opt/cni/bin"}, []string{"/cni", "'cniBinDirs'"}},
 		{"bad type under global", []string{"--set-string", "global.logAsJson=yes"}, []string{"/global/logAsJson", "want boolean"}},
+		{"unknown compatibility version", []string{"--set", "compatibilityVersion=1.24"}, []string{"/compatibilityVersion", "1.25", "1.28"}},
+		{"compatibility version of a future Istio", []string{"--set", "compatibilityVersion=1.29"}, []string{"/compatibilityVersion"}},
 		{"relative netns dir under cni", []string{"--set", "cni.cniNetnsDir=run/netns"}, []string{"/cni/cniNetnsDir", "'run/netns'"}},
 	}
 	for _, c := range cases {
@@ -382,6 +384,20 @@ func TestIstioNamesAndThisChartsNames(t *testing.T) {
 		{"global.defaultResources when resources is empty", []string{"--set", "resources=null", "--set", "global.defaultResources.requests.cpu=5m"}, agentOf(resourcesOf),
 			map[string]string{"requests.cpu": "5m"}},
 		{"empty cniConfDir is the default", []string{"--set", "cniConfDir="}, envOf("CNI_NET_DIR"), "/etc/cni/net.d"},
+		{"profile demo lowers the default requests", []string{"--set", "profile=demo"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "10m", "requests.memory": "40Mi"}},
+		{"global.profile demo too", []string{"--set", "global.profile=demo"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "10m", "requests.memory": "40Mi"}},
+		{"profile demo under cni", []string{"--set", "cni.profile=demo"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "10m", "requests.memory": "40Mi"}},
+		{"profile demo over global.defaultResources", []string{"--set", "profile=demo", "--set", "resources=null", "--set", "global.defaultResources.requests.cpu=5m"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "10m", "requests.memory": "40Mi"}},
+		{"resources set win over profile demo", []string{"--set", "profile=demo", "--set", "resources.requests.cpu=50m", "--set", "resources.limits.memory=256Mi"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "50m", "requests.memory": "100Mi", "limits.memory": "256Mi"}},
+		{"profile over global.profile (default over demo)", []string{"--set", "profile=default", "--set", "global.profile=demo"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
+		{"a compatibility version Istio knows changes nothing here", []string{"--set", "compatibilityVersion=1.28"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -125,6 +125,15 @@ stays this chart's: a repository path under hub.
 {{- end -}}
 {{- $_ := set $v "agentLogAsJson" (or $v.agentLogAsJson $g.logAsJson false) -}}
 {{- $_ := set $v "nativeNftables" (or $v.nativeNftables $g.nativeNftables false) -}}
+{{- /* Istio's demo profile (profile, else global.profile, as Istio picks it) lowers the
+       agent's requests to 10m CPU and 40Mi: applied when resources are this chart's
+       default or empty, so resources a user set win. */ -}}
+{{- if eq (toString (coalesce $v.profile $g.profile "")) "demo" -}}
+{{- $chartDefault := dict "requests" (dict "cpu" "100m" "memory" "100Mi") -}}
+{{- if or (not $v.resources) (eq (toJson $v.resources) (toJson $chartDefault)) -}}
+{{- $_ := set $v "resources" (dict "requests" (dict "cpu" "10m" "memory" "40Mi")) -}}
+{{- end -}}
+{{- end -}}
 {{- /* resources, or global.defaultResources when resources is empty (Istio's rule). */ -}}
 {{- if and (not $v.resources) $g.defaultResources -}}
 {{- $_ := set $v "resources" $g.defaultResources -}}
