@@ -346,6 +346,14 @@ func TestIstioValuesOfMissingFeaturesAreRefused(t *testing.T) {
 		{"unknown istio log level", []string{"--set", "logging.level=default:trace"}, []string{"/logging/level", "'default:trace'"}},
 		{"unknown key under cni", []string{"--set", "cni.cniBinDirs=/opt/cni/bin"}, []string{"/cni", "'cniBinDirs'"}},
 		{"bad type under global", []string{"--set-string", "global.logAsJson=yes"}, []string{"/global/logAsJson", "want boolean"}},
+		{"misspelt key under global.logging", []string{"--set", "global.logging.levle=debug"}, []string{"/global/logging", "'levle'"}},
+		{"misspelt key under global.networkPolicy", []string{"--set", "global.networkPolicy.enable=true"}, []string{"/global/networkPolicy", "'enable'"}},
+		{"global key missing a letter", []string{"--set", "global.imagePullPolcy=IfNotPresent"}, []string{"global.imagePullPolcy", "did you mean global.imagePullPolicy"}},
+		{"global key in another case", []string{"--set", "global.ImagePullPolicy=IfNotPresent"}, []string{"global.ImagePullPolicy", "did you mean global.imagePullPolicy"}},
+		{"global key with two letters swapped", []string{"--set", "global.nativeNftbales=true"}, []string{"global.nativeNftbales", "did you mean global.nativeNftables"}},
+		{"global key with a letter changed", []string{"--set", "global.defaultResourses.requests.cpu=5m"}, []string{"global.defaultResourses", "did you mean global.defaultResources"}},
+		{"global key with a letter added", []string{"--set", "global.loggings.level=debug"}, []string{"global.loggings", "did you mean global.logging"}},
+		{"short global key in another case", []string{"--set", "global.Hub=registry.example.com/istio"}, []string{"global.Hub", "did you mean global.hub"}},
 		{"unknown compatibility version", []string{"--set", "compatibilityVersion=1.24"}, []string{"/compatibilityVersion", "1.25", "1.28"}},
 		{"compatibility version of a future Istio", []string{"--set", "compatibilityVersion=1.29"}, []string{"/compatibilityVersion"}},
 		{"relative netns dir under cni", []string{"--set", "cni.cniNetnsDir=run/netns"}, []string{"/cni/cniNetnsDir", "'run/netns'"}},
@@ -481,4 +489,20 @@ func TestHardenedSecurityContext(t *testing.T) {
 			checkSecurityContextRules(t, m)
 		})
 	}
+}
+
+// TestOtherChartsGlobalsPass: global is shared with a parent chart; the global keys of
+// Istio's other charts (istiod, gateways, ztunnel, base), which an umbrella values file
+// carries, are not taken for slips of the keys this chart reads; nor are keys one letter
+// from a short one (hubs, tags), which are too often another chart's own.
+func TestOtherChartsGlobalsPass(t *testing.T) {
+	global := map[string]any{}
+	for _, k := range []string{"arch", "caAddress", "caName", "certSigners", "configCluster", "configValidation",
+		"defaultNodeSelector", "defaultPodDisruptionBudget", "defaultTolerations", "externalIstiod", "istioNamespace",
+		"istiod", "meshID", "meshNetworks", "mountMtlsCerts", "multiCluster", "network", "omitSidecarInjectorConfigMap",
+		"operatorManageWebhooks", "pilotCertProvider", "priorityClassName", "proxy", "proxy_init", "remotePilotAddress",
+		"sds", "sts", "waypoint", "hubs", "tags", "images"} {
+		global[k] = map[string]any{}
+	}
+	mustRender(t, valuesFile(t, map[string]any{"global": global})...)
 }

@@ -21,6 +21,7 @@ find it done. After it, templates read only this chart's names:
 {{- end -}}
 {{- include "istio-cni.resolveIstioNames" . -}}
 {{- include "istio-cni.refuseIstioFeatures" . -}}
+{{- include "istio-cni.checkGlobalKeys" . -}}
 {{- end -}}
 {{- end }}
 
@@ -166,6 +167,57 @@ stays this chart's: a repository path under hub.
 {{- $_ := set $v "cniNetnsDir" ($v.cniNetnsDir | default "/var/run/netns") -}}
 {{- /* imagePullSecrets of the ServiceAccount: this chart's and Istio's global ones. */ -}}
 {{- $_ := set $v "imagePullSecrets" (concat ($v.imagePullSecrets | default list) ($g.imagePullSecrets | default list) | uniq) -}}
+{{- end }}
+
+{{/*
+global is shared with a parent chart, so a key this chart does not read is let through; but
+one that is a slip of a key it reads (differs only in case, or by one letter added, left
+out, changed, or two neighbours swapped: global.imagePullPolcy) is refused, naming both,
+instead of being silently unread. Keys shorter than 6 letters (hub, tag) are compared for
+case only: one letter apart is too often another chart's own key there.
+*/}}
+{{- define "istio-cni.checkGlobalKeys" -}}
+{{- $known := list "hub" "tag" "variant" "imagePullPolicy" "imagePullSecrets" "logging" "logAsJson" "defaultResources" "nativeNftables" "networkPolicy" "resourceScope" "platform" "profile" -}}
+{{- range $k := keys (.Values.global | default dict) | sortAlpha -}}
+{{- if not (has $k $known) -}}
+{{- range $n := $known -}}
+{{- if or (eq (lower $k) (lower $n)) (and (ge (len $n) 6) (include "istio-cni.oneEditApart" (list (lower $k) (lower $n)))) -}}
+{{- fail (printf "global.%s is not a key this chart reads; did you mean global.%s? (other keys of global pass unread, for a parent chart)" $k $n) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the two strings differ by one insertion, deletion, substitution or swap of neighbours. */}}
+{{- define "istio-cni.oneEditApart" -}}
+{{- $a := index . 0 -}}
+{{- $b := index . 1 -}}
+{{- if eq (len $a) (len $b) -}}
+{{- $diffs := list -}}
+{{- range $i := until (len $a) -}}
+{{- if ne (substr $i (add1 $i | int) $a) (substr $i (add1 $i | int) $b) -}}
+{{- $diffs = append $diffs $i -}}
+{{- end -}}
+{{- end -}}
+{{- if eq (len $diffs) 1 -}}true
+{{- else if and (eq (len $diffs) 2) (eq (index $diffs 1) (add1 (index $diffs 0) | int)) -}}
+{{- $i := index $diffs 0 -}}
+{{- if and (eq (substr $i (add $i 1 | int) $a) (substr (add $i 1 | int) (add $i 2 | int) $b)) (eq (substr (add $i 1 | int) (add $i 2 | int) $a) (substr $i (add $i 1 | int) $b)) -}}true{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- $long := ternary $a $b (gt (len $a) (len $b)) -}}
+{{- $short := ternary $b $a (gt (len $a) (len $b)) -}}
+{{- if eq (len $long) (add1 (len $short) | int) -}}
+{{- $found := false -}}
+{{- range $i := until (len $long) -}}
+{{- if eq (printf "%s%s" (substr 0 $i $long) (substr (add1 $i | int) (len $long) $long)) $short -}}
+{{- $found = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $found -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/* Istio settings of features this istio-cni does not have. */}}
