@@ -344,6 +344,8 @@ func TestIstioValuesOfMissingFeaturesAreRefused(t *testing.T) {
 			[]string{"rollingMaxUnavailable 2", "OnDelete"}},
 		{"repair image other than the agent's", []string{"--set", "cni.repair.image=other"}, []string{"repair.image", `"other"`}},
 		{"unknown istio log level", []string{"--set", "logging.level=default:trace"}, []string{"/logging/level", "'default:trace'"}},
+		{"kubeconfig mode without its leading 0", []string{"--set-string", "kubeconfigMode=600"}, []string{"/kubeconfigMode", "'600'"}},
+		{"extra bypass uid 0", []string{"--set-json", "extraBypassUIDs=[0]"}, []string{"/extraBypassUIDs/0", "minimum"}},
 		{"unknown key under cni", []string{"--set", "cni.cniBinDirs=/opt/cni/bin"}, []string{"/cni", "'cniBinDirs'"}},
 		{"bad type under global", []string{"--set-string", "global.logAsJson=yes"}, []string{"/global/logAsJson", "want boolean"}},
 		{"misspelt key under global.logging", []string{"--set", "global.logging.levle=debug"}, []string{"/global/logging", "'levle'"}},
@@ -386,6 +388,13 @@ func TestIstioNamesAndThisChartsNames(t *testing.T) {
 		{"agentLogLevel over logging.level", []string{"--set", "agentLogLevel=error", "--set", "logging.level=debug"}, envOf("AGENT_LOG_LEVEL"), "error"},
 		{"logging.level over global.logging.level", []string{"--set", "logging.level=warn", "--set", "global.logging.level=debug"}, envOf("AGENT_LOG_LEVEL"), "warn"},
 		{"Istio's fatal is error", []string{"--set", "logging.level=fatal"}, envOf("AGENT_LOG_LEVEL"), "error"},
+		{"the cni-plugin scope is the plugin's level", []string{"--set", "logging.level=default:warn\\,cni-plugin:debug"}, envOf("PLUGIN_LOG_LEVEL"), "debug"},
+		{"the cni-plugin scope is in the plugin's config", []string{"--set", "logging.level=default:warn\\,cni-plugin:debug"}, confOf("plugin_log_level"), "debug"},
+		{"the cni-plugin scope does not set the agent's", []string{"--set", "logging.level=default:warn\\,cni-plugin:debug"}, envOf("AGENT_LOG_LEVEL"), "warn"},
+		{"the cni-plugin scope alone leaves the agent at info", []string{"--set", "global.logging.level=cni-plugin:error"}, envOf("AGENT_LOG_LEVEL"), "info"},
+		{"the all scope sets the plugin's too", []string{"--set", "logging.level=all:error"}, envOf("PLUGIN_LOG_LEVEL"), "error"},
+		{"the cni-plugin scope wins over logLevel", []string{"--set", "logLevel=warn", "--set", "logging.level=cni-plugin:info"}, envOf("PLUGIN_LOG_LEVEL"), "info"},
+		{"no plugin scope keeps logLevel", []string{"--set", "logLevel=error", "--set", "logging.level=debug"}, envOf("PLUGIN_LOG_LEVEL"), "error"},
 		{"rollingMaxUnavailable over updateStrategy", []string{"--set", "rollingMaxUnavailable=3"}, dsOf(func(ds *appsv1.DaemonSet) any {
 			return ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String()
 		}), "3"},

@@ -56,21 +56,45 @@ find it done. After it, templates read only this chart's names:
 
 {{/*
 agentLogLevel from Istio's logging.level ("info", or scopes "default:info,cni:debug"): the
-most verbose level named, so that nothing asked for is lost. Istio's fatal and none are
-quieter than this agent can be: they become error.
+most verbose level named, so that nothing asked for is lost, but for the cni-plugin scope,
+which is the plugin's (istio-cni.pluginLevelOf); a value naming only that scope leaves the
+agent at info. Istio's fatal and none are quieter than this agent can be: they become
+error.
 */}}
 {{- define "istio-cni.agentLevelOf" -}}
 {{- $rank := dict "debug" 0 "info" 1 "warn" 2 "error" 3 "fatal" 3 "none" 3 -}}
 {{- $names := list "debug" "info" "warn" "error" -}}
 {{- $best := 3 -}}
+{{- $named := false -}}
 {{- range $part := splitList "," (toString .) -}}
 {{- $lvl := $part | trim | splitList ":" | last | trim | lower -}}
 {{- if not (hasKey $rank $lvl) -}}
 {{- fail (printf "logging.level %q: %q is not one of Istio's levels debug, info, warn, error, fatal, none" (toString $) $lvl) -}}
 {{- end -}}
+{{- if not (and (contains ":" $part) (eq ($part | splitList ":" | first | trim) "cni-plugin")) -}}
 {{- $best = min $best (get $rank $lvl) -}}
+{{- $named = true -}}
 {{- end -}}
-{{- index $names (int $best) -}}
+{{- end -}}
+{{- if $named -}}{{- index $names (int $best) -}}{{- else -}}info{{- end -}}
+{{- end }}
+
+{{/*
+The plugin's level from Istio's logging.level, as Istio's install-cni reads it: the last
+"cni-plugin:LEVEL" or "all:LEVEL" (every scope); empty when it names neither (a bare
+level is the default scope's, the agent's).
+*/}}
+{{- define "istio-cni.pluginLevelOf" -}}
+{{- $found := "" -}}
+{{- range $part := splitList "," (toString .) -}}
+{{- if contains ":" $part -}}
+{{- $scope := $part | splitList ":" | first | trim -}}
+{{- if or (eq $scope "cni-plugin") (eq $scope "all") -}}
+{{- $found = $part | splitList ":" | last | trim | lower -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $found -}}
 {{- end }}
 
 {{/*
@@ -122,6 +146,12 @@ stays this chart's: a repository path under hub.
 {{- $_ := set $v "agentLogLevel" (include "istio-cni.agentLevelOf" .) -}}
 {{- else -}}
 {{- $_ := set $v "agentLogLevel" "info" -}}
+{{- end -}}
+{{- end -}}
+{{- /* The plugin's: Istio's cni-plugin (or all) scope of logging.level wins over logLevel. */ -}}
+{{- with (coalesce $l.level $gl.level) -}}
+{{- with (include "istio-cni.pluginLevelOf" .) -}}
+{{- $_ := set $v "logLevel" . -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $v "agentLogAsJson" (or $v.agentLogAsJson $g.logAsJson false) -}}
