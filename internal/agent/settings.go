@@ -747,7 +747,7 @@ const EnvIstioOwnedCNIConfig = "ISTIO_OWNED_CNI_CONFIG"
 // asked for. False (or unset) is what Istio's sidecar mode sets.
 var refused = []struct{ env, why string }{
 	{EnvAmbientEnabled, "this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it"},
-	{EnvIstioOwnedCNIConfig, "this istio-cni inserts its entry into the primary network's own config file and does not write a copy of the chain to a file of its own; unset it (or set CNI_CONF_NAME to pick the file)"},
+	{EnvIstioOwnedCNIConfig, "Istio's install-cni writes its own copy of the chain (ISTIO_OWNED_CNI_CONFIG_FILENAME) in ambient mode only, which this istio-cni does not have; this agent inserts its entry into the primary network's own config file, so does not write a copy of the chain; set it to false or unset it (CNI_CONF_NAME picks the file)"},
 }
 
 // refuseUnimplemented stops the agent when one of the refused switches is on, or
