@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -422,13 +423,10 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 			return obj, nil
 		}
 	}
-	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	kc, err := cfg.loadKubeconfig()
 	timing.Mark(ctx, "kubeconfig")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
-	}
-	if cfg.K8sAPIRoot != "" {
-		kc.Server = cfg.K8sAPIRoot
 	}
 	bound := budget.Bound()
 	ctx, cancel := context.WithTimeout(ctx, bound)
@@ -655,7 +653,7 @@ func (p *Plugin) Check(args *cnicmd.CmdArgs) error {
 func (p *Plugin) Status(args *cnicmd.CmdArgs) error {
 	return p.withConfig(args, "STATUS", func(cfg *Config, log *pluginlog.Logger) error {
 		rememberIptablesVersion(cfg, log)
-		kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+		kc, err := cfg.loadKubeconfig()
 		if err == nil {
 			_, err = kube.NewClient(kc, time.Second)
 		}
@@ -666,6 +664,21 @@ func (p *Plugin) Status(args *cnicmd.CmdArgs) error {
 		log.Debug("STATUS: ready", "kubeconfig", cfg.Kubeconfig)
 		return nil
 	})
+}
+
+// loadKubeconfig reads the plugin's kubeconfig as the lookup uses it: with its
+// server replaced by the legacy kubernetes.k8s_api_root when that is set. STATUS
+// and the lookup both read it here, so that STATUS fails only where the lookup
+// would.
+func (cfg *Config) loadKubeconfig() (*kube.Kubeconfig, error) {
+	kc, err := kube.LoadKubeconfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.K8sAPIRoot != "" {
+		kc.Server = cfg.K8sAPIRoot
+	}
+	return kc, nil
 }
 
 // rememberIptablesVersion does in STATUS, which the runtime runs every few
@@ -703,15 +716,34 @@ func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 		removed := 0
 		for _, e := range entries {
 			info, err := e.Info()
-			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour {
-				if os.Remove(filepath.Join(dir, e.Name())) == nil {
-					removed++
-				}
+			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour &&
+				removeUnheldLock(filepath.Join(dir, e.Name())) {
+				removed++
 			}
 		}
 		log.Debug("GC done", "removedLockFiles", removed)
 		return nil
 	})
+}
+
+// removeUnheldLock removes the lock file at path unless a process holds its lock
+// now: opening or locking it changes none of its times, so its age alone does not
+// say it is unused. It is unlinked while GC holds the lock itself, so no writer
+// holds it then; one that opened it just before may still lock the unlinked file,
+// which is the most any removal of a lock file can promise.
+func removeUnheldLock(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return false // held: in use
+	}
+	return os.Remove(path) == nil
 }
 
 // logPeakMemory logs, at debug level, the process's peak resident memory (VmHWM of

@@ -1,0 +1,81 @@
+package plugin
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
+)
+
+// TestStatusReadsTheKubeconfigAsTheLookupDoes: with the legacy
+// kubernetes.k8s_api_root, STATUS judges the kubeconfig with that server, as the
+// lookup uses it: a server the lookup never dials does not make the node NotReady.
+func TestStatusReadsTheKubeconfigAsTheLookupDoes(t *testing.T) {
+	dir := t.TempDir()
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: kubernetes.default.svc\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user:\n    token: t\n"
+	if err := os.WriteFile(filepath.Join(dir, KubeconfigName), []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		root string
+		ok   bool
+	}{
+		{`,"kubernetes":{"k8s_api_root":"https://10.96.0.1:443"}`, true},
+		{"", false}, // the kubeconfig's own server is no URL: every lookup would fail
+	} {
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q,"log_socket":"","log_file":""%s}`, dir, tc.root)
+		var out, stderr bytes.Buffer
+		p := &Plugin{Stdout: &out, Stderr: &stderr, Timeout: 5 * time.Second}
+		if err := p.Status(&cnicmd.CmdArgs{StdinData: []byte(conf)}); (err == nil) != tc.ok {
+			t.Errorf("config %s: STATUS %v, want ready %v", conf, err, tc.ok)
+		}
+	}
+}
+
+// TestGCKeepsAHeldLockFile: GC removes an xtables lock file older than an hour
+// only when no process holds its lock (opening and locking it change none of its
+// times).
+func TestGCKeepsAHeldLockFile(t *testing.T) {
+	dir := t.TempDir()
+	x := filepath.Join(dir, "xtables")
+	if err := os.MkdirAll(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	lock := func(name string) string {
+		p := filepath.Join(x, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	held, free := lock("xtables-4026532999.lock"), lock("xtables-4026533000.lock")
+	f, err := os.OpenFile(held, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q,"log_socket":"","log_file":""}`, dir)
+	var out, stderr bytes.Buffer
+	p := &Plugin{Stdout: &out, Stderr: &stderr, Timeout: 5 * time.Second}
+	if err := p.GC(&cnicmd.CmdArgs{StdinData: []byte(conf)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(held); err != nil {
+		t.Errorf("GC removed a lock file held now: %v", err)
+	}
+	if _, err := os.Stat(free); err == nil {
+		t.Errorf("GC kept an old lock file nobody holds")
+	}
+}
