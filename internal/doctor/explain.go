@@ -200,25 +200,34 @@ func Describe(s redirect.Spec) []string {
 	return lines
 }
 
+// decisionLine is the "Decision:" line of explain and inspect, one wording for
+// both: an ADD that fails, as a redirect or as a refusal (an ambient pod, a rule
+// that fails closed), or the verdict and its reason. It reports whether the pod's
+// capture follows (a redirect that the ADD carries out).
+func decisionLine(b *strings.Builder, d plugin.Decision, addErr string) (captured bool) {
+	indented := strings.ReplaceAll(addErr, "\n", "\n  ")
+	switch {
+	case addErr != "" && d.Verdict == plugin.Redirect:
+		fmt.Fprintf(b, "Decision: redirect, but the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", indented)
+	case addErr != "":
+		fmt.Fprintf(b, "Decision: REFUSED (rule %s): the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", d.Rule, indented)
+	case d.Rule == plugin.RuleNeedNamespace:
+		fmt.Fprintf(b, "Decision: depends on the pod's namespace (rule %s): %s\n"+
+			"  Give the namespace to decide: -namespace NS.yaml (kubectl get namespace NS -o yaml)\n", d.Rule, d.Reason)
+	case d.Verdict == plugin.Redirect:
+		fmt.Fprintf(b, "Decision: traffic is redirected to the sidecar (%s)\n", d.Reason)
+		return true
+	default:
+		fmt.Fprintf(b, "Decision: NOT redirected (rule %s): %s\n", d.Rule, d.Reason)
+	}
+	return false
+}
+
 // Text renders an explanation for people.
 func (ex Explanation) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Pod %s\n", ex.Pod)
-	switch {
-	case ex.Error != "" && ex.Decision.Verdict == plugin.Redirect:
-		fmt.Fprintf(&b, "Decision: redirect, but the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", strings.ReplaceAll(ex.Error, "\n", "\n  "))
-		return b.String()
-	case ex.Error != "":
-		fmt.Fprintf(&b, "Decision: REFUSED (rule %s): the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", ex.Decision.Rule, strings.ReplaceAll(ex.Error, "\n", "\n  "))
-		return b.String()
-	case ex.Decision.Rule == plugin.RuleNeedNamespace:
-		fmt.Fprintf(&b, "Decision: depends on the pod's namespace (rule %s): %s\n"+
-			"  Give the namespace to decide: -namespace NS.yaml (kubectl get namespace NS -o yaml)\n", ex.Decision.Rule, ex.Decision.Reason)
-		return b.String()
-	case ex.Decision.Verdict == plugin.Redirect:
-		fmt.Fprintf(&b, "Decision: traffic is redirected to the sidecar (%s)\n", ex.Decision.Reason)
-	default:
-		fmt.Fprintf(&b, "Decision: NOT redirected (rule %s): %s\n", ex.Decision.Rule, ex.Decision.Reason)
+	if !decisionLine(&b, ex.Decision, ex.Error) {
 		return b.String()
 	}
 	for _, l := range ex.Capture {

@@ -283,16 +283,10 @@ func (in *Inspection) Text() string {
 	}
 	fmt.Fprintf(&b, "), backend %s\n", in.Backend)
 	fmt.Fprintf(&b, "Network namespace: %s (inode %d)\n", in.Netns, in.NetnsInode)
-	switch {
-	case in.Error != "":
-		fmt.Fprintf(&b, "Decision: redirect, but the plugin's ADD FAILS (the pod stays in ContainerCreating):\n  %s\n", strings.ReplaceAll(in.Error, "\n", "\n  "))
-	case in.Decision.Verdict == plugin.Redirect:
-		fmt.Fprintf(&b, "Decision: traffic is redirected to the sidecar (%s)\n", in.Decision.Reason)
+	if decisionLine(&b, in.Decision, in.Error) {
 		for _, l := range in.Capture {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}
-	default:
-		fmt.Fprintf(&b, "Decision: NOT redirected (rule %s): %s\n", in.Decision.Rule, in.Decision.Reason)
 	}
 	if in.Multus != nil {
 		b.WriteString(in.Multus.Text())
