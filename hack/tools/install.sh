@@ -18,10 +18,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-# pinned prints the version of module $2 that hack/tools/$1/go.mod requires.
+# pinned prints the version of module $2 that hack/tools/$1/go.mod requires, from
+# the go.mod alone (go mod edit -json): go list -m may ask the module proxy for the
+# version's details, and a cached build must not need the network.
 pinned() {
   local v
-  v=$(cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
+  v=$(cd "$here/$1" && go mod edit -json | awk -v path="\"$2\"," '$1 == "\"Path\":" && $2 == path { getline; gsub(/[",]/, "", $2); print $2; exit }')
   [[ -n $v ]] || { echo "install.sh: no version of $2 in hack/tools/$1/go.mod" >&2; exit 1; }
   echo "$v"
 }
