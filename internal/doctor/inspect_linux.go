@@ -88,7 +88,7 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 		return nil, err
 	}
 
-	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, plugin.Sandbox{Netns: nsPath})
+	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, sandboxOf(pod, nsPath))
 	ex := explanation(pod, pp, perr, "iptables")
 	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
 	plan := pp.Plan
@@ -354,4 +354,16 @@ func (m *MultusCheck) Text() string {
 		fmt.Fprintf(&b, "Multus: %s\n", m.Error)
 	}
 	return b.String()
+}
+
+// sandboxOf is the pod's sandbox as the doctor plans it: at nsPath, with the
+// pod's addresses in the order its status gives them. The ADD decides IPv6 capture
+// from the first address of the runtime's result; the status keeps that order
+// where the runtime does (CRI-O), while the kernel lists a namespace's IPv4
+// addresses first whatever the result said. containerd puts an IPv4 address first
+// in the status by default, so for an IPv6-first pod without ISTIO_DUAL_STACK on
+// containerd the doctor may still plan without IPv6. A pod whose status has no
+// address yet is read from nsPath.
+func sandboxOf(pod *kube.Pod, nsPath string) plugin.Sandbox {
+	return plugin.Sandbox{Addrs: pod.IPs(), Netns: nsPath}
 }

@@ -197,13 +197,20 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 	var target4, target6 *string
 	var probePort *uint
 	var perConn *time.Duration
+	var named func() bool
 	nf, namespace, name, ok := parseNodeArgs("probe", args, stderr, func(fs *flag.FlagSet) {
 		appUID = fs.Uint("app-uid", 0, "uid (and gid) of the outbound probe: an application's (default: the app container's runAsUser, else 1000)")
-		target4 = fs.String("outbound-target", DefaultOutboundV4.String(), "IPv4 address:port the outbound probe connects to; it must be one the capture includes")
+		target4 = fs.String("outbound-target", DefaultOutboundV4.String(), "IPv4 address:port the outbound probe connects to (default: this one when the pod's settings capture it, else one they capture)")
 		target6 = fs.String("outbound-target6", DefaultOutboundV6.String(), "IPv6 address:port of the outbound probe (IPv6 pods)")
 		probePort = fs.Uint("probe-port", istioiptables.DefaultProbePort, "the validation's probe port (istio-validation's --probe-port)")
 		perConn = fs.Duration("connect-timeout", 2*time.Second, "how long each test connection may take")
+		named = func() bool {
+			given := false
+			fs.Visit(func(f *flag.Flag) { given = given || f.Name == "outbound-target" || f.Name == "outbound-target6" })
+			return given
+		}
 	})
+	namedOutbound := ok && named()
 	if !ok {
 		return exitUsage
 	}
@@ -221,8 +228,9 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probe: bad flag: %v\n", err)
 		return exitUsage
 	}
+	o.OutboundNamed = namedOutbound
 	return onTarget("probe", nf, namespace, name, stderr, func(ctx context.Context, t *target) int {
-		pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, plugin.Sandbox{Netns: t.ns.Path})
+		pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, sandboxOf(t.pod, t.ns.Path))
 		if err != nil {
 			fmt.Fprintf(stderr, "probe: %v\n", err)
 			return exitProblem

@@ -22,7 +22,10 @@ type ProbeOptions struct {
 	AppUID uint32
 	// OutboundV4 and OutboundV6 are where the outbound probe connects: an address
 	// the pod routes out of its interface, which the capture sends to the proxy.
+	// Unless OutboundNamed (the user gave them), a target the pod's settings do not
+	// capture is replaced by one they capture (outboundTarget).
 	OutboundV4, OutboundV6 netip.AddrPort
+	OutboundNamed          bool
 	// ProbePort is the validation's probe port (Istio's 15002).
 	ProbePort uint16
 	// Timeout bounds each connection.
@@ -130,13 +133,25 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 		}
 	}
 	for _, f := range families {
+		outbound, cannotTell := outboundTarget(spec, f.outbound, o.OutboundNamed)
 		flows := []Flow{
 			{Name: "inbound (the validation probe, as the proxy)", Family: f.Name, UID: proxyUID, GID: proxyGID,
 				Target: netip.AddrPortFrom(f.Passthrough, o.ProbePort).String(), Want: spec.InboundCapturePort},
-			{Name: "outbound (as an application)", Family: f.Name, UID: o.AppUID, GID: o.AppUID,
-				Target: f.outbound.String(), Want: spec.ProxyPort},
+		}
+		if cannotTell != "" {
+			// Nothing to learn from a connection the pod's settings leave alone: it is
+			// reported, not made, and does not count as traffic that escaped.
+			flows = append(flows, Flow{Name: "outbound (as an application)", Family: f.Name, UID: o.AppUID, GID: o.AppUID,
+				Target: f.outbound.String(), Want: spec.ProxyPort, Result: cannotTell})
+		} else {
+			flows = append(flows, Flow{Name: "outbound (as an application)", Family: f.Name, UID: o.AppUID, GID: o.AppUID,
+				Target: outbound.String(), Want: spec.ProxyPort})
 		}
 		for _, fl := range flows {
+			if fl.Result != "" {
+				res.Flows = append(res.Flows, fl)
+				continue
+			}
 			src := netip.Addr{}
 			if fl.UID == proxyUID {
 				src = f.Loopback // the validation binds the loopback source, as Istio's does

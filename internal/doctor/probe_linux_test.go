@@ -23,6 +23,12 @@ func TestProbeReportsWhereTrafficLands(t *testing.T) {
 	runCapturedPod(t, cp, e.cfg, injectedPod("captured"), netip.MustParseAddr("10.251.8.1"))
 	runPod(t, cp, injectedPod("uncaptured"), netip.MustParseAddr("10.251.8.2"))
 	_, withProxyNS := runCapturedPod(t, cp, e.cfg, injectedPod("with-proxy"), netip.MustParseAddr("10.251.8.3"))
+	// Pods whose settings do not capture the default target: the probe picks one
+	// they capture, or says it cannot tell (never "NOT redirected").
+	runCapturedPod(t, cp, e.cfg, injectedPod("include-range", withAnnotation("traffic.sidecar.istio.io/includeOutboundIPRanges", "10.0.0.0/8")),
+		netip.MustParseAddr("10.251.8.4"))
+	runCapturedPod(t, cp, e.cfg, injectedPod("no-outbound", withAnnotation("traffic.sidecar.istio.io/includeOutboundIPRanges", "")),
+		netip.MustParseAddr("10.251.8.5"))
 	proxy, err := sandbox.Serve(withProxyNS.path, 1337, "proxy-outbound", "tcp4", "0.0.0.0:15001", false)
 	if err != nil {
 		t.Fatal(err)
@@ -31,21 +37,29 @@ func TestProbeReportsWhereTrafficLands(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, pod string
+		args      []string
 		code      int
 		want      []string
 	}{
-		{"captured", "app/captured", 0, []string{
+		{"include-range", "app/include-range", nil, 0, []string{
+			"outbound ipv4, uid 1000 gid 1000 -> 10.0.0.1:80: redirected to 15001 (original destination preserved)"}},
+		{"include-range-named-target", "app/include-range", []string{"--outbound-target", "198.51.100.1:80"}, 0, []string{
+			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: cannot tell: the pod's settings do not capture 198.51.100.1:80"}},
+		{"no-outbound", "app/no-outbound", nil, 0, []string{
+			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: redirected to 15006 (original destination preserved)",
+			"cannot tell: the pod's settings capture no outbound destination of this family to probe"}},
+		{"captured", "app/captured", nil, 0, []string{
 			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: redirected to 15006 (original destination preserved)",
 			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: redirected to 15001 (original destination preserved)"}},
-		{"uncaptured", "app/uncaptured", 1, []string{
+		{"uncaptured", "app/uncaptured", nil, 1, []string{
 			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: NOT redirected: reached 127.0.0.6:15002 directly",
 			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: NOT redirected: no answer from 198.51.100.1:80"}},
-		{"proxy-holds-port", "app/with-proxy", 0, []string{
+		{"proxy-holds-port", "app/with-proxy", nil, 0, []string{
 			"port 15001 ipv4, outbound capture port: held by another process",
 			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: redirected to 15001 (conntrack; the proxy's listener accepted it)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stdout, stderr, code := e.run("probe", tc.pod, "--connect-timeout", "1s")
+			stdout, stderr, code := e.run(append([]string{"probe", tc.pod, "--connect-timeout", "1s"}, tc.args...)...)
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d; stderr:\n%s\nstdout:\n%s", code, tc.code, stderr, stdout)
 			}
