@@ -2,10 +2,14 @@ package kube
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
+
+	"github.com/istio-cni/istio-cni/internal/jsontree"
 )
 
 // Kubeconfig is the part of a kubeconfig file the plugin needs: the current
@@ -35,6 +39,7 @@ type kubeconfigCluster struct {
 		CertificateAuthority     string `json:"certificate-authority"`
 		CertificateAuthorityData string `json:"certificate-authority-data"`
 		InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+		ProxyURL                 string `json:"proxy-url"` // refused
 	} `json:"cluster"`
 }
 
@@ -55,6 +60,16 @@ type kubeconfigUser struct {
 		ClientCertificateData string `json:"client-certificate-data"`
 		ClientKey             string `json:"client-key"`
 		ClientKeyData         string `json:"client-key-data"`
+		// Read only to be refused: credentials and impersonation this client
+		// does not implement (requests would go out without them).
+		Username     string          `json:"username"`
+		Password     string          `json:"password"`
+		Exec         json.RawMessage `json:"exec"`
+		AuthProvider json.RawMessage `json:"auth-provider"`
+		As           string          `json:"as"`
+		AsUID        string          `json:"as-uid"`
+		AsGroups     json.RawMessage `json:"as-groups"`
+		AsUserExtra  json.RawMessage `json:"as-user-extra"`
 	} `json:"user"`
 }
 
@@ -99,7 +114,12 @@ func LoadKubeconfig(path string) (*Kubeconfig, error) {
 }
 
 // ParseKubeconfig parses kubeconfig YAML (the part of YAML yamlToJSON reads) or
-// JSON; dir resolves relative paths.
+// JSON; dir resolves relative paths. It reads the current context's cluster and
+// user, as kubectl does, and refuses what would make it connect otherwise than
+// the file says: a current-context, cluster or user named but not there, and the
+// settings this client does not implement (refuseUnsupported). An empty
+// current-context with exactly one context means that context; a context with no
+// user is anonymous, as for kubectl.
 func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 	js, err := yamlToJSON(raw)
 	if err != nil {
@@ -110,24 +130,43 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	ctxName := f.CurrentContext
-	if ctxName == "" && len(f.Contexts) == 1 {
+	if ctxName == "" {
+		if len(f.Contexts) != 1 {
+			return nil, fmt.Errorf("current-context is empty and contexts holds %d contexts: set current-context to one of them", len(f.Contexts))
+		}
 		ctxName = f.Contexts[0].Name
 	}
-	var clusterName, userName string
-	found := false
-	for _, c := range f.Contexts {
-		if c.Name == ctxName {
-			clusterName, userName, found = c.Context.Cluster, c.Context.User, true
+	var ctx *kubeconfigContext
+	for i := range f.Contexts {
+		if f.Contexts[i].Name == ctxName {
+			ctx = &f.Contexts[i]
 		}
 	}
-	if !found {
-		if len(f.Clusters) != 1 {
-			return nil, fmt.Errorf("current context %q not found", ctxName)
+	if ctx == nil {
+		return nil, fmt.Errorf("current-context %q: no context of that name in contexts", ctxName)
+	}
+	var cluster *kubeconfigCluster
+	for i := range f.Clusters {
+		if f.Clusters[i].Name == ctx.Context.Cluster {
+			cluster = &f.Clusters[i]
 		}
-		clusterName = f.Clusters[0].Name
-		if len(f.Users) == 1 {
-			userName = f.Users[0].Name
+	}
+	if cluster == nil {
+		return nil, fmt.Errorf("context %q: cluster %q: no cluster of that name in clusters", ctxName, ctx.Context.Cluster)
+	}
+	var user *kubeconfigUser
+	if ctx.Context.User != "" {
+		for i := range f.Users {
+			if f.Users[i].Name == ctx.Context.User {
+				user = &f.Users[i]
+			}
 		}
+		if user == nil {
+			return nil, fmt.Errorf("context %q: user %q: no user of that name in users (requests would go out anonymous)", ctxName, ctx.Context.User)
+		}
+	}
+	if err := refuseUnsupported(cluster, user); err != nil {
+		return nil, err
 	}
 	kc := &Kubeconfig{}
 	resolve := func(p string) string {
@@ -153,32 +192,106 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 		}
 		return nil, nil
 	}
-	clusterFound := false
-	for _, c := range f.Clusters {
-		if c.Name != clusterName {
-			continue
-		}
-		clusterFound = true
-		kc.Server = c.Cluster.Server
-		kc.InsecureSkipTLSVerify = c.Cluster.InsecureSkipTLSVerify
-		if kc.CAData, err = readData("certificate-authority", c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority); err != nil {
-			return nil, err
-		}
+	kc.Server = cluster.Cluster.Server
+	if kc.Server == "" {
+		return nil, fmt.Errorf("cluster %q has no server", cluster.Name)
 	}
-	if !clusterFound || kc.Server == "" {
-		return nil, fmt.Errorf("cluster %q has no server", clusterName)
+	kc.InsecureSkipTLSVerify = cluster.Cluster.InsecureSkipTLSVerify
+	if kc.CAData, err = readData("certificate-authority", cluster.Cluster.CertificateAuthorityData, cluster.Cluster.CertificateAuthority); err != nil {
+		return nil, err
 	}
-	for _, u := range f.Users {
-		if u.Name != userName {
-			continue
-		}
-		kc.Token, kc.TokenFile = u.User.Token, resolve(u.User.TokenFile)
-		if kc.ClientCertData, err = readData("client-certificate", u.User.ClientCertificateData, u.User.ClientCertificate); err != nil {
-			return nil, err
-		}
-		if kc.ClientKeyData, err = readData("client-key", u.User.ClientKeyData, u.User.ClientKey); err != nil {
-			return nil, err
-		}
+	if user == nil {
+		return kc, nil
+	}
+	kc.Token, kc.TokenFile = user.User.Token, resolve(user.User.TokenFile)
+	if kc.ClientCertData, err = readData("client-certificate", user.User.ClientCertificateData, user.User.ClientCertificate); err != nil {
+		return nil, err
+	}
+	if kc.ClientKeyData, err = readData("client-key", user.User.ClientKeyData, user.User.ClientKey); err != nil {
+		return nil, err
 	}
 	return kc, nil
+}
+
+// refuseUnsupported refuses the settings of the current cluster and user that
+// this client does not implement: left out, they would make it connect otherwise
+// than the file says (directly instead of through a proxy, anonymous instead of
+// with the credential, as the user instead of whom it impersonates).
+func refuseUnsupported(cluster *kubeconfigCluster, user *kubeconfigUser) error {
+	if p := cluster.Cluster.ProxyURL; p != "" {
+		return fmt.Errorf("cluster %q: proxy-url %s: not supported (this client connects to the server directly); remove it, or reach the server without a proxy", cluster.Name, redactURL(p))
+	}
+	if user == nil {
+		return nil
+	}
+	u := &user.User
+	refuse := func(key, value, why string) error {
+		if value != "" {
+			value = " " + value
+		}
+		return fmt.Errorf("user %q: %s%s: not supported (%s); give the user a token, tokenFile or client certificate", user.Name, key, value, why)
+	}
+	switch {
+	case given(u.Exec):
+		cmd, _ := member(u.Exec, "command")
+		return refuse("exec", fmt.Sprintf("(command %q)", cmd), "this client runs no credential plugin")
+	case given(u.AuthProvider):
+		name, _ := member(u.AuthProvider, "name")
+		return refuse("auth-provider", fmt.Sprintf("(name %q)", name), "this client runs no auth provider")
+	case u.Username != "":
+		return refuse("username", fmt.Sprintf("%q", u.Username), "this client sends no basic authentication")
+	case u.Password != "":
+		return refuse("password", "", "this client sends no basic authentication")
+	case u.As != "":
+		return refuse("as", fmt.Sprintf("%q", u.As), "this client does not impersonate")
+	case u.AsUID != "":
+		return refuse("as-uid", fmt.Sprintf("%q", u.AsUID), "this client does not impersonate")
+	case set(u.AsGroups):
+		return refuse("as-groups", string(u.AsGroups), "this client does not impersonate")
+	case set(u.AsUserExtra):
+		return refuse("as-user-extra", string(u.AsUserExtra), "this client does not impersonate")
+	}
+	return nil
+}
+
+// given says whether a value read only to be refused is there: not missing and
+// not null.
+func given(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// set says whether a list or object read only to be refused is there and not
+// empty.
+func set(raw json.RawMessage) bool {
+	v, err := jsontree.Parse(raw)
+	if err != nil {
+		return len(raw) > 0
+	}
+	switch v.Kind {
+	case jsontree.Null:
+		return false
+	case jsontree.String:
+		return v.Str() != ""
+	case jsontree.Array:
+		return len(v.Elems()) > 0
+	case jsontree.Object:
+		return len(v.Members()) > 0
+	}
+	return true
+}
+
+// member is the string member key of the object raw, if there is one.
+func member(raw json.RawMessage, key string) (string, bool) {
+	v, err := jsontree.Parse(raw)
+	if err != nil {
+		return "", false
+	}
+	return v.StringMember(key)
+}
+
+// redactURL is u with any password in it replaced, for an error message.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Sprintf("%q (not a URL)", s)
+	}
+	return fmt.Sprintf("%q", u.Redacted())
 }

@@ -22,7 +22,7 @@ func TestParseKubeconfig(t *testing.T) {
 		name    string
 		in      string
 		want    *Kubeconfig
-		wantErr string
+		wantErr []string
 	}{
 		{
 			name: "the agent's YAML kubeconfig with token and inline CA",
@@ -50,22 +50,115 @@ current-context: ctx
 			want: &Kubeconfig{Server: "https://k:6443", CAData: []byte("CA-FROM-FILE"), TokenFile: "/var/run/token"},
 		},
 		{
+			name: "the current context's user and cluster, not the others'",
+			in: `{"clusters":[{"name":"a","cluster":{"server":"https://a"}},{"name":"b","cluster":{"server":"https://b"}}],` +
+				`"users":[{"name":"plugin","user":{"exec":{"command":"aws"}}},{"name":"u","user":{"token":"t"}}],` +
+				`"contexts":[{"name":"x","context":{"cluster":"a","user":"plugin"}},{"name":"y","context":{"cluster":"b","user":"u"}}],"current-context":"y"}`,
+			want: &Kubeconfig{Server: "https://b", Token: "t"},
+		},
+		{
+			name: "an empty current-context with one context means it",
+			in:   `{"clusters":[{"name":"c","cluster":{"server":"https://k"}}],"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}]}`,
+			want: &Kubeconfig{Server: "https://k", Token: "t"},
+		},
+		{
+			name: "a context with no user is anonymous, as for kubectl",
+			in:   `{"clusters":[{"name":"c","cluster":{"server":"https://k"}}],"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c"}}],"current-context":"x"}`,
+			want: &Kubeconfig{Server: "https://k"},
+		},
+		{
+			name: "empty and null impersonation and credential plugin fields are no settings",
+			in:   `{"clusters":[{"name":"c","cluster":{"server":"https://k","proxy-url":""}}],"users":[{"name":"u","user":{"token":"t","exec":null,"auth-provider":null,"username":"","as-groups":[],"as-user-extra":{}}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			want: &Kubeconfig{Server: "https://k", Token: "t"},
+		},
+		{
 			name:    "missing context",
 			in:      `{"clusters":[{"name":"a","cluster":{"server":"https://a"}},{"name":"b","cluster":{"server":"https://b"}}],"current-context":"nope"}`,
-			wantErr: `current context "nope" not found`,
+			wantErr: []string{`current-context "nope": no context of that name`},
+		},
+		{
+			name:    "missing context with only one cluster (no fallback to it)",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t"}}],"current-context":"typo"}`,
+			wantErr: []string{`current-context "typo": no context of that name`},
+		},
+		{
+			name:    "no current-context and no context, one cluster (no fallback to it)",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t"}}]}`,
+			wantErr: []string{"current-context is empty", "contexts holds 0"},
+		},
+		{
+			name: "no current-context and two contexts",
+			in: `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t"}}],` +
+				`"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}},{"name":"y","context":{"cluster":"c","user":"u"}}]}`,
+			wantErr: []string{"current-context is empty", "contexts holds 2"},
+		},
+		{
+			name:    "a context's user that is not in users",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"typo"}}],"current-context":"x"}`,
+			wantErr: []string{`context "x"`, `user "typo": no user of that name`},
+		},
+		{
+			name:    "a context's cluster that is not in clusters",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"contexts":[{"name":"x","context":{"cluster":"typo"}}],"current-context":"x"}`,
+			wantErr: []string{`context "x"`, `cluster "typo": no cluster of that name`},
+		},
+		{
+			name:    "a cluster without a server",
+			in:      `{"clusters":[{"name":"c","cluster":{}}],"contexts":[{"name":"x","context":{"cluster":"c"}}],"current-context":"x"}`,
+			wantErr: []string{`cluster "c" has no server`},
+		},
+		{
+			name:    "an exec credential plugin (EKS)",
+			in:      "clusters:\n- name: c\n  cluster: {server: https://a}\nusers:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws\n      args: [eks, get-token]\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+			wantErr: []string{`user "u": exec (command "aws"): not supported`, "token, tokenFile or client certificate"},
+		},
+		{
+			name:    "an exec credential plugin beside a token",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t","exec":{"command":"gke-gcloud-auth-plugin"}}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": exec (command "gke-gcloud-auth-plugin"): not supported`},
+		},
+		{
+			name:    "an auth provider",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"auth-provider":{"name":"oidc","config":{}}}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": auth-provider (name "oidc"): not supported`},
+		},
+		{
+			name:    "basic authentication",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"username":"admin","password":"secret"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": username "admin": not supported`},
+		},
+		{
+			name:    "a password alone",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"password":"secret"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": password: not supported`},
+		},
+		{
+			name:    "impersonation",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t","as":"bob"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": as "bob": not supported`, "does not impersonate"},
+		},
+		{
+			name:    "impersonated groups",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a"}}],"users":[{"name":"u","user":{"token":"t","as-groups":["g"]}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`user "u": as-groups ["g"]: not supported`},
+		},
+		{
+			name:    "a proxy",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a","proxy-url":"http://me:pw@proxy:3128"}}],"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`,
+			wantErr: []string{`cluster "c": proxy-url "http://me:xxxxx@proxy:3128": not supported`, "connects to the server directly"},
 		},
 		{
 			name:    "bad base64",
-			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://k","certificate-authority-data":"***"}}]}`,
-			wantErr: "certificate-authority: not base64",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://k","certificate-authority-data":"***"}}],"contexts":[{"name":"x","context":{"cluster":"c"}}]}`,
+			wantErr: []string{"certificate-authority: not base64"},
 		},
-		{name: "not a kubeconfig", in: "\t- : [", wantErr: "not YAML or JSON"},
+		{name: "not a kubeconfig", in: "\t- : [", wantErr: []string{"not YAML or JSON"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseKubeconfig([]byte(tc.in), dir)
-			if tc.wantErr != "" {
-				wanterr.Mentions(t, err, tc.wantErr)
+			if tc.wantErr != nil {
+				wanterr.Mentions(t, err, tc.wantErr...)
 				return
 			}
 			if err != nil {

@@ -205,6 +205,7 @@ func decodeKubeconfig(data []byte, f *kubeconfigFile) error {
 					fields("clusters.cluster", v, reflect.TypeOf(c.Cluster), map[string]*string{
 						"server": &cl.Server, "certificate-authority": &cl.CertificateAuthority,
 						"certificate-authority-data": &cl.CertificateAuthorityData,
+						"proxy-url":                  &cl.ProxyURL,
 					}, func(k string, v jsontree.Value) {
 						if jsontree.Is(k, "insecure-skip-tls-verify") {
 							d.Bool("clusters.cluster.insecure-skip-tls-verify", v, &cl.InsecureSkipTLSVerify)
@@ -231,7 +232,19 @@ func decodeKubeconfig(data []byte, f *kubeconfigFile) error {
 							"token": &us.Token, "tokenFile": &us.TokenFile,
 							"client-certificate": &us.ClientCertificate, "client-certificate-data": &us.ClientCertificateData,
 							"client-key": &us.ClientKey, "client-key-data": &us.ClientKeyData,
-						}, nil)
+							"username": &us.Username, "password": &us.Password, "as": &us.As, "as-uid": &us.AsUID,
+						}, func(k string, v jsontree.Value) {
+							for name, to := range map[string]*json.RawMessage{
+								"exec": &us.Exec, "auth-provider": &us.AuthProvider,
+								"as-groups": &us.AsGroups, "as-user-extra": &us.AsUserExtra,
+							} {
+								if jsontree.Is(k, name) {
+									// As json.RawMessage's UnmarshalJSON: the value's bytes, null included.
+									*to = append((*to)[:0], v.Raw()...)
+									return
+								}
+							}
+						})
 					}
 				})
 			})

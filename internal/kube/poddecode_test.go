@@ -139,6 +139,9 @@ var kubeconfigPaths = []string{
 	"contexts[].context.cluster", "contexts[].context.user", "users", "users[]", "users[].name", "users[].user",
 	"users[].user.token", "users[].user.tokenFile", "users[].user.client-certificate",
 	"users[].user.client-certificate-data", "users[].user.client-key", "users[].user.client-key-data",
+	"clusters[].cluster.proxy-url", "users[].user.username",
+	"users[].user.password", "users[].user.exec", "users[].user.auth-provider", "users[].user.as",
+	"users[].user.as-uid", "users[].user.as-groups", "users[].user.as-user-extra",
 }
 
 func sameKubeconfig(t *testing.T, doc []byte) { t.Helper(); sameDecode(t, doc, decodeKubeconfig) }
@@ -151,6 +154,8 @@ func kubeconfigDocs() [][]byte {
 		`{"clusters":[{"name":"a","cluster":{"server":"s"}}],"clusters":[{"cluster":{"insecure-skip-tls-verify":true}}]}`,
 		`{"users":[{"user":{"token":"a"}},{"name":"b"}],"users":[{"name":"c"}]}`,
 		`{"clusters":[{"cluster":"x","name":5}]}`, `{"users":[{"name":5,"user":[]}]}`,
+		`{"users":[{"user":{"exec":{"command":"aws"},"Exec":null}},{"user":{"auth-provider":{"name":"gcp"},"auth-provider":"x"}}]}`,
+		`{"users":[{"user":{"exec":{"command":"a"}}}],"users":[{"user":{"exec":[1, 2 ]}}]}`,
 	)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
@@ -370,5 +371,60 @@ func TestAgentPodFileNames(t *testing.T) {
 		if ok != tc.ok || ok && filepath.Dir(path) != "/run/x/pods" {
 			t.Errorf("AgentPodFile(%q, %q) = %q, %v; want ok %v, inside the directory", tc.ns, tc.name, path, ok, tc.ok)
 		}
+	}
+}
+
+// TestAKubeconfigThePluginCannotUseFailsAtOnce: a kubeconfig whose credential
+// this client cannot use (or whose names lead nowhere) fails STATUS and every
+// ADD's lookup at once, naming the key, instead of sending anonymous requests
+// that the API server refuses until the lookup's bound runs out.
+func TestAKubeconfigThePluginCannotUseFailsAtOnce(t *testing.T) {
+	budget := PodLookup{Retries: 5, Interval: time.Second}
+	for _, tc := range []struct {
+		name, old, new string
+		want           []string
+	}{
+		{"an exec credential plugin", "    token: t\n",
+			"    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws\n      args: [eks, get-token]\n",
+			[]string{`user "u": exec (command "aws"): not supported`}},
+		{"an auth provider", "    token: t\n", "    auth-provider:\n      name: oidc\n", []string{`user "u": auth-provider (name "oidc")`}},
+		{"a context's user not in users", "    user: u\n", "    user: typo\n", []string{`context "c": user "typo": no user of that name`}},
+		{"a current-context naming no context", "current-context: c\n", "current-context: typo\n", []string{`current-context "typo": no context of that name`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gets atomic.Int32
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				gets.Add(1)
+				status(401, "Unauthorized", "Unauthorized")(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			kc, err := os.ReadFile(cfg.Kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(kc), tc.old) {
+				t.Fatalf("the test's kubeconfig holds no %q", tc.old)
+			}
+			// Where STATUS reads it: the run directory's kubeconfig.
+			cfg.Kubeconfig = filepath.Join(cfg.AgentRunDir, KubeconfigName)
+			if err := os.WriteFile(cfg.Kubeconfig, []byte(strings.Replace(string(kc), tc.old, tc.new, 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			start := time.Now()
+			_, err = (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("the lookup took %s (its bound %s), want a failure at once", took, budget.Bound())
+			}
+			wanterr.Mentions(t, err, append([]string{"pod app/web", cfg.Kubeconfig}, tc.want...)...)
+			if n := gets.Load(); n != 0 {
+				t.Errorf("the API server got %d requests, want none", n)
+			}
+			conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q}`, cfg.AgentRunDir)
+			err = (&Plugin{Stderr: io.Discard}).Status(&cnicmd.CmdArgs{StdinData: []byte(conf)})
+			wanterr.Mentions(t, err, append([]string{"cannot look pods up", cfg.Kubeconfig}, tc.want...)...)
+		})
 	}
 }
