@@ -54,8 +54,12 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 		c.addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	if u.Scheme == "https" {
+		serverName := u.Hostname()
+		if kc.TLSServerName != "" {
+			serverName = kc.TLSServerName
+		}
 		c.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: kc.InsecureSkipTLSVerify, //nolint:gosec // only when the kubeconfig asks for it
-			ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
+			ServerName: serverName, NextProtos: []string{"http/1.1"}}
 		if len(kc.CAData) > 0 {
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(kc.CAData) {

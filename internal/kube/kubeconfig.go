@@ -18,10 +18,13 @@ type Kubeconfig struct {
 	Server                string
 	CAData                []byte
 	InsecureSkipTLSVerify bool
-	Token                 string
-	TokenFile             string
-	ClientCertData        []byte
-	ClientKeyData         []byte
+	// TLSServerName is the name the server's certificate is checked against (and
+	// sent in SNI) instead of the server URL's host: tls-server-name.
+	TLSServerName  string
+	Token          string
+	TokenFile      string
+	ClientCertData []byte
+	ClientKeyData  []byte
 }
 
 // kubeconfigFile is what ParseKubeconfig reads of a kubeconfig (decodeKubeconfig).
@@ -39,6 +42,7 @@ type kubeconfigCluster struct {
 		CertificateAuthority     string `json:"certificate-authority"`
 		CertificateAuthorityData string `json:"certificate-authority-data"`
 		InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+		TLSServerName            string `json:"tls-server-name"`
 		ProxyURL                 string `json:"proxy-url"` // refused
 	} `json:"cluster"`
 }
@@ -197,6 +201,7 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 		return nil, fmt.Errorf("cluster %q has no server", cluster.Name)
 	}
 	kc.InsecureSkipTLSVerify = cluster.Cluster.InsecureSkipTLSVerify
+	kc.TLSServerName = cluster.Cluster.TLSServerName
 	if kc.CAData, err = readData("certificate-authority", cluster.Cluster.CertificateAuthorityData, cluster.Cluster.CertificateAuthority); err != nil {
 		return nil, err
 	}

@@ -51,10 +51,10 @@ current-context: ctx
 		},
 		{
 			name: "the current context's user and cluster, not the others'",
-			in: `{"clusters":[{"name":"a","cluster":{"server":"https://a"}},{"name":"b","cluster":{"server":"https://b"}}],` +
+			in: `{"clusters":[{"name":"a","cluster":{"server":"https://a"}},{"name":"b","cluster":{"server":"https://b","tls-server-name":"api.b"}}],` +
 				`"users":[{"name":"plugin","user":{"exec":{"command":"aws"}}},{"name":"u","user":{"token":"t"}}],` +
 				`"contexts":[{"name":"x","context":{"cluster":"a","user":"plugin"}},{"name":"y","context":{"cluster":"b","user":"u"}}],"current-context":"y"}`,
-			want: &Kubeconfig{Server: "https://b", Token: "t"},
+			want: &Kubeconfig{Server: "https://b", TLSServerName: "api.b", Token: "t"},
 		},
 		{
 			name: "an empty current-context with one context means it",

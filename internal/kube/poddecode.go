@@ -205,6 +205,7 @@ func decodeKubeconfig(data []byte, f *kubeconfigFile) error {
 					fields("clusters.cluster", v, reflect.TypeOf(c.Cluster), map[string]*string{
 						"server": &cl.Server, "certificate-authority": &cl.CertificateAuthority,
 						"certificate-authority-data": &cl.CertificateAuthorityData,
+						"tls-server-name":            &cl.TLSServerName,
 						"proxy-url":                  &cl.ProxyURL,
 					}, func(k string, v jsontree.Value) {
 						if jsontree.Is(k, "insecure-skip-tls-verify") {

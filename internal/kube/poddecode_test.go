@@ -139,7 +139,7 @@ var kubeconfigPaths = []string{
 	"contexts[].context.cluster", "contexts[].context.user", "users", "users[]", "users[].name", "users[].user",
 	"users[].user.token", "users[].user.tokenFile", "users[].user.client-certificate",
 	"users[].user.client-certificate-data", "users[].user.client-key", "users[].user.client-key-data",
-	"clusters[].cluster.proxy-url", "users[].user.username",
+	"clusters[].cluster.tls-server-name", "clusters[].cluster.proxy-url", "users[].user.username",
 	"users[].user.password", "users[].user.exec", "users[].user.auth-provider", "users[].user.as",
 	"users[].user.as-uid", "users[].user.as-groups", "users[].user.as-user-extra",
 }

@@ -181,3 +181,25 @@ func TestAVoidedSessionIsRemoved(t *testing.T) {
 		t.Errorf("the voided session's file is still there (%v)", err)
 	}
 }
+
+// TestASessionIsNotResumedUnderAnotherTLSServerName: tls-server-name is part of
+// the session file's binding (the name the stored session's certificate was
+// checked against), as the URL's host is without it.
+func TestASessionIsNotResumedUnderAnotherTLSServerName(t *testing.T) {
+	kc := sessionServer(t)
+	path := filepath.Join(t.TempDir(), "session")
+	if _, err := getResumed(t, kc, path); err != nil {
+		t.Fatal(err)
+	}
+	named := *kc
+	named.TLSServerName = "example.com" // the httptest certificate holds it
+	for i, want := range []bool{false, true} {
+		resumed, err := getResumed(t, &named, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resumed != want {
+			t.Errorf("GET %d with tls-server-name example.com after a session made without: resumed = %v, want %v", i+1, resumed, want)
+		}
+	}
+}
