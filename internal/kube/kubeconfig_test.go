@@ -57,6 +57,11 @@ current-context: ctx
 			want: &Kubeconfig{Server: "https://b", TLSServerName: "api.b", Token: "t"},
 		},
 		{
+			name: "a byte order mark before the first key, current-context",
+			in:   "\ufeffcurrent-context: b\nclusters:\n- name: c\n  cluster: {server: https://k}\ncontexts:\n- name: a\n  context: {cluster: c, user: ua}\n- name: b\n  context: {cluster: c, user: ub}\nusers:\n- name: ua\n  user: {token: A}\n- name: ub\n  user: {token: B}\n",
+			want: &Kubeconfig{Server: "https://k", Token: "B"},
+		},
+		{
 			name: "an empty current-context with one context means it",
 			in:   `{"clusters":[{"name":"c","cluster":{"server":"https://k"}}],"users":[{"name":"u","user":{"token":"t"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}]}`,
 			want: &Kubeconfig{Server: "https://k", Token: "t"},

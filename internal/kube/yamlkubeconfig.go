@@ -15,9 +15,9 @@ import (
 // program starts (0.2-0.3 ms of each plugin exec, on the path of every pod, the pods
 // of excluded namespaces included), and a kubeconfig uses a small part of YAML.
 //
-// What is read: one document (an optional leading "---"); block mappings and block
-// sequences by indentation (a sequence may sit at its key's indentation, as kubectl
-// writes it); plain scalars, continued on more-indented lines; single- and
+// What is read: one document (an optional leading byte order mark and "---");
+// block mappings and block sequences by indentation (a sequence may sit at its
+// key's indentation, as kubectl writes it); plain scalars, continued on more-indented lines; single- and
 // double-quoted scalars on one line; flow mappings and sequences on one line
 // ({cluster: c, user: u}, [], {}); comments; JSON. What is refused, naming the line:
 // anchors and aliases, tags, block scalars (| and >), multi-line quoted scalars and
@@ -27,15 +27,17 @@ import (
 
 // yamlToJSON converts a kubeconfig in the YAML described above (or JSON) to JSON.
 func yamlToJSON(raw []byte) ([]byte, error) {
-	text := strings.TrimLeft(string(raw), " \t\r\n\ufeff")
-	if strings.HasPrefix(text, "{") {
+	// One byte order mark may start the stream (YAML 1.2, 5.2); left in, it
+	// would be part of the first key.
+	doc := strings.TrimPrefix(string(raw), "\ufeff")
+	if text := strings.TrimLeft(doc, " \t\r\n"); strings.HasPrefix(text, "{") {
 		if !json.Valid([]byte(text)) {
 			return nil, fmt.Errorf("not valid JSON")
 		}
 		return []byte(text), nil
 	}
 	p := &yamlParser{}
-	if err := p.lines(string(raw)); err != nil {
+	if err := p.lines(doc); err != nil {
 		return nil, err
 	}
 	if len(p.ls) == 0 {

@@ -55,6 +55,8 @@ func TestYAMLToJSONReadsKubeconfigsAsTheYAMLLibraryDoes(t *testing.T) {
 		"plain scalar on two lines": "current-context: a\n  b\nkind: Config\n",
 		"JSON":                      `{"clusters":[{"name":"c","cluster":{"server":"https://k"}}],"current-context":"x"}`,
 		"long inline CA":            "clusters:\n- name: c\n  cluster:\n    server: https://k\n    certificate-authority-data: " + longCA + "\n",
+		"a byte order mark":         "\ufeffcurrent-context: x\nclusters:\n- name: c\n",
+		"a byte order mark, JSON":   "\ufeff" + `{"current-context":"x"}`,
 	}
 	// The agent's own writer: sigs.k8s.io/yaml's Marshal of the same shape.
 	agent, err := yaml.Marshal(map[string]any{
