@@ -45,7 +45,11 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("kubeconfig server %q is not an http(s) URL", kc.Server)
 	}
-	c := &Client{base: u, addr: u.Host, token: kc.Token, timeout: timeout}
+	token, err := bearerToken(kc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{base: u, addr: u.Host, token: token, timeout: timeout}
 	if u.Port() == "" {
 		port := "443"
 		if u.Scheme == "http" {
@@ -75,14 +79,29 @@ func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 			c.tls.Certificates = []tls.Certificate{cert}
 		}
 	}
-	if c.token == "" && kc.TokenFile != "" {
-		b, err := readFile(kc.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig token file: %w", err)
-		}
-		c.token = strings.TrimSpace(string(b))
-	}
 	return c, nil
+}
+
+// bearerToken is the token the client sends, chosen as client-go chooses it: the
+// token file's when tokenFile is set (read once: the plugin runs once per pod),
+// the inline token when the file cannot be read or is empty, as client-go falls
+// back to it. A token file that gives no token, with no inline token behind it,
+// is an error naming the file (client-go: "read empty token from file").
+func bearerToken(kc *Kubeconfig) (string, error) {
+	if kc.TokenFile == "" {
+		return kc.Token, nil
+	}
+	b, err := readFile(kc.TokenFile)
+	if err == nil {
+		if token := strings.TrimSpace(string(b)); token != "" {
+			return token, nil
+		}
+		err = fmt.Errorf("%s is empty", kc.TokenFile)
+	}
+	if kc.Token != "" {
+		return kc.Token, nil
+	}
+	return "", fmt.Errorf("kubeconfig tokenFile: %w", err)
 }
 
 // ResumeSessions makes the client offer the TLS session stored at path and store
