@@ -44,7 +44,7 @@ const (
 // Defaults is an election of the Lease name with client-go's usual timings, each
 // multiplied by slower: a controller whose take-over may wait eases the load of
 // every replica reading the Lease each RetryPeriod. The ratios client-go checks
-// (Check) hold for any slower of 1 or more.
+// (Check) hold for any slower of 1 or more: 15 > 10 + 2.
 func Defaults(name string, slower int) Config {
 	n := time.Duration(slower)
 	return Config{LeaseName: name, LeaseDuration: n * DefaultLeaseDuration, RenewDeadline: n * DefaultRenewDeadline, RetryPeriod: n * DefaultRetryPeriod}
@@ -80,8 +80,14 @@ func (c Config) Check(p *settings.Problems, envs Envs) {
 	if c.RenewDeadline <= time.Duration(1.2*float64(c.RetryPeriod)) {
 		p.Add(envs.RenewDeadline, "%s must be longer than 1.2 x %s (%s)", c.RenewDeadline, envs.RetryPeriod, c.RetryPeriod)
 	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		p.Add(envs.LeaseDuration, "%s must be longer than %s (%s)", c.LeaseDuration, envs.RenewDeadline, c.RenewDeadline)
+	// client-go only requires LeaseDuration > RenewDeadline, but a leader whose
+	// renewals fail learns it lost its term only when a renewal attempt starts after
+	// RenewDeadline, which is up to one RetryPeriod later: it acts until RenewDeadline
+	// + RetryPeriod after its last renewal, and a standby may take the Lease
+	// LeaseDuration after it. Only a longer LeaseDuration keeps the two terms apart.
+	if c.LeaseDuration <= c.RenewDeadline+c.RetryPeriod {
+		p.Add(envs.LeaseDuration, "%s must be longer than %s (%s) + %s (%s) = %s: a leader whose renewals fail keeps acting that long after its last renewal, and another replica may take the Lease after %s",
+			c.LeaseDuration, envs.RenewDeadline, c.RenewDeadline, envs.RetryPeriod, c.RetryPeriod, c.RenewDeadline+c.RetryPeriod, envs.LeaseDuration)
 	}
 }
 

@@ -335,15 +335,15 @@ func TestValuesReachTheObjects(t *testing.T) {
 			// standbys' Lease GETs were the API server's largest load (README, scale).
 			"TAINT_RETRY_PERIOD":   "15s",
 			"TAINT_RENEW_DEADLINE": "20s",
-			"TAINT_LEASE_DURATION": "30s",
+			"TAINT_LEASE_DURATION": "40s",
 		},
 	}, {
 		name: "the taint election's timing is a chart value",
-		args: []string{"--set", "taint.enabled=true", "--set", "taint.retryPeriod=1m", "--set", "taint.renewDeadline=90s", "--set", "taint.leaseDuration=2m"},
+		args: []string{"--set", "taint.enabled=true", "--set", "taint.retryPeriod=1m", "--set", "taint.renewDeadline=90s", "--set", "taint.leaseDuration=3m"},
 		env: map[string]string{
 			"TAINT_RETRY_PERIOD":   "1m",
 			"TAINT_RENEW_DEADLINE": "90s",
-			"TAINT_LEASE_DURATION": "2m",
+			"TAINT_LEASE_DURATION": "3m",
 		},
 	}, {
 		name:  "no taint election setting when the taint is off",
@@ -980,7 +980,11 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"taint renew deadline not above 1.2 x retry period", []string{"--set", "taint.enabled=true", "--set", "taint.retryPeriod=500ms", "--set", "taint.renewDeadline=600ms", "--set", "taint.leaseDuration=1s"},
 			[]string{"taint.renewDeadline 600ms", "1.2 x taint.retryPeriod (500ms)"}},
 		{"taint lease not above the renew deadline", []string{"--set", "taint.enabled=true", "--set", "taint.renewDeadline=1m30s", "--set", "taint.leaseDuration=1.5m"},
-			[]string{"taint.leaseDuration 1.5m", "taint.renewDeadline 1m30s"}},
+			[]string{"taint.leaseDuration 1.5m", "taint.renewDeadline 1m30s", "taint.retryPeriod 15s"}},
+		// The chart's old default: a leader whose renewals fail acts until 20s + 15s
+		// after its last renewal, a standby may take the Lease after 30s.
+		{"taint lease not above the renew deadline plus the retry period", []string{"--set", "taint.enabled=true", "--set", "taint.leaseDuration=30s"},
+			[]string{"taint.leaseDuration 30s", "taint.renewDeadline 20s", "taint.retryPeriod 15s", "two would taint nodes at once"}},
 		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
 		{"multus while chained", []string{"--set", "multus.enabled=true"}, []string{"multus.enabled", "chained", "standalone"}},
 		{"multus with no namespace at all", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={}", "--set", "multus.meshedNamespaces=false"},
@@ -999,7 +1003,7 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 // every form of Go duration the schema admits, and the values reach the agent as
 // written.
 func TestTaintTimingsInAnyGoForm(t *testing.T) {
-	for _, c := range [][3]string{{"15s", "20s", "30s"}, {"500ms", "601ms", "1s"}, {"1.5s", "1m30s", "0.5h"}, {"1m", "1h1m", "2h"}, {"50s", "1m1s", "1m2s"}} {
+	for _, c := range [][3]string{{"15s", "20s", "40s"}, {"500ms", "601ms", "1.2s"}, {"1.5s", "1m30s", "0.5h"}, {"1m", "1h1m", "2h"}, {"50s", "1m1s", "1m52s"}} {
 		m, err := render(t, "--set", "taint.enabled=true", "--set", "taint.retryPeriod="+c[0], "--set", "taint.renewDeadline="+c[1], "--set", "taint.leaseDuration="+c[2])
 		if err != nil {
 			t.Errorf("timings %v refused: %v", c, err)

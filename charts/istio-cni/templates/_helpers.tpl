@@ -272,8 +272,8 @@ install rather than in a crash-looping agent.
 {{- if le $renew (mulf 1.2 $retry) }}
 {{- fail (printf "taint.renewDeadline %s must be longer than 1.2 x taint.retryPeriod (%s): a leader would lose its Lease between two renewals" $t.renewDeadline $t.retryPeriod) }}
 {{- end }}
-{{- if le $lease $renew }}
-{{- fail (printf "taint.leaseDuration %s must be longer than taint.renewDeadline %s: another agent would take the Lease while its leader still renews it" $t.leaseDuration $t.renewDeadline) }}
+{{- if le $lease (addf $renew $retry) }}
+{{- fail (printf "taint.leaseDuration %s must be longer than taint.renewDeadline %s + taint.retryPeriod %s: a leader whose renewals fail keeps acting that long after its last renewal, and another agent may take the Lease after leaseDuration, so two would taint nodes at once" $t.leaseDuration $t.renewDeadline $t.retryPeriod) }}
 {{- end }}
 {{- end }}
 {{- end }}
