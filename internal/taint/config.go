@@ -49,7 +49,9 @@ type Config struct {
 	// Enabled runs it (TAINT_ENABLED, default false).
 	Enabled bool
 	// Key and Effect are the taint (TAINT_KEY, default cni.istio.io/not-ready;
-	// TAINT_EFFECT, default NoSchedule). The taint's value is "true".
+	// TAINT_EFFECT, default NoSchedule, or PreferNoSchedule; NoExecute is refused,
+	// it would evict the node's pods at every agent restart). The taint's value is
+	// "true".
 	Key    string
 	Effect corev1.TaintEffect
 	// AgentNamespace and AgentSelector find the agent pods (TAINT_AGENT_NAMESPACE,
@@ -107,9 +109,15 @@ func (c Config) Validate() error {
 		p.Add(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
 	}
 	switch c.Effect {
-	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule:
+	case corev1.TaintEffectNoExecute:
+		// The taint goes on whenever an agent is not ready: on every agent restart
+		// and node reboot, NoExecute would evict every pod there that does not
+		// tolerate it, although the plugin is still installed and those pods are
+		// captured. Keeping new pods off is all the taint is for.
+		p.Add(EnvEffect, "NoExecute is refused: the taint is set each time a node's agent is not ready (every restart or reboot), and NoExecute would evict the node's running pods then; use NoSchedule, which keeps new pods off the node without evicting running ones")
 	default:
-		p.Add(EnvEffect, "%q is not a taint effect (NoSchedule, PreferNoSchedule, NoExecute)", c.Effect)
+		p.Add(EnvEffect, "%q is not a taint effect this controller sets (NoSchedule, PreferNoSchedule)", c.Effect)
 	}
 	if msgs := validation.IsDNS1123Label(c.AgentNamespace); len(msgs) > 0 {
 		p.Add(EnvAgentNamespace, "%q is not a namespace: %s", c.AgentNamespace, strings.Join(msgs, "; "))

@@ -36,8 +36,8 @@ func valuesFile(t *testing.T, values map[string]any) []string {
 
 // TestTaintIsRefusedUnlessTheAgentToleratesIt: with the taint on, the chart renders
 // exactly when some toleration lets the agent back onto a node it tainted, as Kubernetes
-// matches tolerations (and, for NoExecute, without tolerationSeconds, which would evict
-// it); otherwise it refuses, naming the taint.
+// matches tolerations; otherwise it refuses, naming the taint. (NoExecute, which
+// tolerationSeconds would make a question of time, is refused by the schema.)
 func TestTaintIsRefusedUnlessTheAgentToleratesIt(t *testing.T) {
 	seconds := int64(60)
 	cases := []struct {
@@ -58,9 +58,8 @@ func TestTaintIsRefusedUnlessTheAgentToleratesIt(t *testing.T) {
 			{Effect: corev1.TaintEffectNoSchedule, Operator: corev1.TolerationOpExists},
 			{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
 			{Effect: corev1.TaintEffectNoExecute, Operator: corev1.TolerationOpExists}}},
-		{"own key and effect, tolerated", "example.com/cni", "NoExecute", []corev1.Toleration{{Key: "example.com/cni", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}},
-		{"own key and effect, other effect", "example.com/cni", "NoExecute", []corev1.Toleration{{Key: "example.com/cni", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
-		{"NoExecute for a while only", "example.com/cni", "NoExecute", []corev1.Toleration{{Operator: corev1.TolerationOpExists, TolerationSeconds: &seconds}}},
+		{"own key and effect, tolerated", "example.com/cni", "PreferNoSchedule", []corev1.Toleration{{Key: "example.com/cni", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectPreferNoSchedule}}},
+		{"own key and effect, other effect", "example.com/cni", "PreferNoSchedule", []corev1.Toleration{{Key: "example.com/cni", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
 		{"NoSchedule with tolerationSeconds", "cni.istio.io/not-ready", "NoSchedule", []corev1.Toleration{{Operator: corev1.TolerationOpExists, TolerationSeconds: &seconds}}},
 	}
 	for _, c := range cases {
@@ -68,8 +67,7 @@ func TestTaintIsRefusedUnlessTheAgentToleratesIt(t *testing.T) {
 			taint := corev1.Taint{Key: c.key, Value: "true", Effect: corev1.TaintEffect(c.effect)}
 			want := false
 			for _, tol := range c.tolerations {
-				stays := taint.Effect != corev1.TaintEffectNoExecute || tol.TolerationSeconds == nil
-				if tolerates([]corev1.Toleration{tol}, taint) && stays {
+				if tolerates([]corev1.Toleration{tol}, taint) {
 					want = true
 				}
 			}

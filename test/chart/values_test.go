@@ -323,11 +323,11 @@ func TestValuesReachTheObjects(t *testing.T) {
 		},
 	}, {
 		name: "taint settings reach the agent",
-		args: []string{"--set", "taint.enabled=true", "--set", "taint.key=example.com/cni-not-ready", "--set", "taint.effect=NoExecute"},
+		args: []string{"--set", "taint.enabled=true", "--set", "taint.key=example.com/cni-not-ready", "--set", "taint.effect=PreferNoSchedule"},
 		env: map[string]string{
 			"TAINT_ENABLED": "true",
 			"TAINT_KEY":     "example.com/cni-not-ready",
-			"TAINT_EFFECT":  "NoExecute",
+			"TAINT_EFFECT":  "PreferNoSchedule",
 			// The DaemonSet's nodeSelector: nodes it never runs on are not tainted.
 			"TAINT_NODE_LABEL_SELECTOR": "kubernetes.io/os=linux",
 			"POD_NAME":                  "fieldRef:metadata.name", // the identity in the lease
@@ -975,6 +975,8 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"kubeconfig mode not octal", []string{"--set-string", "kubeconfigMode=0999"}, []string{"/kubeconfigMode", "'0999'"}},
 		{"unknown agent log level", []string{"--set", "agentLogLevel=trace"}, []string{"/agentLogLevel", "'trace'"}},
 		{"unknown taint effect", []string{"--set", "taint.effect=Sometimes"}, []string{"/taint/effect", "'Sometimes'"}},
+		// The taint is set at every agent restart: NoExecute would evict the node's pods.
+		{"NoExecute taint effect", []string{"--set", "taint.enabled=true", "--set", "taint.effect=NoExecute"}, []string{"/taint/effect", "'NoExecute'"}},
 		{"taint retry period without a unit", []string{"--set-string", "taint.retryPeriod=15"}, []string{"/taint/retryPeriod", "'15'"}},
 		{"negative taint lease duration", []string{"--set", "taint.leaseDuration=-30s"}, []string{"/taint/leaseDuration", "'-30s'"}},
 		{"taint renew deadline not above 1.2 x retry period", []string{"--set", "taint.enabled=true", "--set", "taint.retryPeriod=500ms", "--set", "taint.renewDeadline=600ms", "--set", "taint.leaseDuration=1s"},

@@ -137,8 +137,8 @@ With taint.enabled the agents taint their nodes until they are ready there: an a
 does not tolerate that taint could never be scheduled back onto its node after a restart
 (upgrade, eviction, crash of the node), and the node would stay tainted. A toleration
 matches as Kubernetes matches it: no key with Exists tolerates every key; the taint's key
-with Exists, or with Equal and the taint's value "true"; no effect, or the taint's. For
-NoExecute it must be without tolerationSeconds, which would evict the agent.
+with Exists, or with Equal and the taint's value "true"; no effect, or the taint's. (The
+schema refuses NoExecute, so tolerationSeconds never matters here.)
 */}}
 {{- define "istio-cni.checkTaintTolerated" -}}
 {{- $t := .Values.taint }}
@@ -148,8 +148,7 @@ NoExecute it must be without tolerationSeconds, which would evict the agent.
 {{- $op := $tol.operator | default "Equal" }}
 {{- $keyMatches := or (and (not $tol.key) (eq $op "Exists")) (and (eq (toString $tol.key) $t.key) (or (eq $op "Exists") (eq (toString $tol.value) "true"))) }}
 {{- $effectMatches := or (not $tol.effect) (eq $tol.effect $t.effect) }}
-{{- $stays := or (ne $t.effect "NoExecute") (kindIs "invalid" $tol.tolerationSeconds) }}
-{{- if and $keyMatches $effectMatches $stays }}
+{{- if and $keyMatches $effectMatches }}
 {{- $ok = true }}
 {{- end }}
 {{- end }}
