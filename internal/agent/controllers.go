@@ -181,11 +181,14 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		// Deps.Recorder stays nil: the controller then records events through its own
 		// broadcaster into the API server, as component istio-cni-repair on this node.
 		deps := repair.Deps{Logger: a.log, NodePods: nodePods}
+		// The plugin's verdict on a broken pod, whatever the action: a pod it skips
+		// is reported, never deleted (its replacement would be broken the same way).
+		cfg, err := repairPluginConfig(a.entry)
+		if err != nil {
+			return nil, fmt.Errorf("repair controller: %w", err)
+		}
+		deps.Plugin = cfg
 		if s.Repair.RepairPods {
-			cfg, err := repairPluginConfig(a.entry)
-			if err != nil {
-				return nil, fmt.Errorf("repair in place (%s=true): %w", repair.EnvRepairPods, err)
-			}
 			// The image carries both iptables flavours: write the one the node's
 			// plugin writes, judged from the node's binaries.
 			nodeRoot := plugin.NodeRootIn(s.Repair.ProcDir)

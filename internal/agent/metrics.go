@@ -191,6 +191,7 @@ func repairMetrics(r *repair.Metrics) []prometheus.Collector {
 		counterFunc(repair.MetricGaveUp, "Broken pods given up on after REPAIR_MAX_RETRIES attempts.", r.GaveUp.Load),
 		counterFunc(repair.MetricNetnsScans, "Searches for a broken pod's network namespace (repair in place).", r.NetnsScans.Load),
 		counterFunc(repair.MetricMissingNetwork, "Broken pods reported (once each) for a Multus networks annotation that does not name the plugin.", r.MissingNetwork.Load),
+		counterFunc(repair.MetricNotCaptured, "Broken pods reported (once each), not deleted, because the plugin skips them (excluded namespace, inject=false...).", r.NotCaptured.Load),
 	}
 }
 

@@ -36,6 +36,10 @@ const (
 	// ReasonMissingNetwork is ours: a meshed pod that Multus never attaches to the
 	// plugin, because its networks annotation does not name the plugin's network.
 	ReasonMissingNetwork = "MissingMultusNetwork"
+	// ReasonNotCaptured is ours: a broken pod that the plugin skips (its namespace
+	// is excluded, DISABLE_ENVOY, sidecar.istio.io/inject=false...), so neither a
+	// repair nor a replacement can make its validation pass.
+	ReasonNotCaptured = "NotCapturedByPlugin"
 )
 
 // EventComponent is the events' source component.
@@ -59,6 +63,11 @@ type Deps struct {
 	Metrics *Metrics
 	// InPlace is how pods are repaired in place; required when Config.RepairPods.
 	InPlace *InPlace
+	// Plugin is the node's plugin config, for the plugin's verdict on a broken pod:
+	// one the plugin skips is reported once (and labelled when the label is
+	// allowed), never deleted, since its replacement would fail the same way. nil:
+	// InPlace's, else no verdict is asked and every broken pod is acted on.
+	Plugin *plugin.Config
 	// Workers is the number of pods handled in parallel; 0: 2.
 	Workers int
 	// NodePods is the informer of the node's pods that the agent shares between
@@ -106,9 +115,13 @@ type Controller struct {
 	// the kubelet restarts its validation container, and every status change in the
 	// meantime must not search for and program the namespace again.
 	repaired map[string]types.UID
-	// reported remembers, by UID, the pods reported for a missing Multus network:
-	// such a pod stays broken for as long as it lives, and is reported once.
+	// reported remembers, by UID, the pods reported for a missing Multus network or
+	// for the plugin skipping them: such a pod stays broken for as long as it lives,
+	// and is reported once.
 	reported map[types.UID]bool
+	// plugin is the config whose verdict decides that a pod is not the plugin's
+	// (Deps.Plugin or InPlace.Plugin); nil: not asked.
+	plugin *plugin.Config
 }
 
 // New checks cfg and builds the controller; it starts nothing.
@@ -129,6 +142,10 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 		recorder: deps.Recorder,
 		repaired: map[string]types.UID{},
 		reported: map[types.UID]bool{},
+		plugin:   deps.Plugin,
+	}
+	if c.plugin == nil && deps.InPlace != nil {
+		c.plugin = deps.InPlace.Plugin
 	}
 	c.log = cmp.Or(c.log, slog.Default()).With("controller", "repair", "node", cfg.NodeName)
 	if c.metrics == nil {
@@ -292,7 +309,56 @@ func (c *Controller) reconcile(ctx context.Context, key string, last bool) (*cor
 			return pod, c.reportMissingNetwork(ctx, pod, why, parseErr)
 		}
 	}
+	if skip := c.pluginSkips(pod); skip != "" {
+		return pod, c.reportNotCaptured(ctx, pod, why, skip)
+	}
 	return pod, c.act(ctx, pod, why, last)
+}
+
+// pluginSkips is the plugin's reason for leaving pod alone ("" when it captures
+// it, or cannot tell without more than the pod). Its validation then fails
+// whatever happens, and so will its replacement's.
+func (c *Controller) pluginSkips(pod *corev1.Pod) string {
+	if c.plugin == nil {
+		return ""
+	}
+	kp, err := KubePod(pod)
+	if err != nil {
+		return ""
+	}
+	pp, _ := plugin.PlanFor(plugin.ArgsFor(kp), c.plugin, kp, nil, plugin.Sandbox{})
+	if pp.Decision.Verdict != plugin.Skip {
+		return ""
+	}
+	return pp.Decision.Reason
+}
+
+// reportNotCaptured handles a broken pod that the plugin skips: deleting it would
+// only bring back a pod broken the same way, again and again, and there is nothing
+// to program in place. It is reported once (an event and a log line) and labelled
+// when this agent may label pods, and left running.
+func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why, skip string) error {
+	mayLabel := c.cfg.LabelPods || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
+	labelled := pod.Labels[c.cfg.LabelKey] == c.cfg.LabelValue
+	c.mu.Lock()
+	first := !c.reported[pod.UID] && !labelled
+	c.reported[pod.UID] = true
+	c.mu.Unlock()
+	if first {
+		c.metrics.NotCaptured.Add(1)
+		msg := fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+
+			"remove istio-validation from the pod or make the plugin capture it; not deleted nor repaired", why, skip)
+		if mayLabel {
+			msg += fmt.Sprintf(": labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
+		}
+		c.log.Warn(msg, "pod", cache.MetaObjectToName(pod).String(), "uid", pod.UID)
+		c.recorder.Event(pod, corev1.EventTypeWarning, ReasonNotCaptured, msg)
+	}
+	if !mayLabel {
+		return nil
+	}
+	_, err := c.setLabel(ctx, pod)
+	return err
 }
 
 // reportMissingNetwork handles a broken pod that Multus never attaches to the

@@ -40,6 +40,7 @@ const (
 	MetricGaveUp         = "istio_cni_repair_gave_up_total"
 	MetricNetnsScans     = "istio_cni_repair_netns_scans_total"
 	MetricMissingNetwork = "istio_cni_repair_missing_multus_network_total"
+	MetricNotCaptured    = "istio_cni_repair_not_captured_total"
 )
 
 // Metrics are the controller's counters. They are plain atomics; the agent exports
@@ -58,6 +59,9 @@ type Metrics struct {
 	// MissingNetwork counts broken pods reported for a Multus networks annotation
 	// that does not name the plugin's network (once per pod).
 	MissingNetwork atomic.Uint64
+	// NotCaptured counts broken pods reported because the plugin skips them (once
+	// per pod).
+	NotCaptured atomic.Uint64
 }
 
 func index[T comparable](list []T, v T) int {

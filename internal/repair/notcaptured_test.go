@@ -1,0 +1,95 @@
+package repair
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/background"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+)
+
+// TestPodThePluginSkipsIsReportedOnceAndNeverDeleted: a pod whose istio-validation
+// fails but that the plugin skips (here sidecar.istio.io/inject=false; an excluded
+// namespace or DISABLE_ENVOY alike) can never pass it: deleting it only brings a
+// replacement broken the same way. With the delete action, and against a real API
+// server with the action's exact grants, it is reported once (one event, one log
+// line naming the plugin's reason), never deleted, over several failures of its
+// validation. A pod the plugin captures is the race, and is deleted as before. In
+// delete-only mode the agent may not label pods, so it is not labelled either.
+func TestPodThePluginSkipsIsReportedOnceAndNeverDeleted(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cfg := testConfig("node-skip")
+	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, true, false
+	client := clientWithRules(t, cp, "repair-skip", rulesFor(cfg))
+	pcfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logbuf.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := New(cfg, client, Deps{Logger: logger, Plugin: pcfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	background.Run(t, c.Run)
+	waitFor(t, "controller synced", 30*time.Second, func() (bool, error) { return c.HasSynced(), nil })
+
+	skipped := createPod(t, admin, injectedPod("opted-out", cfg.NodeName, withLabel("sidecar.istio.io/inject", "false")))
+	setValidation(t, admin, skipped, "10.1.0.1", 126, "")
+	raced := createPod(t, admin, injectedPod("raced", cfg.NodeName))
+	setValidation(t, admin, raced, "10.1.0.9", 126, "")
+	waitFor(t, "the pod the plugin captures deleted", 20*time.Second, podDeleted(admin, "raced"))
+
+	for pass := 1; pass <= 3; pass++ {
+		before := c.Metrics().Detected.Load()
+		p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "opted-out", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		p.Status.InitContainerStatuses[0].RestartCount = int32(pass)
+		setValidation(t, admin, p, "10.1.0.1", 126, fmt.Sprintf("pass %d", pass))
+		waitFor(t, fmt.Sprintf("pass %d judged", pass), 20*time.Second, func() (bool, error) {
+			return c.Metrics().Detected.Load() > before, nil
+		})
+	}
+
+	p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "opted-out", metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod the plugin skips was deleted (%v): its replacement would fail the same way", err)
+	}
+	if _, ok := p.Labels[DefaultLabelKey]; ok {
+		t.Errorf("labelled %v although labelling is off", p.Labels)
+	}
+	var reports []string
+	for _, e := range eventsFor(t, admin, "opted-out") {
+		if strings.Contains(e, " "+ReasonNotCaptured+": ") {
+			reports = append(reports, e)
+		} else {
+			t.Errorf("event %q, want only %s", e, ReasonNotCaptured)
+		}
+	}
+	if len(reports) != 1 {
+		t.Fatalf("%d %s events, want 1: %q", len(reports), ReasonNotCaptured, reports)
+	}
+	for _, w := range []string{"the plugin does not capture this pod", `sidecar.istio.io/inject="false"`, "not deleted"} {
+		if !strings.Contains(reports[0], w) {
+			t.Errorf("event %q does not say %q", reports[0], w)
+		}
+	}
+	if n := linesWith(&logs, "pod="+testNS+"/opted-out ", "does not capture this pod"); n != 1 {
+		t.Errorf("%d log lines report the pod, want 1", n)
+	}
+	if got := c.Metrics().NotCaptured.Load(); got != 1 {
+		t.Errorf("not-captured counter %d, want 1", got)
+	}
+	if n := c.Metrics().PodsRepaired(ActionDelete, ResultSuccess); n != 1 {
+		t.Errorf("%d pods deleted, want 1 (the raced one)", n)
+	}
+}
