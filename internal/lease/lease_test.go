@@ -24,7 +24,7 @@ func TestCheckKeepsTwoTermsApart(t *testing.T) {
 		lease, renew, retry time.Duration
 		ok                  bool
 	}{
-		{15 * time.Second, 10 * time.Second, 2 * time.Second, true}, // client-go's usual
+		{15 * time.Second, 10 * time.Second, 2 * time.Second, true},  // client-go's usual
 		{40 * time.Second, 20 * time.Second, 15 * time.Second, true}, // the chart's
 		{30 * time.Second, 20 * time.Second, 15 * time.Second, false},
 		{35 * time.Second, 20 * time.Second, 15 * time.Second, false}, // exactly renew + retry
