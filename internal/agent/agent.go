@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/version"
@@ -209,7 +210,7 @@ func (a *agent) learnOwner(ctx context.Context, client *apiClient) error {
 				"error", shortAPIError(err))
 		}
 		if err == nil {
-			o := owner{known: true, daemonSet: daemonSetOf(pod)}
+			o := owner{known: true, daemonSet: daemonset.ControllerOf(pod)}
 			a.owner.Store(&o)
 			if o.daemonSet == nil {
 				a.log.Warn("this agent's pod is not run by a DaemonSet: nothing will start another agent on this node, so the plugin is uninstalled when it exits",

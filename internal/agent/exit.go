@@ -11,10 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
-	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"github.com/istio-cni/istio-cni/internal/daemonset"
 )
 
 // ExitMode says what the agent does with what it installed when it exits.
@@ -115,7 +113,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 		case err != nil:
 			return keep("cannot read this agent's pod %s/%s (%v): keeping the plugin installed", namespace, podName, shortAPIError(err))
 		}
-		ds = daemonSetOf(pod)
+		ds = daemonset.ControllerOf(pod)
 	}
 	if ds == nil {
 		return remove("pod %s/%s is not run by a DaemonSet: nothing will start another agent on this node", namespace, podName)
@@ -140,7 +138,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 	case err != nil:
 		return keep("cannot read node %s (%v): keeping the plugin installed", nodeName, shortAPIError(err))
 	}
-	if why := templateFits(&set.Spec.Template.Spec, node); why != "" {
+	if why := daemonset.Excludes(&set.Spec.Template.Spec, node); why != "" {
 		return remove("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
 	}
 	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)
@@ -152,36 +150,6 @@ type owner struct {
 	// when that is not a DaemonSet.
 	known     bool
 	daemonSet *metav1.OwnerReference
-}
-
-// daemonSetOf is the DaemonSet that controls pod, or nil.
-func daemonSetOf(pod *corev1.Pod) *metav1.OwnerReference {
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "DaemonSet" {
-		return ref
-	}
-	return nil
-}
-
-// templateFits says why a DaemonSet with this pod template would not run a pod on
-// node ("" when it would): what the DaemonSet controller checks to place its pods
-// and to keep them (NoExecute taints).
-func templateFits(spec *corev1.PodSpec, node *corev1.Node) string {
-	pod := &corev1.Pod{Spec: *spec}
-	match, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
-	if err != nil {
-		// A selector the API server accepted but that does not parse here: not ours to
-		// judge, keep.
-		return ""
-	}
-	if !match {
-		return "its node selector or required node affinity does not match the node's labels"
-	}
-	taint, untolerated := schedcorev1.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, spec.Tolerations,
-		func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }, false)
-	if untolerated {
-		return fmt.Sprintf("it does not tolerate the node's NoExecute taint %s=%s", taint.Key, taint.Value)
-	}
-	return ""
 }
 
 // identityGone reports a 401 or 403: the ServiceAccount, its token or its grants
