@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/taint"
 	"github.com/istio-cni/istio-cni/internal/version"
 )
 
@@ -174,7 +175,29 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		return nil
 	}
 	log.Info("uninstalling", "reason", d.Reason, "uninstallOnExit", s.UninstallOnExit)
+	if d.NoAgentFollows && s.Taint.Enabled {
+		a.untaintNode(client)
+	}
 	return a.uninstall()
+}
+
+// untaintNode removes the readiness taint from this node when no agent will run
+// here again: no agent would become ready to lift it, and the taint controller
+// leaves a node whose agent is terminating as it is. Within ExitUntaintBound; a
+// failure is logged with the command that removes it by hand (helm uninstall may
+// have deleted this agent's grants already).
+func (a *agent) untaintNode(client *apiClient) {
+	s := a.s
+	ctx, cancel := context.WithTimeout(context.Background(), ExitUntaintBound)
+	defer cancel()
+	removed, err := taint.RemoveTaint(ctx, client.core.Nodes(), s.NodeName, s.Taint.Key)
+	switch {
+	case err != nil:
+		a.log.Warn("node readiness taint not removed: no agent will run on this node to remove it; remove it by hand",
+			"node", s.NodeName, "taint", s.Taint.Key, "command", "kubectl taint nodes "+s.NodeName+" "+s.Taint.Key+"-", "error", err)
+	case removed:
+		a.log.Info("node readiness taint removed: no agent will run on this node again", "node", s.NodeName, "taint", s.Taint.Key)
+	}
 }
 
 // decideExit applies UNINSTALL_ON_EXIT; auto asks the API server, within

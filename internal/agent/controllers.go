@@ -51,7 +51,8 @@ func RestConfig(s *Settings) *rest.Config {
 }
 
 // apiClient is the agent's API client: the three typed API groups it calls (core,
-// coordination for the leases, apps for its own DaemonSet on exit), and the dynamic and metadata
+// coordination for the leases, apps for its own DaemonSet on exit and the taint
+// controller's DaemonSets), and the dynamic and metadata
 // clients (NetworkAttachmentDefinitions, pods' and namespaces' metadata). The full
 // clientset would link a typed client and apply configurations for every API group
 // into the binary. It satisfies podcache.Client, repair.Client, taint.Client and
@@ -65,6 +66,8 @@ type apiClient struct {
 }
 
 func (c *apiClient) CoreV1() corev1client.CoreV1Interface { return c.core }
+
+func (c *apiClient) AppsV1() appsv1client.AppsV1Interface { return c.apps }
 
 func (c *apiClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
 	return c.coordination

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -413,7 +414,8 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 // TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease runs the agent with
 // TAINT_ENABLED against a real kube-apiserver, with the taint controller's exact
 // grants and no pod cache or repair: it takes the Lease as POD_NAME, taints the node
-// whose agent pod is missing and leaves alone the one whose agent pod is Ready, shows
+// the agent's DaemonSet runs on whose agent pod is missing and leaves alone the one
+// whose agent pod is Ready, shows
 // it on /metrics, and releases the Lease on SIGTERM so another agent takes over at once.
 func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
@@ -422,9 +424,18 @@ func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
 	admin := cp.AdminClient()
 	n, apiEnv := newNodeAs(t, ctx, cp, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 	})
+	agentLabels := map[string]string{"k8s-app": "istio-cni-node"}
+	if _, err := admin.AppsV1().DaemonSets("istio-system").Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-system"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: agentLabels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: agentLabels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"node-bare", "node-ready"} {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -50,6 +50,11 @@ func parseExitMode(v string) (ExitMode, error) {
 // decide and, when it must, uninstall.
 const ExitLookupBound = 3 * time.Second
 
+// ExitUntaintBound bounds the removal of the node's readiness taint on a removal
+// (read the node, patch it; again on a conflict): with ExitLookupBound, 4 s of the
+// chart's 5 s grace period, the rest for removing the files.
+const ExitUntaintBound = time.Second
+
 // exitClient is what the exit decision reads.
 type exitClient interface {
 	getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
@@ -72,7 +77,11 @@ func (c *apiClient) getNode(ctx context.Context, name string) (*corev1.Node, err
 // exitDecision is whether to uninstall on exit, and why (logged).
 type exitDecision struct {
 	Uninstall bool
-	Reason    string
+	// NoAgentFollows: the API server says no agent will run on this node again (the
+	// DaemonSet is gone or no longer runs here), as opposed to uninstalling because
+	// UNINSTALL_ON_EXIT=always. The node's readiness taint then goes too.
+	NoAgentFollows bool
+	Reason         string
 }
 
 // decideExit tells a restart from a removal. The agent is going away; the question
@@ -101,7 +110,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 		return exitDecision{Reason: fmt.Sprintf(format, args...)}
 	}
 	remove := func(format string, args ...any) exitDecision {
-		return exitDecision{Uninstall: true, Reason: fmt.Sprintf(format, args...)}
+		return exitDecision{Uninstall: true, NoAgentFollows: true, Reason: fmt.Sprintf(format, args...)}
 	}
 	ds := o.daemonSet
 	if !o.known {

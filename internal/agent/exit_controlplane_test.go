@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,7 +44,7 @@ type exitCluster struct {
 	env   []string
 }
 
-func newExitCluster(t *testing.T, ctx context.Context) *exitCluster {
+func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.PolicyRule) *exitCluster {
 	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	c := &exitCluster{cp: cp, admin: cp.AdminClient()}
@@ -72,7 +73,7 @@ func newExitCluster(t *testing.T, ctx context.Context) *exitCluster {
 	}
 	c.ds = ds
 	var apiEnv []string
-	c.n, apiEnv = newNodeAs(t, ctx, cp, chartAgentExitRules)
+	c.n, apiEnv = newNodeAs(t, ctx, cp, append(append([]rbacv1.PolicyRule{}, chartAgentExitRules...), extraRules...))
 	c.env = append(apiEnv, "CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "NODE_NAME=node-a",
 		"UNINSTALL_ON_EXIT=auto", "PLUGIN_SERVICE_ACCOUNT=istio-cni-plugin", "PLUGIN_TOKEN_LIFETIME=1h")
 	return c
@@ -292,6 +293,77 @@ func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
 			p.waitLog(t, "the agent said why it uninstalled", tc.reason)
 			if conf, bin, kc := c.n.installed(); conf || bin || kc {
 				t.Errorf("after removal: config %v, binary %v, kubeconfig %v left; want none", conf, bin, kc)
+			}
+		})
+	}
+}
+
+// TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack: with the node readiness
+// taint on and another agent leading it (so that only the exit path can act here),
+// an agent whose DaemonSet is deleted removes the taint key from its own node as it
+// uninstalls, and leaves the node's other taints; one that restarts (the DaemonSet
+// still runs there) leaves it, as the next agent will be there to lift it.
+func TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack(t *testing.T) {
+	taintRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+	for _, removal := range []bool{false, true} {
+		t.Run(map[bool]string{false: "restart keeps it", true: "DaemonSet deleted removes it"}[removal], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			c := newExitCluster(t, ctx, taintRules...)
+			// Another agent leads, for an hour: this one stays a standby.
+			now := metav1.NewMicroTime(time.Now())
+			if _, err := c.admin.CoordinationV1().Leases("istio-system").Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-taint", Namespace: "istio-system"},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("istio-cni-node-elsewhere"), LeaseDurationSeconds: ptr.To[int32](3600),
+					AcquireTime: &now, RenewTime: &now},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			nd, err := c.admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := corev1.Taint{Key: "example.com/gpu", Value: "yes", Effect: corev1.TaintEffectNoSchedule}
+			nd.Spec.Taints = append(nd.Spec.Taints, other, corev1.Taint{Key: "cni.istio.io/not-ready", Value: "true", Effect: corev1.TaintEffectNoSchedule})
+			if _, err := c.admin.CoreV1().Nodes().Update(ctx, nd, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			c.env = append(c.env, "TAINT_ENABLED=true", "TAINT_LEASE_DURATION=2s", "TAINT_RENEW_DEADLINE=1500ms", "TAINT_RETRY_PERIOD=200ms")
+			p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-a"))
+			if removal {
+				if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.stop(t)
+			nd, err = c.admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ours, others int
+			for _, tn := range nd.Spec.Taints {
+				switch tn.Key {
+				case "cni.istio.io/not-ready":
+					ours++
+				case other.Key:
+					others++
+				}
+			}
+			if others != 1 {
+				t.Errorf("node-a taints %v: the other taint was touched", nd.Spec.Taints)
+			}
+			if removal {
+				p.waitLog(t, "the agent said it removed the taint", `node readiness taint removed: no agent will run on this node again`)
+				if ours != 0 {
+					t.Errorf("node-a taints %v after the agent left for good: nothing will remove cni.istio.io/not-ready", nd.Spec.Taints)
+				}
+			} else if ours != 1 {
+				t.Errorf("node-a taints %v after a restart: the taint is the leader's to lift", nd.Spec.Taints)
 			}
 		})
 	}

@@ -11,15 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/settings"
@@ -35,12 +39,13 @@ type Metrics struct {
 	lease.Leadership
 }
 
-// Client is the part of the API the controller uses: nodes and pods, and the
-// lease. A kubernetes.Interface clientset satisfies it; the agent passes clients
-// of these two groups alone, so that its binary does not link a client for every
-// API group.
+// Client is the part of the API the controller uses: nodes and pods, the agent's
+// DaemonSets, and the lease. A kubernetes.Interface clientset satisfies it; the
+// agent passes clients of these three groups alone, so that its binary does not
+// link a client for every API group.
 type Client interface {
 	CoreV1() corev1client.CoreV1Interface
+	AppsV1() appsv1client.AppsV1Interface
 	CoordinationV1() coordinationv1client.CoordinationV1Interface
 }
 
@@ -50,8 +55,9 @@ type Deps struct {
 	Metrics *Metrics
 }
 
-// Controller keeps the readiness taint on exactly the nodes whose agent pod is not
-// Ready, while it holds the lease.
+// Controller keeps the readiness taint on exactly the nodes that a DaemonSet of
+// the agent runs on and whose agent pod is not Ready (see reconcile), while it
+// holds the lease.
 type Controller struct {
 	cfg     Config
 	client  Client
@@ -93,8 +99,12 @@ const nodeIndex = "spec.nodeName"
 // context ends). A fresh cache per leadership: a standby replica holds none.
 func (c *Controller) lead(ctx context.Context) error {
 	nodeAPI, podAPI := c.client.CoreV1().Nodes(), c.client.CoreV1().Pods(c.cfg.AgentNamespace)
+	dsAPI := c.client.AppsV1().DaemonSets(c.cfg.AgentNamespace)
 	nodes := informer.New(&corev1.Node{}, informer.Selector{Label: c.cfg.NodeSelector}, nodeAPI.List, nodeAPI.Watch)
 	pods := informer.New(&corev1.Pod{}, informer.Selector{Label: c.cfg.AgentSelector}, podAPI.List, podAPI.Watch)
+	// Every DaemonSet of the namespace: RBAC cannot restrict a watch to those whose
+	// pod template carries the agent's labels; agentDaemonSets filters them.
+	daemonSets := informer.New(&appsv1.DaemonSet{}, informer.Selector{}, dsAPI.List, dsAPI.Watch)
 	if err := pods.AddIndexers(cache.Indexers{nodeIndex: func(obj any) ([]string, error) {
 		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
@@ -103,12 +113,30 @@ func (c *Controller) lead(ctx context.Context) error {
 	}}); err != nil {
 		return err
 	}
+	agentSelector, err := labels.Parse(c.cfg.AgentSelector)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", EnvAgentSelector, c.cfg.AgentSelector, err)
+	}
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "taint"})
 	defer queue.ShutDown()
+	r := &reconciler{c: c, nodes: nodes.GetIndexer(), pods: pods.GetIndexer(), daemonSets: daemonSets.GetIndexer(),
+		agentSelector: agentSelector, left: map[string]bool{}, handover: map[string]bool{}}
 	enqueueNode := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok {
+			queue.Add(n.Name)
+		}
+	}
+	// A node leaves the cache when it is deleted, or when it stops matching
+	// TAINT_NODE_LABEL_SELECTOR (the API server reports that as a deletion): the
+	// latter keeps a taint that nobody would remove otherwise.
+	nodeLeft := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			r.markLeft(n.Name)
 			queue.Add(n.Name)
 		}
 	}
@@ -120,8 +148,16 @@ func (c *Controller) lead(ctx context.Context) error {
 			queue.Add(p.Spec.NodeName)
 		}
 	}
+	// A DaemonSet added, deleted, or whose placement may have changed (its spec,
+	// its deletion) changes which nodes need an agent: all are looked at again, from
+	// the cache. Status updates (every rollout step) are not.
+	enqueueAllNodes := func() {
+		for _, name := range nodes.GetIndexer().ListKeys() {
+			queue.Add(name)
+		}
+	}
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueueNode, UpdateFunc: func(_, n any) { enqueueNode(n) },
+		AddFunc: enqueueNode, UpdateFunc: func(_, n any) { enqueueNode(n) }, DeleteFunc: nodeLeft,
 	}); err != nil {
 		return err
 	}
@@ -130,58 +166,166 @@ func (c *Controller) lead(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// lead returns only once both informers have stopped: the next leadership
-	// starts from fresh caches, and a lost lease leaves no watch open.
+	if _, err := daemonSets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { enqueueAllNodes() },
+		UpdateFunc: func(o, n any) {
+			od, ok1 := o.(*appsv1.DaemonSet)
+			nd, ok2 := n.(*appsv1.DaemonSet)
+			if !ok1 || !ok2 || od.Generation != nd.Generation || (od.DeletionTimestamp == nil) != (nd.DeletionTimestamp == nil) {
+				enqueueAllNodes()
+			}
+		},
+		DeleteFunc: func(any) { enqueueAllNodes() },
+	}); err != nil {
+		return err
+	}
+	// lead returns only once the informers have stopped: the next leadership starts
+	// from fresh caches, and a lost lease leaves no watch open.
 	var informers sync.WaitGroup
 	informers.Go(func() { nodes.RunWithContext(ctx) })
 	informers.Go(func() { pods.RunWithContext(ctx) })
+	informers.Go(func() { daemonSets.RunWithContext(ctx) })
 	defer informers.Wait()
-	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced, daemonSets.HasSynced) {
 		return ctx.Err()
 	}
-	r := &reconciler{c: c, nodes: nodes.GetIndexer(), pods: pods.GetIndexer()}
 	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error) {
 		c.metrics.PatchFailures.Add(1)
-		c.log.Warn("node taint not updated, retrying", "node", name, "error", err)
+		c.log.Warn("node taint not updated, retrying", "node", name, "taint", c.cfg.Key, "error", err)
 	})
 	return nil
 }
 
 type reconciler struct {
-	c     *Controller
-	nodes cache.Indexer
-	pods  cache.Indexer
+	c             *Controller
+	nodes         cache.Indexer
+	pods          cache.Indexer
+	daemonSets    cache.Indexer
+	agentSelector labels.Selector
+
+	mu sync.Mutex
+	// left holds the nodes that left the node cache since they were last looked at:
+	// deleted, or no longer matching TAINT_NODE_LABEL_SELECTOR.
+	left map[string]bool
+	// handover holds the nodes where an agent pod was seen terminating and no agent
+	// has been Ready since: a rolling update, an eviction or a removal, during which
+	// the plugin stays installed (or the exiting agent removes the taint itself), so
+	// the taint is not added. It lasts one leadership: a new leader that sees the new
+	// agent starting without having seen the old one go taints the node until it is
+	// Ready, as after a crash.
+	handover map[string]bool
 }
 
-// agentReady: an agent pod on the node is Ready and not being deleted.
-func (r *reconciler) agentReady(node string) bool {
+func (r *reconciler) markLeft(node string) {
+	r.mu.Lock()
+	r.left[node] = true
+	r.mu.Unlock()
+}
+
+// takeLeft reports (and forgets) that node left the cache.
+func (r *reconciler) takeLeft(node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	left := r.left[node]
+	delete(r.left, node)
+	return left
+}
+
+// agentState: an agent pod on the node is Ready and not being deleted (ready), and
+// one is being deleted (terminating).
+func (r *reconciler) agentState(node string) (ready, terminating bool) {
 	objs, _ := r.pods.ByIndex(nodeIndex, node)
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		if p.DeletionTimestamp != nil {
+			terminating = true
+			continue
+		}
+		if p.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return true
+				ready = true
 			}
 		}
 	}
-	return false
+	return ready, terminating
 }
 
-// reconcile makes the node carry the taint exactly when its agent is not ready.
+// agentDaemonSet names a DaemonSet of the agent (its pod template carries the
+// agent's labels), not being deleted, that runs a pod on node; "" when none does.
+// The question is the exit decision's (daemonset.Excludes): no DaemonSet runs on
+// the node, and an exiting agent uninstalls the plugin there.
+func (r *reconciler) agentDaemonSet(node *corev1.Node) string {
+	for _, o := range r.daemonSets.List() {
+		ds := o.(*appsv1.DaemonSet)
+		if ds.DeletionTimestamp != nil || !r.agentSelector.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			continue
+		}
+		if daemonset.Excludes(&ds.Spec.Template.Spec, node) == "" {
+			return ds.Namespace + "/" + ds.Name
+		}
+	}
+	return ""
+}
+
+// handingOver updates and reports the node's handover (see reconciler.handover).
+func (r *reconciler) handingOver(node string, ready, terminating bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case ready:
+		delete(r.handover, node)
+	case terminating:
+		r.handover[node] = true
+	}
+	return r.handover[node]
+}
+
+// reconcile makes the node carry the taint exactly when it needs it:
+//
+//   - no DaemonSet of the agent runs on the node (deleted, being deleted, or its
+//     node selector, affinity or tolerations exclude the node): never, and a taint
+//     there is removed, since no agent would ever come to lift it;
+//   - an agent pod on the node is Ready: no;
+//   - an agent pod on the node is being deleted, or was since the last Ready one
+//     (handover): left as it is. A rolling update or an eviction keeps the plugin
+//     installed, so new pods are captured and need no taint; a removal uninstalls
+//     it, and the exiting agent removes its node's taint itself (RemoveTaint);
+//   - otherwise (no agent yet, starting, crashed, the node rebooted): yes.
+//
 // The patch carries the node's resourceVersion, so a taint list changed by
 // someone else since the cache saw it is never overwritten: the patch fails and
 // the node is looked at again.
 func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	obj, exists, err := r.nodes.GetByKey(name)
-	if err != nil || !exists {
+	if err != nil {
 		return err
 	}
+	if !exists {
+		if r.takeLeft(name) {
+			return r.untaintLeft(ctx, name)
+		}
+		return nil
+	}
 	node := obj.(*corev1.Node)
-	want := !r.agentReady(name)
 	cfg := r.c.cfg
+	ready, terminating := r.agentState(name)
+	handover := r.handingOver(name, ready, terminating)
+	ds := r.agentDaemonSet(node)
+	var want bool
+	var why string
+	switch {
+	case ds == "":
+		want, why = false, "no DaemonSet of the istio-cni agent runs on it"
+	case ready:
+		want, why = false, "its istio-cni agent is ready"
+	case handover:
+		return nil
+	default:
+		want, why = true, "its istio-cni agent is not ready"
+	}
 	var kept []corev1.Taint
 	has := false
 	for _, t := range node.Spec.Taints {
@@ -199,6 +343,41 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	if want {
 		taints = append(taints, corev1.Taint{Key: cfg.Key, Value: "true", Effect: cfg.Effect})
 	}
+	err = patchTaints(ctx, r.c.client.CoreV1().Nodes(), node, taints)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if want {
+		r.c.metrics.TaintsAdded.Add(1)
+		r.c.log.Info("node tainted: "+why, "node", name, "taint", cfg.Key)
+	} else {
+		r.c.metrics.TaintsRemoved.Add(1)
+		r.c.log.Info("node untainted: "+why, "node", name, "taint", cfg.Key, "daemonSet", ds)
+	}
+	return nil
+}
+
+// untaintLeft removes the taint from a node that left the cache, if it still
+// exists: it no longer matches TAINT_NODE_LABEL_SELECTOR, so this controller will
+// never look at it again.
+func (r *reconciler) untaintLeft(ctx context.Context, name string) error {
+	removed, err := RemoveTaint(ctx, r.c.client.CoreV1().Nodes(), name, r.c.cfg.Key)
+	if err != nil {
+		return err
+	}
+	if removed {
+		r.c.metrics.TaintsRemoved.Add(1)
+		r.c.log.Info("node untainted: it no longer matches "+EnvNodeSelector, "node", name, "taint", r.c.cfg.Key, "selector", r.c.cfg.NodeSelector)
+	}
+	return nil
+}
+
+// patchTaints sets node's taints, preconditioned on the resourceVersion node was
+// read at.
+func patchTaints(ctx context.Context, nodes corev1client.NodeInterface, node *corev1.Node, taints []corev1.Taint) error {
 	if taints == nil {
 		taints = []corev1.Taint{}
 	}
@@ -209,19 +388,44 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("patch taints of node %s: %w", name, err)
-	}
-	if want {
-		r.c.metrics.TaintsAdded.Add(1)
-		r.c.log.Info("node tainted: its istio-cni agent is not ready", "node", name, "taint", cfg.Key)
-	} else {
-		r.c.metrics.TaintsRemoved.Add(1)
-		r.c.log.Info("node untainted: its istio-cni agent is ready", "node", name, "taint", cfg.Key)
+	if _, err := nodes.Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch taints of node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// RemoveTaint removes every taint with key from the node, reading it from the API
+// server and patching it preconditioned on what it read (never overwriting a
+// concurrent change: a conflict reads it again), until ctx ends. removed is false
+// when the node had no such taint, or is gone.
+func RemoveTaint(ctx context.Context, nodes corev1client.NodeInterface, name, key string) (removed bool, err error) {
+	for {
+		node, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("read node %s to remove its taint %s: %w", name, key, err)
+		}
+		var kept []corev1.Taint
+		for _, t := range node.Spec.Taints {
+			if t.Key != key {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(node.Spec.Taints) {
+			return false, nil
+		}
+		err = patchTaints(ctx, nodes, node, kept)
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case apierrors.IsConflict(err) && ctx.Err() == nil:
+			continue
+		default:
+			return false, fmt.Errorf("remove taint %s: %w", key, err)
+		}
+	}
 }

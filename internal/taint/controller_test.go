@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,8 +21,9 @@ const agentNS = "istio-system"
 
 // The controller's RBAC, exactly as internal/repair/README.md lists it.
 var taintRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 }
 
@@ -54,6 +56,26 @@ func createNode(t *testing.T, c kubernetes.Interface, name string, taints ...cor
 	_, err := c.CoreV1().Nodes().Create(t.Context(), &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       corev1.NodeSpec{Taints: taints},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createDaemonSet creates the agent's DaemonSet (no controller manager runs: the
+// tests create the pods it would), running on the nodes with nodeSelector.
+func createDaemonSet(t *testing.T, c kubernetes.Interface, name string, nodeSelector map[string]string) {
+	t.Helper()
+	labels := map[string]string{"k8s-app": "istio-cni-node"}
+	_, err := c.AppsV1().DaemonSets(agentNS).Create(t.Context(), &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: agentNS},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+			},
+		},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +160,7 @@ func TestTaintFollowsAgentReadinessAndOneLeaderActs(t *testing.T) {
 	other := corev1.Taint{Key: "example.com/gpu", Value: "yes", Effect: corev1.TaintEffectNoSchedule}
 	createNode(t, admin, "node-a", other)
 	createNode(t, admin, "node-b")
+	createDaemonSet(t, admin, "istio-cni-node", nil)
 
 	a, stopA := start(t, testConfig("replica-a"), clientWithRules(t, cp, "taint-a"))
 	b, stopB := start(t, testConfig("replica-b"), clientWithRules(t, cp, "taint-b"))

@@ -9,5 +9,8 @@
 // the taint when they register (kubelet --register-with-taints or a node
 // provisioner's startup taints), which closes the window before the controller
 // sees the node; the controller adds it otherwise, and removes it once the agent
-// is Ready.
+// is Ready. It never adds it for a node whose agent is terminating (the plugin
+// stays installed across a restart), and removes it from nodes no DaemonSet of
+// the agent runs on and from nodes that leave its node selector. RemoveTaint is
+// what an agent leaving its node for good calls on exit.
 package taint

@@ -705,6 +705,8 @@ func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 		args: []string{"--set", "repair.enabled=false", "--set", "podCache.enabled=false", "--set", "taint.enabled=true"},
 		want: []string{
 			"cluster  nodes * list", "cluster  nodes * patch", "cluster  nodes * watch",
+			// Which nodes a DaemonSet of the agent runs on: only those are tainted.
+			"kube-system apps daemonsets * list", "kube-system apps daemonsets * watch",
 			"kube-system coordination.k8s.io leases * create",
 			"kube-system coordination.k8s.io leases istio-cni-taint get",
 			"kube-system coordination.k8s.io leases istio-cni-taint update",
