@@ -73,7 +73,7 @@ func createDaemonSet(t *testing.T, c kubernetes.Interface, name string, nodeSele
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+				Spec:       corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
 			},
 		},
 	}, metav1.CreateOptions{})
