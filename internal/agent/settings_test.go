@@ -182,14 +182,14 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			args: []string{"--node-name=node-7", "--pod-cache=false"},
 			env: map[string]string{
 				"REPAIR_REPAIR_PODS": "false", "REPAIR_LABEL_PODS": "true", "REPAIR_BROKEN_POD_LABEL_KEY": "example.com/broken",
-				"REPAIR_INIT_CONTAINER_NAME": "mesh-check", "TAINT_ENABLED": "true", "TAINT_EFFECT": "NoExecute",
+				"REPAIR_INIT_CONTAINER_NAME": "mesh-check", "TAINT_ENABLED": "true", "TAINT_EFFECT": "PreferNoSchedule",
 				"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "mesh",
 			},
 			want: func(s *Settings) {
 				s.NodeName, s.PodCache, s.PodNamespace, s.PodName = "node-7", false, "mesh", "istio-cni-node-x1"
 				s.Repair.NodeName, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", false, true
 				s.Repair.LabelKey, s.Repair.InitContainerName = "example.com/broken", "mesh-check"
-				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "NoExecute", "istio-cni-node-x1", "mesh"
+				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "PreferNoSchedule", "istio-cni-node-x1", "mesh"
 				s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-x1", "mesh"
 			},
 		},
