@@ -239,6 +239,16 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		return configWaiting, fmt.Errorf("standalone config %s not written: it would sort before %s in %s, and a runtime loads the first config in byte order as the node's network; set CNI_CONF_NAME (the chart's cniConfFileName) to a name that sorts after %s",
 			filepath.Base(path), after[0], filepath.Dir(path), after[len(after)-1])
 	}
+	if a.s.Multus.Enabled {
+		network := a.s.StandaloneNetworkName()
+		if before, err := cniconf.NamedBefore(filepath.Dir(path), filepath.Base(path), network); err != nil {
+			return configWaiting, fmt.Errorf("standalone config: %w", err)
+		} else if len(before) > 0 {
+			a.cfg.inPlace = false
+			return configWaiting, fmt.Errorf("standalone config %s is not the one Multus uses: %s sorts before it in %s with the same network name %q, and Multus takes the first; remove or rename it",
+				filepath.Base(path), before[0], filepath.Dir(path), network)
+		}
+	}
 	switch cur, err := cniconf.ReadConfig(path); {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -51,12 +51,29 @@ func (a *agent) serveHTTP() (stop func(), err error) {
 			stop()
 			return nil, portError(s.what, s.addr, s.port, err)
 		}
-		srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := newHTTPServer(s.mux)
 		started = append(started, srv)
 		go func() { _ = srv.Serve(l) }()
 		a.log.Info("http server listening", "serves", s.what, "addr", l.Addr().String())
 	}
 	return stop, nil
+}
+
+// The bounds of one connection to the metrics and probe servers, which listen on
+// the node's network: reading a request, writing an answer (more than a scrape's
+// own 10 s), and waiting for the next request on a kept-alive connection; a client
+// that sends nothing more is dropped after httpIdleTimeout instead of holding a
+// descriptor and a goroutine for ever.
+const (
+	httpReadTimeout  = 5 * time.Second
+	httpWriteTimeout = 15 * time.Second
+	httpIdleTimeout  = 30 * time.Second
+)
+
+// newHTTPServer is a server of the node's network with the bounds above.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout,
+		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout}
 }
 
 func portError(what string, addr netip.Addr, port uint16, err error) error {

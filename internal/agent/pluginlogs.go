@@ -96,21 +96,56 @@ func (s *pluginLogSink) writeLine(rec []byte) {
 
 // record takes one message from this project's plugin (any build): an event is
 // counted, a log record printed, so that `kubectl logs` of the agent shows the
-// plugin's decisions, and DEL outcomes counted.
-func (s *pluginLogSink) record(rec []byte, protocol string) {
+// plugin's decisions, and DEL outcomes counted. A message longer than maxRecord
+// arrives cut (truncated): it is printed as a warning record holding its start.
+func (s *pluginLogSink) record(rec []byte, protocol string, truncated bool) {
 	rec = bytes.TrimRight(rec, "\r\n")
 	if len(rec) == 0 {
 		return
 	}
-	if e, ok := pluginlog.ParseEvent(rec); ok {
-		s.m.pluginEvent(e)
-		return
+	if !truncated {
+		if e, ok := pluginlog.ParseEvent(rec); ok {
+			s.m.pluginEvent(e)
+			return
+		}
 	}
 	s.m.pluginRecords.WithLabelValues(protocol).Inc()
-	s.writeLine(rec)
-	if cmd, outcome, ok := classifyPluginRecord(rec); ok {
+	s.writeLine(oneLine(rec, truncated))
+	if cmd, outcome, ok := classifyPluginRecord(rec); ok && !truncated {
 		s.m.pluginEvents.WithLabelValues(cmd, outcome).Inc()
 	}
+}
+
+// quotedStart is how much of a record that is cut or not JSON a warning quotes.
+const quotedStart = 4 << 10
+
+// oneLine is rec as one line of JSON on the agent's stdout: a JSON record
+// compacted (a record spread over several lines, or with a newline between its
+// members, would print as several, one of them looking like a record of its own);
+// a record that is not JSON, or was cut at maxRecord, becomes a warning record
+// quoting its start as a string.
+func oneLine(rec []byte, truncated bool) []byte {
+	if !truncated && json.Valid(rec) {
+		if bytes.IndexAny(rec, "\r\n") < 0 {
+			return rec
+		}
+		var b bytes.Buffer
+		if json.Compact(&b, rec) == nil {
+			return b.Bytes()
+		}
+	}
+	msg := "a plugin log record that is not JSON"
+	if truncated {
+		msg = fmt.Sprintf("a plugin log record over the %d bytes the agent reads, cut", maxRecord)
+	}
+	start := rec[:min(len(rec), quotedStart)]
+	line, _ := json.Marshal(struct {
+		Level  string `json:"level"`
+		Msg    string `json:"msg"`
+		Bytes  int    `json:"bytes"`
+		Record string `json:"record"`
+	}{"WARN", msg, len(rec), string(start)})
+	return line
 }
 
 // servePluginLogs serves this project's plugin's log sockets until stop is called:
@@ -128,9 +163,11 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	ln.SetUnlinkOnClose(false) // removeOwnSocket does, if the path is still ours
 	if err := onlyRoot(what, packetPath, ln); err != nil {
 		return nil, err
 	}
+	packetFile, _ := os.Lstat(packetPath)
 	dgram, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: datagramPath, Net: "unixgram"})
 	if err != nil {
 		ln.Close()
@@ -140,6 +177,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		ln.Close()
 		return nil, err
 	}
+	datagramFile, _ := os.Lstat(datagramPath)
 
 	var (
 		wg    sync.WaitGroup
@@ -152,7 +190,9 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		buf := make([]byte, maxRecord)
+		// One byte more than a record may have: a longer datagram arrives cut, and
+		// that byte tells.
+		buf := make([]byte, maxRecord+1)
 		for {
 			n, _, err := dgram.ReadFromUnix(buf)
 			if err != nil {
@@ -161,7 +201,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 				}
 				return
 			}
-			sink.record(buf[:n], protocolDatagram)
+			sink.record(buf[:min(n, maxRecord)], protocolDatagram, n > maxRecord)
 		}
 	}()
 	go func() {
@@ -196,13 +236,13 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 					wg.Done()
 				}()
 				c.SetReadDeadline(time.Now().Add(pluginConnBound))
-				buf := make([]byte, maxRecord)
+				buf := make([]byte, maxRecord+1) // as for datagrams: a cut message fills it
 				for {
 					n, err := c.Read(buf)
 					if err != nil {
 						return // io.EOF: the plugin is done
 					}
-					sink.record(buf[:n], protocolSeqpacket)
+					sink.record(buf[:min(n, maxRecord)], protocolSeqpacket, n > maxRecord)
 				}
 			}()
 		}
@@ -218,9 +258,22 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		}
 		mu.Unlock()
 		wg.Wait()
-		os.Remove(packetPath)
-		os.Remove(datagramPath)
+		removeOwnSocket(packetPath, packetFile)
+		removeOwnSocket(datagramPath, datagramFile)
 	}, nil
+}
+
+// removeOwnSocket removes the socket at path if it is still the one this agent
+// bound (own, from Lstat after binding): another agent sharing the run dir (an
+// upgrade, a switch between Istio's DaemonSet and this one) may have replaced it
+// since, and its live socket stays.
+func removeOwnSocket(path string, own os.FileInfo) {
+	if own == nil {
+		return
+	}
+	if now, err := os.Lstat(path); err == nil && os.SameFile(now, own) {
+		os.Remove(path)
+	}
 }
 
 // classifyPluginRecord reads the outcome of a DEL from the plugin's final record of
@@ -259,13 +312,15 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 	if err := prepareSocket(what, path); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("unix", path)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	l.SetUnlinkOnClose(false) // removeOwnSocket does, if the path is still ours
 	if err := onlyRoot(what, path, l); err != nil {
 		return nil, err
 	}
+	own, _ := os.Lstat(path)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pluginlog.IstioLogPath, func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxIstioLogBody))
@@ -297,7 +352,7 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
-		os.Remove(path)
+		removeOwnSocket(path, own)
 	}, nil
 }
 

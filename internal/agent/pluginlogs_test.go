@@ -1,10 +1,15 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +129,107 @@ func gathered(t *testing.T, m *metrics, family, label, value string) float64 {
 	}
 	t.Fatalf("no series %s{%s=%q}", family, label, value)
 	return 0
+}
+
+// TestPluginRecordsPrintAsOneJSONLineEach: whatever a plugin sends, each message
+// is one line of valid JSON on the agent's stdout: a record spread over lines is
+// compacted, a message that is not JSON (or forges a second record after a
+// newline) and one over maxRecord (cut by the socket) become warning records
+// quoting their start.
+func TestPluginRecordsPrintAsOneJSONLineEach(t *testing.T) {
+	dir := shortdir.New(t)
+	packet, dgram := filepath.Join(dir, plugin.LogSocketName), filepath.Join(dir, plugin.DatagramLogSocketName)
+	var out logbuf.Buffer
+	sink := &pluginLogSink{out: &out, m: newMetrics()}
+	stop, err := servePluginLogs(packet, dgram, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	big, _ := json.Marshal(map[string]string{"level": "INFO", "msg": "ADD: big", "blob": strings.Repeat("x", 70<<10)})
+	sent := []struct {
+		msg  string
+		want string // in the line printed for it
+	}{
+		{`{"level":"INFO","msg":"ok"}`, `{"level":"INFO","msg":"ok"}`},
+		{"{\"level\":\"INFO\",\n  \"msg\":\"spread\"}", `{"level":"INFO","msg":"spread"}`},
+		{"not json\n{\"level\":\"ERROR\",\"msg\":\"forged\"}", `"msg":"a plugin log record that is not JSON"`},
+		{string(big), `"msg":"a plugin log record over the 65536 bytes the agent reads, cut"`},
+	}
+	for _, s := range sent {
+		c, err := net.Dial("unixpacket", packet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(s.msg)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		lines = strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) >= len(sent) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(lines) != len(sent) {
+		t.Fatalf("%d messages printed as %d lines:\n%s", len(sent), len(lines), out.String())
+	}
+	// Each message on its own connection: served at once, in any order.
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("printed a line that is not JSON: %.200q", l)
+		}
+	}
+	for i, s := range sent {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, s.want) }) {
+			t.Errorf("message %d: no line holds %s:\n%.2000s", i, s.want, out.String())
+		}
+	}
+}
+
+// TestStoppingLeavesAnotherAgentsSocket: an agent that stops removes its sockets
+// only while they are still its own; another agent that took the paths since (the
+// run dir is shared during an upgrade or a switch of DaemonSets) keeps its live ones.
+func TestStoppingLeavesAnotherAgentsSocket(t *testing.T) {
+	dir := shortdir.New(t)
+	packet, dgram, istio := filepath.Join(dir, "p.sock"), filepath.Join(dir, "d.sock"), filepath.Join(dir, "i.sock")
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	serve := func() func() {
+		sink := &pluginLogSink{out: io.Discard, m: newMetrics()}
+		stopPlugin, err := servePluginLogs(packet, dgram, sink, discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopIstio, err := serveIstioPluginLogs(istio, sink, discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { stopPlugin(); stopIstio() }
+	}
+	stopOld := serve()
+	stopNew := serve() // takes the paths over
+	stopOld()
+	for _, p := range []string{packet, dgram, istio} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("the old agent's stop removed the new agent's %s: %v", filepath.Base(p), err)
+		}
+	}
+	stopNew()
+	for _, p := range []string{packet, dgram, istio} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("the new agent's stop left its own %s", filepath.Base(p))
+		}
+	}
+}
+
+// TestHTTPServersDropIdleConnections: the metrics and probe servers, on the node's
+// network, bound reading, writing and a kept-alive connection's idle wait.
+func TestHTTPServersDropIdleConnections(t *testing.T) {
+	s := newHTTPServer(http.NotFoundHandler())
+	if s.ReadHeaderTimeout == 0 || s.ReadTimeout == 0 || s.WriteTimeout == 0 || s.IdleTimeout == 0 {
+		t.Errorf("server bounds: header %s, read %s, write %s, idle %s; want all set", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)
+	}
 }

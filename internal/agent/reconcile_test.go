@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -223,5 +224,30 @@ func TestStandaloneNameIsMultusNetwork(t *testing.T) {
 		if err := json.Unmarshal(data, &c); err != nil || c.Name != tc.want {
 			t.Errorf("Multus %v, network %q: standalone config named %q (%v), want %q", tc.multus, tc.network, c.Name, err, tc.want)
 		}
+	}
+}
+
+// TestStandaloneRefusesAnEarlierConfigOfTheSameNetwork: with Multus, a config that
+// sorts before the standalone one with the same network name (a leftover of an
+// earlier install) is the one Multus would use: the agent is not ready and names
+// it; once it is gone, the standalone config goes in.
+func TestStandaloneRefusesAnEarlierConfigOfTheSameNetwork(t *testing.T) {
+	a := configAgent(t)
+	a.s.Chained = false
+	a.s.Multus.Enabled, a.s.Multus.Network = true, "istio-cni"
+	leftover := filepath.Join(a.s.MountedNetDir, "istio-cni.conf")
+	writeFiles(t, a.s.MountedNetDir, map[string]string{"istio-cni.conf": `{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni"}`})
+	res, err := a.reconcileConfig()
+	if err == nil || res != configWaiting || a.cfg.inPlace || !strings.Contains(err.Error(), "istio-cni.conf sorts before it") {
+		t.Fatalf("with an earlier config of the network: %v, %v, in place %v; want waiting and an error naming istio-cni.conf", res, err, a.cfg.inPlace)
+	}
+	if _, err := os.Stat(a.standalonePath()); err == nil {
+		t.Errorf("the standalone config was written although Multus would not use it")
+	}
+	if err := os.Remove(leftover); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.reconcileConfig(); err != nil || res != configInstalled {
+		t.Errorf("after the leftover went: %v, %v", res, err)
 	}
 }

@@ -1,6 +1,7 @@
 package cniconf
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -132,4 +133,34 @@ func ConfigsAfter(dir, name string) ([]string, error) {
 		}
 	}
 	return after, nil
+}
+
+// NamedBefore lists the configs of dir whose names sort before name in byte order
+// and whose network "name" is network: Multus resolves a NetworkAttachmentDefinition
+// without a config of its own to the first file of its config dir with that
+// network name, so a standalone istio-cni config needs none before it.
+func NamedBefore(dir, name, network string) ([]string, error) {
+	files, err := libcni.ConfFiles(dir, Extensions)
+	if err != nil {
+		return nil, fmt.Errorf("list CNI configs: %w", err)
+	}
+	sort.Strings(files)
+	var before []string
+	for _, f := range files {
+		base := filepath.Base(f)
+		if base >= name {
+			break
+		}
+		data, err := ReadConfig(f)
+		if err != nil {
+			continue // unreadable: Multus cannot take it either
+		}
+		var c struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(data, &c) == nil && c.Name == network {
+			before = append(before, base)
+		}
+	}
+	return before, nil
 }
