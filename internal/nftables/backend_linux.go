@@ -106,7 +106,7 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 		_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
 		return err == nil, err
 	}
-	nlErr := flushRuleset(c.Conn, rs, present)
+	nlErr := flushRuleset(c, rs, present)
 	if nlErr == nil {
 		return true, nil
 	}
@@ -163,7 +163,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if b.applyVia == applyExec {
 		_, err = b.run(ctx, deleteScript(ids), "-f", "-")
 	} else {
-		err = flushRuleset(c.Conn, &ruleset{}, ids)
+		err = flushRuleset(c, &ruleset{}, ids)
 	}
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)

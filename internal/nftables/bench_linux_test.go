@@ -137,7 +137,7 @@ func BenchmarkApplyTransaction(b *testing.B) {
 				return err
 			}
 			defer c.Close()
-			return flushRuleset(c.Conn, rs, present)
+			return flushRuleset(c, rs, present)
 		}},
 	}
 	for _, m := range methods {

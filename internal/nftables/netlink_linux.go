@@ -19,8 +19,8 @@ import (
 // The expressions mirror the bytecode nft 1.0.6 generates for the rendered text
 // (checked with `nft --debug=netlink`), so `nft list` prints netlink-made rules in
 // the same canonical text, and decodeRule reads rules written either way.
-func flushRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
-	if err := queueRuleset(c, rs, present); err != nil {
+func flushRuleset(c *conn, rs *ruleset, present []tableID) error {
+	if err := queueRuleset(c.Conn, rs, present); err != nil {
 		return err
 	}
 	if err := c.Flush(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,97 @@ func (c *conn) Close() {
 	c.sock.close()
 }
 
+// Flush sends the queued batch and waits for its acks, as the library's Flush,
+// with its error collapsed (collapseRepeats): a batch refused before the kernel
+// read it (a failed send) fails every one of its messages' acks the same way,
+// and the library joins them all, thousands of identical lines for a large plan.
+func (c *conn) Flush() error { return collapseRepeats(c.Conn.Flush()) }
+
+// collapseRepeats returns err with the errors it joins (errors.Join, nested as
+// the library joins one ack's error at a time, under any %w wrapping) that read
+// the same kept once, each followed by how many times it occurred. errors.Is and
+// errors.As still see every distinct error.
+func collapseRepeats(err error) error {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		var leaves []error
+		flattenJoined(e, &leaves)
+		r := &repeatedErrors{}
+		index := map[string]int{}
+		for _, x := range leaves {
+			x = collapseRepeats(x)
+			text := x.Error()
+			if i, ok := index[text]; ok {
+				r.counts[i]++
+				continue
+			}
+			index[text] = len(r.errs)
+			r.errs = append(r.errs, x)
+			r.counts = append(r.counts, 1)
+		}
+		if len(r.errs) == len(leaves) && len(leaves) == len(e.Unwrap()) {
+			return err
+		}
+		return r
+	case interface{ Unwrap() error }:
+		inner := e.Unwrap()
+		collapsed := collapseRepeats(inner)
+		if collapsed == inner {
+			return err
+		}
+		// Keep the wrapper's own words around the inner error's shorter text.
+		text := strings.Replace(err.Error(), inner.Error(), collapsed.Error(), 1)
+		return &wrapped{text: text, err: collapsed, orig: err}
+	}
+	return err
+}
+
+// flattenJoined appends the errors that e joins to leaves, those that join
+// errors themselves expanded in turn.
+func flattenJoined(e interface{ Unwrap() []error }, leaves *[]error) {
+	for _, x := range e.Unwrap() {
+		if j, ok := x.(interface{ Unwrap() []error }); ok {
+			flattenJoined(j, leaves)
+			continue
+		}
+		*leaves = append(*leaves, x)
+	}
+}
+
+// repeatedErrors is a joined error whose repeats were counted instead of listed.
+type repeatedErrors struct {
+	errs   []error
+	counts []int
+}
+
+func (r *repeatedErrors) Error() string {
+	var b strings.Builder
+	for i, e := range r.errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+		if r.counts[i] > 1 {
+			fmt.Fprintf(&b, " (%d times)", r.counts[i])
+		}
+	}
+	return b.String()
+}
+
+func (r *repeatedErrors) Unwrap() []error { return r.errs }
+
+// wrapped is a %w wrapper whose inner error was collapsed: its text with the
+// collapsed inner text, the collapsed inner error, and the original wrapper for
+// errors.As on its type.
+type wrapped struct {
+	text string
+	err  error
+	orig error
+}
+
+func (w *wrapped) Error() string   { return w.text }
+func (w *wrapped) Unwrap() []error { return []error{w.err, w.orig} }
+
 // dialHere opens a netlink socket in the network namespace of the calling thread
 // (the caller holds it there, see netns.Do). The socket is created synchronously
 // on this thread, so no helper goroutine has to enter the namespace, and its
@@ -68,6 +160,8 @@ type blockingSocket struct {
 	port  uint32        // the kernel-assigned port id (nl_pid) of the socket
 	bound time.Duration // each wait's bound: ReplyBound (tests shorten it)
 	buf   []byte
+	// fitted: the send buffer was sized for a batch (fitSendBuffer).
+	fitted bool
 }
 
 func openBlockingSocket() (*blockingSocket, error) { return openBlockingSocketBounded(ReplyBound) }
@@ -140,9 +234,79 @@ func (s *blockingSocket) exchange(req []netlink.Message) ([]netlink.Message, err
 		}
 		b = append(b, mb...)
 	}
-	return nil, s.retry("sendmsg", func() error {
-		return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
-	})
+	if len(b) > smallBatch {
+		if err := s.fitSendBuffer(len(b)); err != nil {
+			return nil, err
+		}
+	}
+	send := func() error {
+		return s.retry("sendmsg", func() error {
+			return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		})
+	}
+	err := send()
+	if errors.Is(err, unix.EMSGSIZE) && !s.fitted {
+		// A node whose default send buffer is below smallBatch.
+		if ferr := s.fitSendBuffer(len(b)); ferr != nil {
+			return nil, errors.Join(err, ferr)
+		}
+		err = send()
+	}
+	if errors.Is(err, unix.EMSGSIZE) {
+		return nil, fmt.Errorf("netlink: a batch of %d bytes does not fit the socket's send buffer: %w", len(b), err)
+	}
+	return nil, err
+}
+
+// smallBatch is the largest batch sent without looking at the socket's send
+// buffer: the kernel refuses (EMSGSIZE) a netlink message larger than the buffer,
+// whose default (net.core.wmem_default) is 208 KiB on stock kernels. A pod's
+// batch is a few KiB (the richest of the test cases, 33 KiB), so its send costs
+// no extra system call; only a large plan's (hundreds of CIDRs or interfaces)
+// pays the look and the raise. On a node whose default is below this, the
+// refused send is what makes exchange size the buffer and send again.
+const smallBatch = 128 << 10
+
+// fitSendBuffer makes the socket's send buffer hold a batch of n bytes, raising
+// it past the node's maximum with SO_SNDBUFFORCE (CAP_NET_ADMIN, which the
+// plugin has) or else with SO_SNDBUF, up to that maximum (net.core.wmem_max):
+// what nft does for a large ruleset.
+func (s *blockingSocket) fitSendBuffer(n int) error {
+	s.fitted = true
+	cur, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		return os.NewSyscallError("getsockopt SO_SNDBUF", err)
+	}
+	// The kernel keeps 32 bytes of the buffer for itself and doubles what is
+	// asked for, for its bookkeeping; asking for n plus a page leaves room.
+	if n+netlinkSendOverhead <= cur {
+		return nil
+	}
+	want := n + os.Getpagesize()
+	if err := setBuffer(s.fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, want); err != nil {
+		return fmt.Errorf("netlink: raise the send buffer to %d bytes for a %d-byte batch: %w", want, n, err)
+	}
+	if got, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err == nil && n+netlinkSendOverhead > got {
+		return fmt.Errorf("netlink: a batch of %d bytes exceeds the socket's send buffer (%d bytes, the most net.core.wmem_max allows without CAP_NET_ADMIN)", n, got)
+	}
+	return nil
+}
+
+// netlinkSendOverhead is what netlink_sendmsg keeps of the send buffer: a
+// message must be at most the buffer less these bytes.
+const netlinkSendOverhead = 32
+
+// setBuffer sets a socket buffer with the forcing option, or where that is not
+// permitted, the plain one (capped by the node's maximum).
+func setBuffer(fd, force, plain, size int) error {
+	err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size)
+	if errors.Is(err, unix.EPERM) {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
+	}
+	if err != nil {
+		return os.NewSyscallError("setsockopt", err)
+	}
+	return nil
 }
 
 func (s *blockingSocket) receive() ([]netlink.Message, error) {

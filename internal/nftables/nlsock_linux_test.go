@@ -2,7 +2,10 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,9 @@ import (
 	gnft "github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // TestDumpOverManyDatagramsIsReadWhole reads back a chain far larger than one
@@ -125,6 +131,135 @@ func TestABatchIsAnsweredWithAcksAlone(t *testing.T) {
 		}
 		if len(got) != rules {
 			t.Errorf("read back %d rules, want %d", len(got), rules)
+		}
+		return nil
+	})
+}
+
+// largePlan is a valid plan under the README's limits whose netlink batch is far
+// larger than a socket's default send buffer (208 KiB): 256 outbound CIDRs, 256
+// excluded CIDRs and 256 excluded interfaces, in both families.
+func largePlan(t testing.TB) *redirect.Plan {
+	t.Helper()
+	s := sidecarSpec()
+	s.IPv6 = true
+	s.OutboundCIDRs = redirect.PrefixSet{}
+	for i := range 256 {
+		s.OutboundCIDRs.Prefixes = append(s.OutboundCIDRs.Prefixes, netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", i)))
+		s.OutboundCIDRsExclude = append(s.OutboundCIDRsExclude, netip.MustParsePrefix(fmt.Sprintf("172.16.%d.0/24", i)))
+		s.ExcludeInterfaces = append(s.ExcludeInterfaces, fmt.Sprintf("veth%d", i))
+	}
+	p, err := redirect.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestLargeBatchOverNetlinkWithoutNft: a plan whose batch exceeds the socket's
+// default send buffer is applied over netlink alone (no nft binary to fall back
+// to), and reads back equal to the plan.
+func TestLargeBatchOverNetlinkWithoutNft(t *testing.T) {
+	ns := testNS(t)
+	plan := largePlan(t)
+	t.Setenv("PATH", t.TempDir()) // no nft: the netlink-only setup
+	var diffs []string
+	in(t, ns, func() error {
+		b := NewBackend()
+		if _, err := b.Apply(context.Background(), plan); err != nil {
+			if n := len(err.Error()); n > 4096 {
+				t.Errorf("the error is %d bytes long", n)
+			}
+			return fmt.Errorf("apply a large plan over netlink: %.2000s", err)
+		}
+		var err error
+		diffs, err = b.Verify(context.Background(), plan)
+		return err
+	})
+	if len(diffs) > 0 {
+		t.Fatalf("after apply, %d differences, first: %q", len(diffs), diffs[0])
+	}
+}
+
+// TestSmallBatchLeavesSendBufferAlone: a pod's usual batch is sent as it is, the
+// socket's buffer neither read nor raised (no system call spent on it).
+func TestSmallBatchLeavesSendBufferAlone(t *testing.T) {
+	ns := testNS(t)
+	rs, err := translate(caseNamed(t, "everything").plan(t), testGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, ns, func() error {
+		c, err := dialHere()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		before, err := unix.GetsockoptInt(c.sock.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		if err != nil {
+			return err
+		}
+		if err := flushRuleset(c, rs, nil); err != nil {
+			return err
+		}
+		after, err := unix.GetsockoptInt(c.sock.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		if err != nil {
+			return err
+		}
+		if c.sock.fitted || after != before {
+			t.Errorf("a small batch sized the send buffer (fitted %v, %d -> %d bytes)", c.sock.fitted, before, after)
+		}
+		return nil
+	})
+}
+
+// TestRepeatedErrorsAreCollapsed: a batch whose send failed fails each of its
+// messages' acks alike, and the library joins them; the error keeps one line per
+// distinct error, with its count, and still matches the errno.
+func TestRepeatedErrorsAreCollapsed(t *testing.T) {
+	// Joined one at a time, as the library's Flush does.
+	joined := errors.New("first")
+	for range 1500 {
+		joined = errors.Join(joined, fmt.Errorf("netlink receive: %w", os.NewSyscallError("sendmsg", unix.EMSGSIZE)))
+	}
+	err := collapseRepeats(fmt.Errorf("netlink transaction: %w", fmt.Errorf("conn.Receive: %w", joined)))
+	want := "netlink transaction: conn.Receive: first\nnetlink receive: sendmsg: message too long (1500 times)"
+	if err.Error() != want {
+		t.Errorf("collapsed error:\n%s\nwant:\n%s", err, want)
+	}
+	if !errors.Is(err, unix.EMSGSIZE) {
+		t.Error("the collapsed error no longer matches EMSGSIZE")
+	}
+	plain := errors.New("one")
+	if collapseRepeats(plain) != plain {
+		t.Error("an error without repeats was rewritten")
+	}
+}
+
+// TestBatchOverASmallSendBufferIsResent: on a node whose default send buffer is
+// smaller than a batch the socket sends without sizing it, the kernel's refusal
+// (EMSGSIZE) makes the socket raise the buffer and send the batch again.
+func TestBatchOverASmallSendBufferIsResent(t *testing.T) {
+	ns := testNS(t)
+	rs, err := translate(caseNamed(t, "everything").plan(t), testGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, ns, func() error {
+		c, err := dialHere()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		// This socket only: the kernel doubles it to 8 KiB, below the batch.
+		if err := unix.SetsockoptInt(c.sock.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096); err != nil {
+			return err
+		}
+		if err := flushRuleset(c, rs, nil); err != nil {
+			return fmt.Errorf("a batch over an 8 KiB send buffer: %w", err)
+		}
+		if !c.sock.fitted {
+			t.Error("the batch went out without the buffer being sized")
 		}
 		return nil
 	})
