@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -80,17 +82,142 @@ func applyRouting(plan *redirect.Plan) error {
 	return nil
 }
 
-func hasRule(fam int, r *redirect.Routing) (bool, error) {
-	rules, err := netlink.RuleList(fam)
+// policyRule is one rule of a namespace's policy routing database as the kernel
+// dumps it, in the kernel's order: what decides whether a rule is ours, and
+// which rule a deletion would remove.
+type policyRule struct {
+	priority uint32
+	// ours: the rule is exactly the one applyRouting adds (isOurRule).
+	ours bool
+	// deletable: a deletion of our rule at priority would remove this one
+	// (the kernel takes every attribute the deletion leaves out as a wildcard).
+	deletable bool
+}
+
+// Attribute values the kernel dumps for a selector that is not set.
+const (
+	fullMarkMask    = 0xffffffff // FRA_FWMASK of "fwmark N" without a mask
+	suppressUnset   = 0xffffffff // FRA_SUPPRESS_PREFIXLEN, FRA_SUPPRESS_IFGROUP
+	ruleFlagsUnused = 0
+)
+
+// listRules dumps family fam's policy rules and judges each against r. It reads
+// the kernel's own attributes rather than the netlink library's Rule, which
+// drops the rule's action and several selectors: a rule that only looks like
+// ours must never be taken for it.
+func listRules(fam int, r *redirect.Routing) ([]policyRule, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETRULE, unix.NLM_F_DUMP)
+	hdr := nl.NewRtMsg()
+	hdr.Family = uint8(fam)
+	req.AddData(hdr)
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWRULE)
 	if err != nil {
-		return false, fmt.Errorf("list rules: %w", err)
+		return nil, fmt.Errorf("list rules: %w", err)
 	}
-	for _, x := range rules {
-		if x.Mark == r.Mark && x.Table == r.Table {
-			return true, nil
+	rules := make([]policyRule, 0, len(msgs))
+	for _, m := range msgs {
+		pr, err := judgeRule(m, r)
+		if err != nil {
+			return nil, fmt.Errorf("list rules: %w", err)
+		}
+		rules = append(rules, pr)
+	}
+	return rules, nil
+}
+
+// judgeRule reads one dumped rule (a fib_rule_hdr, laid out as an rtmsg, and
+// its attributes). Ours is exactly "fwmark MARK lookup TABLE": the action is a
+// table lookup of TABLE, nothing inverted, the mark MARK with the full mask or
+// none, and no other selector at all (no interface, address, tos, port, uid,
+// protocol, tunnel id, l3mdev, suppressor). Any attribute not known here makes
+// the rule someone else's. The priority is whatever the kernel chose: we set
+// none. The rule's protocol (FRA_PROTOCOL) only says who added it.
+func judgeRule(m []byte, r *redirect.Routing) (policyRule, error) {
+	if len(m) < unix.SizeofRtMsg {
+		return policyRule{}, fmt.Errorf("a rule message of %d bytes", len(m))
+	}
+	h := nl.DeserializeRtMsg(m)
+	attrs, err := nl.ParseRouteAttr(m[h.Len():])
+	if err != nil {
+		return policyRule{}, err
+	}
+	var pr policyRule
+	table := uint32(h.Table)
+	var mark, mask uint32
+	hasMark, hasMask, other := false, false, false
+	u32 := func(v []byte) (uint32, bool) {
+		if len(v) < 4 {
+			return 0, false
+		}
+		return binary.NativeEndian.Uint32(v), true
+	}
+	for _, a := range attrs {
+		v, ok := u32(a.Value)
+		switch a.Attr.Type {
+		case nl.FRA_PRIORITY:
+			pr.priority = v
+		case nl.FRA_TABLE:
+			table = v
+		case nl.FRA_FWMARK:
+			mark, hasMark = v, true
+		case nl.FRA_FWMASK:
+			mask, hasMask = v, true
+		case nl.FRA_PROTOCOL:
+			continue
+		case nl.FRA_SUPPRESS_PREFIXLEN, nl.FRA_SUPPRESS_IFGROUP:
+			other = other || !ok || v != suppressUnset
+		default:
+			other = true
+		}
+		if !ok && a.Attr.Type != nl.FRA_PROTOCOL {
+			other = true
 		}
 	}
-	return false, nil
+	if !hasMask && hasMark {
+		mask = fullMarkMask
+	}
+	pr.deletable = h.Type == nl.FR_ACT_TO_TBL && table == uint32(r.Table) && hasMark && mark == r.Mark && mask == fullMarkMask
+	pr.ours = pr.deletable && !other && h.Flags == ruleFlagsUnused && h.Src_len == 0 && h.Dst_len == 0 && h.Tos == 0
+	return pr, nil
+}
+
+// hasRule says whether family fam holds our rule (judgeRule): the one answer
+// applyRouting, verifyRouting (the plugin's CHECK, the doctor, the repair
+// controller) and removeRouting act on.
+func hasRule(fam int, r *redirect.Routing) (bool, error) {
+	rules, err := listRules(fam, r)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(rules, func(p policyRule) bool { return p.ours }), nil
+}
+
+// deleteOurRule deletes one of our rules of family fam, if there is one, and
+// says whether it tried (a deletion, a change under rtnl, as removeRouting
+// counts them). It names every attribute of ours, its priority too; the
+// kernel still takes those it is not given (an interface, an address, the
+// invert flag) as wildcards and deletes the first rule in its order that
+// matches, so when a foreign rule would be that one, it deletes nothing and
+// says so.
+func deleteOurRule(fam int, r *redirect.Routing) (bool, error) {
+	rules, err := listRules(fam, r)
+	if err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(rules, func(p policyRule) bool { return p.ours })
+	if i < 0 {
+		return false, nil
+	}
+	prio := rules[i].priority
+	if first := slices.IndexFunc(rules, func(p policyRule) bool { return p.deletable && p.priority == prio }); first != i {
+		return false, fmt.Errorf("rule fwmark %d lookup %d at priority %d: another rule at that priority with the same mark and table comes first, and a deletion would remove it instead", r.Mark, r.Table, prio)
+	}
+	rule := tproxyRule(fam, r)
+	rule.Priority = int(prio)
+	rule.Type = nl.FR_ACT_TO_TBL
+	mask := uint32(fullMarkMask)
+	rule.Mask = &mask
+	return true, netlink.RuleDel(rule)
 }
 
 // removeRouting removes what applyRouting adds, and says what it removed; missing
@@ -135,13 +262,17 @@ func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error)
 	}
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 		for {
-			ok, err := hasRule(fam, plan.Routing)
-			if err != nil || !ok {
+			attempted, err := deleteOurRule(fam, plan.Routing)
+			if attempted {
+				tried++
+			}
+			if err != nil {
+				if !errors.Is(err, unix.EAFNOSUPPORT) {
+					errs = append(errs, fmt.Errorf("remove rule fwmark %d lookup %d: %w", plan.Routing.Mark, plan.Routing.Table, err))
+				}
 				break
 			}
-			tried++
-			if err := netlink.RuleDel(tproxyRule(fam, plan.Routing)); err != nil {
-				errs = append(errs, fmt.Errorf("remove rule fwmark %d: %w", plan.Routing.Mark, err))
+			if !attempted {
 				break
 			}
 			removed = append(removed, fmt.Sprintf("rule fwmark %d lookup %d (family %d)", plan.Routing.Mark, plan.Routing.Table, fam))

@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,4 +121,115 @@ func routingOf(t *testing.T, ns string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestForeignRuleLikeOursIsNotOurs: a policy rule of another program with our
+// mark and table but something more or different (inverted, an input interface,
+// a mark mask, a source, an action other than the lookup) is not ours: Apply adds
+// ours beside it, CHECK (Verify) misses ours when only the foreign one is left,
+// and Cleanup deletes ours and leaves the foreign one.
+func TestForeignRuleLikeOursIsNotOurs(t *testing.T) {
+	root.Require(t)
+	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldIPv6: "true"}.Plan(t)
+	cases := []struct {
+		name    string
+		foreign []string // ip arguments adding the foreign rule
+		shows   string   // how ip rule prints it
+	}{
+		{"inverted", []string{"rule", "add", "not", "fwmark", "1337", "lookup", "133"}, "not from all fwmark 0x539 lookup 133"},
+		{"an input interface", []string{"rule", "add", "fwmark", "1337", "iif", "eth9", "lookup", "133"}, "fwmark 0x539 iif eth9"},
+		{"an output interface", []string{"rule", "add", "fwmark", "1337", "oif", "eth9", "lookup", "133"}, "fwmark 0x539 oif eth9"},
+		{"a mark mask", []string{"rule", "add", "fwmark", "1337/0xff", "lookup", "133"}, "fwmark 0x539/0xff lookup 133"},
+		{"a source", []string{"rule", "add", "from", "10.0.0.0/8", "fwmark", "1337", "lookup", "133"}, "from 10.0.0.0/8 fwmark 0x539 lookup 133"},
+		{"a tos", []string{"rule", "add", "tos", "0x10", "fwmark", "1337", "lookup", "133"}, "tos 0x10 fwmark 0x539 lookup 133"},
+		{"a uid range", []string{"rule", "add", "uidrange", "1-2", "fwmark", "1337", "lookup", "133"}, "fwmark 0x539 uidrange 1-2 lookup 133"},
+		{"a prohibit action", []string{"rule", "add", "fwmark", "1337", "table", "133", "prohibit"}, "fwmark 0x539 lookup 133 prohibit"},
+		{"IPv6, an input interface", []string{"-6", "rule", "add", "fwmark", "1337", "iif", "eth9", "lookup", "133"}, "fwmark 0x539 iif eth9"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, err := testns.New(t.TempDir(), "ns")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer testns.Delete(ns)
+			testns.Run(t, ns, exec.Command("ip", "link", "set", "lo", "up"))
+			testns.Run(t, ns, exec.Command("ip", tc.foreign...))
+			if !strings.Contains(routingOf(t, ns), tc.shows) {
+				t.Fatalf("the foreign rule does not show as %q:\n%s", tc.shows, routingOf(t, ns))
+			}
+			b := nftables.NewBackend()
+			if _, err := Apply(context.Background(), ns, b, plan); err != nil {
+				t.Fatal(err)
+			}
+			fam := []string{}
+			if tc.foreign[0] == "-6" {
+				fam = []string{"-6"}
+			}
+			ours := oursIn(testns.Run(t, ns, exec.Command("ip", append(fam, "rule")...)))
+			if len(ours) != 1 {
+				t.Fatalf("after Apply, %d rules exactly ours (want 1) beside the foreign one:\n%s", len(ours), routingOf(t, ns))
+			}
+			if d, err := Verify(context.Background(), ns, b, plan); err != nil || len(d) > 0 {
+				t.Fatalf("Verify after Apply: %v %q", err, d)
+			}
+			// Only the foreign rule left: CHECK must see ours missing.
+			testns.Run(t, ns, exec.Command("ip", append(fam, "rule", "del", "pref", ours[0])...))
+			d, err := Verify(context.Background(), ns, b, plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(d, func(s string) bool { return strings.Contains(s, "policy rule fwmark 1337 lookup 133 missing") }) {
+				t.Errorf("Verify with only the foreign rule left reports %q, want our rule missing", d)
+			}
+			if _, err := Apply(context.Background(), ns, b, plan); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Cleanup(context.Background(), ns, b, plan); err != nil {
+				t.Fatalf("Cleanup: %v", err)
+			}
+			after := routingOf(t, ns)
+			if !strings.Contains(after, tc.shows) {
+				t.Errorf("Cleanup removed the foreign rule %q:\n%s", tc.shows, after)
+			}
+			if got := oursIn(after); len(got) > 0 {
+				t.Errorf("after Cleanup, rules of ours at priorities %v:\n%s", got, after)
+			}
+		})
+	}
+}
+
+// TestCleanupRefusesToDeleteAForeignRuleFirstAtOurPriority: the kernel deletes
+// the first rule that matches what a deletion names, reading what it leaves out
+// as wildcards; a foreign rule at our priority with our mark and table, before
+// ours, would be that rule. Cleanup then deletes nothing and says why.
+func TestCleanupRefusesToDeleteAForeignRuleFirstAtOurPriority(t *testing.T) {
+	root.Require(t)
+	ns, err := testns.New(t.TempDir(), "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testns.Delete(ns)
+	testns.Run(t, ns, exec.Command("ip", "rule", "add", "pref", "100", "fwmark", "1337", "iif", "eth9", "lookup", "133"))
+	testns.Run(t, ns, exec.Command("ip", "rule", "add", "pref", "100", "fwmark", "1337", "lookup", "133"))
+	_, err = Cleanup(context.Background(), ns, nftables.NewBackend(), nil)
+	if err == nil || !strings.Contains(err.Error(), "another rule at that priority") {
+		t.Errorf("Cleanup: %v, want a refusal naming the foreign rule", err)
+	}
+	if after := routingOf(t, ns); !strings.Contains(after, "100:\tfrom all fwmark 0x539 iif eth9 [detached] lookup 133") {
+		t.Errorf("the foreign rule is gone:\n%s", after)
+	}
+}
+
+// oursIn lists the priorities of the rules in ip's listing that are exactly
+// "from all fwmark 0x539 lookup 133".
+func oursIn(listing string) []string {
+	var prios []string
+	for line := range strings.Lines(listing) {
+		prio, rule, ok := strings.Cut(strings.TrimSpace(line), ":\t")
+		if ok && rule == "from all fwmark 0x539 lookup 133" {
+			prios = append(prios, prio)
+		}
+	}
+	return prios
 }
