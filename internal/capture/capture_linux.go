@@ -27,6 +27,14 @@ type Backend interface {
 	Cleanup(ctx context.Context) error
 }
 
+// heldApplier is a Backend whose apply can keep a lock of the namespace until its
+// caller's rollback is done (the iptables backend's ApplyHeld): a rollback run
+// after the lock was let go could remove what a concurrent apply wrote and
+// reported done.
+type heldApplier interface {
+	ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error)
+}
+
 // Apply programs plan into the namespace at nsPath: routing first, then rules. If
 // anything fails, whatever was added is removed again, so a namespace is never left
 // half-captured.
@@ -40,7 +48,13 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		}
 		timing.Mark(ctx, "routing")
 		var aerr error
-		changed, aerr = b.Apply(ctx, plan)
+		release := func() {}
+		if hb, ok := b.(heldApplier); ok {
+			changed, release, aerr = hb.ApplyHeld(ctx, plan)
+		} else {
+			changed, aerr = b.Apply(ctx, plan)
+		}
+		defer release()
 		if aerr != nil {
 			cerr := b.Cleanup(ctx)
 			_, _, rerr := removeRouting(plan)

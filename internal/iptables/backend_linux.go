@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -46,7 +49,8 @@ func DetectMode(root string) Mode {
 type Config struct {
 	Mode Mode
 	// LockDir holds one xtables lock file per network namespace (legacy mode), so
-	// pods set up in parallel do not wait for each other. When empty, iptables' own
+	// pods set up in parallel do not wait for each other, and one apply lock file
+	// per namespace (both modes, see Backend.ApplyHeld). When empty, iptables' own
 	// XTABLES_LOCKFILE, if set in the environment, is the one lock of every
 	// namespace (as iptables itself uses it); otherwise /run/istio-cni/xtables.
 	LockDir string
@@ -245,36 +249,67 @@ func planLayouts(plan *redirect.Plan) (map[redirect.Family][]tableLayout, error)
 	return out, nil
 }
 
-// Apply implements capture.Backend: per family, read our live rules (one save) and,
-// unless they already match, write the difference with one restore. A family whose
-// namespace holds no table at all (tablesHeld: a pod's new namespace) has nothing
-// of ours to read, so only its restore runs.
+// Apply implements capture.Backend: ApplyHeld, its lock released on return.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
+	changed, release, err := b.ApplyHeld(ctx, plan)
+	release()
+	return changed, err
+}
+
+// ApplyHeld is Apply: per family, read our live rules (one save) and, unless
+// they already match, write the difference with one restore. A family whose
+// namespace holds no table at all (tablesHeld: a pod's new namespace) has
+// nothing of ours to read, so only its restore runs, or in nft mode its native
+// batch (native_linux.go).
+//
+// Two applies to one namespace at once would each read the rules before the
+// other wrote them and write their difference on top: duplicated hook rules, or
+// a restore that fails and whose rollback (capture.Apply's Cleanup) removes
+// what the other apply wrote after that one reported success. They happen: the
+// repair controller repairs a pod in place while the plugin's ADD is still
+// programming it, and a runtime retries an ADD whose first plugin process is
+// still running. So every read-then-restore holds the namespace's apply lock
+// (lockApply), and the caller releases it with release once its rollback, if
+// any, is done: capture.Apply does. The native write into a new namespace, the
+// common nft-mode ADD, takes no lock: it creates its tables exclusively, so of
+// two racing writes one fails whole, and that one then takes the lock and
+// reads what the other wrote, as the nftables backend does. A rule set the
+// native writer does not translate is restored under the lock.
+func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error) {
+	release = func() {}
 	layouts, err := planLayouts(plan)
 	if err != nil {
-		return false, err
+		return false, release, err
+	}
+	locked := false
+	lock := func() error {
+		if locked {
+			return nil
+		}
+		r, err := b.lockApply(ctx)
+		if err != nil {
+			return err
+		}
+		release, locked = r, true
+		timing.Mark(ctx, "iptables-apply-lock")
+		return nil
+	}
+	native := b.nativeAllowed()
+	if !native {
+		// Every write is a read and a restore: lock before looking.
+		if err := lock(); err != nil {
+			return false, release, err
+		}
 	}
 	held := b.tablesHeld()
 	timing.Mark(ctx, "iptables-probe")
-	changed := false
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		want, planned := layouts[f]
-		var live map[redirect.Table]*liveTable
-		if held[f] {
-			live, err = b.save(ctx, f)
-			timing.Mark(ctx, "iptables-save-"+f.String())
-			if err != nil {
-				if !planned {
-					continue // no IPv6 support here and none wanted
-				}
-				return changed, err
-			}
-		}
-		if len(diffTables(f, want, live)) == 0 {
-			continue
+		if !held[f] && len(diffTables(f, want, nil)) == 0 {
+			continue // no table and none wanted (an IPv4-only plan's IPv6): no lock either
 		}
 		var nativeErr error
-		if !held[f] && b.nativeAllowed() {
+		if !held[f] && native && !locked {
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {
@@ -284,9 +319,31 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 					changed = true
 					continue
 				}
-				// The kernel refused the batch whole: nothing of it is left, and
-				// the restore below tries the same rules its own way.
+				// The kernel refused the batch whole: nothing of it is left. A
+				// racing apply may have written the tables since the probe: read
+				// again under the lock, then restore what is still missing.
 			}
+		}
+		if !locked {
+			if err := lock(); err != nil {
+				return changed, release, err
+			}
+			// Another apply may have written while this one waited.
+			held = b.tablesHeld()
+		}
+		var live map[redirect.Table]*liveTable
+		if held[f] {
+			live, err = b.save(ctx, f)
+			timing.Mark(ctx, "iptables-save-"+f.String())
+			if err != nil {
+				if !planned {
+					continue // no IPv6 support here and none wanted
+				}
+				return changed, release, err
+			}
+		}
+		if len(diffTables(f, want, live)) == 0 {
+			continue
 		}
 		err := b.restore(ctx, f, restoreText(want, live))
 		timing.Mark(ctx, "iptables-restore-"+f.String())
@@ -294,14 +351,50 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 			if nativeErr != nil {
 				err = fmt.Errorf("%w (and before it, written natively: %w)", err, nativeErr)
 			}
-			return changed, fmt.Errorf("apply %s rules: %w", f, err)
+			return changed, release, fmt.Errorf("apply %s rules: %w", f, err)
 		}
 		if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok && nativeErr != nil {
 			*into = append(*into, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))
 		}
 		changed = true
 	}
-	return changed, nil
+	return changed, release, nil
+}
+
+// lockApply takes the namespace's apply lock (see ApplyHeld) and returns its
+// release. It is a file of its own beside the namespace's xtables lock, never
+// that file: legacy iptables-restore takes the xtables lock itself, and a
+// second lock of the same file by this process would wait for itself. Waiting
+// ends with ctx.
+func (b *Backend) lockApply(ctx context.Context) (func(), error) {
+	name := "xtables-apply.lock"
+	if id, err := netns.ID("/proc/thread-self/ns/net"); err == nil {
+		name = fmt.Sprintf("xtables-apply-%d.lock", id) // GC removes it with the xtables locks
+	}
+	path := filepath.Join(b.lockDir, name)
+	if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create the apply lock's directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the namespace's apply lock: %w", err)
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for another apply's lock %s: %w", path, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // Verify implements capture.Backend.

@@ -345,7 +345,11 @@ func targetExpr(f redirect.Family, t redirect.Target) (expr.Any, error) {
 }
 
 // writeNative sends one family's objects in one batch over a netlink socket of
-// the calling thread's namespace: the kernel applies all of it or none.
+// the calling thread's namespace: the kernel applies all of it or none. It is
+// only called for a family that had no table when Apply looked, and it creates
+// each table exclusively: if another apply wrote the family's tables since,
+// the kernel refuses the whole batch (EEXIST) instead of adding every rule a
+// second time to the other apply's chains, and Apply reads what is there.
 func writeNative(objs []nativeObjects) error {
 	c, err := nftables.DialHere()
 	if err != nil {
@@ -353,7 +357,7 @@ func writeNative(objs []nativeObjects) error {
 	}
 	defer c.Close()
 	for _, o := range objs {
-		c.AddTable(o.table)
+		c.CreateTable(o.table)
 		for _, ch := range o.chains {
 			c.AddChain(ch)
 		}

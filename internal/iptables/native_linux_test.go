@@ -207,6 +207,9 @@ func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	if !strings.Contains(phases, "iptables-native-ipv4") || strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("phases %s: want the IPv4 rules written natively, without iptables-restore", phases)
 	}
+	if strings.Contains(phases, "iptables-apply-lock") || strings.Contains(phases, "ipv6") {
+		t.Errorf("phases %s: the native write of a new namespace took the apply lock, or this IPv4 plan touched IPv6", phases)
+	}
 	diffs, err := capture.Verify(context.Background(), ns, b, plan)
 	if err != nil || len(diffs) > 0 {
 		t.Fatalf("verify after the native write: %v %v", diffs, err)

@@ -1,0 +1,191 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/specs"
+)
+
+// savedInBoth is what iptables-save and ip6tables-save of the mode print in ns,
+// without dates and counters.
+func savedInBoth(t *testing.T, ns string, m Mode) string {
+	t.Helper()
+	return savedRules(runIn(t, ns, "iptables-"+string(m)+"-save")) + savedRules(runIn(t, ns, "ip6tables-"+string(m)+"-save"))
+}
+
+// TestConcurrentAppliesToOneNamespace: two applies of one plan into one new
+// namespace at once (the repair controller's in-place repair during the
+// plugin's ADD; a runtime's retried ADD beside the first) both succeed and leave
+// exactly what one apply leaves: no rule twice, and no rollback of one removing
+// what the other wrote. Both backends share the lock directory, as the plugin
+// and the agent do (the agent's run dir). Native writes (nft mode, the default
+// sidecar), restores in nft mode (TPROXY, which the native writer leaves to the
+// restore) and legacy restores are all raced.
+func TestConcurrentAppliesToOneNamespace(t *testing.T) {
+	root.Require(t)
+	for _, m := range modes(t) {
+		for _, tc := range backendCases[:2] {
+			t.Run(string(m)+"/"+tc.name, func(t *testing.T) {
+				plan := tc.opts.Plan(t)
+				dir := t.TempDir()
+				mk := func() *Backend {
+					b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return b
+				}
+				one := newNS(t)
+				if _, err := capture.Apply(context.Background(), one, mk(), plan); err != nil {
+					t.Fatal(err)
+				}
+				want := savedInBoth(t, one, m)
+				for round := range 8 {
+					ns := newNS(t)
+					var wg sync.WaitGroup
+					errs := make([]error, 2)
+					start := make(chan struct{})
+					for i := range errs {
+						b := mk()
+						wg.Go(func() {
+							<-start
+							_, errs[i] = capture.Apply(context.Background(), ns, b, plan)
+						})
+					}
+					close(start)
+					wg.Wait()
+					if err := errors.Join(errs...); err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
+					if got := savedInBoth(t, ns, m); got != want {
+						t.Fatalf("round %d: after two applies at once the namespace holds:\n%s\nwant what one apply leaves:\n%s", round, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestNativeWriteMeetsTablesWrittenSinceTheProbe: when another apply writes the
+// family's tables between this apply's look (no table) and its native write,
+// the write's exclusive table creation is refused whole, and the apply reads
+// what is there and finds the plan in place: no rule is added twice, and
+// nothing is reported refused.
+func TestNativeWriteMeetsTablesWrittenSinceTheProbe(t *testing.T) {
+	root.Require(t)
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.NativeWrites() {
+		t.Skip("this node's iptables-nft is not written natively")
+	}
+	other, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := specs.Sidecar().Plan(t)
+	var raced, refusedByKernel []error
+	b.writeNative = func(objs []nativeObjects) error {
+		// The other apply, between this one's probe and its write.
+		if _, err := other.Apply(context.Background(), plan); err != nil {
+			return err
+		}
+		err := writeNative(objs)
+		raced = append(raced, err)
+		return err
+	}
+	ns := newNS(t)
+	var changed bool
+	if err := netns.Do(ns, func() error {
+		var err error
+		changed, err = b.Apply(WithNativeFallbacks(context.Background(), &refusedByKernel), plan)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(raced) == 0 || !errors.Is(raced[0], unix.EEXIST) {
+		t.Errorf("the native write over the other apply's tables returned %v, want EEXIST", raced)
+	}
+	if changed || len(refusedByKernel) > 0 {
+		t.Errorf("changed %v, refusals reported %v: want the plan found in place", changed, refusedByKernel)
+	}
+	one := newNS(t)
+	if _, err := capture.Apply(context.Background(), one, other, plan); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := savedInBoth(t, ns, ModeNFT), savedInBoth(t, one, ModeNFT); got != want {
+		t.Errorf("the namespace holds:\n%s\nwant what one apply leaves:\n%s", got, want)
+	}
+}
+
+// TestApplyWaitsForTheNamespacesApplyLock: an apply that reads and restores
+// (legacy mode) waits while another holds the namespace's apply lock, and goes
+// on once it is released; the lock is not the xtables lock the restore takes.
+func TestApplyWaitsForTheNamespacesApplyLock(t *testing.T) {
+	root.Require(t)
+	dir := t.TempDir()
+	b, err := NewBackend(Config{Mode: ModeLegacy, LockDir: dir})
+	if err != nil {
+		t.Skipf("no iptables-legacy: %v", err)
+	}
+	ns := newNS(t)
+	var release func()
+	if err := netns.Do(ns, func() error {
+		var err error
+		release, err = b.lockApply(context.Background())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := capture.Apply(context.Background(), ns, b, specs.Sidecar().Plan(t))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		release()
+		t.Fatalf("Apply finished (%v) while another held the namespace's apply lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Apply still waits after the lock was released")
+	}
+	if !strings.Contains(savedInBoth(t, ns, ModeLegacy), "ISTIO_") {
+		t.Error("no rules of ours after the apply")
+	}
+	// A waiter gives up with its context.
+	if err := netns.Do(ns, func() error {
+		r, err := b.lockApply(context.Background())
+		if err != nil {
+			return err
+		}
+		defer r()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if _, err := b.Apply(ctx, specs.Sidecar().Plan(t)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Apply under a held lock and an expiring context: %v, want the deadline", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
