@@ -83,11 +83,14 @@ repair in place, else {{ $fallback }}
 
 {{/*
 The nodes the DaemonSet runs on, as the label selector the taint controller watches nodes
-by (TAINT_NODE_LABEL_SELECTOR): nodeSelector (key=value, in key order) and the one term of
-affinity.nodeAffinity's required node selector (In, NotIn, Exists, DoesNotExist, Gt and Lt
-are label selector operators too), joined by "and". A node outside it would be tainted and
-never get an agent to untaint it. What a label selector cannot say is refused: several
-terms (either-or) and matchFields (node names). The preferred terms exclude no node.
+by (TAINT_NODE_LABEL_SELECTOR): nodeSelector (key=value, in key order) and, when
+affinity.nodeAffinity's required node selector is one term of matchExpressions (In, NotIn,
+Exists, DoesNotExist, Gt and Lt are label selector operators too), that term, joined by
+"and". What a label selector cannot say (several terms, either-or; matchFields, node names)
+is left out of it: the controller also checks each node against the agent DaemonSet's own
+placement and never taints a node the DaemonSet does not run on, so the selector only
+narrows the nodes it watches. A term with neither matches no node, so no agent would run:
+refused. The preferred terms exclude no node.
 */}}
 {{- define "istio-cni.taintNodeSelector" -}}
 {{- $terms := list -}}
@@ -97,17 +100,13 @@ terms (either-or) and matchFields (node names). The preferred terms exclude no n
 {{- $na := (.Values.affinity | default dict).nodeAffinity | default dict -}}
 {{- with $na.requiredDuringSchedulingIgnoredDuringExecution -}}
 {{- $nodeTerms := .nodeSelectorTerms | default list -}}
-{{- $why := "the taint controller finds the agent's nodes by one label selector (TAINT_NODE_LABEL_SELECTOR), and a node tainted where no agent can run would stay tainted for good" -}}
-{{- if ne (len $nodeTerms) 1 -}}
-{{- fail (printf "taint.enabled is true, but affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution has %d nodeSelectorTerms: %s, which cannot say either-or; use one term, or nodeSelector" (len $nodeTerms) $why) -}}
+{{- range $nt := $nodeTerms -}}
+{{- if not (or $nt.matchExpressions $nt.matchFields) -}}
+{{- fail "taint.enabled is true, but a nodeSelectorTerm of affinity.nodeAffinity has neither matchExpressions nor matchFields: it matches no node, so no agent would run there" -}}
+{{- end -}}
 {{- end -}}
 {{- $term := first $nodeTerms | default dict -}}
-{{- if $term.matchFields -}}
-{{- fail (printf "taint.enabled is true, but affinity.nodeAffinity selects nodes by matchFields (node names): %s, which sees labels only; select the nodes by labels (nodeSelector, or matchExpressions)" $why) -}}
-{{- end -}}
-{{- if not $term.matchExpressions -}}
-{{- fail (printf "taint.enabled is true, but the nodeSelectorTerm of affinity.nodeAffinity has no matchExpressions: it matches no node, so no agent would run; %s" $why) -}}
-{{- end -}}
+{{- if and (eq (len $nodeTerms) 1) (not $term.matchFields) -}}
 {{- range $e := $term.matchExpressions -}}
 {{- $values := $e.values | default list -}}
 {{- if has $e.operator (list "In" "NotIn") -}}
@@ -126,6 +125,7 @@ terms (either-or) and matchFields (node names). The preferred terms exclude no n
 {{- $terms = append $terms (printf "%s%s%v" $e.key (ternary ">" "<" (eq $e.operator "Gt")) (first $values)) -}}
 {{- else -}}
 {{- fail (printf "affinity.nodeAffinity: operator %q of %s is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt" (toString $e.operator) $e.key) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
