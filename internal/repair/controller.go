@@ -339,12 +339,7 @@ func (c *Controller) pluginSkips(pod *corev1.Pod) string {
 // when this agent may label pods, and left running.
 func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why, skip string) error {
 	mayLabel := c.cfg.LabelPods || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
-	labelled := pod.Labels[c.cfg.LabelKey] == c.cfg.LabelValue
-	c.mu.Lock()
-	first := !c.reported[pod.UID] && !labelled
-	c.reported[pod.UID] = true
-	c.mu.Unlock()
-	if first {
+	if c.firstReport(pod) {
 		c.metrics.NotCaptured.Add(1)
 		msg := fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+
 			"remove istio-validation from the pod or make the plugin capture it; not deleted nor repaired", why, skip)
@@ -361,6 +356,17 @@ func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why
 	return err
 }
 
+// firstReport says whether pod is to be reported now: neither this agent (its
+// memory) nor an earlier one (the label) reported it; from now on it has been.
+func (c *Controller) firstReport(pod *corev1.Pod) bool {
+	labelled := pod.Labels[c.cfg.LabelKey] == c.cfg.LabelValue
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.reported[pod.UID] && !labelled
+	c.reported[pod.UID] = true
+	return first
+}
+
 // reportMissingNetwork handles a broken pod that Multus never attaches to the
 // plugin: its k8s.v1.cni.cncf.io/networks annotation does not name the network.
 // Repairing it in place would hide the cause, and deleting it would only bring
@@ -370,12 +376,7 @@ func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why
 // says it to this one while its cache has not seen the label yet, or when the
 // label could not be set.
 func (c *Controller) reportMissingNetwork(ctx context.Context, pod *corev1.Pod, why string, parseErr error) error {
-	labelled := pod.Labels[c.cfg.LabelKey] == c.cfg.LabelValue
-	c.mu.Lock()
-	first := !c.reported[pod.UID] && !labelled
-	c.reported[pod.UID] = true
-	c.mu.Unlock()
-	if first {
+	if c.firstReport(pod) {
 		c.metrics.MissingNetwork.Add(1)
 		msg := missingNetworkMessage(pod, c.cfg.MultusNetwork, why, parseErr) +
 			fmt.Sprintf("; not deleted (its replacement would miss it too) nor repaired: labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
