@@ -160,7 +160,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 	if s.PodCache {
 		pc := podcache.NewOnNodePods(client, nodePods, a.log.With("component", "pod-cache"))
 		nodePodsUsed = true
-		a.m.register(podCacheMetrics(pc.Synced)...)
+		a.m.register(podCacheMetrics(pc.Synced, &pc.Waits)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
 		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
 			go func() {

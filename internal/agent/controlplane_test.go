@@ -252,13 +252,13 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 	agentClient := kube.NewAgentClient(sock, time.Second)
 	var got *kube.Pod
 	eventually(t, 10*time.Second, "pods.sock answers for apps/web", func() bool {
-		got, err = agentClient.GetPod(ctx, "apps", "web")
+		got, err = agentClient.GetPod(ctx, "apps", "web", "", 0)
 		return err == nil
 	})
 	if got.Metadata.UID != string(mine.UID) || got.Spec.NodeName != "node-a" {
 		t.Errorf("pods.sock answered apps/web with uid %q node %q, want %q on node-a", got.Metadata.UID, got.Spec.NodeName, mine.UID)
 	}
-	if _, err := agentClient.GetPod(ctx, "apps", "elsewhere"); !errors.Is(err, kube.ErrNotFound) {
+	if _, err := agentClient.GetPod(ctx, "apps", "elsewhere", "", 0); !errors.Is(err, kube.ErrNotFound) {
 		t.Errorf("pods.sock for a pod on node-b: %v, want not found", err)
 	}
 	eventually(t, 10*time.Second, "pods.sock answers for namespace apps", func() bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
 	"github.com/istio-cni/istio-cni/internal/version"
@@ -178,9 +179,15 @@ func leadershipMetrics(prefix, what string, l *lease.Leadership) []prometheus.Co
 	}
 }
 
-func podCacheMetrics(synced func() bool) []prometheus.Collector {
-	return []prometheus.Collector{gaugeFunc("istio_cni_pod_cache_synced",
-		"1 once the pod cache has listed this node's pods (the plugin asks the API server until then).", synced)}
+func podCacheMetrics(synced func() bool, waits *podcache.WaitCounts) []prometheus.Collector {
+	return []prometheus.Collector{
+		gaugeFunc("istio_cni_pod_cache_synced",
+			"1 once the pod cache has listed this node's pods (the plugin asks the API server until then).", synced),
+		counterFunc("istio_cni_pod_cache_waits_found_total",
+			"Plugin requests for a pod the cache did not hold yet, answered once the pod's event came.", waits.Found.Load),
+		counterFunc("istio_cni_pod_cache_waits_timed_out_total",
+			"Plugin requests for a pod the cache did not hold, answered without it at the end of their wait (the plugin then asks the API server).", waits.TimedOut.Load),
+	}
 }
 
 func repairMetrics(r *repair.Metrics) []prometheus.Collector {

@@ -23,6 +23,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
 )
@@ -112,8 +113,9 @@ func TestEveryMetricHasHelpTypeAndPassesPromtool(t *testing.T) {
 		r  repair.Metrics
 		tm taint.Metrics
 		nm nad.Metrics
+		pw podcache.WaitCounts
 	)
-	m.register(podCacheMetrics(func() bool { return true })...)
+	m.register(podCacheMetrics(func() bool { return true }, &pw)...)
 	m.register(repairMetrics(&r)...)
 	m.register(taintMetrics(&tm)...)
 	m.register(multusMetrics(&nm)...)
@@ -127,6 +129,8 @@ func TestEveryMetricHasHelpTypeAndPassesPromtool(t *testing.T) {
 	m.pluginEvent(pluginlog.Event{Command: "ADD", Outcome: pluginlog.OutcomeFailed, Reason: "made-up", Seconds: 0.1})
 	tm.Leadership.Leading.Store(true)
 	nm.Created.Add(3)
+	pw.Found.Add(2)
+	pw.TimedOut.Add(1)
 
 	text := gatherText(t, m)
 	checkGolden(t, "metrics.txt", istioCNISeries(text))

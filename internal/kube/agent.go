@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,10 +35,22 @@ func NewAgentClient(path string, timeout time.Duration) *AgentClient {
 }
 
 // GetPod returns the pod from the agent's cache; ErrNotFound when the cache does not
-// hold it (which does not mean the API server lacks it).
-func (c *AgentClient) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+// hold it (which does not mean the API server lacks it). With wait above zero the
+// agent holds the request until it holds the pod (of uid, when uid is not empty) or
+// wait ends (podcache.Server); the request's bound grows by wait.
+func (c *AgentClient) GetPod(ctx context.Context, namespace, name, uid string, wait time.Duration) (*Pod, error) {
+	path := "/v1/pods/" + url.PathEscape(namespace) + "/" + url.PathEscape(name)
+	bound := c.timeout
+	if wait > 0 {
+		q := url.Values{"wait": {strconv.FormatInt(wait.Milliseconds(), 10)}}
+		if uid != "" {
+			q.Set("uid", uid)
+		}
+		path += "?" + q.Encode()
+		bound += wait
+	}
 	var pod Pod
-	if err := c.get(ctx, "/v1/pods/"+url.PathEscape(namespace)+"/"+url.PathEscape(name), &pod); err != nil {
+	if err := c.get(ctx, path, bound, &pod); err != nil {
 		return nil, err
 	}
 	return &pod, nil
@@ -48,14 +61,14 @@ func (c *AgentClient) GetPod(ctx context.Context, namespace, name string) (*Pod,
 // of namespaces is not synced), which does not mean the API server lacks it.
 func (c *AgentClient) GetNamespace(ctx context.Context, name string) (*Namespace, error) {
 	var ns Namespace
-	if err := c.get(ctx, "/v1/namespaces/"+url.PathEscape(name), &ns); err != nil {
+	if err := c.get(ctx, "/v1/namespaces/"+url.PathEscape(name), c.timeout, &ns); err != nil {
 		return nil, err
 	}
 	return &ns, nil
 }
 
-func (c *AgentClient) get(ctx context.Context, path string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+func (c *AgentClient) get(ctx context.Context, path string, bound time.Duration, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", c.path)

@@ -36,12 +36,49 @@ func TestAgentClientReadsAPodAndSaysNotFound(t *testing.T) {
 		w.Write([]byte(`{"metadata":{"namespace":"ns-a","name":"pod-a","uid":"u1"}}`))
 	}))
 	c := NewAgentClient(sock, time.Second)
-	pod, err := c.GetPod(context.Background(), "ns-a", "pod-a")
+	pod, err := c.GetPod(context.Background(), "ns-a", "pod-a", "", 0)
 	if err != nil || pod.Metadata.UID != "u1" {
 		t.Fatalf("GetPod = %+v, %v; want the pod with uid u1", pod, err)
 	}
-	if _, err := c.GetPod(context.Background(), "ns-a", "other"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.GetPod(context.Background(), "ns-a", "other", "", 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetPod of a pod the cache lacks: %v, want ErrNotFound", err)
+	}
+}
+
+// TestAgentClientAsksTheAgentToWait: a wait is sent as whole milliseconds with the
+// sandbox's uid, and the request's bound grows by it: an agent that answers after
+// 150 ms is waited for with a 100 ms bound and a 100 ms wait, and not without the
+// wait. Without a wait the request carries no parameters.
+func TestAgentClientAsksTheAgentToWait(t *testing.T) {
+	queries := make(chan string, 10)
+	sock := listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.RawQuery
+		if r.URL.Query().Get("uid") == "slow" {
+			time.Sleep(150 * time.Millisecond)
+		}
+		w.Write([]byte(`{"metadata":{"namespace":"ns","name":"p","uid":"u1"}}`))
+	}))
+	c := NewAgentClient(sock, 100*time.Millisecond)
+	cases := []struct {
+		uid       string
+		wait      time.Duration
+		wantQuery string
+		wantErr   bool
+	}{
+		{uid: "u1", wait: 0, wantQuery: ""},
+		{uid: "", wait: 20 * time.Millisecond, wantQuery: "wait=20"},
+		{uid: "u1", wait: 100 * time.Millisecond, wantQuery: "uid=u1&wait=100"},
+		{uid: "slow", wait: 100 * time.Millisecond, wantQuery: "uid=slow&wait=100"},
+		{uid: "slow", wait: time.Millisecond, wantQuery: "uid=slow&wait=1", wantErr: true},
+	}
+	for _, tc := range cases {
+		_, err := c.GetPod(context.Background(), "ns", "p", tc.uid, tc.wait)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("GetPod(uid %q, wait %s) error = %v, want error: %v", tc.uid, tc.wait, err, tc.wantErr)
+		}
+		if q := <-queries; q != tc.wantQuery {
+			t.Errorf("GetPod(uid %q, wait %s) asked with query %q, want %q", tc.uid, tc.wait, q, tc.wantQuery)
+		}
 	}
 }
 
@@ -51,7 +88,7 @@ func TestAgentClientGivesUpOnAHungAgent(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "pods.sock")
 	silent.Listen(t, "unix", sock)
 	start := time.Now()
-	_, err := NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p")
+	_, err := NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p", "", 0)
 	if took := time.Since(start); err == nil || took > time.Second {
 		t.Fatalf("GetPod from a hung agent: err=%v after %s; want an error after about 100ms", err, took)
 	}
@@ -64,7 +101,7 @@ func TestAgentClientCutsALongErrorAnswer(t *testing.T) {
 	sock := listen(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, long, http.StatusInternalServerError)
 	}))
-	_, err := NewAgentClient(sock, time.Second).GetPod(context.Background(), "ns", "p")
+	_, err := NewAgentClient(sock, time.Second).GetPod(context.Background(), "ns", "p", "", 0)
 	if err == nil || !strings.Contains(err.Error(), "answered 500") || !strings.Contains(err.Error(), "bytes)") || len(err.Error()) > 200 {
 		t.Fatalf("GetPod from an agent answering 500 with %d bytes: %v; want a short error naming the status and the length", len(long), err)
 	}

@@ -344,7 +344,7 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Pod]{
 		kind: "pod", errPrefix: "pod " + args.Key(),
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
-			return c.GetPod(ctx, args.Namespace, args.Name)
+			return c.GetPod(ctx, args.Namespace, args.Name, args.UID, agentPodWait)
 		},
 		fromFile: func(dir string) (*kube.Pod, error) {
 			return kube.ReadAgentPodFile(dir, args.Namespace, args.Name)
@@ -371,6 +371,22 @@ func (p *Plugin) lookupNamespace(ctx context.Context, cfg *Config, args PodArgs,
 		},
 	})
 }
+
+// AgentBound bounds a request to the agent's socket, its wait for the pod aside: a
+// wedged agent costs an ADD this much before it asks the API server.
+const AgentBound = 200 * time.Millisecond
+
+// AgentPodWait is how long the agent may hold the plugin's request for a pod it
+// does not hold yet (podcache.Server): on a node starting many pods at once the
+// agent's watch can be the pod's event behind the kubelet's, and the event comes
+// sooner than a TLS handshake and a GET to an API server as busy as the node. A
+// pod the agent's watch never brings (its watch broken) costs an ADD this much
+// more before the API server is asked.
+const AgentPodWait = 100 * time.Millisecond
+
+// agentPodWait is AgentPodWait, widened by a test that must not depend on how soon
+// an event comes.
+var agentPodWait = AgentPodWait
 
 // errOtherNamespace is a looked-up namespace that is not the one asked for.
 var errOtherNamespace = errors.New("not the namespace asked for")
@@ -418,7 +434,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
 	if _, err := os.Stat(sock); err == nil {
 		if obj, ok := fromAgent("agent-cache", "cache", "the API server", func() (*T, error) {
-			return target.fromAgent(ctx, kube.NewAgentClient(sock, 200*time.Millisecond))
+			return target.fromAgent(ctx, kube.NewAgentClient(sock, AgentBound))
 		}); ok {
 			return obj, nil
 		}

@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +39,12 @@ type Server struct {
 	// namespaces is separate from the pods' informer: an agent whose ClusterRole
 	// cannot list namespaces still serves pods (the plugin then GETs namespaces).
 	namespaces cache.SharedIndexInformer
-	log        *slog.Logger
+	// podEvents wakes the requests held for a pod (the wait parameter) at each
+	// add or update of a pod.
+	podEvents *broadcast
+	// Waits counts the pod requests that waited.
+	Waits WaitCounts
+	log   *slog.Logger
 }
 
 // Client is the part of the API the server uses. A kubernetes.Interface clientset
@@ -67,7 +75,7 @@ func NewOnNodePods(client Client, pods *informer.NodePods, log *slog.Logger) *Se
 		},
 	}, &corev1.Namespace{}, 0, cache.Indexers{})
 	_ = nsInf.SetTransform(trimNamespace)
-	return &Server{informer: pods.Informer, namespaces: nsInf, log: log}
+	return &Server{informer: pods.Informer, namespaces: nsInf, podEvents: newBroadcast(), log: log}
 }
 
 // Synced reports whether the informer has listed the node's pods once.
@@ -90,7 +98,14 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		files.close()
 		return fmt.Errorf("pod cache: %w", err)
 	}
+	wake, err := s.informer.AddEventHandler(s.podEvents.handler())
+	if err != nil {
+		_ = s.informer.RemoveEventHandler(reg)
+		files.close()
+		return fmt.Errorf("pod cache: %w", err)
+	}
 	defer func() {
+		_ = s.informer.RemoveEventHandler(wake)
 		_ = s.informer.RemoveEventHandler(reg)
 		files.close()
 	}()
@@ -124,6 +139,14 @@ func (s *Server) Run(ctx context.Context, path string) error {
 // ServeHTTP implements GET /v1/pods/NAMESPACE/NAME and GET /v1/namespaces/NAME.
 // Until an informer has listed once it answers 503, and 404 for what it does not
 // hold: the plugin then asks the API server.
+//
+// A pod request may carry wait=MILLISECONDS (at most MaxWait) and uid=UID: when
+// the cache does not hold that pod (not listed yet, not seen yet, or only a
+// predecessor of another uid), the request is held until the pod's event comes or
+// the wait ends, whichever is first. The runtime sets a pod's sandbox up only once
+// the kubelet's watch has seen the pod, and this agent's watch sees the same event;
+// on a node starting many pods at once the agent may be that event behind, and
+// waiting for it costs less than a TLS handshake and a GET to a busy API server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		http.Error(w, "want GET", http.StatusMethodNotAllowed)
@@ -139,7 +162,89 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want GET /v1/pods/NAMESPACE/NAME or /v1/namespaces/NAME", http.StatusBadRequest)
 		return
 	}
+	q := r.URL.Query()
+	wait, err := parseWait(q.Get("wait"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if wait > 0 {
+		s.awaitPod(r.Context(), ns+"/"+name, q.Get("uid"), wait)
+	}
 	s.serve(w, s.informer, ns+"/"+name, "pod")
+}
+
+// WaitCounts counts the pod requests that waited: found once the pod's event
+// came, or answered without it at the end of their wait.
+type WaitCounts struct{ Found, TimedOut atomic.Uint64 }
+
+// MaxWait bounds the wait parameter of a pod request: how long the socket holds a
+// request for a pod it does not hold yet.
+const MaxWait = time.Second
+
+// parseWait reads the wait parameter: whole milliseconds, 0 to MaxWait.
+func parseWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || time.Duration(ms)*time.Millisecond > MaxWait {
+		return 0, fmt.Errorf("wait=%q: want whole milliseconds from 0 to %d", v, MaxWait.Milliseconds())
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// notSyncedPoll is how often a held request looks again whether the informer has
+// listed: its last list event may come before it counts as synced.
+const notSyncedPoll = 10 * time.Millisecond
+
+// awaitPod returns once the informer has listed and holds pod key (of uid, when
+// given), or when wait or ctx ends.
+func (s *Server) awaitPod(ctx context.Context, key, uid string, wait time.Duration) {
+	var timer *time.Timer
+	start := time.Now()
+	for waited := false; ; waited = true {
+		// The channel is taken before the look, so an event that comes after
+		// the look closes it.
+		events := s.podEvents.wait()
+		synced := s.informer.HasSynced()
+		if synced && s.holds(key, uid) {
+			if waited {
+				s.Waits.Found.Add(1)
+				s.logger().Debug("pod cache: a held request found its pod", "pod", key, "waited", time.Since(start))
+			}
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		var poll <-chan time.Time
+		if !synced {
+			poll = time.After(notSyncedPoll)
+		}
+		select {
+		case <-events:
+		case <-poll:
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			s.Waits.TimedOut.Add(1)
+			s.logger().Info("pod cache: a request waited for a pod the cache does not hold; the plugin asks the API server",
+				"pod", key, "uid", uid, "waited", time.Since(start).Round(time.Millisecond), "synced", synced)
+			return
+		}
+	}
+}
+
+// holds reports whether the pods' informer holds pod key, of uid when uid is given.
+func (s *Server) holds(key, uid string) bool {
+	obj, exists, err := s.informer.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return ok && (uid == "" || string(pod.UID) == uid)
 }
 
 func (s *Server) serve(w http.ResponseWriter, inf cache.SharedIndexInformer, key, kind string) {
@@ -155,6 +260,37 @@ func (s *Server) serve(w http.ResponseWriter, inf cache.SharedIndexInformer, key
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(obj); err != nil && s.log != nil {
 		s.log.Warn("pod cache: write answer", "error", err)
+	}
+}
+
+// broadcast wakes every waiter at once: wait returns a channel that the next
+// notify closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// handler notifies at each add and update: the informer's store holds the object
+// before its handlers are called.
+func (b *broadcast) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.notify() },
+		UpdateFunc: func(any, any) { b.notify() },
 	}
 }
 

@@ -3,8 +3,12 @@ package podcache_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,20 +85,20 @@ func TestServesOnlyThisNodesPods(t *testing.T) {
 				t.Errorf("socket mode = %v (%v), want 0600", st.Mode().Perm(), err)
 			}
 			c := kube.NewAgentClient(sock, time.Second)
-			got, err := c.GetPod(ctx, "default", mine.Name)
+			got, err := c.GetPod(ctx, "default", mine.Name, "", 0)
 			if err != nil {
 				t.Fatalf("GetPod(%s): %v", mine.Name, err)
 			}
 			if got.Metadata.UID != string(mine.UID) || got.Spec.NodeName != tc.node || len(got.Spec.Containers) != 2 {
 				t.Errorf("GetPod(%s) = %+v", mine.Name, got)
 			}
-			if _, err := c.GetPod(ctx, "default", "theirs-"+tc.node); !errors.Is(err, kube.ErrNotFound) {
+			if _, err := c.GetPod(ctx, "default", "theirs-"+tc.node, "", 0); !errors.Is(err, kube.ErrNotFound) {
 				t.Errorf("GetPod(a pod on another node) error = %v, want not found", err)
 			}
 			if _, err := pods.Create(ctx, pod("later-"+tc.node, tc.node), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, func() bool { _, err := c.GetPod(ctx, "default", "later-"+tc.node); return err == nil })
+			waitFor(t, func() bool { _, err := c.GetPod(ctx, "default", "later-"+tc.node, "", 0); return err == nil })
 			cancel()
 			if err := <-errc; err != nil {
 				t.Errorf("Run: %v", err)
@@ -189,12 +193,104 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 	waitFor(t, func() bool { return srv.Synced() })
 	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
 	c := kube.NewAgentClient(sock, time.Second)
-	if _, err := c.GetPod(ctx, "default", "mine"); err != nil {
+	if _, err := c.GetPod(ctx, "default", "mine", "", 0); err != nil {
 		t.Errorf("GetPod(mine) without rights on namespaces: %v", err)
 	}
 	_, err := c.GetNamespace(ctx, "default")
 	if err == nil || errors.Is(err, kube.ErrNotFound) || srv.NamespacesSynced() {
 		t.Errorf("GetNamespace without rights to list them = %v (synced %v), want an error that is not \"not found\"", err, srv.NamespacesSynced())
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestAHeldRequestWaitsForThePodsEvent: against a real API server, a pod request
+// with a wait is answered as soon as the pod's event reaches the cache (a pod
+// created while the request is held; a cache that has not listed yet, whose owner
+// starts it while the request is held); one for a uid the cache never gets is
+// answered with what it holds once its wait ends, and counted; a request without
+// a wait is answered at once, as before; a bad wait is refused, naming it.
+func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pods := cp.AdminClient().CoreV1().Pods("default")
+	old, err := pods.Create(ctx, pod("old", "node-w"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := informer.NewNodePods(cp.AdminClient().CoreV1(), "node-w")
+	srv := podcache.NewOnNodePods(cp.AdminClient(), shared, nil)
+	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx, sock) }()
+	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	c := kube.NewAgentClient(sock, time.Second)
+
+	// Not listed yet: without a wait, an error at once; with one, the pod once
+	// the informer's owner starts it.
+	if _, err := c.GetPod(ctx, "default", "old", "", 0); err == nil {
+		t.Fatal("GetPod before the cache listed: no error")
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		shared.Run(ctx)
+	}()
+	start := time.Now()
+	got, err := c.GetPod(ctx, "default", "old", string(old.UID), podcache.MaxWait)
+	if took := time.Since(start); err != nil || got.Metadata.UID != string(old.UID) || took >= podcache.MaxWait {
+		t.Fatalf("GetPod held while the cache lists: %v, %v after %s; want the pod before the wait ends", got, err, took)
+	}
+
+	// Created while held: answered on its event, well before the wait ends.
+	if _, err := c.GetPod(ctx, "default", "new", "", 0); !errors.Is(err, kube.ErrNotFound) {
+		t.Fatalf("GetPod(new) without a wait, before it exists: %v, want not found", err)
+	}
+	created := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_, err := pods.Create(ctx, pod("new", "node-w"), metav1.CreateOptions{})
+		created <- err
+	}()
+	start = time.Now()
+	got, err = c.GetPod(ctx, "default", "new", "", podcache.MaxWait)
+	took := time.Since(start)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || got.Metadata.Name != "new" || took < 100*time.Millisecond || took >= podcache.MaxWait {
+		t.Fatalf("GetPod(new) held while it is created: %v, %v after %s; want the pod after its creation and before the wait ends", got, err, took)
+	}
+	if n := srv.Waits.Found.Load(); n != 2 {
+		t.Errorf("Waits.Found = %d, want 2", n)
+	}
+
+	// Another uid than the one held: the wait runs out, and the held pod is the
+	// answer (the plugin then asks the API server).
+	start = time.Now()
+	got, err = c.GetPod(ctx, "default", "old", "a-successor", 300*time.Millisecond)
+	if took := time.Since(start); err != nil || got.Metadata.UID != string(old.UID) || took < 300*time.Millisecond {
+		t.Errorf("GetPod(old) for another uid: %v, %v after %s; want the held pod after the 300ms wait", got, err, took)
+	}
+	if n := srv.Waits.TimedOut.Load(); n != 1 {
+		t.Errorf("Waits.TimedOut = %d, want 1", n)
+	}
+
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	for _, wait := range []string{"abc", "-1", "1.5", "1001"} {
+		resp, err := hc.Get("http://agent/v1/pods/default/old?wait=" + wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `wait="`+wait+`"`) {
+			t.Errorf("wait=%s: %d %q, want 400 naming the value", wait, resp.StatusCode, body)
+		}
 	}
 	cancel()
 	if err := <-errc; err != nil {

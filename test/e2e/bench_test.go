@@ -411,7 +411,7 @@ func waitCached(b *testing.B, n *node, pod *corev1.Pod) {
 	ac := kube.NewAgentClient(filepath.Join(n.runDir, podcache.SocketName), time.Second)
 	files := filepath.Join(n.runDir, kube.AgentPodFilesDir)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		_, err := ac.GetPod(b.Context(), pod.Namespace, pod.Name)
+		_, err := ac.GetPod(b.Context(), pod.Namespace, pod.Name, "", 0)
 		if err == nil {
 			_, err = kube.ReadAgentPodFile(files, pod.Namespace, pod.Name)
 		}
