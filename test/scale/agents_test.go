@@ -18,7 +18,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,41 +26,6 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
-
-// agentRules are the chart's grants to the agent (clusterrole.yaml and role.yaml
-// with the pod cache, repair deleting and labelling pods, and the taint controller
-// on), in one ClusterRole.
-var agentRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
-	{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
-	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}},
-	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
-	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{daemonSetName}, Verbs: []string{"get"}},
-	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}}, // the taint controller's
-	{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-}
-
-// agentEnv is what the chart's DaemonSet gives every agent (values.yaml defaults,
-// with taint.enabled=true and repair in place off: this machine's nodes are not
-// real, so a broken pod is deleted, the chart's default action without repairPods).
-var agentEnv = []string{
-	"CHAINED_CNI_PLUGIN=false",
-	"POD_NAMESPACE=" + agentNamespace,
-	"PLUGIN_SERVICE_ACCOUNT=istio-cni-plugin",
-	"UNINSTALL_ON_EXIT=auto",
-	"POD_CACHE_ENABLED=true",
-	"REPAIR_ENABLED=true",
-	"REPAIR_REPAIR_PODS=false",
-	"REPAIR_DELETE_PODS=true",
-	"REPAIR_LABEL_PODS=true",
-	"TAINT_ENABLED=true",
-	"TAINT_RETRY_PERIOD=15s",
-	"TAINT_RENEW_DEADLINE=20s",
-	"TAINT_LEASE_DURATION=40s",
-	"AGENT_LOG_LEVEL=info",
-}
 
 // binaries are install-cni and what it installs, built once per test binary.
 var binaries struct {
@@ -137,7 +101,7 @@ func newSim(t testing.TB, s clusterSize) *sim {
 	}
 	t.Logf("cluster of %d pods on %d nodes in %d namespaces created in %s", s.Pods, s.nodes(), s.namespaces(), time.Since(began).Round(time.Second))
 
-	kc, err := cp.ServiceAccountKubeconfig(ctx, agentNamespace, "istio-cni", agentRules)
+	kc, err := cp.ServiceAccountKubeconfig(ctx, agentNamespace, "istio-cni", AgentRules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +211,7 @@ func (sm *sim) startAgent(root, bin, srcs, node string) (*agent, error) {
 		fmt.Sprintf("READINESS_PORT=%d", monPort),
 		"NODE_NAME=" + node,
 		"POD_NAME=" + daemonSetName + "-" + node,
-	}, agentEnv...)
+	}, AgentEnv...)
 	a.proc, err = sm.launch.Start("install-cni "+node, bin, nil, env, filepath.Join(dir, "agent.log"))
 	if err != nil {
 		p.close()

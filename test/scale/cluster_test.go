@@ -25,14 +25,6 @@ import (
 // is full, as the busiest nodes of a large cluster are.
 const PodsPerNode = 110
 
-// The agents' namespace, DaemonSet and labels, as the chart names them.
-const (
-	agentNamespace = "istio-system"
-	daemonSetName  = "istio-cni-node"
-	agentLabelKey  = "k8s-app"
-	agentLabel     = "istio-cni-node"
-)
-
 // clusterSize is the simulated cluster: Pods workload pods, PodsPerNode on each
 // node (the last node holds the rest), PodsPerNamespace in each namespace.
 type clusterSize struct {

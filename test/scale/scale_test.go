@@ -97,7 +97,7 @@ func TestAgentsAtScaleWatchOnlyTheirNodeAndAreQuietAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest := diff("rest", before, after, sm.leaderIndex(ctx))
-	const retryPeriod = 15.0 // the chart's taint.retryPeriod (agentEnv), seconds
+	const retryPeriod = 15.0 // the chart's taint.retryPeriod (AgentEnv), seconds
 	leaseBound := 2*int(rest.secs/retryPeriod) + 4
 	for i, a := range sm.agents {
 		lease := 0
