@@ -14,9 +14,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 
 	"github.com/istio-cni/istio-cni/test/harness/golden"
@@ -441,6 +443,96 @@ func TestValidationProbesIPv6InAnIPv6Pod(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, "[::6]:15002") {
 				t.Errorf("the IPv6 probe did not run; stderr:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// istiosNativeTables is a namespace as Istio's own istio-iptables --native-nftables
+// leaves it (inet tables istio-proxy-nat, -mangle and -raw, with hooked chains,
+// jumps and redirects; written for this test), beside tables that are not
+// Istio's: one of a similar name and a filter of the node's.
+const istiosNativeTables = `
+table inet istio-proxy-nat {
+	chain prerouting { type nat hook prerouting priority dstnat; policy accept; meta l4proto tcp jump istio-inbound; }
+	chain output { type nat hook output priority -100; policy accept; jump istio-output; }
+	chain istio-inbound { tcp dport 15008 return; meta l4proto tcp jump istio-in-redirect; }
+	chain istio-in-redirect { meta l4proto tcp redirect to :15006; }
+	chain istio-output { meta skuid 1337 return; meta l4proto tcp redirect to :15001; }
+}
+table inet istio-proxy-mangle {
+	chain prerouting { type filter hook prerouting priority mangle; policy accept; meta mark 1337 ct mark set 1337; }
+}
+table inet istio-proxy-raw {
+	chain output { type filter hook output priority raw; policy accept; udp dport 53 meta skuid 1337 ct zone set 1; }
+}
+table inet istio-proxy-telemetry {
+	chain input { type filter hook input priority filter; policy accept; counter; }
+}
+table inet filter {
+	chain input { type filter hook input priority filter; policy accept; tcp dport 22 accept; }
+}
+`
+
+// TestNftablesCleanupRemovesIstiosOwnTables: --cleanup-only --native-nftables
+// removes the tables Istio's own tool writes in its nftables mode, as Istio's
+// --cleanup-only does, and nothing else: a table of a similar name and a foreign
+// one stay. The iptables cleanup leaves Istio's nftables tables alone, as Istio's
+// does.
+func TestNftablesCleanupRemovesIstiosOwnTables(t *testing.T) {
+	tables := func(ns string) []string {
+		t.Helper()
+		var out []byte
+		err := netns.Do(ns, func() error {
+			var err error
+			out, err = exec.Command("nft", "list", "tables").CombinedOutput()
+			return err
+		})
+		if err != nil {
+			t.Fatalf("nft list tables: %v: %s", err, out)
+		}
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if l != "" {
+				names = append(names, strings.TrimPrefix(l, "table "))
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	foreign := []string{"inet filter", "inet istio-proxy-telemetry"}
+	all := slices.Sorted(slices.Values(append(slices.Clone(foreign), nftables.IstioNativeTables...)))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"native nftables", []string{"--native-nftables"}, foreign},
+		{"iptables", nil, all},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newPodNetns(t, "10.1.0.2/24")
+			err := netns.Do(ns, func() error {
+				cmd := exec.Command("nft", "-f", "-")
+				cmd.Stdin = strings.NewReader(istiosNativeTables)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("%w: %s", err, out)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("load Istio's tables: %v", err)
+			}
+			if got := tables(ns); !slices.Equal(got, all) {
+				t.Fatalf("tables before the cleanup: %q, want %q", got, all)
+			}
+			cmd := exec.Command(binary(t), append([]string{"--network-namespace", ns, "--cleanup-only"}, tc.args...)...)
+			cmd.Env = baseEnv()
+			if r := run(t, cmd); r.code != 0 {
+				t.Fatalf("cleanup: exit %d, stderr:\n%s", r.code, r.stderr)
+			}
+			if diff := cmp.Diff(tc.want, tables(ns)); diff != "" {
+				t.Errorf("tables after --cleanup-only %s (-want +got):\n%s", strings.Join(tc.args, " "), diff)
 			}
 		})
 	}

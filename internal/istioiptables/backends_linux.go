@@ -11,6 +11,11 @@ import (
 
 func newBackend(cfg Config) (capture.Backend, error) {
 	if cfg.NativeNftables {
+		if cfg.CleanupOnly {
+			// As Istio's --cleanup-only, which deletes its own tables: a
+			// namespace Istio's tool programmed is cleaned up by this one.
+			return nftables.NewBackend().WithIstioTables(), nil
+		}
 		return nftables.NewBackend(), nil
 	}
 	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -20,6 +21,9 @@ type Backend struct {
 	groups GroupLookup
 	// applyVia says how changes are written. Reading is always over netlink.
 	applyVia applyMethod
+	// istioTables: Cleanup also deletes the tables of Istio's own native
+	// nftables mode (IstioNativeTables).
+	istioTables bool
 }
 
 type applyMethod uint8
@@ -140,36 +144,52 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 	return diffTables(rs, got), nil
 }
 
-// Cleanup deletes our tables, and only them, in one transaction. The ruleset is
-// never flushed: other tables in the namespace (iptables-nft's included) survive.
+// Cleanup deletes our tables, and only them, in one transaction (with
+// WithIstioTables, Istio's too). The ruleset is never flushed: other tables in the
+// namespace (iptables-nft's included) survive.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	c, err := dialHere()
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
 	defer c.Close()
-	tables, err := ourTables(c.Conn)
+	all, err := c.Conn.ListTables()
 	if err != nil {
-		return fmt.Errorf("clean up nftables: %w", err)
-	}
-	if len(tables) == 0 {
-		return nil
+		return fmt.Errorf("clean up nftables: list tables: %w", err)
 	}
 	var ids []tableID
-	for _, t := range tables {
-		fam, _ := familyOf(t.Family)
-		ids = append(ids, tableID{family: familyName(fam), name: t.Name})
+	for _, t := range all {
+		id, ok := anyTableID(t)
+		if ok && (isOurs(id) || b.istioTables && slices.Contains(IstioNativeTables, id.String())) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	if b.applyVia == applyExec {
 		_, err = b.run(ctx, deleteScript(ids), "-f", "-")
 	} else {
-		err = flushRuleset(c, &ruleset{}, ids)
+		err = deleteTables(c, ids)
 	}
 	if err != nil {
 		return fmt.Errorf("clean up nftables: %w", err)
 	}
 	return nil
 }
+
+// WithIstioTables makes Cleanup also delete the tables Istio's own istio-iptables
+// writes in its native nftables mode (IstioNativeTables), as its --cleanup-only
+// does: this project's istio-iptables then cleans up after either.
+func (b *Backend) WithIstioTables() *Backend {
+	b.istioTables = true
+	return b
+}
+
+// IstioNativeTables are the tables of Istio's native nftables mode (Istio's
+// tools/istio-nftables, inet family), as `nft list tables` names them. Ours have
+// the same names in the ip and ip6 families.
+var IstioNativeTables = []string{"inet istio-proxy-nat", "inet istio-proxy-mangle", "inet istio-proxy-raw"}
 
 // List reads our tables in the calling thread's network namespace over netlink and
 // prints them in the syntax of `nft list table`. A rule this backend would not

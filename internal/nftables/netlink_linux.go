@@ -29,9 +29,38 @@ func flushRuleset(c *conn, rs *ruleset, present []tableID) error {
 	return nil
 }
 
+// deleteTables deletes the tables ids (of any family) in one transaction.
+func deleteTables(c *conn, ids []tableID) error {
+	for _, id := range ids {
+		t := &gnft.Table{Family: tableFamily(id.family), Name: id.name}
+		c.AddTable(t)
+		c.DelTable(t)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netlink transaction: %w", err)
+	}
+	return nil
+}
+
+// anyTableID names a listed table of the ip, ip6 or inet family.
+func anyTableID(t *gnft.Table) (tableID, bool) {
+	switch t.Family {
+	case gnft.TableFamilyIPv4:
+		return tableID{"ip", t.Name}, true
+	case gnft.TableFamilyIPv6:
+		return tableID{"ip6", t.Name}, true
+	case gnft.TableFamilyINet:
+		return tableID{"inet", t.Name}, true
+	}
+	return tableID{}, false
+}
+
 func tableFamily(family string) gnft.TableFamily {
-	if family == "ip6" {
+	switch family {
+	case "ip6":
 		return gnft.TableFamilyIPv6
+	case "inet":
+		return gnft.TableFamilyINet
 	}
 	return gnft.TableFamilyIPv4
 }
