@@ -344,7 +344,7 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Pod]{
 		kind: "pod", errPrefix: "pod " + args.Key(),
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
-			return c.GetPod(ctx, args.Namespace, args.Name, args.UID, agentPodWait)
+			return c.GetPod(ctx, args.Namespace, args.Name, args.UID, AgentPodWait)
 		},
 		fromFile: func(dir string) (*kube.Pod, error) {
 			return kube.ReadAgentPodFile(dir, args.Namespace, args.Name)
@@ -383,10 +383,6 @@ const AgentBound = 200 * time.Millisecond
 // pod the agent's watch never brings (its watch broken) costs an ADD this much
 // more before the API server is asked.
 const AgentPodWait = 100 * time.Millisecond
-
-// agentPodWait is AgentPodWait, widened by a test that must not depend on how soon
-// an event comes.
-var agentPodWait = AgentPodWait
 
 // errOtherNamespace is a looked-up namespace that is not the one asked for.
 var errOtherNamespace = errors.New("not the namespace asked for")
