@@ -235,7 +235,7 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 		t.Fatal("GetPod before the cache listed: no error")
 	}
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		shared.Run(ctx)
 	}()
 	start := time.Now()
@@ -250,7 +250,7 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	}
 	created := make(chan error, 1)
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		_, err := pods.Create(ctx, pod("new", "node-w"), metav1.CreateOptions{})
 		created <- err
 	}()
@@ -260,7 +260,7 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	if err != nil || got.Metadata.Name != "new" || took < 100*time.Millisecond || took >= podcache.MaxWait {
+	if err != nil || got.Metadata.Name != "new" || took < 50*time.Millisecond || took >= podcache.MaxWait {
 		t.Fatalf("GetPod(new) held while it is created: %v, %v after %s; want the pod after its creation and before the wait ends", got, err, took)
 	}
 	if n := srv.Waits.Found.Load(); n != 2 {
