@@ -168,8 +168,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	uid := q.Get("uid")
+	if len(uid) > MaxUIDBytes {
+		http.Error(w, fmt.Sprintf("uid: %d bytes, at most %d", len(uid), MaxUIDBytes), http.StatusBadRequest)
+		return
+	}
 	if wait > 0 {
-		s.awaitPod(r.Context(), ns+"/"+name, q.Get("uid"), wait)
+		s.awaitPod(r.Context(), ns+"/"+name, uid, wait)
 	}
 	s.serve(w, s.informer, ns+"/"+name, "pod")
 }
@@ -181,6 +186,10 @@ type WaitCounts struct{ Found, TimedOut atomic.Uint64 }
 // MaxWait bounds the wait parameter of a pod request: how long the socket holds a
 // request for a pod it does not hold yet.
 const MaxWait = time.Second
+
+// MaxUIDBytes bounds the uid parameter of a pod request (a Kubernetes uid is a
+// 36-byte UUID).
+const MaxUIDBytes = 128
 
 // parseWait reads the wait parameter: whole milliseconds, 0 to MaxWait.
 func parseWait(v string) (time.Duration, error) {

@@ -281,6 +281,15 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
+	resp, err := hc.Get("http://agent/v1/pods/default/old?wait=10&uid=" + strings.Repeat("u", podcache.MaxUIDBytes+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "uid: 129 bytes") {
+		t.Errorf("a 129-byte uid: %d %q, want 400 naming the uid and its length", resp.StatusCode, body)
+	}
 	for _, wait := range []string{"abc", "-1", "1.5", "1001"} {
 		resp, err := hc.Get("http://agent/v1/pods/default/old?wait=" + wait)
 		if err != nil {
