@@ -9,11 +9,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
 
@@ -57,5 +62,71 @@ func TestLookupLetsTheAgentWaitForThePod(t *testing.T) {
 	}
 	if q, want := <-queries, "uid=u1&wait=100"; q != want || AgentPodWait != 100*time.Millisecond {
 		t.Errorf("asked the agent with %q (AgentPodWait %s), want %q", q, AgentPodWait, want)
+	}
+}
+
+// TestWithoutTheSandboxsUIDOnlyAQuorumReadDecides: a runtime that passes no
+// K8S_POD_UID gives no way to tell the pod from a predecessor of the same name. A
+// killed agent's file of that predecessor (a StatefulSet pod deleted and
+// recreated, now with a sidecar) must not decide: the pod is read from etcd (no
+// resourceVersion=0, whose watch cache may be behind the delete too), and neither
+// the agent's file nor its socket is asked. With the uid, the file of another uid
+// is refused and the API server's cache is asked first, as before.
+func TestWithoutTheSandboxsUIDOnlyAQuorumReadDecides(t *testing.T) {
+	const current = `{"metadata":{"name":"web-0","namespace":"app","uid":"u-new"},"spec":{"nodeName":"from-api"}}`
+	const predecessor = `{"metadata":{"name":"web-0","namespace":"app","uid":"u-old"},"spec":{"nodeName":"from-dead-agent"}}`
+	for _, tc := range []struct {
+		name, uid   string
+		wantQueries []string
+	}{
+		{"the runtime passes the uid", "u-new", []string{"resourceVersion=0"}},
+		{"the runtime passes no uid", "", []string{""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var queries []string
+			var mu sync.Mutex
+			api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				queries = append(queries, r.URL.RawQuery)
+				mu.Unlock()
+				io.WriteString(w, current)
+			}))
+			defer api.Close()
+			cfg := lookupConfig(t, api.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}))
+			// What a SIGKILLed agent leaves: its file of the predecessor, and a
+			// socket that an agent still answering would serve the same from.
+			dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			path, _ := kube.AgentPodFile(dir, "app", "web-0")
+			if err := os.WriteFile(path, []byte(predecessor), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("unix", filepath.Join(cfg.AgentRunDir, PodCacheSocketName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, predecessor)
+			})}
+			go agent.Serve(ln)
+			defer agent.Close()
+
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web-0", Namespace: "app", UID: tc.uid}, log, PodLookup{Retries: 1, Interval: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Metadata.UID != "u-new" {
+				t.Errorf("looked up uid %s (node %s), want the pod that exists now", p.Metadata.UID, p.Spec.NodeName)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff(tc.wantQueries, queries); diff != "" {
+				t.Errorf("the API server's GET queries (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -341,7 +341,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 // lookup gets the pod, retrying within the configured budget: right after creation a
 // pod may not be visible yet, and the API server may be briefly unreachable.
 func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *pluginlog.Logger, budget PodLookup) (*kube.Pod, error) {
-	return lookupObject(ctx, cfg, log, budget, lookupTarget[kube.Pod]{
+	target := lookupTarget[kube.Pod]{
 		kind: "pod", errPrefix: "pod " + args.Key(),
 		fromAgent: func(ctx context.Context, c *kube.AgentClient) (*kube.Pod, error) {
 			return c.GetPod(ctx, args.Namespace, args.Name, args.UID, AgentPodWait)
@@ -351,7 +351,18 @@ func (p *Plugin) lookup(ctx context.Context, cfg *Config, args PodArgs, log *plu
 		},
 		path:  kube.PodPath(args.Namespace, args.Name),
 		match: args.MatchesPod,
-	})
+	}
+	if args.UID == "" {
+		// A runtime that passes no K8S_POD_UID leaves no way to tell the pod
+		// from a predecessor of the same name (a StatefulSet's, deleted and
+		// recreated): a cache behind the delete, or a killed agent's file, would
+		// answer with the predecessor, and its settings (no sidecar, say) would
+		// decide for the new pod. Only a quorum read is sure to be the pod
+		// that exists now.
+		log.Debug("the runtime passed no K8S_POD_UID: the pod is read from the API server, not from a cache")
+		target.fromAgent, target.fromFile, target.quorumOnly = nil, nil, true
+	}
+	return lookupObject(ctx, cfg, log, budget, target)
 }
 
 // lookupNamespace gets the pod's namespace, for its labels, within the same bounds
@@ -392,11 +403,14 @@ var errOtherNamespace = errors.New("not the namespace asked for")
 type lookupTarget[T any] struct {
 	kind      string // "pod", "namespace": in logs and errors
 	errPrefix string // names the pod (and the object) in errors
+	// fromAgent asks the agent's socket (nil: the agent is not asked).
 	fromAgent func(context.Context, *kube.AgentClient) (*T, error)
 	// fromFile reads the object from the agent's files (pods only; nil: none).
 	fromFile func(dir string) (*T, error)
 	path     string
 	match    func(*T) error
+	// quorumOnly: every GET reads etcd, none the API server's watch cache.
+	quorumOnly bool
 }
 
 // lookupObject gets what target names. The node agent's cache answers in well under
@@ -427,12 +441,14 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 			return obj, nil
 		}
 	}
-	sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
-	if _, err := os.Stat(sock); err == nil {
-		if obj, ok := fromAgent("agent-cache", "cache", "the API server", func() (*T, error) {
-			return target.fromAgent(ctx, kube.NewAgentClient(sock, AgentBound))
-		}); ok {
-			return obj, nil
+	if target.fromAgent != nil {
+		sock := filepath.Join(cfg.AgentRunDir, PodCacheSocketName)
+		if _, err := os.Stat(sock); err == nil {
+			if obj, ok := fromAgent("agent-cache", "cache", "the API server", func() (*T, error) {
+				return target.fromAgent(ctx, kube.NewAgentClient(sock, AgentBound))
+			}); ok {
+				return obj, nil
+			}
 		}
 	}
 	kc, err := cfg.loadKubeconfig()
@@ -464,7 +480,7 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	// quorum read. An answer that is not the wanted object (not found, another uid)
 	// may only be behind: it is asked again at once from etcd, which stays the
 	// authority for every later try.
-	cached := true
+	cached := !target.quorumOnly
 	counted := 0 // the tries the budget counts
 	for {
 		gets++
