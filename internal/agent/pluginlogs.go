@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/istio-cni/istio-cni/internal/ownfile"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
 
@@ -163,7 +164,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	ln.SetUnlinkOnClose(false) // removeOwnSocket does, if the path is still ours
+	ln.SetUnlinkOnClose(false) // stop does, if the path is still ours (ownfile)
 	if err := onlyRoot(what, packetPath, ln); err != nil {
 		return nil, err
 	}
@@ -258,22 +259,11 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		}
 		mu.Unlock()
 		wg.Wait()
-		removeOwnSocket(packetPath, packetFile)
-		removeOwnSocket(datagramPath, datagramFile)
+		// Another agent sharing the run dir (an upgrade, a switch between Istio's
+		// DaemonSet and this one) may have replaced them since: its live sockets stay.
+		_ = ownfile.Remove(packetPath, packetFile)
+		_ = ownfile.Remove(datagramPath, datagramFile)
 	}, nil
-}
-
-// removeOwnSocket removes the socket at path if it is still the one this agent
-// bound (own, from Lstat after binding): another agent sharing the run dir (an
-// upgrade, a switch between Istio's DaemonSet and this one) may have replaced it
-// since, and its live socket stays.
-func removeOwnSocket(path string, own os.FileInfo) {
-	if own == nil {
-		return
-	}
-	if now, err := os.Lstat(path); err == nil && os.SameFile(now, own) {
-		os.Remove(path)
-	}
 }
 
 // classifyPluginRecord reads the outcome of a DEL from the plugin's final record of
@@ -316,7 +306,7 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	l.SetUnlinkOnClose(false) // removeOwnSocket does, if the path is still ours
+	l.SetUnlinkOnClose(false) // stop does, if the path is still ours (ownfile)
 	if err := onlyRoot(what, path, l); err != nil {
 		return nil, err
 	}
@@ -352,7 +342,7 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
-		removeOwnSocket(path, own)
+		_ = ownfile.Remove(path, own)
 	}, nil
 }
 

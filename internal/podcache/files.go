@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/ownfile"
 )
 
 // podFiles keeps one file per pod of the node in dir (kube.AgentPodFile), the
@@ -21,12 +22,21 @@ import (
 // to this process (see kube.AgentPodFilesDir). Each file is replaced whole by a
 // rename, so a reader sees the old content or the new, never part of one. The
 // directory and its files are root's alone (0700, 0600), as the socket is.
+//
+// Two agents may run on the node at once (a rolling update: both mount the run
+// directory from the host). The new one replaces the directory; the old one, still
+// running, writes into that one (the same pods, from the same API server) and, on
+// close, leaves it: it removes the directory only if it is still the one it made.
 type podFiles struct {
 	dir string
 	log *slog.Logger
 
 	mu     sync.Mutex
 	closed bool
+	// held is the directory this process made, held open so that its inode is not
+	// given to another's (ownfile); own is its Stat.
+	held *os.File
+	own  os.FileInfo
 }
 
 // openPodFiles empties dir (files of a previous agent may be stale) and creates it.
@@ -34,10 +44,33 @@ func openPodFiles(dir string, log *slog.Logger) (*podFiles, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("pod files: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pod files: %w", err)
+	f := &podFiles{dir: dir, log: log}
+	if err := f.makeDir(); err != nil {
+		return nil, err
 	}
-	return &podFiles{dir: dir, log: log}, nil
+	return f, nil
+}
+
+// makeDir creates the directory (when it is not there) and holds it as this
+// process's own. Under mu, or before the handler runs.
+func (f *podFiles) makeDir() error {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return fmt.Errorf("pod files: %w", err)
+	}
+	d, err := os.Open(f.dir)
+	if err != nil {
+		return fmt.Errorf("pod files: %w", err)
+	}
+	fi, err := d.Stat()
+	if err != nil {
+		d.Close()
+		return fmt.Errorf("pod files: %w", err)
+	}
+	if f.held != nil {
+		f.held.Close()
+	}
+	f.held, f.own = d, fi
+	return nil
 }
 
 // handler writes a pod's file on each add and update and removes it on delete.
@@ -78,6 +111,14 @@ func (f *podFiles) write(obj any) {
 		return
 	}
 	tmp, err := os.CreateTemp(f.dir, ".tmp-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		// Removed under this process (an agent stopping on an old build, or by hand):
+		// made again, this process's own now.
+		if err = f.makeDir(); err == nil {
+			f.log.Info("pod files: the directory was removed; made it again", "dir", f.dir)
+			tmp, err = os.CreateTemp(f.dir, ".tmp-*")
+		}
+	}
 	if err != nil {
 		f.warn("create", pod, err)
 		return
@@ -108,13 +149,18 @@ func (f *podFiles) remove(obj any) {
 }
 
 // close stops the writes and removes the directory: without the agent, nothing
-// keeps the files current.
+// keeps the files current. A directory another agent has made in its place since
+// (it took over) is that agent's, kept current by it, and stays.
 func (f *podFiles) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	if err := os.RemoveAll(f.dir); err != nil {
+	if err := ownfile.RemoveAll(f.dir, f.own); err != nil {
 		f.log.Warn("pod files: remove", "dir", f.dir, "error", err)
+	}
+	if f.held != nil {
+		f.held.Close()
+		f.held = nil
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/istio-cni/istio-cni/internal/informer"
+	"github.com/istio-cni/istio-cni/internal/ownfile"
 )
 
 // SocketName is the socket's name in the agent's run directory.
@@ -88,6 +89,11 @@ func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 // beside it (kube.AgentPodFilesDir) until then. The socket and the files are
 // readable only by root (the plugin runs as root; pod data must not leak to other
 // users).
+//
+// A socket and files already there are a previous agent's, and Run replaces them,
+// also while that agent still runs (a rolling update: both mount the run directory
+// from the host). Stopping, it removes the socket and the files' directory only if
+// they are still the ones it made: those of an agent that took over stay.
 func (s *Server) Run(ctx context.Context, path string) error {
 	files, err := openPodFiles(filesDir(path), s.logger())
 	if err != nil {
@@ -113,22 +119,32 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		go s.informer.Run(ctx.Done())
 	}
 	go s.namespaces.Run(ctx.Done())
+	// A socket there is a previous agent's: a stopped one's, or, during a rolling
+	// update, the old agent's still serving, which this one takes over.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("pod cache: remove stale socket %s: %w", path, err)
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("pod cache: listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	// Removed below only if still this server's: the next agent may have taken the
+	// path over (ownfile).
+	ln.SetUnlinkOnClose(false)
+	own, _ := os.Lstat(path)
+	defer func() {
 		ln.Close()
+		if err := ownfile.Remove(path, own); err != nil {
+			s.logger().Warn("pod cache: remove socket", "error", err)
+		}
+	}()
+	if err := os.Chmod(path, 0o600); err != nil {
 		return fmt.Errorf("pod cache: %w", err)
 	}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
-		os.Remove(path)
 	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("pod cache: %w", err)

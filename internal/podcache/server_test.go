@@ -311,3 +311,70 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the condition holds", cond)
 }
+
+// TestAStoppingServerLeavesTheNextServersSocketAndFiles: during a rolling update two
+// agents share the run dir (both mount it from the host), and the new agent's pod
+// cache starts while the old one's still runs: the new one takes over pods.sock and
+// pods/. When the old one then stops, the new one's socket and pod files stay, and
+// it keeps writing files for new pods.
+func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	client := cp.AdminClient()
+	pods := client.CoreV1().Pods("default")
+	if _, err := pods.Create(t.Context(), pod("handover-0", "node-h"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	filesDir := filepath.Join(filepath.Dir(sock), kube.AgentPodFilesDir)
+	start := func(ctx context.Context) chan error {
+		shared := informer.NewNodePods(client.CoreV1(), "node-h")
+		srv := podcache.NewOnNodePods(client, shared, nil)
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Run(ctx, sock) }()
+		go shared.Run(ctx)
+		waitFor(t, func() bool { return srv.Synced() })
+		return errc
+	}
+	c := kube.NewAgentClient(sock, time.Second)
+	answers := func() bool { _, err := c.GetPod(t.Context(), "default", "handover-0", "", 0); return err == nil }
+
+	oldCtx, stopOld := context.WithCancel(t.Context())
+	defer stopOld()
+	oldDone := start(oldCtx)
+	waitFor(t, answers)
+
+	newCtx, stopNew := context.WithCancel(t.Context())
+	defer stopNew()
+	newDone := start(newCtx)
+	file, _ := kube.AgentPodFile(filesDir, "default", "handover-0")
+	waitFor(t, func() bool { _, err := os.Stat(file); return err == nil })
+	waitFor(t, answers)
+
+	stopOld() // the old agent's SIGTERM ends its controllers
+	if err := <-oldDone; err != nil {
+		t.Fatalf("the old server's Run: %v", err)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("the new server's socket is gone after the old server stopped: %v", err)
+	} else if !answers() {
+		t.Errorf("the new server does not answer after the old server stopped")
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("the new server's pod file is gone after the old server stopped: %v", err)
+	}
+	if _, err := pods.Create(t.Context(), pod("handover-1", "node-h"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	later, _ := kube.AgentPodFile(filesDir, "default", "handover-1")
+	waitFor(t, func() bool { _, err := os.Stat(later); return err == nil })
+
+	stopNew()
+	if err := <-newDone; err != nil {
+		t.Errorf("the new server's Run: %v", err)
+	}
+	for _, p := range []string{sock, filesDir} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind once the last server stopped: %v", p, err)
+		}
+	}
+}
