@@ -76,8 +76,9 @@ func newAgent(s *Settings, log *slog.Logger) *agent {
 
 // Run installs the plugin, keeps it installed until ctx ends, then uninstalls it.
 // Plugin log records go to stdout; the agent's own log to log. Errors before the
-// watch starts (settings the node contradicts, ports in use) end Run; errors while
-// watching are logged and retried on the next change.
+// watch starts (settings the node contradicts, ports in use) end Run, before it
+// has touched the plugin log sockets of an agent that may still be running;
+// errors while watching are logged and retried on the next change.
 func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (err error) {
 	// Parse refuses an empty node name when a feature watching this node's pods is on.
 	if s.NodeName == "" {
@@ -111,18 +112,9 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		}
 	}
 
-	sink := &pluginLogSink{out: stdout, m: a.m}
-	stopPluginLogs, err := servePluginLogs(s.LogSocketPath(), s.DatagramLogSocketPath(), sink, log)
-	if err != nil {
-		return err
-	}
-	defer stopPluginLogs()
-	stopIstioLogs, err := serveIstioPluginLogs(s.IstioLogSocketPath(), sink, log)
-	if err != nil {
-		return err
-	}
-	defer stopIstioLogs()
-
+	// Whatever may fail comes before the run dir's sockets, which a previous agent
+	// may still be serving: a new agent started while the old one holds the ports (a
+	// rolling update on the host network) must exit leaving them to it.
 	stopHTTP, err := a.serveHTTP()
 	if err != nil {
 		return err
@@ -144,16 +136,30 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 			"between this agent's exit and the next agent's start the plugin cannot look pods up (pods wait, they are not left uncaptured); "+
 			"set PLUGIN_SERVICE_ACCOUNT (the chart does) for a token that outlives the agent", "uninstallOnExit", s.UninstallOnExit)
 	}
+	w, err := a.watch()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
 	stopControllers, err := a.startControllers(ctx, client)
 	if err != nil {
 		return err
 	}
 	defer stopControllers()
 
-	w, err := a.watch()
+	// Taken over now: a socket there is a previous agent's.
+	sink := &pluginLogSink{out: stdout, m: a.m}
+	stopPluginLogs, err := servePluginLogs(s.LogSocketPath(), s.DatagramLogSocketPath(), sink, log)
 	if err != nil {
 		return err
 	}
+	defer stopPluginLogs()
+	stopIstioLogs, err := serveIstioPluginLogs(s.IstioLogSocketPath(), sink, log)
+	if err != nil {
+		return err
+	}
+	defer stopIstioLogs()
+
 	log.Info("install-cni started", "version", version.Version, "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
 		"runDir", s.RunDir, "entryType", s.PluginName())
 

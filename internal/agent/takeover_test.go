@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 // istioConflist is the primary's chain with the entry Istio's own installer (sidecar
@@ -126,4 +131,54 @@ func TestAgentTakesOverANodeFromIstiosInstallerWithoutAWindow(t *testing.T) {
 		t.Errorf("the kubeconfig is not ours after the takeover:\n%s", b)
 	}
 	p.stop(t)
+}
+
+// TestAgentWhoseStartFailsLeavesTheRunningAgentsLogSockets: a rolling update of the
+// chart's DaemonSet (host network, fixed ports) starts the new agent while the old
+// one, terminating, still holds the monitoring and probe ports. The new one's start
+// fails ("address already in use") and it exits, for the kubelet to restart it; the
+// old one, still running, keeps its plugin log sockets, to which plugin runs in the
+// meantime log.
+func TestAgentWhoseStartFailsLeavesTheRunningAgentsLogSockets(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeCalico(t)
+	old := n.startAgent(t)
+	old.waitReady(t)
+	port := regexp.MustCompile(`:(\d+)$`)
+	metricsPort := port.FindStringSubmatch(old.metrics)[1]
+	probePort := port.FindStringSubmatch(old.probe)[1]
+
+	sockets := []string{plugin.LogSocketName, plugin.DatagramLogSocketName, plugin.IstioLogSocketName}
+	before := map[string]os.FileInfo{}
+	for _, s := range sockets {
+		fi, err := os.Lstat(filepath.Join(n.runDir, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[s] = fi
+	}
+
+	cmd := exec.Command(built.agentBin)
+	cmd.Env = n.env("MONITORING_PORT="+metricsPort, "READINESS_PORT="+probePort)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the second agent started on the first one's ports:\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("address already in use")) {
+		t.Errorf("the second agent failed, but not for the ports:\n%s", out)
+	}
+
+	for _, s := range sockets {
+		fi, err := os.Lstat(filepath.Join(n.runDir, s))
+		if err != nil || !os.SameFile(fi, before[s]) {
+			t.Errorf("the running agent's %s is gone or replaced after the new agent's failed start (%v)", s, err)
+		}
+	}
+	if c, err := net.Dial("unixpacket", filepath.Join(n.runDir, plugin.LogSocketName)); err != nil {
+		t.Errorf("a plugin cannot reach the running agent's log socket: %v", err)
+	} else {
+		c.Close()
+	}
+	old.stop(t)
 }
