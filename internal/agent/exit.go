@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/daemonset"
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // ExitMode says what the agent does with what it installed when it exits.
@@ -50,6 +51,11 @@ func parseExitMode(v string) (ExitMode, error) {
 // decide and, when it must, uninstall.
 const ExitLookupBound = 3 * time.Second
 
+// ExitPluginIdentityBound bounds the request that, when the API server refuses this
+// agent's token (401), asks it with the plugin's kubeconfig instead (see
+// decideExit); it is one of the requests ExitLookupBound bounds together.
+const ExitPluginIdentityBound = time.Second
+
 // ExitUntaintBound bounds the removal of the node's readiness taint on a removal
 // (read the node, patch it; again on a conflict): with ExitLookupBound, 4 s of the
 // chart's 5 s grace period, the rest for removing the files.
@@ -72,6 +78,46 @@ func (c *apiClient) getDaemonSet(ctx context.Context, namespace, name string) (*
 
 func (c *apiClient) getNode(ctx context.Context, name string) (*corev1.Node, error) {
 	return c.core.Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// pluginIdentity asks the API server for this agent's pod with the plugin's
+// credential rather than this agent's: with PLUGIN_SERVICE_ACCOUNT, a token of that
+// account bound to the node, which outlives this agent's pod. Its error is the
+// answer (nil: the pod was read); errNoPluginIdentity when there is no such
+// credential to ask with.
+type pluginIdentity func(ctx context.Context) error
+
+// errNoPluginIdentity: the plugin's kubeconfig cannot be read or used.
+var errNoPluginIdentity = errors.New("no plugin kubeconfig to ask with")
+
+// pluginIdentity is the exit decision's plugin credential, read from the plugin's
+// kubeconfig in the run dir (what the plugin itself uses) with the plugin's own
+// client; nil without PLUGIN_SERVICE_ACCOUNT, where that kubeconfig holds this
+// agent's own token. Each request is bounded by ExitPluginIdentityBound.
+func (a *agent) pluginIdentity() pluginIdentity {
+	if a.s.PluginServiceAccount == "" {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		path := a.s.KubeconfigPath()
+		kc, err := kube.LoadKubeconfig(path)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errNoPluginIdentity, err)
+		}
+		c, err := kube.NewClient(kc, ExitPluginIdentityBound)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", errNoPluginIdentity, path, err)
+		}
+		var pod kube.Pod
+		err = c.Get(ctx, kube.PodPath(a.s.PodNamespace, a.s.PodName), &pod)
+		var st *kube.StatusError
+		if errors.As(err, &st) {
+			// As client-go reports it, for the decision's checks and its log.
+			return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(st.Code),
+				Reason: metav1.StatusReason(st.Reason), Message: st.Message}}
+		}
+		return err
+	}
 }
 
 // exitDecision is whether to uninstall on exit, and why (logged).
@@ -103,14 +149,49 @@ type exitDecision struct {
 // ServiceAccount and RBAC objects of the chart together with the DaemonSet, so by
 // the time this agent is asked to stop its identity may already be gone; the chart
 // always grants what is read here, so a refusal means the grant was taken away.
+// But a 401 is also all that is left of a pod deleted at once (kubectl delete pod
+// --force --grace-period=0) while its DaemonSet still runs here: its projected
+// token is bound to it. So a 401 is asked again with plugin, the plugin's
+// credential, whose ServiceAccount helm uninstall deletes too but which no pod
+// deletion touches: refused as well (401, or 403: helm deletes the grants before
+// the ServiceAccounts, and the chart grants the plugin every pod's get), it is a
+// removal; answered (the pod, or 404), only this agent's pod is gone and the
+// install stays. Without plugin (nil: the plugin uses this agent's own token) or
+// a kubeconfig to ask with, a 401 is a removal.
+//
 // Any other failure (timeout, refused, 5xx) keeps everything: a node left with the
 // plugin installed keeps capturing pods, a node left without it does not.
-func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, nodeName string) exitDecision {
+func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName string) exitDecision {
 	keep := func(format string, args ...any) exitDecision {
 		return exitDecision{Reason: fmt.Sprintf(format, args...)}
 	}
 	remove := func(format string, args ...any) exitDecision {
 		return exitDecision{Uninstall: true, NoAgentFollows: true, Reason: fmt.Sprintf(format, args...)}
+	}
+	refused := func(err error) exitDecision {
+		if !apierrors.IsUnauthorized(err) || plugin == nil {
+			return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+		}
+		perr := plugin(ctx)
+		var st apierrors.APIStatus
+		switch {
+		case errors.Is(perr, errNoPluginIdentity):
+			return remove("the API server refuses this agent's identity (%v), and the plugin has none other to ask with (%v): the chart is being uninstalled",
+				shortAPIError(err), perr)
+		case identityGone(perr):
+			return remove("the API server refuses this agent's identity (%v) and the plugin's (%v): the chart is being uninstalled",
+				shortAPIError(err), shortAPIError(perr))
+		case perr == nil || errors.As(perr, &st):
+			answer := "HTTP 200"
+			if perr != nil {
+				answer = shortAPIError(perr).Error()
+			}
+			return keep("the API server refuses this agent's identity (%v) but not the plugin's (%s): this agent's pod was deleted, its token with it, "+
+				"and the chart is still installed; keeping the plugin installed", shortAPIError(err), answer)
+		default:
+			return keep("the API server refuses this agent's identity (%v), and asking with the plugin's failed (%v): keeping the plugin installed",
+				shortAPIError(err), perr)
+		}
 	}
 	ds := o.daemonSet
 	if !o.known {
@@ -118,7 +199,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 		pod, err := c.getPod(ctx, namespace, podName)
 		switch {
 		case identityGone(err):
-			return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+			return refused(err)
 		case err != nil:
 			return keep("cannot read this agent's pod %s/%s (%v): keeping the plugin installed", namespace, podName, shortAPIError(err))
 		}
@@ -130,7 +211,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 	set, err := c.getDaemonSet(ctx, namespace, ds.Name)
 	switch {
 	case identityGone(err):
-		return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+		return refused(err)
 	case apierrors.IsNotFound(err):
 		return remove("DaemonSet %s/%s is deleted", namespace, ds.Name)
 	case err != nil:
@@ -141,7 +222,7 @@ func decideExit(ctx context.Context, c exitClient, o owner, namespace, podName, 
 	node, err := c.getNode(ctx, nodeName)
 	switch {
 	case identityGone(err):
-		return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
+		return refused(err)
 	case apierrors.IsNotFound(err):
 		return remove("node %s is deleted", nodeName)
 	case err != nil:

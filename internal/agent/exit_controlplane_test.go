@@ -281,6 +281,23 @@ func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
 				return apierrors.IsForbidden(err)
 			})
 		}, `uninstalling.*refuses this agent's identity`},
+		{"the ServiceAccounts are deleted (helm uninstall), the agent's pod with them", func(t *testing.T, ctx context.Context, c *exitCluster) {
+			for _, sa := range []string{"istio-cni", "istio-cni-plugin"} {
+				if err := c.admin.CoreV1().ServiceAccounts("istio-system").Delete(ctx, sa, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, "istio-cni-node-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+			plugin, _ := c.pluginClient(t)
+			agent := c.agentClient(t)
+			eventually(t, 20*time.Second, "the agent's and the plugin's tokens are refused", func() bool {
+				_, err := plugin.CoreV1().Pods("istio-system").Get(ctx, "anything", metav1.GetOptions{})
+				_, aerr := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+				return apierrors.IsUnauthorized(err) && apierrors.IsUnauthorized(aerr)
+			})
+		}, `uninstalling.*refuses this agent's identity.*and the plugin's`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -367,4 +384,33 @@ func TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentKeepsThePluginWhenItsPodIsForceDeleted: the agent's pod is force-deleted
+// (kubectl delete pod --force --grace-period=0, as done to a pod stuck
+// terminating) while its DaemonSet still runs on the node, whose controller starts
+// a new agent pod there at once. The kubelet then SIGTERMs the old agent, whose own
+// projected token died with its pod (401). The plugin's token (another
+// ServiceAccount's, bound to the node) is still accepted, so the chart is still
+// installed: the entry, binaries and kubeconfig stay for the pods that keep
+// arriving, as on any restart.
+func TestAgentKeepsThePluginWhenItsPodIsForceDeleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	pod := c.agentPod(t, ctx, "istio-cni-node-a")
+	p := c.start(t, pod)
+	if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	own := c.agentClient(t)
+	eventually(t, 20*time.Second, "the force-deleted pod's own token is refused", func() bool {
+		_, err := own.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		return apierrors.IsUnauthorized(err)
+	})
+	p.stop(t) // the kubelet's SIGTERM
+	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
+		t.Fatalf("a force-deleted agent whose DaemonSet still runs on the node left: config %v, binary %v, kubeconfig %v; want all kept", conf, bin, kc)
+	}
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*refuses this agent's identity.*not the plugin's \(HTTP 404`)
 }

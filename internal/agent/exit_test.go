@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,55 +61,77 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 	noSchedule := node.DeepCopy()
 	noSchedule.Spec.Taints = []corev1.Taint{{Key: "cordon", Effect: corev1.TaintEffectNoSchedule}}
 
+	unauthorized := apierrors.NewUnauthorized("invalid token")
+	// pluginSays is the plugin's credential answering err (nil: the pod).
+	pluginSays := func(err error) pluginIdentity { return func(context.Context) error { return err } }
 	cases := []struct {
 		name      string
 		o         owner
 		f         fakeExit
+		plugin    pluginIdentity // nil: no PLUGIN_SERVICE_ACCOUNT
 		uninstall bool
 		reason    string
 	}{
 		{"rolling update, crash, eviction: the DaemonSet still fits the node", known,
-			fakeExit{ds: daemonSet(nil), node: node}, false, "still runs on node node-a"},
+			fakeExit{ds: daemonSet(nil), node: node}, nil, false, "still runs on node node-a"},
 		{"owner learnt at exit when it was not at start", owner{},
-			fakeExit{pod: agentPod, ds: daemonSet(nil), node: node}, false, "still runs on node node-a"},
+			fakeExit{pod: agentPod, ds: daemonSet(nil), node: node}, nil, false, "still runs on node node-a"},
 		{"helm uninstall: the DaemonSet is gone", known,
-			fakeExit{dsErr: apierrors.NewNotFound(gr, "istio-cni-node")}, true, "is deleted"},
+			fakeExit{dsErr: apierrors.NewNotFound(gr, "istio-cni-node")}, nil, true, "is deleted"},
 		{"kubectl delete with foreground deletion: the DaemonSet is being deleted", known,
-			fakeExit{ds: deleting}, true, "being deleted"},
-		{"helm uninstall deleted the ServiceAccount first", known,
-			fakeExit{dsErr: apierrors.NewUnauthorized("invalid token")}, true, "refuses this agent's identity"},
+			fakeExit{ds: deleting}, nil, true, "being deleted"},
+		{"helm uninstall deleted the ServiceAccount first; the plugin uses the agent's token", known,
+			fakeExit{dsErr: unauthorized}, nil, true, "refuses this agent's identity"},
+		{"helm uninstall deleted both ServiceAccounts", known,
+			fakeExit{dsErr: unauthorized}, pluginSays(unauthorized), true, "and the plugin's (HTTP 401"},
+		{"helm uninstall deleted the grants, then the agent's ServiceAccount", known,
+			fakeExit{dsErr: unauthorized}, pluginSays(apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", nil)), true, "and the plugin's (HTTP 403"},
+		{"the agent's pod force-deleted (its token with it), the chart installed", known,
+			fakeExit{dsErr: unauthorized}, pluginSays(apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "istio-cni-node-x")), false,
+			"not the plugin's (HTTP 404"},
+		{"the agent's token refused, owner unknown, the plugin reads the pod", owner{},
+			fakeExit{podErr: unauthorized}, pluginSays(nil), false, "not the plugin's (HTTP 200)"},
+		{"the agent's token refused on the node, the plugin's accepted", known,
+			fakeExit{ds: daemonSet(nil), nodeErr: unauthorized}, pluginSays(apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x")), false,
+			"keeping the plugin installed"},
+		{"the agent's token refused, no plugin kubeconfig to ask with", known,
+			fakeExit{dsErr: unauthorized}, pluginSays(fmt.Errorf("%w: open istio-cni-kubeconfig: no such file", errNoPluginIdentity)), true,
+			"none other to ask with"},
+		{"the agent's token refused, the plugin's request times out", known,
+			fakeExit{dsErr: unauthorized}, pluginSays(context.DeadlineExceeded), false, "asking with the plugin's failed"},
 		{"helm uninstall deleted the RBAC first", owner{},
-			fakeExit{podErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", nil)}, true, "HTTP 403"},
+			fakeExit{podErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", nil)},
+			func(context.Context) error { panic("a 403 is not asked again") }, true, "HTTP 403"},
 		{"the node selector no longer matches", known,
-			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.NodeSelector["pool"] = "other" }), node: node}, true, "node selector"},
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.NodeSelector["pool"] = "other" }), node: node}, nil, true, "node selector"},
 		{"required node affinity no longer matches", known,
 			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) {
 				s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 						{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"mesh"}}}}}}}}
-			}), node: node}, true, "affinity"},
+			}), node: node}, nil, true, "affinity"},
 		{"a NoExecute taint the DaemonSet does not tolerate", known,
-			fakeExit{ds: daemonSet(nil), node: tainted}, true, "drain=now"},
+			fakeExit{ds: daemonSet(nil), node: tainted}, nil, true, "drain=now"},
 		{"a NoExecute taint the DaemonSet tolerates", known,
-			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), node: tainted}, false, "still runs"},
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), node: tainted}, nil, false, "still runs"},
 		{"a NoSchedule taint (cordon) does not evict a DaemonSet's pod", known,
-			fakeExit{ds: daemonSet(nil), node: noSchedule}, false, "still runs"},
+			fakeExit{ds: daemonSet(nil), node: noSchedule}, nil, false, "still runs"},
 		{"the node is deleted", known,
-			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "node-a")}, true, "node node-a is deleted"},
+			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "node-a")}, nil, true, "node node-a is deleted"},
 		{"not run by a DaemonSet", owner{known: true},
-			fakeExit{}, true, "not run by a DaemonSet"},
+			fakeExit{}, nil, true, "not run by a DaemonSet"},
 		{"API server down: keep", known,
-			fakeExit{dsErr: context.DeadlineExceeded}, false, "keeping the plugin installed"},
+			fakeExit{dsErr: context.DeadlineExceeded}, nil, false, "keeping the plugin installed"},
 		{"API server failing: keep", owner{},
-			fakeExit{podErr: apierrors.NewInternalError(context.Canceled)}, false, "HTTP 500"},
+			fakeExit{podErr: apierrors.NewInternalError(context.Canceled)}, nil, false, "HTTP 500"},
 		{"pod gone and owner unknown: keep", owner{},
-			fakeExit{podErr: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "istio-cni-node-x")}, false, "keeping"},
+			fakeExit{podErr: apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "istio-cni-node-x")}, nil, false, "keeping"},
 		{"node unreadable: keep", known,
-			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewServiceUnavailable("etcd")}, false, "cannot read node node-a"},
+			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewServiceUnavailable("etcd")}, nil, false, "cannot read node node-a"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideExit(context.Background(), &tc.f, tc.o, "kube-system", "istio-cni-node-x", "node-a")
+			got := decideExit(context.Background(), &tc.f, tc.plugin, tc.o, "kube-system", "istio-cni-node-x", "node-a")
 			if got.Uninstall != tc.uninstall || !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("decideExit = %+v, want uninstall=%v and a reason with %q", got, tc.uninstall, tc.reason)
 			}
