@@ -167,6 +167,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		removeStaleTemps(d)
 	}
 	removeStaleConfTemps(s.MountedNetDir)
+	removeStaleRunDirFiles(&s, log)
 	a.reconcile(dirtyAll)
 	a.loop(ctx, w)
 	w.Close()
@@ -641,6 +642,32 @@ func removeStaleConfTemps(dir string) {
 		}
 		if ext := filepath.Ext(n[:i]); slices.Contains(cniconf.Extensions, ext) || ext == ".orig" {
 			os.Remove(filepath.Join(dir, n))
+		}
+	}
+}
+
+// removeStaleRunDirFiles deletes what a killed agent or plugin left in the run
+// directory and no live process of this agent's will use: a half-written
+// kubeconfig or TLS session (".NAME.tmp-*"), and, when this agent keeps no pod
+// cache, the pod files of an agent that did. The plugin reads a pod's file before
+// anything else, and such files are never refreshed again; a recreated pod of the
+// same uid is impossible, but the file's annotations and containers would be those
+// of the moment the old agent died.
+func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
+	entries, _ := os.ReadDir(s.RunDir)
+	for _, e := range entries {
+		if n := e.Name(); kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName) {
+			os.Remove(filepath.Join(s.RunDir, n))
+		}
+	}
+	if !s.PodCache {
+		dir := filepath.Join(s.RunDir, kube.AgentPodFilesDir)
+		if _, err := os.Lstat(dir); err == nil {
+			if err := os.RemoveAll(dir); err != nil {
+				log.Warn("could not remove the pod files an earlier agent left; the plugin may read them", "dir", dir, "error", err)
+			} else {
+				log.Info("removed the pod files an earlier agent left (this agent keeps no pod cache)", "dir", dir)
+			}
 		}
 	}
 }
