@@ -276,12 +276,27 @@ func splitKey(s string) (key, value string, ok bool) {
 // that continue a plain scalar (folded with spaces).
 func (p *yamlParser) scalarWithContinuation(l yamlLine, v string, indent int) (any, error) {
 	plain := v[0] != '"' && v[0] != '\'' && v[0] != '{' && v[0] != '['
-	for p.i < len(p.ls) && p.ls[p.i].indent > indent {
+	end := p.i
+	for end < len(p.ls) && p.ls[end].indent > indent {
 		if !plain {
-			return nil, p.errf(p.ls[p.i].no, "a quoted scalar or flow collection continued on another line is not supported")
+			return nil, p.errf(p.ls[end].no, "a quoted scalar or flow collection continued on another line is not supported")
 		}
-		v += " " + p.ls[p.i].text
-		p.i++
+		end++
+	}
+	if end > p.i {
+		// Joined once: joining line by line would copy the scalar once per line.
+		n := len(v)
+		for _, c := range p.ls[p.i:end] {
+			n += 1 + len(c.text)
+		}
+		var b strings.Builder
+		b.Grow(n)
+		b.WriteString(v)
+		for _, c := range p.ls[p.i:end] {
+			b.WriteByte(' ')
+			b.WriteString(c.text)
+		}
+		v, p.i = b.String(), end
 	}
 	return p.scalar(l.no, v)
 }
