@@ -21,9 +21,18 @@ import (
 // double-quoted scalars on one line; flow mappings and sequences on one line
 // ({cluster: c, user: u}, [], {}); comments; JSON. What is refused, naming the line:
 // anchors and aliases, tags, block scalars (| and >), multi-line quoted scalars and
-// flow collections, tabs in indentation, a second document. Plain true/false/null
-// are read as such, every other plain scalar as a string (the fields read are
-// strings and one boolean).
+// flow collections, tabs in indentation, a second document, collections nested
+// deeper than MaxYAMLDepth. Plain true/false/null are read as such, every other
+// plain scalar as a string (the fields read are strings and one boolean).
+
+// MaxYAMLDepth bounds the nesting of the collections (block and flow mappings and
+// sequences, the top one included) in a kubeconfig in YAML: a deeper one is
+// refused naming its line, before the reader recurses into it, so that a file of
+// "[[[[" costs no deep stack (before this bound, 1 MiB of "[" grew the plugin's
+// stack to 512 MiB). A kubeconfig nests at most 7 levels (the file, users, a
+// user, its user, exec, exec's env, a variable). A kubeconfig in JSON keeps
+// jsontree.MaxDepth.
+const MaxYAMLDepth = 64
 
 // yamlToJSON converts a kubeconfig in the YAML described above (or JSON) to JSON.
 func yamlToJSON(raw []byte) ([]byte, error) {
@@ -110,11 +119,25 @@ type yamlParser struct {
 	// flowDepth counts the flow collections being read: only inside one do , ] }
 	// and ": " end a plain scalar.
 	flowDepth int
+	// depth counts the collections being read, block and flow (MaxYAMLDepth).
+	depth int
 }
 
 func (p *yamlParser) errf(line int, format string, a ...any) error {
 	return fmt.Errorf("line %d: %s", line, fmt.Sprintf(format, a...))
 }
+
+// enter counts a collection starting on line, refusing one nested deeper than
+// MaxYAMLDepth; leave uncounts it.
+func (p *yamlParser) enter(line int) error {
+	if p.depth >= MaxYAMLDepth {
+		return p.errf(line, "collections nested deeper than %d levels (a kubeconfig nests at most 7)", MaxYAMLDepth)
+	}
+	p.depth++
+	return nil
+}
+
+func (p *yamlParser) leave() { p.depth-- }
 
 // lines splits the document into lines without blank lines and comments.
 func (p *yamlParser) lines(s string) error {
@@ -193,6 +216,10 @@ func (p *yamlParser) node(indent int) (any, error) {
 }
 
 func (p *yamlParser) sequence(indent int) (any, error) {
+	if err := p.enter(p.ls[p.i].no); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	out := []any{}
 	for p.i < len(p.ls) && p.ls[p.i].indent == indent && (p.ls[p.i].text == "-" || strings.HasPrefix(p.ls[p.i].text, "- ")) {
 		l := p.ls[p.i]
@@ -223,6 +250,10 @@ func (p *yamlParser) sequence(indent int) (any, error) {
 }
 
 func (p *yamlParser) mapping(indent int) (any, error) {
+	if err := p.enter(p.ls[p.i].no); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	out := map[string]any{}
 	for p.i < len(p.ls) && p.ls[p.i].indent == indent {
 		l := p.ls[p.i]
@@ -357,6 +388,10 @@ func (p *yamlParser) flow(line int, s string) (any, string, error) {
 		}
 		return nil, "", p.errf(line, "unterminated single-quoted scalar (one line only)")
 	case '[':
+		if err := p.enter(line); err != nil {
+			return nil, "", err
+		}
+		defer p.leave()
 		p.flowDepth++
 		defer func() { p.flowDepth-- }()
 		out := []any{}
@@ -373,6 +408,10 @@ func (p *yamlParser) flow(line int, s string) (any, string, error) {
 		}
 		return out, rest[1:], nil
 	case '{':
+		if err := p.enter(line); err != nil {
+			return nil, "", err
+		}
+		defer p.leave()
 		p.flowDepth++
 		defer func() { p.flowDepth-- }()
 		out := map[string]any{}
