@@ -121,7 +121,8 @@ func AgentPodFile(dir, namespace, name string) (path string, ok bool) {
 // ReadAgentPodFile reads pod namespace/name from the agent's pod files in dir;
 // ErrNotFound when there is no file (the agent is not running, has not seen the
 // pod yet, or the name is not a pod name). The file is read whole, at most
-// MaxAnswerBytes, as an answer of the socket would be.
+// MaxAnswerBytes, as an answer of the socket would be, and without waiting:
+// anything but a regular file (a FIFO) is refused at once.
 func ReadAgentPodFile(dir, namespace, name string) (*Pod, error) {
 	path, ok := AgentPodFile(dir, namespace, name)
 	if !ok {

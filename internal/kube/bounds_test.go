@@ -3,9 +3,13 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestAContinuedScalarIsParsedInLinearTime: a plain scalar continued over many
@@ -112,4 +116,116 @@ func jsonDepth(t *testing.T, js []byte) int {
 			depth--
 		}
 	}
+}
+
+// TestThePluginsFilesAreReadOnlyWhenRegular: every file the plugin reads for its
+// lookup (the agent's pod file, the kubeconfig and the files it names, the TLS
+// session file) is refused at once, naming it, when it is not a regular file: a
+// FIFO would block the plugin's open until a writer came, past every bound of the
+// ADD. Files reached through symbolic links (a projected token volume's ..data)
+// are read as before.
+func TestThePluginsFilesAreReadOnlyWhenRegular(t *testing.T) {
+	const kubeconfig = "apiVersion: v1\ncurrent-context: x\n" +
+		"clusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"%s}}]\n" +
+		"contexts: [{name: x, context: {cluster: c, user: u}}]\n" +
+		"users: [{name: u, user: {%s}}]\n"
+	write := func(t *testing.T, path, data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name string
+		fifo string // the FIFO's path in the case's directory
+		// kubeconfig, when set, is written to kubeconfig in the directory.
+		kubeconfig string
+		read       func(dir, fifo string) error
+	}{
+		{name: "the agent's pod file", fifo: filepath.Join(AgentPodFilesDir, "ns_pod.json"), read: func(dir, _ string) error {
+			_, err := ReadAgentPodFile(filepath.Join(dir, AgentPodFilesDir), "ns", "pod")
+			return err
+		}},
+		{name: "the kubeconfig", fifo: "kubeconfig", read: func(_, fifo string) error {
+			_, err := LoadKubeconfig(fifo)
+			return err
+		}},
+		{name: "its certificate-authority", fifo: "ca.pem", kubeconfig: fmt.Sprintf(kubeconfig, ", certificate-authority: ca.pem", "token: t"), read: loadKubeconfigIn},
+		{name: "its client-key", fifo: "key.pem", kubeconfig: fmt.Sprintf(kubeconfig, "", "client-certificate-data: Q0VSVA==, client-key: key.pem"), read: loadKubeconfigIn},
+		{name: "its tokenFile", fifo: "token", kubeconfig: fmt.Sprintf(kubeconfig, "", "tokenFile: token"), read: func(dir, _ string) error {
+			kc, err := LoadKubeconfig(filepath.Join(dir, "kubeconfig"))
+			if err != nil {
+				return err
+			}
+			_, err = NewClient(kc, time.Second)
+			return err
+		}},
+		{name: "the TLS session file", fifo: "session", read: func(_, fifo string) error {
+			_, err := NewSessionFile(fifo, &Kubeconfig{Server: "https://127.0.0.1:1"}, "").load()
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fifo := filepath.Join(dir, c.fifo)
+			if err := os.MkdirAll(filepath.Dir(fifo), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if c.kubeconfig != "" {
+				write(t, filepath.Join(dir, "kubeconfig"), c.kubeconfig)
+			}
+			done := make(chan error, 1)
+			go func() { done <- c.read(dir, fifo) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Second):
+				// Unblock the reader's open with a writer, which closes at once.
+				if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					f.Close()
+				}
+				<-done
+				t.Fatalf("reading %s, a FIFO, had not returned after 2 s", fifo)
+			}
+			want := fifo + ": not a regular file (named pipe)"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("got %v, want an error with %q", err, want)
+			}
+		})
+	}
+	t.Run("files reached through symbolic links", func(t *testing.T) {
+		// As a projected volume lays them out: token -> ..data/token, ..data -> ..2024_01_01.
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "..2024_01_01"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "..2024_01_01", "token"), "projected-token\n")
+		write(t, filepath.Join(dir, "..2024_01_01", "kubeconfig"), fmt.Sprintf(kubeconfig, "", "tokenFile: token"))
+		for _, link := range [][2]string{{"..2024_01_01", "..data"}, {"..data/token", "token"}, {"..data/kubeconfig", "kubeconfig"}} {
+			if err := os.Symlink(link[0], filepath.Join(dir, link[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kc, err := LoadKubeconfig(filepath.Join(dir, "kubeconfig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewClient(kc, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.token != "projected-token" {
+			t.Errorf("token %q, want the projected file's", c.token)
+		}
+	})
+}
+
+// loadKubeconfigIn loads the kubeconfig in dir.
+func loadKubeconfigIn(dir, _ string) error {
+	_, err := LoadKubeconfig(filepath.Join(dir, "kubeconfig"))
+	return err
 }
