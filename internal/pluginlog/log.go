@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -66,10 +67,13 @@ func New(stderr io.Writer, o Options) *Logger {
 	}
 	var closers []io.Closer
 	var events *agentWriter
+	var notRegular error
 	if o.File != "" {
 		if f, err := openBounded(o.File); err == nil {
 			handlers = append(handlers, slog.NewJSONHandler(f, hopts))
 			closers = append(closers, f)
+		} else if errors.Is(err, errNotRegular) {
+			notRegular = err
 		}
 	}
 	if o.Socket != "" {
@@ -83,7 +87,11 @@ func New(stderr io.Writer, o Options) *Logger {
 			closers = append(closers, p)
 		}
 	}
-	return &Logger{Logger: slog.New(fanout(handlers)), closers: closers, events: events}
+	l := &Logger{Logger: slog.New(fanout(handlers)), closers: closers, events: events}
+	if notRegular != nil {
+		l.Warn(`log_file is not a regular file: the records go to stderr and the agent only (set log_file to "" for no file)`, "error", notRegular)
+	}
+	return l
 }
 
 // MaxFileBytes bounds the log file (it lives in the agent's run dir, a tmpfs, so in
@@ -92,14 +100,56 @@ func New(stderr io.Writer, o Options) *Logger {
 // writes a few hundred bytes, so 5 MiB is the last ten thousand or so.
 const MaxFileBytes = 5 << 20
 
+// errNotRegular is openBounded's error for a log file that is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
 // openBounded opens path for appending, first rotating it when it is full. Plugins
 // run concurrently: two may rotate at once, which loses at most one rotated file's
-// older lines, never the bound.
+// older lines, never the bound. Only a regular file (or a symbolic link to one) is
+// used, anything else is refused with errNotRegular: it is opened without
+// blocking, since a FIFO no one reads would block the open until a reader came,
+// and one with a reader would block the writes once its buffer is full.
 func openBounded(path string) (*os.File, error) {
-	if st, err := os.Stat(path); err == nil && st.Size() >= MaxFileBytes {
+	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() && st.Size() >= MaxFileBytes {
 		_ = os.Rename(path, path+".1")
 	}
-	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0o600)
+	if errors.Is(err, syscall.ENXIO) { // a FIFO no one reads, a unix socket
+		typ := "no reader"
+		if st, err := os.Stat(path); err == nil {
+			typ = fileType(st.Mode())
+		}
+		return nil, fmt.Errorf("%s: %w (%s)", path, errNotRegular, typ)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s: %w (%s)", path, errNotRegular, fileType(st.Mode()))
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// fileType names the type of a file that is not a regular one.
+func fileType(m os.FileMode) string {
+	switch m.Type() {
+	case os.ModeNamedPipe:
+		return "named pipe"
+	case os.ModeSocket:
+		return "socket"
+	case os.ModeDevice:
+		return "block device"
+	case os.ModeDevice | os.ModeCharDevice:
+		return "character device"
+	case os.ModeDir:
+		return "directory"
+	}
+	return m.Type().String()
 }
 
 // Logger is a slog.Logger that owns its outputs.
