@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"net/url"
 	"path"
@@ -117,9 +118,20 @@ type PodLookup struct {
 // Retries x Interval (30 s by default), and never less than one request's timeout
 // (PodRequestTimeout): a short interval must not cut off an API server that is
 // slow under a burst of ADDs but answers. Each request gets at most
-// PodRequestTimeout of it.
+// PodRequestTimeout of it. A product past the largest Duration is that largest
+// Duration, never a wrapped one (Validate refuses any over MaxPodLookupBound).
 func (l PodLookup) Bound() time.Duration {
+	if l.overLimit(math.MaxInt64) {
+		return math.MaxInt64
+	}
 	return max(time.Duration(l.Retries)*l.Interval, PodRequestTimeout)
+}
+
+// overLimit says whether Retries x Interval is more than limit, without
+// computing the product (which may not fit a Duration); false when either is not
+// positive.
+func (l PodLookup) overLimit(limit time.Duration) bool {
+	return l.Retries > 0 && l.Interval > 0 && int64(l.Retries) > int64(limit/l.Interval)
 }
 
 // MaxPodLookupBound bounds the lookup's bound, well under the runtime's own CNI
@@ -494,8 +506,8 @@ func (c *Config) Validate() error {
 	}
 	if c.PodLookup.Interval <= 0 {
 		bad("pod_lookup.interval", "%s: must be positive", c.PodLookup.Interval)
-	} else if b := c.PodLookup.Bound(); b > MaxPodLookupBound {
-		bad("pod_lookup", "retries %d x interval %s = %s, more than the limit of %s", c.PodLookup.Retries, c.PodLookup.Interval, b, MaxPodLookupBound)
+	} else if c.PodLookup.overLimit(MaxPodLookupBound) { // before multiplying: the product may not fit a Duration
+		bad("pod_lookup", "retries %d x interval %s is more than the limit of %s", c.PodLookup.Retries, c.PodLookup.Interval, MaxPodLookupBound)
 	}
 	if len(c.ExtraBypassUIDs) > MaxExtraBypassUIDs {
 		bad("extra_bypass_uids", "%d uids given, at most %d are supported", len(c.ExtraBypassUIDs), MaxExtraBypassUIDs)

@@ -281,6 +281,47 @@ func TestExtraBypassUIDsAreBounded(t *testing.T) {
 	}
 }
 
+// TestPodLookupIsRefusedOverItsBoundWhateverTheProduct: retries x interval over
+// MaxPodLookupBound is refused naming pod_lookup and both values, also where the
+// product does not fit a time.Duration (it wrapped to a negative bound, which
+// Bound lifted to one request's timeout: the limit was bypassed); Bound never
+// wraps either.
+func TestPodLookupIsRefusedOverItsBoundWhateverTheProduct(t *testing.T) {
+	for _, tc := range []struct {
+		lookup string
+		want   string // the error; "" when accepted
+	}{
+		{`{"retries":60,"interval":"1s"}`, ""},
+		{`{"retries":120,"interval":"500ms"}`, ""},
+		{`{"retries":61,"interval":"1s"}`,
+			`plugin config: "pod_lookup": retries 61 x interval 1s is more than the limit of 1m0s`},
+		{`{"retries":1,"interval":"1000000h"}`,
+			`plugin config: "pod_lookup": retries 1 x interval 1000000h0m0s is more than the limit of 1m0s`},
+		{`{"retries":3,"interval":"1000000h"}`, // 3 x 3.6e18 ns: past the largest Duration
+			`plugin config: "pod_lookup": retries 3 x interval 1000000h0m0s is more than the limit of 1m0s`},
+		{`{"retries":10000000000,"interval":"1s"}`, // 1e10 x 1e9 ns
+			`plugin config: "pod_lookup": retries 10000000000 x interval 1s is more than the limit of 1m0s`},
+		{`{"retries":9223372036854775807,"interval":"1ns"}`,
+			`plugin config: "pod_lookup": retries 9223372036854775807 x interval 1ns is more than the limit of 1m0s`},
+	} {
+		t.Run(tc.lookup, func(t *testing.T) {
+			_, err := ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"istio-cni","pod_lookup":` + tc.lookup + `}`))
+			got := "none"
+			if err != nil {
+				got = err.Error()
+			}
+			if want := tc.want; got != want && (want != "" || got != "none") {
+				t.Errorf("error:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+	for _, l := range []PodLookup{{Retries: 3, Interval: 1000000 * time.Hour}, {Retries: 1e10, Interval: time.Second}} {
+		if b := l.Bound(); b < MaxPodLookupBound {
+			t.Errorf("%+v: Bound() = %s, want at least %s", l, b, MaxPodLookupBound)
+		}
+	}
+}
+
 func TestPrevResultIPsReadsEveryVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name, json string
