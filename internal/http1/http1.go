@@ -37,8 +37,15 @@ type Response struct {
 	Body       []byte
 }
 
-// MaxHeaderBytes bounds the status line and headers of an answer.
+// MaxHeaderBytes bounds the status line and headers of an answer (with the
+// trailer fields of a chunked body, which are headers too).
 const MaxHeaderBytes = 64 << 10
+
+// MaxChunkLineBytes bounds each chunk-size line of a chunked body (the size, any
+// extensions, the CRLF). The chunk lines are framing, not headers: each has its
+// own bound, however many chunks there are, and the body they frame is bounded by
+// the caller's limit only.
+const MaxChunkLineBytes = 4 << 10
 
 // ErrTooLarge is returned when an answer's body exceeds the caller's limit.
 var ErrTooLarge = errors.New("answer larger than the limit")
@@ -157,12 +164,27 @@ type headerReader struct {
 }
 
 func (h *headerReader) line() (string, error) {
+	line, n, err := readLine(h.r, h.left)
+	h.left -= n
+	if err == errLineTooLong {
+		return "", fmt.Errorf("headers longer than %d bytes", MaxHeaderBytes)
+	}
+	return line, err
+}
+
+// errLineTooLong is readLine's error for a line longer than its bound.
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads a CRLF (or LF) terminated line of at most max bytes, its
+// terminator included, and returns it without the terminator and the bytes read;
+// a longer line is errLineTooLong, read no further than max bytes and a buffer.
+func readLine(r *bufio.Reader, max int) (string, int, error) {
 	var line []byte
+	n := 0
 	for {
-		frag, err := h.r.ReadSlice('\n')
-		h.left -= len(frag)
-		if h.left < 0 {
-			return "", fmt.Errorf("headers longer than %d bytes", MaxHeaderBytes)
+		frag, err := r.ReadSlice('\n')
+		if n += len(frag); n > max {
+			return "", n, errLineTooLong
 		}
 		line = append(line, frag...)
 		if err == nil {
@@ -172,13 +194,16 @@ func (h *headerReader) line() (string, error) {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return "", err
+			return "", n, err
 		}
 	}
-	return strings.TrimRight(string(line), "\r\n"), nil
+	return strings.TrimRight(string(line), "\r\n"), n, nil
 }
 
 // chunkReader decodes a chunked body (RFC 9112, 7.1); trailers are read and dropped.
+// Each chunk-size line is bounded by MaxChunkLineBytes, the CRLF after a chunk's
+// data must be just that, and the trailers count against what is left of the
+// headers' MaxHeaderBytes (hr).
 type chunkReader struct {
 	r    *bufio.Reader
 	hr   *headerReader
@@ -191,7 +216,10 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 		if c.done {
 			return 0, io.EOF
 		}
-		line, err := c.hr.line()
+		line, _, err := readLine(c.r, MaxChunkLineBytes)
+		if err == errLineTooLong {
+			return 0, fmt.Errorf("chunk size line longer than %d bytes", MaxChunkLineBytes)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("chunk size: %w", err)
 		}
@@ -221,7 +249,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	if c.left == 0 && err == nil {
-		if crlf, err := c.hr.line(); err != nil || crlf != "" {
+		if crlf, _, err := readLine(c.r, len("\r\n")); err != nil || crlf != "" {
 			return n, fmt.Errorf("chunk not followed by CRLF")
 		}
 	}

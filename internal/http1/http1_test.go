@@ -3,6 +3,7 @@ package http1
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -111,6 +112,9 @@ func TestReadMalformedAnswers(t *testing.T) {
 		{"bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"},
 		{"unknown transfer encoding", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "not supported"},
 		{"headers too long", "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", MaxHeaderBytes) + "\r\n\r\n", "headers longer"},
+		{"chunk size line too long", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;" + strings.Repeat("x", MaxChunkLineBytes) + "\r\nhello\r\n0\r\n\r\n",
+			fmt.Sprintf("chunk size line longer than %d bytes", MaxChunkLineBytes)},
+		{"chunk longer than its size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello world\r\n0\r\n\r\n", "chunk not followed by CRLF"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -124,6 +128,31 @@ func TestReadMalformedAnswers(t *testing.T) {
 	resp, err := read(bufio.NewReader(strings.NewReader("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX: y\r\n\r\nto the end")), 1<<20)
 	if err != nil || resp.StatusCode != 200 || string(resp.Body) != "to the end" {
 		t.Fatalf("got %+v, %v", resp, err)
+	}
+}
+
+// TestManySmallChunksAreBoundedByTheBodyLimitOnly: the chunk-size lines and the
+// CRLF after each chunk are framing, bounded line by line (MaxChunkLineBytes),
+// not counted against the headers' MaxHeaderBytes: a 200 KiB answer in 16-byte
+// chunks (about 12,800 chunk lines, 77 KiB of framing) is read whole, and only
+// the body limit refuses it.
+func TestManySmallChunksAreBoundedByTheBodyLimitOnly(t *testing.T) {
+	body := strings.Repeat("0123456789abcdef", 200<<10/16)
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for i := 0; i < len(body); i += 16 {
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", 16, body[i:i+16])
+	}
+	b.WriteString("0\r\nX-Trailer: t\r\n\r\n")
+	resp, err := read(bufio.NewReader(strings.NewReader(b.String())), 16<<20)
+	if err != nil {
+		t.Fatalf("a %d-byte body in 16-byte chunks (limit %d): %v", len(body), 16<<20, err)
+	}
+	if string(resp.Body) != body {
+		t.Fatalf("body %d bytes, want the %d sent", len(resp.Body), len(body))
+	}
+	if _, err := read(bufio.NewReader(strings.NewReader(b.String())), int64(len(body)-1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("with a limit 1 byte short of the body: %v, want %v", err, ErrTooLarge)
 	}
 }
 
