@@ -88,7 +88,7 @@ func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 // Run serves on the unix socket at path until ctx ends, and keeps the pod files
 // beside it (kube.AgentPodFilesDir) until then. The socket and the files are
 // readable only by root (the plugin runs as root; pod data must not leak to other
-// users).
+// users). A connection is bounded by ReadTimeout, WriteTimeout and IdleTimeout.
 //
 // A socket and files already there are a previous agent's, and Run replaces them,
 // also while that agent still runs (a rolling update: both mount the run directory
@@ -141,7 +141,8 @@ func (s *Server) Run(ctx context.Context, path string) error {
 	if err := os.Chmod(path, 0o600); err != nil {
 		return fmt.Errorf("pod cache: %w", err)
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second, ReadTimeout: ReadTimeout,
+		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
@@ -202,6 +203,18 @@ type WaitCounts struct{ Found, TimedOut atomic.Uint64 }
 // MaxWait bounds the wait parameter of a pod request: how long the socket holds a
 // request for a pod it does not hold yet.
 const MaxWait = time.Second
+
+// The bounds of one connection to pods.sock. A plugin asks once or twice and
+// closes; a peer that sends nothing more on a kept-alive connection is dropped
+// after IdleTimeout, and one that sends a request slowly after ReadTimeout,
+// instead of holding a descriptor and a goroutine of the agent for ever.
+// WriteTimeout counts from the end of the request's headers, so it exceeds the
+// longest a request is held (MaxWait) by the time to answer it.
+const (
+	ReadTimeout  = 2 * time.Second
+	IdleTimeout  = 2 * time.Second
+	WriteTimeout = MaxWait + 2*time.Second
+)
 
 // MaxUIDBytes bounds the uid parameter of a pod request (a Kubernetes uid is a
 // 36-byte UUID).
