@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Level is a log level by Istio's name. The plugin's config, install-cni and
@@ -39,7 +41,7 @@ func ParseLevel(s string) (Level, error) {
 			return l, nil
 		}
 	}
-	return "", fmt.Errorf("%q is not a log level (%s)", s, levelNames())
+	return "", fmt.Errorf("%s is not a log level (%s)", redirect.Quote(s), levelNames())
 }
 
 func levelNames() string {
@@ -113,7 +115,7 @@ func ScopeLevel(s, scope string) (l Level, ok bool) {
 }
 
 func outputLevelError(s string) error {
-	return fmt.Errorf("%q is not a log level (%s) or a list of scope:level", s, levelNames())
+	return fmt.Errorf("%s is not a log level (%s) or a list of scope:level", redirect.Quote(s), levelNames())
 }
 
 // Slog maps the level to slog's scale: fatal and panic let only graver records

@@ -3,6 +3,8 @@ package iptables
 import (
 	"fmt"
 	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Mode is the iptables implementation the rules are written with.
@@ -25,5 +27,5 @@ func ParseMode(s string) (Mode, error) {
 	case "auto":
 		return ModeAuto, nil
 	}
-	return "", fmt.Errorf("%q is not an iptables mode (legacy, nft or auto)", s)
+	return "", fmt.Errorf("%s is not an iptables mode (legacy, nft or auto)", redirect.Quote(s))
 }

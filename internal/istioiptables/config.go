@@ -103,7 +103,7 @@ func toggle(field func(*Config) *bool) func(*Config, string) error {
 // flag name upper-cased, '-' -> '_', plus the aliases Istio also reads), this
 // project's additions, and the settings Istio reads only from the environment.
 // Defaults are shown in --help only: ParseConfig starts from DefaultConfig.
-var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settings.Setting[Config]{
+var table = settings.Table[Config]{Command: "istio-iptables", MaxValueBytes: redirect.MaxValueBytes, Settings: []settings.Setting[Config]{
 	// Istio binds --envoy-port without a variable (ENVOY_PORT is only logged there),
 	// so an ENVOY_PORT meant for something else never moves the outbound capture.
 	{Name: "envoy-port", Short: "p", Default: "15001",
@@ -176,7 +176,7 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 		Set: func(c *Config, v string) error {
 			d, err := time.ParseDuration(strings.TrimSpace(v))
 			if err != nil || d <= 0 {
-				return fmt.Errorf("%q is not a positive duration (like 5s)", v)
+				return fmt.Errorf("%s is not a positive duration (like 5s)", redirect.Quote(v))
 			}
 			c.ProbeTimeout = d
 			return nil
@@ -197,7 +197,7 @@ var table = settings.Table[Config]{Command: "istio-iptables", Settings: []settin
 		Usage: "network namespace to program (a path like /var/run/netns/NAME); default: the current one",
 		Set: func(c *Config, v string) error {
 			if v != "" && !filepath.IsAbs(v) {
-				return fmt.Errorf("%q is not an absolute path", v)
+				return fmt.Errorf("%s is not an absolute path", redirect.Quote(v))
 			}
 			c.NetworkNamespace = v
 			return nil
@@ -262,7 +262,7 @@ func parseForcedBinary(v string) (iptables.Mode, error) {
 	case iptables.ModeAuto, iptables.ModeLegacy, iptables.ModeNFT:
 		return m, nil
 	}
-	return "", fmt.Errorf("%q is not an iptables binary (legacy or nft; empty detects)", v)
+	return "", fmt.Errorf("%s is not an iptables binary (legacy or nft; empty detects)", redirect.Quote(v))
 }
 
 func ignoreBool(_ *Config, v string) error {
@@ -284,7 +284,9 @@ var ErrHelp = settings.ErrHelp
 
 // ParseConfig turns command-line arguments and environment variables (looked up
 // with lookupEnv) into a Config. A flag overrides its variables. Every error names
-// the flag or variable and quotes the value.
+// the flag or variable and quotes the value (with redirect.Quote: a long one by its
+// first bytes and its length); a value over redirect.MaxValueBytes, of any flag or
+// variable, is refused before it is parsed, naming its length.
 func ParseConfig(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
 	c := DefaultConfig()
 	conflict := ownerGroupsConflict(lookupEnv)
@@ -319,8 +321,8 @@ func ownerGroupsConflict(lookupEnv func(string) (string, bool)) error {
 	exclude, _ := lookupEnv(EnvOwnerGroupsExclude)
 	exclude = strings.TrimSpace(exclude)
 	if includeSet && include != "*" && exclude != "" {
-		return fmt.Errorf("environment variables %s=%q and %s=%q cannot both be set",
-			EnvOwnerGroupsInclude, include, EnvOwnerGroupsExclude, exclude)
+		return fmt.Errorf("environment variables %s=%s and %s=%s cannot both be set",
+			EnvOwnerGroupsInclude, redirect.Quote(include), EnvOwnerGroupsExclude, redirect.Quote(exclude))
 	}
 	return nil
 }

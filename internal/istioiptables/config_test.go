@@ -327,3 +327,84 @@ func TestParseConfigHelpIsNotAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigRefusesAValueOverTheLimitNamingTheSettingAndItsLength: every
+// flag and variable of istio-iptables, whether or not redirect.Spec parses it, is
+// refused over redirect.MaxValueBytes with an error naming it and the value's
+// length, without the value; at the limit a value is parsed as before.
+func TestParseConfigRefusesAValueOverTheLimitNamingTheSettingAndItsLength(t *testing.T) {
+	long := strings.Repeat("x", redirect.MaxValueBytes+1)
+	length := "a value of 16385 bytes, longer than the limit of 16384"
+	type input struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}
+	var cases []input
+	for _, s := range table.Settings {
+		if s.Name != "" {
+			cases = append(cases, input{"--" + s.Name, []string{"--" + s.Name + "=" + long}, nil, "--" + s.Name})
+			if s.Bool {
+				cases = append(cases, input{"--" + s.Name + " as the next argument", []string{"--" + s.Name, long}, nil, "unexpected argument"})
+			} else {
+				cases = append(cases, input{"--" + s.Name + " as the next argument", []string{"--" + s.Name, "/" + long[1:]}, nil, "--" + s.Name})
+			}
+		}
+		for _, env := range s.Envs {
+			cases = append(cases, input{env, nil, map[string]string{env: long}, env})
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig(tc.args, envOf(tc.env))
+			if tc.want == "unexpected argument" { // a switch takes no separate value: the value is an argument
+				if err == nil || len(err.Error()) > 256 {
+					t.Errorf("a switch followed by a long argument: %v", err)
+				}
+				return
+			}
+			wanterr.Mentions(t, err, tc.want, length)
+			if err != nil && len(err.Error()) > 256 {
+				t.Errorf("the refusal is %d bytes: %.300s...", len(err.Error()), err)
+			}
+		})
+	}
+	for _, name := range []string{"network-namespace", "resolv-conf"} {
+		at := "/" + long[:redirect.MaxValueBytes-1]
+		if _, err := ParseConfig([]string{"--" + name, at}, envOf(nil)); err != nil {
+			t.Errorf("--%s of exactly %d bytes: %v", name, redirect.MaxValueBytes, err)
+		}
+	}
+}
+
+// TestParseConfigQuotesALongValueShort: a bad value under the limit, of a setting
+// redirect.Spec does not parse, is quoted by its first bytes and its length.
+func TestParseConfigQuotesALongValueShort(t *testing.T) {
+	long := strings.Repeat("y", 10000)
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"--network-namespace", []string{"--network-namespace", long}, nil, "--network-namespace"},
+		{"--probe-timeout", []string{"--probe-timeout", long}, nil, "--probe-timeout"},
+		{"--iptables-mode", []string{"--iptables-mode", long}, nil, "--iptables-mode"},
+		{"--force-iptables-binary", []string{"--force-iptables-binary", long}, nil, "--force-iptables-binary"},
+		{"--log_output_level", []string{"--log_output_level", long}, nil, "--log_output_level"},
+		{"--log_output_level scoped", []string{"--log_output_level", "default:" + long}, nil, "--log_output_level"},
+		{"--dry-run", []string{"--dry-run=" + long}, nil, "--dry-run"},
+		{"DRY_RUN", nil, map[string]string{"DRY_RUN": long}, "DRY_RUN"},
+		{"owner groups conflict", nil, map[string]string{EnvOwnerGroupsInclude: "a," + long, EnvOwnerGroupsExclude: "b"}, EnvOwnerGroupsInclude},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig(tc.args, envOf(tc.env))
+			wanterr.Mentions(t, err, tc.want, " bytes)")
+			if err != nil && len(err.Error()) > 512 {
+				t.Errorf("the refusal is %d bytes: %.300s...", len(err.Error()), err)
+			}
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Setting is one setting of a T: a flag, and the environment variables that give it
@@ -71,7 +73,11 @@ type Table[T any] struct {
 	// such a setting is left alone: the caller passes Parse a T holding its defaults,
 	// and Default is only shown in --help.
 	SetDefaults bool
-	Settings    []Setting[T]
+	// MaxValueBytes, when not 0, bounds every value the table reads (a flag's, a
+	// variable's, a default): a longer one is refused before its Set parses it,
+	// with an error that names the setting and the value's length, not the value.
+	MaxValueBytes int
+	Settings      []Setting[T]
 }
 
 // ErrHelp is what Parse returns for -h and --help.
@@ -139,10 +145,13 @@ func (t Table[T]) Parse(dst *T, args []string, lookupEnv func(string) (string, b
 		if errors.Is(err, pflag.ErrHelp) {
 			return ErrHelp
 		}
+		if bad := (*pflag.InvalidValueError)(nil); errors.As(err, &bad) {
+			err = t.invalidValue(bad)
+		}
 		return fmt.Errorf("%w (see --help)", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: %s takes only flags (see --help)", fs.Arg(0), t.Command)
+		return fmt.Errorf("unexpected argument %s: %s takes only flags (see --help)", redirect.Quote(fs.Arg(0)), t.Command)
 	}
 	var errs []error
 	for _, s := range t.Settings {
@@ -156,11 +165,42 @@ func (t Table[T]) Parse(dst *T, args []string, lookupEnv func(string) (string, b
 		} else {
 			continue
 		}
+		if err := t.checkLength(value); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s: %w", source, err))
+			continue
+		}
 		if err := s.Set(dst, value); err != nil {
 			errs = append(errs, fmt.Errorf("invalid %s: %w", source, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkLength refuses a value longer than MaxValueBytes.
+func (t Table[T]) checkLength(value string) error {
+	if t.MaxValueBytes > 0 && len(value) > t.MaxValueBytes {
+		return fmt.Errorf("a value of %d bytes, longer than the limit of %d", len(value), t.MaxValueBytes)
+	}
+	return nil
+}
+
+// invalidValue is pflag's error for a value its flag cannot hold (a switch given a
+// word other than true or false), with the value quoted by redirect.Quote (a long
+// one by its first bytes and its length), or over MaxValueBytes its length alone.
+func (t Table[T]) invalidValue(bad *pflag.InvalidValueError) error {
+	f := bad.GetFlag()
+	if err := t.checkLength(bad.GetValue()); err != nil {
+		for _, s := range t.Settings {
+			if s.Name == f.Name {
+				return fmt.Errorf("invalid flag %s: %w", s.flag(), err)
+			}
+		}
+	}
+	name := "--" + f.Name
+	if f.Shorthand != "" && f.ShorthandDeprecated == "" {
+		name = "-" + f.Shorthand + ", " + name
+	}
+	return fmt.Errorf("invalid argument %s for %q flag: %w", redirect.Quote(bad.GetValue()), name, errors.Unwrap(bad))
 }
 
 // Lookup is the value the setting named name takes from its flag in args or from

@@ -189,3 +189,63 @@ func TestUsagesListFlagsWithTheirVariablesAndTheEnvironmentOnlyOnes(t *testing.T
 		t.Errorf("EnvUsages (-want +got):\n%s", diff)
 	}
 }
+
+// TestParseRefusesAValueOverMaxValueBytes: with MaxValueBytes, a value longer than
+// it, from a flag, a switch, a variable or a default, is refused before its Set
+// parses it, with an error that names the setting and the value's length and
+// does not quote the value; a switch's word pflag cannot read is quoted short.
+func TestParseRefusesAValueOverMaxValueBytes(t *testing.T) {
+	long := strings.Repeat("x", 1000)
+	cases := []struct {
+		name  string
+		table func() Table[conf]
+		args  []string
+		env   map[string]string
+		want  string
+	}{
+		{name: "a flag", args: []string{"--name", long},
+			want: "invalid flag --name: a value of 1000 bytes, longer than the limit of 100"},
+		{name: "a short flag", args: []string{"-p" + long},
+			want: "invalid flag -p/--port: a value of 1000 bytes, longer than the limit of 100"},
+		{name: "a switch", args: []string{"--on=" + long},
+			want: "invalid flag --on: a value of 1000 bytes, longer than the limit of 100 (see --help)"},
+		{name: "a variable", env: map[string]string{"NAME": long},
+			want: "invalid environment variable NAME: a value of 1000 bytes, longer than the limit of 100"},
+		{name: "an environment-only setting", env: map[string]string{"USER_NAME": long},
+			want: "invalid environment variable USER_NAME: a value of 1000 bytes, longer than the limit of 100"},
+		{name: "a default", table: func() Table[conf] {
+			t := testTable(true)
+			t.Settings[1].Default = long
+			return t
+		}, want: "invalid default of --name: a value of 1000 bytes, longer than the limit of 100"},
+		{name: "a switch's word under the limit is quoted short", args: []string{"--on=" + long[:99]},
+			want: `invalid argument "` + long[:48] + `"... (99 bytes) for "--on" flag: must be true or false (see --help)`},
+		{name: "every value over it at once", args: []string{"--name", long}, env: map[string]string{"PORT": long},
+			want: "invalid environment variable PORT: a value of 1000 bytes, longer than the limit of 100\n" +
+				"invalid flag --name: a value of 1000 bytes, longer than the limit of 100"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl := testTable(false)
+			if tc.table != nil {
+				tbl = tc.table()
+			}
+			tbl.MaxValueBytes = 100
+			c := conf{Port: 1}
+			err := tbl.Parse(&c, tc.args, envOf(tc.env))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse error:\n%v\nwant:\n%s", err, tc.want)
+			}
+			if c.Name == long || c.User == long {
+				t.Errorf("the long value was set: %+v", c)
+			}
+		})
+	}
+	// At the limit, a value is parsed.
+	tbl := testTable(false)
+	tbl.MaxValueBytes = 100
+	var c conf
+	if err := tbl.Parse(&c, []string{"--name", long[:100]}, envOf(nil)); err != nil || c.Name != long[:100] {
+		t.Errorf("a value of exactly MaxValueBytes: %v, name %d bytes", err, len(c.Name))
+	}
+}
