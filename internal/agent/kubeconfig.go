@@ -6,16 +6,23 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // Kubeconfig renders the plugin's kubeconfig: the API server of the settings, the
 // CA (unless TLS verification is skipped) and the agent's ServiceAccount token,
 // inline so the file stands alone on the host. Pure: the caller reads the files.
+// A kubeconfig over kube.MaxFileBytes, which the plugin would refuse on every
+// lookup, is refused here, naming the CA file and its size (inline in base64 it
+// takes 4/3 of it): a CA file over about 760 KiB does not fit.
 func Kubeconfig(s *Settings, token, caPEM []byte) ([]byte, error) {
 	token = bytes.TrimSpace(token)
 	if len(token) == 0 {
@@ -50,7 +57,15 @@ func Kubeconfig(s *Settings, token, caPEM []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode kubeconfig: %w", err)
 	}
-	return append([]byte("# Kubeconfig of the istio-cni plugin, written by install-cni; rewritten when the token rotates.\n"), out...), nil
+	out = append([]byte("# Kubeconfig of the istio-cni plugin, written by install-cni; rewritten when the token rotates.\n"), out...)
+	if len(out) > kube.MaxFileBytes {
+		what := fmt.Sprintf("its token is %d bytes", len(token))
+		if len(c.CertificateAuthorityData) > 0 {
+			what = fmt.Sprintf("CA file %s is %d bytes, inline in base64 (4/3 of its size), and the token %d bytes", s.CAFile(), len(caPEM), len(token))
+		}
+		return nil, fmt.Errorf("the plugin's kubeconfig would be %d bytes, over the plugin's limit of %d: %s", len(out), kube.MaxFileBytes, what)
+	}
+	return out, nil
 }
 
 // checkCA refuses a CA file that holds no certificate: the plugin would fail every
@@ -79,17 +94,45 @@ func checkCA(data []byte) error {
 }
 
 // readCredentials reads the agent's token (when the plugin uses it) and, unless TLS
-// verification is skipped, the CA.
+// verification is skipped, the CA, each through readCredential.
 func readCredentials(s *Settings) (token, ca []byte, err error) {
 	if s.PluginServiceAccount == "" {
-		if token, err = os.ReadFile(s.TokenFile()); err != nil {
+		if token, err = readCredential(s.TokenFile()); err != nil {
 			return nil, nil, fmt.Errorf("read service account token: %w", err)
 		}
 	}
 	if !s.SkipTLSVerify {
-		if ca, err = os.ReadFile(s.CAFile()); err != nil {
+		if ca, err = readCredential(s.CAFile()); err != nil {
 			return nil, nil, fmt.Errorf("read CA for the plugin's kubeconfig: %w", err)
 		}
 	}
 	return token, ca, nil
+}
+
+// readCredential reads a token or CA file, refusing one over kube.MaxFileBytes (the
+// plugin's own limit for each file it reads) and anything but a regular file (a
+// symbolic link to one, as a projected volume's, is followed): it is opened without
+// blocking, so a FIFO in its place does not hold the agent's loop, and read through
+// a bound, so a device or a growing file is not read without end.
+func readCredential(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, kube.MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > kube.MaxFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, kube.MaxFileBytes)
+	}
+	return data, nil
 }
