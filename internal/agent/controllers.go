@@ -36,6 +36,10 @@ const controllerStopWait = 3 * time.Second
 // RestConfig is the agent's own API client config, from the same settings as the
 // plugin's kubeconfig. The token is read from its file, not copied: client-go
 // re-reads the file, so a rotated projected token is picked up without a restart.
+// It sets no Timeout on purpose: client-go applies it to a whole request, a watch's
+// stream included, so it would cut the informers' watches; the controllers bound
+// each of their own calls instead (repair.APITimeout, taint.APITimeout,
+// nad.APITimeout).
 func RestConfig(s *Settings) *rest.Config {
 	c := &rest.Config{
 		Host:            s.KubeProtocol + "://" + net.JoinHostPort(s.KubeHost, strconv.Itoa(int(s.KubePort))),

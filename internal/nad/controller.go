@@ -72,6 +72,9 @@ type Deps struct {
 	// MissingCRDRetry is how often the controller looks again for the
 	// NetworkAttachmentDefinition API when it is not served; 0: 30s.
 	MissingCRDRetry time.Duration
+	// APITimeout bounds each call of the controller's worker to the API server;
+	// 0: APITimeout.
+	APITimeout time.Duration
 }
 
 // Controller keeps the NetworkAttachmentDefinition Config.Network present in every
@@ -82,6 +85,8 @@ type Controller struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	crdRetry time.Duration
+	// apiTimeout bounds each call of the worker to the API server (Deps.APITimeout).
+	apiTimeout time.Duration
 }
 
 // New checks cfg; it starts nothing.
@@ -92,7 +97,8 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 	if client == nil {
 		return nil, errors.New("multus controller: no Kubernetes client")
 	}
-	c := &Controller{cfg: cfg, client: client, log: deps.Logger, metrics: deps.Metrics, crdRetry: deps.MissingCRDRetry}
+	c := &Controller{cfg: cfg, client: client, log: deps.Logger, metrics: deps.Metrics, crdRetry: deps.MissingCRDRetry,
+		apiTimeout: cmp.Or(deps.APITimeout, APITimeout)}
 	c.log = cmp.Or(c.log, slog.Default()).With("controller", "multus", "identity", cfg.Identity)
 	if c.metrics == nil {
 		c.metrics = &Metrics{}
@@ -192,6 +198,28 @@ func (c *Controller) lead(ctx context.Context) error {
 	return nil
 }
 
+// APITimeout bounds each call of the controller to the API server outside its
+// informers: the check that the NetworkAttachmentDefinition API is served, the
+// owner ClusterRole's read and a create. The agent's API client has no overall
+// timeout, which would also cut the informers' watches (client-go applies
+// http.Client.Timeout to a whole request, a watch's stream included); without this
+// bound a call to an API server that never answers would hold the worker until the
+// lease is lost, or for ever while the lease's own requests are answered. A call
+// cut by it fails and is retried, as any failed call.
+const APITimeout = 30 * time.Second
+
+// bounded runs one API call with ctx bounded by the controller's API timeout; an
+// error of a call cut by it says so.
+func (c *Controller) bounded(ctx context.Context, call func(context.Context) error) error {
+	callCtx, cancel := context.WithTimeout(ctx, c.apiTimeout)
+	defer cancel()
+	err := call(callCtx)
+	if err != nil && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer from the API server within %s: %w", c.apiTimeout, err)
+	}
+	return err
+}
+
 // waitForAPI waits until the NetworkAttachmentDefinition API is served, saying
 // once, clearly, why nothing happens when it is not (Multus is not installed, or
 // its CRD is missing), rather than leaving it to the informer's retries. It
@@ -199,7 +227,10 @@ func (c *Controller) lead(ctx context.Context) error {
 func (c *Controller) waitForAPI(ctx context.Context) bool {
 	said := false
 	for {
-		_, err := c.client.Dynamic().Resource(NADResource).List(ctx, metav1.ListOptions{Limit: 1})
+		err := c.bounded(ctx, func(ctx context.Context) error {
+			_, err := c.client.Dynamic().Resource(NADResource).List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		})
 		switch {
 		case err == nil:
 			if said {
@@ -305,7 +336,10 @@ func (r *reconciler) reconcile(ctx context.Context, ns string) error {
 		}
 		nad.SetOwnerReferences([]metav1.OwnerReference{*owner})
 	}
-	_, err = r.c.client.Dynamic().Resource(NADResource).Namespace(ns).Create(ctx, nad, metav1.CreateOptions{})
+	err = r.c.bounded(ctx, func(ctx context.Context) error {
+		_, err := r.c.client.Dynamic().Resource(NADResource).Namespace(ns).Create(ctx, nad, metav1.CreateOptions{})
+		return err
+	})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return nil // made meanwhile, by helm or anyone: not ours to change
@@ -327,7 +361,11 @@ func (r *reconciler) ownerRef(ctx context.Context) (*metav1.OwnerReference, erro
 		return r.owner, nil
 	}
 	name := r.c.cfg.OwnerClusterRole
-	cr, err := r.c.client.Metadata().Resource(clusterRoleResource).Get(ctx, name, metav1.GetOptions{})
+	var cr *metav1.PartialObjectMetadata
+	err := r.c.bounded(ctx, func(ctx context.Context) (err error) {
+		cr, err = r.c.client.Metadata().Resource(clusterRoleResource).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the owner ClusterRole %s (%s): %w", name, EnvOwnerClusterRole, err)
 	}

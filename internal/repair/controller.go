@@ -75,6 +75,9 @@ type Deps struct {
 	// is used only when it selects exactly what the controller would (see
 	// Controller.SharesNodePods).
 	NodePods *informer.NodePods
+	// APITimeout bounds each write the workers make to the API server; 0:
+	// APITimeout.
+	APITimeout time.Duration
 }
 
 // InPlace is the plugin's programming path, as the node's plugin is configured:
@@ -93,14 +96,16 @@ type InPlace struct {
 // Controller watches this node's pods and acts on broken ones. Create it with New
 // and start it with Run.
 type Controller struct {
-	cfg      Config
-	client   Client
-	log      *slog.Logger
-	metrics  *Metrics
-	inPlace  *InPlace
-	workers  int
-	recorder record.EventRecorder
-	ownRec   record.EventBroadcaster
+	cfg     Config
+	client  Client
+	log     *slog.Logger
+	metrics *Metrics
+	inPlace *InPlace
+	workers int
+	// apiTimeout bounds each write to the API server (Deps.APITimeout).
+	apiTimeout time.Duration
+	recorder   record.EventRecorder
+	ownRec     record.EventBroadcaster
 
 	informer cache.SharedIndexInformer
 	// ownInformer: Run runs the informer; false when it is Deps.NodePods.
@@ -133,16 +138,17 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 		return nil, errors.New("repair controller: no Kubernetes client")
 	}
 	c := &Controller{
-		cfg:      cfg,
-		client:   client,
-		log:      deps.Logger,
-		metrics:  deps.Metrics,
-		inPlace:  deps.InPlace,
-		workers:  deps.Workers,
-		recorder: deps.Recorder,
-		repaired: map[string]types.UID{},
-		reported: map[types.UID]bool{},
-		plugin:   deps.Plugin,
+		cfg:        cfg,
+		client:     client,
+		log:        deps.Logger,
+		metrics:    deps.Metrics,
+		inPlace:    deps.InPlace,
+		workers:    deps.Workers,
+		apiTimeout: cmp.Or(deps.APITimeout, APITimeout),
+		recorder:   deps.Recorder,
+		repaired:   map[string]types.UID{},
+		reported:   map[types.UID]bool{},
+		plugin:     deps.Plugin,
 	}
 	if c.plugin == nil && deps.InPlace != nil {
 		c.plugin = deps.InPlace.Plugin
@@ -448,8 +454,10 @@ func (c *Controller) act(ctx context.Context, pod *corev1.Pod, why string, last 
 func (c *Controller) deletePod(ctx context.Context, pod *corev1.Pod, why string) error {
 	key := cache.MetaObjectToName(pod).String()
 	uid, rv := pod.UID, pod.ResourceVersion
-	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
+	err := c.bounded(ctx, func(ctx context.Context) error {
+		return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
+		})
 	})
 	switch {
 	case err == nil:
@@ -493,7 +501,10 @@ func (c *Controller) setLabel(ctx context.Context, pod *corev1.Pod) (bool, error
 	if err != nil {
 		return false, err
 	}
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	err = c.bounded(ctx, func(ctx context.Context) error {
+		_, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	})
 	if apierrors.IsNotFound(err) {
 		c.metrics.count(ActionLabel, ResultSkip)
 		return false, nil
@@ -508,3 +519,24 @@ func (c *Controller) setLabel(ctx context.Context, pod *corev1.Pod) (bool, error
 
 // repairTimeout bounds one in-place repair (namespace search and apply).
 const repairTimeout = 30 * time.Second
+
+// APITimeout bounds each write of the workers to the API server (a pod's delete,
+// its label's patch). The agent's API client has no overall timeout, which would
+// also cut the informers' watches (client-go applies http.Client.Timeout to a
+// whole request, a watch's stream included); without this bound a write to an API
+// server that never answers would hold its worker for ever, and with every worker
+// held, no pod would be repaired again. A write cut by it fails and is retried
+// with the pod's back-off, as any failed write.
+const APITimeout = 30 * time.Second
+
+// bounded runs one API call with ctx bounded by the controller's API timeout; an
+// error of a call cut by it says so.
+func (c *Controller) bounded(ctx context.Context, call func(context.Context) error) error {
+	callCtx, cancel := context.WithTimeout(ctx, c.apiTimeout)
+	defer cancel()
+	err := call(callCtx)
+	if err != nil && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer from the API server within %s: %w", c.apiTimeout, err)
+	}
+	return err
+}

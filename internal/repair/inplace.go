@@ -58,21 +58,21 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	}
 	plan := pp.Plan
 
-	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
+	repairCtx, cancel := context.WithTimeout(ctx, repairTimeout)
 	defer cancel()
 	c.metrics.NetnsScans.Add(1)
-	ns, err := c.inPlace.Finder.Find(ctx, kp.IPs())
+	ns, err := c.inPlace.Finder.Find(repairCtx, kp.IPs())
 	if err != nil {
 		c.metrics.count(ActionRepair, ResultFail)
 		return false, "", fmt.Errorf("repair pod %s in place: %w", key, err)
 	}
 	defer ns.Close()
 	b := c.inPlace.Backend
-	if err := plugin.ApplyAndWarn(ctx, c.log.With("pod", key), ns.Path, b, plan); err != nil {
+	if err := plugin.ApplyAndWarn(repairCtx, c.log.With("pod", key), ns.Path, b, plan); err != nil {
 		c.metrics.count(ActionRepair, ResultFail)
 		return false, "", fmt.Errorf("repair pod %s in place (namespace %s): %w", key, ns.Source, err)
 	}
-	diffs, err := capture.Verify(ctx, ns.Path, b, plan)
+	diffs, err := capture.Verify(repairCtx, ns.Path, b, plan)
 	if err == nil && len(diffs) > 0 {
 		err = fmt.Errorf("rules differ after apply: %s", strings.Join(diffs, "; "))
 	}
@@ -99,7 +99,10 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 func (c *Controller) unlabel(ctx context.Context, pod *corev1.Pod) {
 	patch, err := labelPatch(pod.UID, c.cfg.LabelKey, nil)
 	if err == nil {
-		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+		err = c.bounded(ctx, func(ctx context.Context) error {
+			_, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+			return err
+		})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		c.log.Warn("repaired pod keeps its broken-pod label", "pod", cache.MetaObjectToName(pod).String(), "label", c.cfg.LabelKey, "error", err)

@@ -53,6 +53,8 @@ type Client interface {
 type Deps struct {
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// APITimeout bounds each call of a worker to the API server; 0: APITimeout.
+	APITimeout time.Duration
 }
 
 // Controller keeps the readiness taint on exactly the nodes that a DaemonSet of
@@ -63,6 +65,8 @@ type Controller struct {
 	client  Client
 	log     *slog.Logger
 	metrics *Metrics
+	// apiTimeout bounds each call of a worker to the API server (Deps.APITimeout).
+	apiTimeout time.Duration
 }
 
 // New checks cfg; it starts nothing.
@@ -73,7 +77,8 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 	if client == nil {
 		return nil, errors.New("taint controller: no Kubernetes client")
 	}
-	c := &Controller{cfg: cfg, client: client, log: deps.Logger, metrics: deps.Metrics}
+	c := &Controller{cfg: cfg, client: client, log: deps.Logger, metrics: deps.Metrics,
+		apiTimeout: cmp.Or(deps.APITimeout, APITimeout)}
 	c.log = cmp.Or(c.log, slog.Default()).With("controller", "taint", "identity", cfg.Identity)
 	if c.metrics == nil {
 		c.metrics = &Metrics{}
@@ -343,7 +348,9 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	if want {
 		taints = append(taints, corev1.Taint{Key: cfg.Key, Value: "true", Effect: cfg.Effect})
 	}
-	err = patchTaints(ctx, r.c.client.CoreV1().Nodes(), node, taints)
+	err = r.c.bounded(ctx, func(ctx context.Context) error {
+		return patchTaints(ctx, r.c.client.CoreV1().Nodes(), node, taints)
+	})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -364,7 +371,11 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 // exists: it no longer matches TAINT_NODE_LABEL_SELECTOR, so this controller will
 // never look at it again.
 func (r *reconciler) untaintLeft(ctx context.Context, name string) error {
-	removed, err := RemoveTaint(ctx, r.c.client.CoreV1().Nodes(), name, r.c.cfg.Key)
+	var removed bool
+	err := r.c.bounded(ctx, func(ctx context.Context) (err error) {
+		removed, err = RemoveTaint(ctx, r.c.client.CoreV1().Nodes(), name, r.c.cfg.Key)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -373,6 +384,28 @@ func (r *reconciler) untaintLeft(ctx context.Context, name string) error {
 		r.c.log.Info("node untainted: it no longer matches "+EnvNodeSelector, "node", name, "taint", r.c.cfg.Key, "selector", r.c.cfg.NodeSelector)
 	}
 	return nil
+}
+
+// APITimeout bounds each call of a worker to the API server: a node's patch, or
+// the read and patch (retried on a conflict) that take the taint off a node that
+// left the selector. The agent's API client has no overall timeout, which would
+// also cut the informers' watches (client-go applies http.Client.Timeout to a
+// whole request, a watch's stream included); without this bound a call to an API
+// server that never answers would hold its worker until the lease is lost, or for
+// ever while the lease's own requests are answered. A call cut by it fails and the
+// node is retried with the queue's back-off, as after any failed patch.
+const APITimeout = 30 * time.Second
+
+// bounded runs one API call with ctx bounded by the controller's API timeout; an
+// error of a call cut by it says so.
+func (c *Controller) bounded(ctx context.Context, call func(context.Context) error) error {
+	callCtx, cancel := context.WithTimeout(ctx, c.apiTimeout)
+	defer cancel()
+	err := call(callCtx)
+	if err != nil && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer from the API server within %s: %w", c.apiTimeout, err)
+	}
+	return err
 }
 
 // patchTaints sets node's taints, preconditioned on the resourceVersion node was
