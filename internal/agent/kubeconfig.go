@@ -6,15 +6,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"strconv"
-	"syscall"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // Kubeconfig renders the plugin's kubeconfig: the API server of the settings, the
@@ -115,24 +113,5 @@ func readCredentials(s *Settings) (token, ca []byte, err error) {
 // blocking, so a FIFO in its place does not hold the agent's loop, and read through
 // a bound, so a device or a growing file is not read without end.
 func readCredential(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, kube.MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > kube.MaxFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, kube.MaxFileBytes)
-	}
-	return data, nil
+	return regularfile.ReadBounded(path, kube.MaxFileBytes)
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // ErrChanged means a file changed between our read and our write; the caller reads
@@ -20,18 +22,15 @@ var ErrChanged = errors.New("changed while we were editing it")
 // reading it whole, and anything but a regular file (a FIFO would block the reader
 // until someone writes to it; it is opened without blocking and refused).
 func ReadConfig(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := regularfile.Open(path, os.O_RDONLY, 0)
+	var nr *regularfile.NotRegularError
+	if errors.As(err, &nr) {
+		return nil, invalid(path, "is not a regular file (%s)", nr.Type)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read CNI config: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read CNI config %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, invalid(path, "is not a regular file (%s)", fi.Mode().Type())
-	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read CNI config %s: %w", path, err)
@@ -45,12 +44,12 @@ func ReadConfig(path string) ([]byte, error) {
 // SameContent reports whether the regular file at path holds exactly data, reading
 // no more than len(data)+1 bytes of it.
 func SameContent(path string, data []byte) bool {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := regularfile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+	if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(data)) {
 		return false
 	}
 	cur, err := io.ReadAll(io.LimitReader(f, int64(len(data))+1))

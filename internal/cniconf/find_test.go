@@ -72,7 +72,7 @@ func TestFindPrimary(t *testing.T) {
 			"05-istio-cni.conf: is istio-cni's own config, not a primary network",
 		}},
 		{name: "a FIFO is skipped, not waited on", files: map[string]string{"00-fifo.conf": "|", "10-calico.conflist": list},
-			want: "10-calico.conflist", wantSkipped: []string{"00-fifo.conf: is not a regular file (p---------)"}},
+			want: "10-calico.conflist", wantSkipped: []string{"00-fifo.conf: is not a regular file (named pipe)"}},
 		{name: "our standalone list is not a primary", files: map[string]string{"00-istio.conflist": `{"name":"i","plugins":[{"type":"istio-cni"}]}`, "10-flannel.conflist": list},
 			want: "10-flannel.conflist", wantSkipped: []string{"00-istio.conflist: holds only istio-cni plugins: our own config, not a primary network"}},
 		{name: "json extension counts", files: map[string]string{"10-ptp.json": single}, want: "10-ptp.json"},

@@ -4,14 +4,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/istio-cni/istio-cni/internal/jsontree"
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // Kubeconfig is the part of a kubeconfig file the plugin needs: the current
@@ -89,48 +86,10 @@ const MaxFileBytes = 1 << 20
 func readFile(path string) ([]byte, error) { return readBounded(path, MaxFileBytes) }
 
 // readBounded reads path whole, refusing a file over max bytes and anything but a
-// regular file (symbolic links are followed): a FIFO would block the open until a
-// writer came, past every bound of the ADD, so it is opened without blocking and
-// refused. An error opening it is returned as is (fs.ErrNotExist stays testable).
-func readBounded(path string, max int) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fileType(fi.Mode()))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
-	}
-	return b, nil
-}
-
-// fileType names the type of a file that is not a regular one.
-func fileType(m fs.FileMode) string {
-	switch m.Type() {
-	case fs.ModeNamedPipe:
-		return "named pipe"
-	case fs.ModeSocket:
-		return "socket"
-	case fs.ModeDevice:
-		return "block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		return "character device"
-	case fs.ModeDir:
-		return "directory"
-	}
-	return m.Type().String()
-}
+// regular file (regularfile.ReadBounded: a FIFO would block the open past every
+// bound of the ADD). An error opening it is returned as is (fs.ErrNotExist stays
+// testable).
+func readBounded(path string, max int) ([]byte, error) { return regularfile.ReadBounded(path, max) }
 
 // LoadKubeconfig reads a kubeconfig file. Relative file references resolve against
 // the file's directory, as kubectl does.

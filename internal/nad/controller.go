@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/istio-cni/istio-cni/internal/apibound"
 	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/lease"
 	"github.com/istio-cni/istio-cni/internal/multus"
@@ -211,13 +212,7 @@ const APITimeout = 30 * time.Second
 // bounded runs one API call with ctx bounded by the controller's API timeout; an
 // error of a call cut by it says so.
 func (c *Controller) bounded(ctx context.Context, call func(context.Context) error) error {
-	callCtx, cancel := context.WithTimeout(ctx, c.apiTimeout)
-	defer cancel()
-	err := call(callCtx)
-	if err != nil && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
-		err = fmt.Errorf("no answer from the API server within %s: %w", c.apiTimeout, err)
-	}
-	return err
+	return apibound.Call(ctx, c.apiTimeout, call)
 }
 
 // waitForAPI waits until the NetworkAttachmentDefinition API is served, saying

@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/http1"
 	"github.com/istio-cni/istio-cni/internal/jsontree"
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // Options say where logs go besides stderr.
@@ -72,7 +72,7 @@ func New(stderr io.Writer, o Options) *Logger {
 		if f, err := openBounded(o.File); err == nil {
 			handlers = append(handlers, slog.NewJSONHandler(f, hopts))
 			closers = append(closers, f)
-		} else if errors.Is(err, errNotRegular) {
+		} else if errors.Is(err, regularfile.ErrNotRegular) {
 			notRegular = err
 		}
 	}
@@ -100,56 +100,17 @@ func New(stderr io.Writer, o Options) *Logger {
 // writes a few hundred bytes, so 5 MiB is the last ten thousand or so.
 const MaxFileBytes = 5 << 20
 
-// errNotRegular is openBounded's error for a log file that is not a regular file.
-var errNotRegular = errors.New("not a regular file")
-
 // openBounded opens path for appending, first rotating it when it is full. Plugins
 // run concurrently: two may rotate at once, which loses at most one rotated file's
 // older lines, never the bound. Only a regular file (or a symbolic link to one) is
-// used, anything else is refused with errNotRegular: it is opened without
+// used, anything else is refused with regularfile.ErrNotRegular: it is opened without
 // blocking, since a FIFO no one reads would block the open until a reader came,
 // and one with a reader would block the writes once its buffer is full.
 func openBounded(path string) (*os.File, error) {
 	if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() && st.Size() >= MaxFileBytes {
 		_ = os.Rename(path, path+".1")
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0o600)
-	if errors.Is(err, syscall.ENXIO) { // a FIFO no one reads, a unix socket
-		typ := "no reader"
-		if st, err := os.Stat(path); err == nil {
-			typ = fileType(st.Mode())
-		}
-		return nil, fmt.Errorf("%s: %w (%s)", path, errNotRegular, typ)
-	}
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("%s: %w (%s)", path, errNotRegular, fileType(st.Mode()))
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// fileType names the type of a file that is not a regular one.
-func fileType(m os.FileMode) string {
-	switch m.Type() {
-	case os.ModeNamedPipe:
-		return "named pipe"
-	case os.ModeSocket:
-		return "socket"
-	case os.ModeDevice:
-		return "block device"
-	case os.ModeDevice | os.ModeCharDevice:
-		return "character device"
-	case os.ModeDir:
-		return "directory"
-	}
-	return m.Type().String()
+	return regularfile.Open(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 }
 
 // Logger is a slog.Logger that owns its outputs.
