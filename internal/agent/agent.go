@@ -44,6 +44,12 @@ type agent struct {
 	binsInstalled     bool
 	kubeconfigWritten bool
 	binsOK, kubeOK    bool
+	// kubeconfigLast is the kubeconfig this agent last wrote or found in place: a
+	// file holding neither it nor the one wanted now was written by someone else.
+	kubeconfigLast []byte
+	// contests holds, per file, the overwrites of another writer's content
+	// (mayOverwrite).
+	contests map[string]*contest
 	// reported holds the last error logged per key, so a file that stays broken is
 	// reported once, not on every event.
 	reported map[string]string
@@ -71,7 +77,7 @@ type agent struct {
 // newAgent is an agent with its bookkeeping ready and nothing installed yet.
 func newAgent(s *Settings, log *slog.Logger) *agent {
 	return &agent{s: s, log: log, m: newMetrics(), reported: map[string]string{},
-		unsettled: map[string]unsettledError{}, recheck: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
+		unsettled: map[string]unsettledError{}, contests: map[string]*contest{}, recheck: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
 }
 
 // Run installs the plugin, keeps it installed until ctx ends, then uninstalls it.
@@ -407,8 +413,7 @@ func (a *agent) reconcile(d dirty) {
 		}
 	}
 	if d&dirtyKubeconfig != 0 {
-		a.reconcileKubeconfig()
-		if !a.kubeOK {
+		if a.reconcileKubeconfig() {
 			failed |= dirtyKubeconfig
 		}
 	}
@@ -425,6 +430,8 @@ func (a *agent) reconcile(d dirty) {
 			failed |= dirtyConfig
 			a.report("config", err, retryHint)
 			a.m.installFailed(installConfigFailure)
+		case res == configContested:
+			failed |= dirtyConfig
 		case res == configInstalled:
 			a.clearReport("config")
 			a.log.Info("the CNI config holds the istio-cni entry", "file", a.cfg.current)
@@ -505,17 +512,28 @@ func hintForWriteError(err error) string {
 	return retryHint
 }
 
-func (a *agent) reconcileKubeconfig() {
+// reconcileKubeconfig writes the plugin's kubeconfig where it is missing or not
+// what it should be, and reports whether to try again later.
+func (a *agent) reconcileKubeconfig() (retry bool) {
 	err := a.writeKubeconfig()
+	if errors.Is(err, errContested) {
+		// Another agent's kubeconfig is in place, and works for the plugin meanwhile.
+		return true
+	}
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)
 		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes, and "+retryHint)
-		return
+		return true
 	}
 	a.clearReport("kubeconfig")
 	a.kubeOK = true
+	return false
 }
+
+// errContested says a write was put off: another writer keeps changing the file
+// (mayOverwrite).
+var errContested = errors.New("put off: another writer keeps changing the file")
 
 func (a *agent) writeKubeconfig() error {
 	token, ca, err := readCredentials(a.s)
@@ -545,11 +563,19 @@ func (a *agent) writeKubeconfig() error {
 		}
 	}
 	if cniconf.SameContent(path, data) {
+		a.kubeconfigLast = data
 		return nil
+	}
+	// Content this agent did not write (not its previous token's either) is another
+	// writer's: put back at once the first few times, then spaced out.
+	theirs := statErr == nil && (a.kubeconfigLast == nil || !cniconf.SameContent(path, a.kubeconfigLast))
+	if theirs && !a.mayOverwrite(path, time.Now()) {
+		return errContested
 	}
 	if err := cniconf.WriteAtomic(path, data, a.s.KubeconfigMode); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	a.kubeconfigLast = data
 	a.m.kubeconfigWrites.Inc()
 	verb := "wrote"
 	if a.kubeconfigWritten {

@@ -42,6 +42,7 @@ const (
 	configUnchanged configResult = iota // our entry was in place
 	configInstalled                     // written where it was missing
 	configWaiting                       // no primary config yet
+	configContested                     // another istio-cni writer's content stays for now (mayOverwrite)
 )
 
 // reconcileConfig makes the node's config hold our entry (chained) or our own file
@@ -99,6 +100,13 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		a.cfg.current, a.cfg.inPlace = path, true
 		return configUnchanged, nil
 	}
+	has, _ := cniconf.HasType(data, name, a.s.PluginName())
+	if has && !a.mayOverwrite(path, time.Now()) {
+		// An entry of our type is in the chain, only not ours byte for byte: the
+		// runtime runs the plugin meanwhile.
+		a.cfg.current, a.cfg.inPlace = path, true
+		return configContested, nil
+	}
 	var written string
 	for try := 0; ; try++ {
 		written, err = cniconf.Install(dir, name, a.entry)
@@ -112,7 +120,7 @@ func (a *agent) reconcileConfig() (configResult, error) {
 	}
 	a.moveFrom(written)
 	a.cfg.current, a.cfg.inPlace = written, true
-	a.noteInstall(written)
+	a.noteInstall(written, has)
 	return configInstalled, nil
 }
 
@@ -133,10 +141,16 @@ func (a *agent) moveFrom(now string) {
 	a.log.Info("the primary CNI config moved; took our entry out of the old file", "old", old, "new", now)
 }
 
-// noteInstall counts a write of our entry. Every write after the first is a
-// re-insert: something dropped the entry. When that happens too often the agent warns:
-// every pod created between a rewrite and the re-insert is missed.
-func (a *agent) noteInstall(path string) {
+// noteInstall counts a write of our entry; replaced says an entry of our type was
+// there, only not ours (another agent's, or an earlier version's). Every write after
+// the first that was not such a replacement is a re-insert: something dropped the
+// entry. When that happens too often the agent warns: every pod created between a
+// rewrite and the re-insert is missed.
+func (a *agent) noteInstall(path string, replaced bool) {
+	if a.cfg.installed && replaced {
+		a.log.Info("replaced an istio-cni entry that differed from this agent's", "file", path)
+		return
+	}
 	a.m.installs.WithLabelValues(installSuccess).Inc()
 	if !a.cfg.installed {
 		a.cfg.installed = true
@@ -249,6 +263,7 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 				filepath.Base(path), before[0], filepath.Dir(path), network)
 		}
 	}
+	replaced := false
 	switch cur, err := cniconf.ReadConfig(path); {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -258,13 +273,19 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 	case !a.isOurs(cur):
 		a.cfg.inPlace = false
 		return configWaiting, fmt.Errorf("standalone config %s left untouched: it holds another plugin's config (set CNI_CONF_NAME to a free name)", path)
+	case !a.mayOverwrite(path, time.Now()):
+		// Another istio-cni config: the runtime runs the plugin meanwhile.
+		a.cfg.current, a.cfg.inPlace = path, true
+		return configContested, nil
+	default:
+		replaced = true
 	}
 	if err := cniconf.WriteAtomic(path, want, 0o644); err != nil {
 		a.cfg.inPlace = false
 		return configWaiting, err
 	}
 	a.cfg.current, a.cfg.inPlace = path, true
-	a.noteInstall(path)
+	a.noteInstall(path, replaced)
 	return configInstalled, nil
 }
 

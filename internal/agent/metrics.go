@@ -51,6 +51,7 @@ type metrics struct {
 	reinserts        prometheus.Counter
 	binaryInstalls   prometheus.Counter
 	kubeconfigWrites prometheus.Counter
+	contestDeferrals prometheus.Counter
 	pluginEvents     *prometheus.CounterVec
 	pluginRecords    *prometheus.CounterVec
 	addDuration      *prometheus.HistogramVec
@@ -71,6 +72,8 @@ func newMetrics() *metrics {
 			"Binaries copied into a CNI bin dir (first install and restores)."),
 		kubeconfigWrites: counter("istio_cni_kubeconfig_writes_total",
 			"Times the plugin's kubeconfig was written (first install and token rotations)."),
+		contestDeferrals: counter("istio_cni_contested_writes_deferred_total",
+			"Rewrites of the kubeconfig or the CNI config put off because another writer (a second istio-cni agent on the node) keeps changing them."),
 		pluginEvents: counterVec("istio_cni_plugin_events_total",
 			"Plugin command outcomes: ADD from the plugin's reports (redirected, passed_through, failed), DEL from its log records (done; nothing_to_do when the plugin logs at debug).",
 			"command", "outcome"),
@@ -95,7 +98,7 @@ func newMetrics() *metrics {
 		build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites,
+		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals,
 		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures,
 	)
 	// Every series an operator alerts on exists from the start at 0: a counter that

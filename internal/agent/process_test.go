@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/fsnotify/fsnotify"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
@@ -585,4 +586,71 @@ func TestStandaloneConfigNeverSortsBeforeANetwork(t *testing.T) {
 			t.Error("the agent is ready without its config")
 		}
 	})
+}
+
+// TestTwoAgentsThatDisagreeStopRewritingEachOthersFiles runs two agents on one node
+// that write different kubeconfigs (their tokens differ) and different entries (their
+// plugin log levels differ), as two releases of the chart with different ports
+// would. Each rewrites what the other wrote; without a bound they do so as fast as
+// the watch reports it. Both must slow to a bounded rate, and say why.
+func TestTwoAgentsThatDisagreeStopRewritingEachOthersFiles(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := n.writeCalico(t)
+	other := *n
+	other.saDir = filepath.Join(filepath.Dir(n.saDir), "sa-other")
+	if err := os.MkdirAll(other.saDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other.rotateToken(t, "token-of-the-other-release")
+	writeFile(t, filepath.Join(other.saDir, "ca.crt"), n.ca, 0o644)
+
+	a := n.startAgent(t, "PLUGIN_LOG_LEVEL=info")
+	b := other.startAgent(t, "PLUGIN_LOG_LEVEL=debug")
+	eventually(t, 10*time.Second, "both agents are ready", func() bool { return a.ready() && b.ready() })
+
+	// Count the writes as the runtime would see them: each is a rename onto the file.
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, d := range []string{n.confDir, n.runDir} {
+		if err := w.Add(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := map[string]int{}
+	// After a first few rewrites each agent backs off, starting at a second and
+	// doubling: over 3 s, a handful of writes of each file between the two.
+	for end := time.After(3 * time.Second); ; {
+		select {
+		case ev := <-w.Events:
+			if ev.Has(fsnotify.Create) {
+				writes[filepath.Base(ev.Name)]++
+			}
+			continue
+		case err := <-w.Errors:
+			t.Fatal(err)
+		case <-end:
+		}
+		break
+	}
+	for _, f := range []string{"10-calico.conflist", plugin.KubeconfigName} {
+		if writes[f] > 20 {
+			t.Errorf("%s written %d times in 3 s by two agents, want at most 20", f, writes[f])
+		}
+	}
+	if a.metric(t, "istio_cni_contested_writes_deferred_total")+b.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
+		t.Error("istio_cni_contested_writes_deferred_total is 0 on both agents")
+	}
+	for _, p := range []*agentProc{a, b} {
+		p.waitLog(t, "the agent names the fight", `another writer keeps changing [^"]*istio-cni-kubeconfig`)
+		p.waitLog(t, "the agent names the fight over the entry", `another writer keeps changing [^"]*10-calico.conflist`)
+	}
+	if types := pluginTypes(t, path); countType(types, "istio-cni") != 1 || types[len(types)-1] != "istio-cni" {
+		t.Errorf("plugins = %v, want exactly one istio-cni entry, last", types)
+	}
+	a.stop(t)
+	b.stop(t)
 }

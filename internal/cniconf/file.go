@@ -212,7 +212,7 @@ func Install(dir, name string, entry []byte) (string, error) {
 		return "", err
 	}
 	_, typ, _ := parseEntry(entry) // checked by Insert
-	has, _ := hasType(data, name, typ)
+	has, _ := HasType(data, name, typ)
 	outPath := filepath.Join(dir, outName)
 	if outName == name && bytes.Equal(out, data) {
 		return outPath, nil
@@ -245,7 +245,7 @@ func notAnother(path, name, typ string) error {
 		return nil
 	}
 	if err == nil {
-		if ours, _ := hasType(data, filepath.Base(path), typ); ours {
+		if ours, _ := HasType(data, filepath.Base(path), typ); ours {
 			return nil
 		}
 	}

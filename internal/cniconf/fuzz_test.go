@@ -58,7 +58,7 @@ func FuzzInsertRemove(f *testing.F) {
 			t.Fatalf("Remove(Insert(x)): %s changed=%v err=%v", backName, changed, err)
 		}
 		want := data
-		if has, _ := hasType(data, name, PluginType); has {
+		if has, _ := HasType(data, name, PluginType); has {
 			if want, _, _, err = Remove(data, name, nil); err != nil {
 				t.Fatalf("Remove(x): %v", err)
 			}

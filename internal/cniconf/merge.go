@@ -261,15 +261,16 @@ func RemoveType(existing []byte, filename string, original *Original, typ string
 // isInsertOf reports whether existing is exactly Insert(original, entry) for an
 // original free of typ.
 func isInsertOf(existing []byte, filename string, original *Original, entry []byte, typ string) bool {
-	if has, err := hasType(original.Data, original.Name, typ); err != nil || has {
+	if has, err := HasType(original.Data, original.Name, typ); err != nil || has {
 		return false
 	}
 	re, name, err := Insert(original.Data, original.Name, entry)
 	return err == nil && name == filepath.Base(filename) && bytes.Equal(re, existing)
 }
 
-// hasType reports whether the config holds a plugin of type typ.
-func hasType(data []byte, filename, typ string) (bool, error) {
+// HasType reports whether the config (a .conflist, or a single .conf/.json named
+// filename) holds a plugin of type typ.
+func HasType(data []byte, filename, typ string) (bool, error) {
 	if filepath.Ext(filename) == ".conflist" {
 		l, err := parseList(filename, data)
 		if err != nil {

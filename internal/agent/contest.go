@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// Two agents on one node (two releases of the chart with different ports) that
+// disagree on the kubeconfig (their tokens differ) or on the entry (their settings
+// differ) each put back what the other wrote, as fast as the watch reports the
+// other's write: thousands of writes a second, each an fsync. What either wrote
+// works for the plugin, so the agent stops answering at once: after contestFree
+// overwrites of another writer's content within contestWindow, it overwrites at most
+// once per delay, from retryMin doubling to retryMax, until a contestWindow passes
+// without another writer's content in the file. A file that lost its content
+// (deleted, or the primary CNI dropped the entry) is never such an overwrite: that is
+// put back at once, as ever.
+const (
+	contestWindow = time.Minute
+	contestFree   = 5
+	contestHint   = "is a second istio-cni agent (another Helm release) running on this node? Until it stops, this agent rewrites the file at most once per retry, from 1s doubling to 30s"
+)
+
+// contest is the record of one file's overwrites of another writer's content.
+type contest struct {
+	overwrites []time.Time // before the contest: the last ones, at most contestFree
+	lastSeen   time.Time   // another writer's content was last found
+	delay      time.Duration
+	next       time.Time // no overwrite before, while contested
+}
+
+// mayOverwrite decides whether the agent may now replace another writer's content
+// of the file at path, and records the overwrite when it may. When it may not, it
+// counts the deferral; the caller asks for a retry. A contest is reported once.
+func (a *agent) mayOverwrite(path string, now time.Time) bool {
+	for p, c := range a.contests {
+		if p != path && now.Sub(c.lastSeen) >= contestWindow {
+			delete(a.contests, p)
+			a.clearReport("contest:" + p)
+		}
+	}
+	c := a.contests[path]
+	if c == nil || now.Sub(c.lastSeen) >= contestWindow {
+		c = &contest{}
+		a.contests[path] = c
+		a.clearReport("contest:" + path)
+	}
+	c.lastSeen = now
+	if c.delay == 0 {
+		kept := c.overwrites[:0]
+		for _, t := range c.overwrites {
+			if now.Sub(t) < contestWindow {
+				kept = append(kept, t)
+			}
+		}
+		c.overwrites = kept
+		if len(c.overwrites) < contestFree {
+			c.overwrites = append(c.overwrites, now)
+			return true
+		}
+		c.overwrites = nil
+	}
+	a.report("contest:"+path, fmt.Errorf("another writer keeps changing %s: %d times within %s this agent found content it did not write and put its own back",
+		path, contestFree, contestWindow), contestHint)
+	if now.Before(c.next) {
+		a.m.contestDeferrals.Inc()
+		return false
+	}
+	c.delay = min(max(2*c.delay, retryMin), retryMax)
+	c.next = now.Add(c.delay)
+	return true
+}

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestOverwritesOfAnotherWritersContentAreSpacedOut drives mayOverwrite with a
+// clock: contestFree overwrites at once, then one per delay from retryMin doubling to
+// retryMax; a window without an overwrite ends the contest; other files are their own.
+func TestOverwritesOfAnotherWritersContentAreSpacedOut(t *testing.T) {
+	a := newAgent(&Settings{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Unix(1_000_000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	ms := time.Millisecond
+	steps := []struct {
+		path string
+		at   time.Time
+		want bool
+	}{
+		// The first contestFree (5) overwrites go through at once.
+		{"k", at(0), true}, {"k", at(1 * ms), true}, {"k", at(2 * ms), true}, {"k", at(3 * ms), true}, {"k", at(4 * ms), true},
+		// The sixth too, and then a second must pass.
+		{"k", at(5 * ms), true},
+		{"k", at(6 * ms), false},
+		{"k", at(1004 * ms), false},
+		// Another file is not held back by this one.
+		{"c", at(1004 * ms), true},
+		{"k", at(1005 * ms), true},
+		// Then two seconds, then four.
+		{"k", at(3004 * ms), false},
+		{"k", at(3005 * ms), true},
+		{"k", at(7004 * ms), false},
+		{"k", at(7005 * ms), true},
+		// A contestWindow without another writer's content ends the contest.
+		{"k", at(7005*ms + contestWindow), true},
+		{"k", at(7006*ms + contestWindow), true},
+	}
+	var got, want []bool
+	for _, s := range steps {
+		got = append(got, a.mayOverwrite(s.path, s.at))
+		want = append(want, s.want)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mayOverwrite per step (-want +got):\n%s", diff)
+	}
+	// The delay stops doubling at retryMax, and a contest at that pace goes on.
+	now := at(time.Hour)
+	for range contestFree + 1 {
+		now = now.Add(ms)
+		a.mayOverwrite("k", now)
+	}
+	for range 20 {
+		now = now.Add(retryMax)
+		if !a.mayOverwrite("k", now) {
+			t.Fatalf("an overwrite retryMax after the last was put off (delay %s)", a.contests["k"].delay)
+		}
+	}
+	c := a.contests["k"]
+	if c.delay != retryMax {
+		t.Errorf("delay after 20 contested overwrites = %s, want retryMax %s", c.delay, retryMax)
+	}
+	if len(c.overwrites) > contestFree {
+		t.Errorf("%d overwrite times kept, want at most %d", len(c.overwrites), contestFree)
+	}
+	// The quiet file's record was dropped.
+	if _, ok := a.contests["c"]; ok {
+		t.Error("the contest record of a file untouched for a window is still kept")
+	}
+}
