@@ -339,7 +339,9 @@ func (p *yamlParser) scalar(line int, s string) (any, error) {
 		return nil, err
 	}
 	if strings.TrimSpace(rest) != "" {
-		return nil, p.errf(line, "unexpected %q after the value", rest)
+		// Named, not quoted: the line may hold a token or a key, and the plugin's
+		// errors reach the pod's events.
+		return nil, p.errf(line, "unexpected text after the value")
 	}
 	return v, nil
 }
@@ -370,7 +372,7 @@ func (p *yamlParser) flow(line int, s string) (any, string, error) {
 		}
 		v, err := strconv.Unquote(s[:end+1])
 		if err != nil {
-			return nil, "", p.errf(line, "double-quoted scalar %s: %v", s[:end+1], err)
+			return nil, "", p.errf(line, "double-quoted scalar with an escape or character it cannot hold: %v", err)
 		}
 		return v, s[end+1:], nil
 	case '\'':

@@ -122,3 +122,38 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeconfigSyntaxErrorsQuoteNoValue: an error about a malformed line names the
+// line but never quotes what is on it. The plugin's errors reach the pod's events
+// (FailedCreatePodSandBox, readable by whoever can read the pod's namespace) and
+// the node's NetworkReady condition, and the line may hold the token or the
+// client key.
+func TestKubeconfigSyntaxErrorsQuoteNoValue(t *testing.T) {
+	const secret = "eyJhbGciOiJSUzI1NiJ9SECRET"
+	kubeconfig := func(userLine string) string {
+		return "apiVersion: v1\nclusters:\n- name: c\n  cluster:\n    server: https://k:6443\n" +
+			"users:\n- name: u\n  user:\n    " + userLine + "\n" +
+			"contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+	}
+	cases := []struct{ name, userLine, wantLine string }{
+		{"an escape a double-quoted token cannot have", `token: "` + secret + `\q"`, "line 9:"},
+		{"text after a double-quoted token", `token: "x"` + secret, "line 9:"},
+		{"text after a single-quoted token", `token: 'x'` + secret, "line 9:"},
+		{"text after a quoted key in a flow mapping", `{token: "x"` + secret + `}`, "line 9:"},
+		{"an escape a double-quoted client key cannot have", `client-key-data: "` + secret + `\q"`, "line 9:"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseKubeconfig([]byte(kubeconfig(c.userLine)), "/")
+			if err == nil {
+				t.Fatal("parsed; want an error")
+			}
+			if !strings.Contains(err.Error(), c.wantLine) {
+				t.Errorf("error %q does not name %q", err, c.wantLine)
+			}
+			if strings.Contains(err.Error(), "SECRET") {
+				t.Errorf("error quotes the line's value: %q", err)
+			}
+		})
+	}
+}
