@@ -228,12 +228,16 @@ func (r *reconciler) markLeft(node string) {
 	r.mu.Unlock()
 }
 
-// takeLeft reports (and forgets) that node left the cache.
+// takeLeft reports (and forgets) that node left the cache, and forgets its
+// handover with it: a node of the same name that joins later (EKS names nodes by
+// their IP) is a new node whose first agent is starting, and the memory of every
+// node removed in the middle of a handover would otherwise last the leadership.
 func (r *reconciler) takeLeft(node string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	left := r.left[node]
 	delete(r.left, node)
+	delete(r.handover, node)
 	return left
 }
 
