@@ -281,11 +281,14 @@ func (r *reconciler) agentDaemonSet(node *corev1.Node) string {
 }
 
 // handingOver updates and reports the node's handover (see reconciler.handover).
-func (r *reconciler) handingOver(node string, ready, terminating bool) bool {
+// A node no DaemonSet of the agent runs on (targeted false) has none: its agent
+// leaves for good and uninstalls the plugin, so the next agent there, should the
+// node be targeted again, is a first install.
+func (r *reconciler) handingOver(node string, targeted, ready, terminating bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case ready:
+	case ready || !targeted:
 		delete(r.handover, node)
 	case terminating:
 		r.handover[node] = true
@@ -322,8 +325,8 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	node := obj.(*corev1.Node)
 	cfg := r.c.cfg
 	ready, terminating := r.agentState(name)
-	handover := r.handingOver(name, ready, terminating)
 	ds := r.agentDaemonSet(node)
+	handover := r.handingOver(name, ds != "", ready, terminating)
 	var want bool
 	var why string
 	switch {

@@ -53,3 +53,54 @@ func TestANodeDeletedDuringItsAgentsHandoverIsTaintedWhenItsNameComesBack(t *tes
 	setReady(t, admin, agentNS, "agent-new", false)
 	waitTaints(t, admin, node, notReady)
 }
+
+// TestANodeTheAgentLeftForGoodIsTaintedWhenTheAgentComesBack: a node that the
+// agent's DaemonSet stops running on (its node selector no longer matches the
+// node's labels) sees its agent terminate and, no DaemonSet being left there,
+// uninstall the plugin: a removal, not a handover. When the node matches again,
+// the agent that starts there is a first install and the node must carry the
+// taint until it is Ready; the leader's memory of the old agent's termination
+// must not last until then.
+func TestANodeTheAgentLeftForGoodIsTaintedWhenTheAgentComesBack(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := cp.AdminClient()
+	if err := cp.EnsureNamespace(t.Context(), agentNS); err != nil {
+		t.Fatal(err)
+	}
+	const node = "node-a"
+	createLabelledNode(t, admin, node, map[string]string{"mesh": "yes"})
+	createDaemonSet(t, admin, "istio-cni-node", map[string]string{"mesh": "yes"})
+	start(t, testConfig("replica-a"), clientWithRules(t, cp, "taint-churn"))
+	waitTaints(t, admin, node, notReady)
+	createAgent(t, admin, agentNS, "agent-old", node)
+	setReady(t, admin, agentNS, "agent-old", true)
+	waitTaints(t, admin, node, "")
+
+	// The node leaves the DaemonSet; its agent terminates and is gone.
+	relabel := func(mesh string) {
+		t.Helper()
+		n, err := admin.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["mesh"] = mesh
+		if _, err := admin.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel("no")
+	if err := admin.CoreV1().Pods(agentNS).Delete(t.Context(), "agent-old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	staysUntainted(t, admin, node, "agent leaving the node")
+	if err := admin.CoreV1().Pods(agentNS).Delete(t.Context(), "agent-old", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	staysUntainted(t, admin, node, "no DaemonSet on the node")
+
+	// The node is back in the DaemonSet; a new agent starts there.
+	relabel("yes")
+	createAgent(t, admin, agentNS, "agent-new", node)
+	setReady(t, admin, agentNS, "agent-new", false)
+	waitTaints(t, admin, node, notReady)
+}
