@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -25,7 +28,8 @@ import (
 // Bounds:
 //   - lifetime: PLUGIN_TOKEN_LIFETIME (default 24 h; the API server may shorten it
 //     with --service-account-max-token-expiration, and the agent uses what it got);
-//   - renewal: at half the lifetime, so the plugin keeps working for at least half a
+//   - renewal: at half the lifetime (renewIn: the token's own, from its claims, and
+//     at least tokenRenewMin), so the plugin keeps working for at least half a
 //     lifetime (12 h by default) with no agent running;
 //   - each request: tokenRequestTimeout; failures are retried after 1 s, doubling up
 //     to tokenRetryMax, while the kubeconfig keeps the previous token.
@@ -35,7 +39,45 @@ const (
 	MaxPluginTokenLifetime     = 365 * 24 * time.Hour
 	tokenRequestTimeout        = 10 * time.Second
 	tokenRetryMax              = 30 * time.Second
+	tokenRenewMin              = time.Minute
 )
+
+// renewIn is how long until a token is renewed: half its lifetime. The lifetime is
+// the token's own, its exp claim minus its iat claim, both by the API server's
+// clock, so a node clock ahead of the API server's (an expiry already past by the
+// node's clock) makes neither a tight loop of requests nor a renewal after the token
+// has expired. A token without readable claims renews at half of what is left of
+// expires by the node's clock. Never sooner than tokenRenewMin.
+func renewIn(token []byte, expires, now time.Time) time.Duration {
+	var wait time.Duration
+	if iat, exp, ok := jwtTimes(token); ok && exp > iat {
+		wait = time.Duration(exp-iat) * time.Second / 2
+	} else {
+		wait = expires.Sub(now) / 2
+	}
+	return max(wait, tokenRenewMin)
+}
+
+// jwtTimes reads the iat and exp claims of a JWT's payload, without checking its
+// signature (the API server issued it; only its times are wanted).
+func jwtTimes(token []byte) (iat, exp int64, ok bool) {
+	parts := bytes.Split(token, []byte("."))
+	if len(parts) != 3 {
+		return 0, 0, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(string(bytes.TrimRight(parts[1], "=")))
+	if err != nil {
+		return 0, 0, false
+	}
+	var c struct {
+		IssuedAt  int64 `json:"iat"`
+		ExpiresAt int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &c); err != nil || c.IssuedAt <= 0 || c.ExpiresAt <= 0 {
+		return 0, 0, false
+	}
+	return c.IssuedAt, c.ExpiresAt, true
+}
 
 // pluginToken is a token and when it expires.
 type pluginToken struct {
@@ -98,7 +140,7 @@ func (t *tokenSource) run(ctx context.Context) {
 			case t.changed <- struct{}{}:
 			default:
 			}
-			wait = time.Until(tok.expires) / 2
+			wait = renewIn(tok.token, tok.expires, time.Now())
 			t.log.Info("plugin token renewed", "serviceAccount", t.namespace+"/"+t.account, "boundTo", tok.boundTo,
 				"expires", tok.expires.UTC().Format(time.RFC3339), "renewIn", wait.Round(time.Second))
 		}
