@@ -126,8 +126,8 @@ func (n *Node) Client(cfg *plugin.Config) (*kube.Client, string, error) {
 	source := path
 	if path != "" {
 		kc, err = kube.LoadKubeconfig(path)
-		if err == nil && n.Kubeconfig == "" && cfg.K8sAPIRoot != "" {
-			kc.Server = cfg.K8sAPIRoot
+		if err == nil && n.Kubeconfig == "" {
+			err = cfg.OverrideServer(kc)
 		}
 	} else {
 		kc, err = inClusterKubeconfig()

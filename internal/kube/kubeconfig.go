@@ -212,7 +212,7 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 // with the credential, as the user instead of whom it impersonates).
 func refuseUnsupported(cluster *kubeconfigCluster, user *kubeconfigUser) error {
 	if p := cluster.Cluster.ProxyURL; p != "" {
-		return fmt.Errorf("cluster %q: proxy-url %s: not supported (this client connects to the server directly); remove it, or reach the server without a proxy", cluster.Name, redactURL(p))
+		return fmt.Errorf("cluster %q: proxy-url %s: not supported (this client connects to the server directly); remove it, or reach the server without a proxy", cluster.Name, RedactURL(p))
 	}
 	if user == nil {
 		return nil
@@ -280,8 +280,8 @@ func member(raw json.RawMessage, key string) (string, bool) {
 	return v.StringMember(key)
 }
 
-// redactURL is u with any password in it replaced, for an error message.
-func redactURL(s string) string {
+// RedactURL quotes s with any password in it replaced, for an error message.
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Sprintf("%q (not a URL)", s)

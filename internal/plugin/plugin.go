@@ -703,10 +703,26 @@ func (cfg *Config) loadKubeconfig() (*kube.Kubeconfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.K8sAPIRoot != "" {
-		kc.Server = cfg.K8sAPIRoot
+	if err := cfg.OverrideServer(kc); err != nil {
+		return nil, err
 	}
 	return kc, nil
+}
+
+// OverrideServer puts the legacy kubernetes.k8s_api_root, when set, in place of
+// kc's server. An http root for a kubeconfig whose server is https is refused: the
+// kubeconfig's token would go out in clear text, and pod specs (which decide the
+// capture) would come back unverified.
+func (cfg *Config) OverrideServer(kc *kube.Kubeconfig) error {
+	if cfg.K8sAPIRoot == "" {
+		return nil
+	}
+	if strings.HasPrefix(strings.ToLower(kc.Server), "https://") && !strings.HasPrefix(strings.ToLower(cfg.K8sAPIRoot), "https://") {
+		return fmt.Errorf("kubernetes.k8s_api_root %s: the kubeconfig's server %s is https, and the override would send its credentials without TLS; use an https URL or leave k8s_api_root out",
+			kube.RedactURL(cfg.K8sAPIRoot), kube.RedactURL(kc.Server))
+	}
+	kc.Server = cfg.K8sAPIRoot
+	return nil
 }
 
 // rememberIptablesVersion does in STATUS, which the runtime runs every few

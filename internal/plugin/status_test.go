@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,40 @@ func TestStatusReadsTheKubeconfigAsTheLookupDoes(t *testing.T) {
 		p := &Plugin{Stdout: &out, Stderr: &stderr, Timeout: 5 * time.Second}
 		if err := p.Status(&cnicmd.CmdArgs{StdinData: []byte(conf)}); (err == nil) != tc.ok {
 			t.Errorf("config %s: STATUS %v, want ready %v", conf, err, tc.ok)
+		}
+	}
+}
+
+// TestAnAPIRootCannotTakeTLSAwayFromTheKubeconfig: an http kubernetes.k8s_api_root
+// for a kubeconfig whose server is https would send its token in clear text and
+// take pod specs unverified; it is refused naming the field and both URLs, by
+// STATUS (so the node shows it at install time) as by the lookup.
+func TestAnAPIRootCannotTakeTLSAwayFromTheKubeconfig(t *testing.T) {
+	for _, tc := range []struct {
+		server, root string
+		wantErr      string
+	}{
+		{"https://10.96.0.1:443", "http://10.96.0.1:80", `kubernetes.k8s_api_root "http://10.96.0.1:80": the kubeconfig's server "https://10.96.0.1:443" is https`},
+		{"HTTPS://10.96.0.1:443", "http://u:secret@10.96.0.1:80", `kubernetes.k8s_api_root "http://u:xxxxx@10.96.0.1:80"`},
+		{"https://10.96.0.1:443", "HTTPS://api.example:6443", ""},
+		{"http://127.0.0.1:8001", "http://127.0.0.1:8002", ""}, // kubectl proxy: no TLS to lose
+	} {
+		dir := t.TempDir()
+		kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user:\n    token: t\n", tc.server)
+		if err := os.WriteFile(filepath.Join(dir, KubeconfigName), []byte(kc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q,"log_socket":"","log_file":"","kubernetes":{"k8s_api_root":%q}}`, dir, tc.root)
+		var out, stderr bytes.Buffer
+		p := &Plugin{Stdout: &out, Stderr: &stderr, Timeout: 5 * time.Second}
+		err := p.Status(&cnicmd.CmdArgs{StdinData: []byte(conf)})
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("server %s, root %s: STATUS %v, want ready", tc.server, tc.root, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("server %s, root %s: STATUS %v, want an error containing %s", tc.server, tc.root, err, tc.wantErr)
+		case tc.wantErr != "" && strings.Contains(err.Error(), "secret"):
+			t.Errorf("server %s, root %s: the error quotes the password: %v", tc.server, tc.root, err)
 		}
 	}
 }
