@@ -43,7 +43,7 @@ const MaxAnswerBytes = 16 << 20
 func NewClient(kc *Kubeconfig, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(kc.Server)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("kubeconfig server %q is not an http(s) URL", kc.Server)
+		return nil, fmt.Errorf("kubeconfig server %s is not an http(s) URL", RedactURL(kc.Server))
 	}
 	token, err := bearerToken(kc)
 	if err != nil {

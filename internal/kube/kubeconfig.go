@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/jsontree"
 	"github.com/istio-cni/istio-cni/internal/regularfile"
@@ -284,7 +285,14 @@ func member(raw json.RawMessage, key string) (string, bool) {
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
+		if strings.Contains(s, "@") {
+			return "(not a URL; not quoted, as it may hold a password)"
+		}
 		return fmt.Sprintf("%q (not a URL)", s)
+	}
+	if u.Opaque != "" {
+		// "user:password@host" parses as scheme "user" and an opaque rest.
+		return fmt.Sprintf("%q (the rest not quoted)", u.Scheme+":")
 	}
 	return fmt.Sprintf("%q", u.Redacted())
 }

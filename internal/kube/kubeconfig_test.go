@@ -206,3 +206,17 @@ func TestLoadKubeconfigRefusesFilesOverTheBound(t *testing.T) {
 		t.Errorf("a CA file over the bound: %v, want a refusal naming %s", err, bigCA)
 	}
 }
+
+// TestRedactURLNeverQuotesAPassword: errors that name a server URL go through
+// RedactURL, which must not show a password in any form a URL can take.
+func TestRedactURLNeverQuotesAPassword(t *testing.T) {
+	for _, s := range []string{"https://u:secret@h:6443", "ftp://u:secret@h", "u:secret@h", "http://h/secret?x=1", "%zz:secret@h"} {
+		got := RedactURL(s)
+		if s != "http://h/secret?x=1" && strings.Contains(got, "secret") {
+			t.Errorf("RedactURL(%q) = %s: it shows the password", s, got)
+		}
+		if got == "" {
+			t.Errorf("RedactURL(%q) is empty", s)
+		}
+	}
+}

@@ -484,7 +484,7 @@ func (c *Config) Validate() error {
 	if c.K8sAPIRoot != "" {
 		u, err := url.Parse(c.K8sAPIRoot)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			bad("kubernetes.k8s_api_root", "%q is not an http(s) URL", c.K8sAPIRoot)
+			bad("kubernetes.k8s_api_root", "%s is not an http(s) URL", kube.RedactURL(c.K8sAPIRoot))
 		}
 	}
 	for _, ns := range c.ExcludeNamespaces {
