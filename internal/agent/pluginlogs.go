@@ -79,6 +79,13 @@ const MaxPluginConns = 128
 // hangs without exiting does not hold a slot for ever.
 const pluginConnBound = 5 * time.Minute
 
+// The wait before accepting again after an accept failed (net/http's server waits
+// the same): doubling from acceptRetryMin to at most acceptRetryMax while it fails.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
 // pluginLogSink writes plugin records to the agent's stdout, one line each, whole
 // lines only (records arrive on several goroutines), and counts them.
 type pluginLogSink struct {
@@ -207,6 +214,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	}()
 	go func() {
 		defer wg.Done()
+		var backoff time.Duration
 		for {
 			select {
 			case slots <- struct{}{}:
@@ -214,12 +222,25 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 				return
 			}
 			c, err := ln.Accept()
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					log.Error(what, "error", err)
-				}
+			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			if err != nil {
+				// Out of descriptors (EMFILE, ENFILE) or kernel memory: the
+				// connection stays queued until an accept succeeds, so wait and
+				// accept again, as net/http's server does; returning would leave
+				// every later plugin's records unread until the agent restarts.
+				<-slots
+				backoff = min(max(2*backoff, acceptRetryMin), acceptRetryMax)
+				log.Error(what, "error", err, "retryIn", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-done:
+					return
+				}
+				continue
+			}
+			backoff = 0
 			mu.Lock()
 			conns[c] = true
 			if ended {

@@ -18,6 +18,8 @@ import (
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/nofile"
+	"github.com/istio-cni/istio-cni/test/harness/poll"
 	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
@@ -233,5 +235,60 @@ func TestHTTPServersAreBounded(t *testing.T) {
 	s := newHTTPServer(http.NotFoundHandler())
 	if s.ReadHeaderTimeout == 0 || s.ReadTimeout == 0 || s.WriteTimeout == 0 || s.IdleTimeout == 0 {
 		t.Errorf("server bounds: header %s, read %s, write %s, idle %s; want all set", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)
+	}
+}
+
+// TestPluginLogsAreServedAfterTheAgentRanOutOfFiles: while the agent is out of file
+// descriptors (EMFILE, its RLIMIT_NOFILE reached), accepting a plugin's connection
+// fails; once descriptors are free again, that plugin's records and every later
+// plugin's reach the agent's stdout. Before, the first failed accept ended the
+// accept loop for good: every later plugin's connection waited in the socket's
+// queue unread, its records and ADD reports lost, until the agent restarted.
+func TestPluginLogsAreServedAfterTheAgentRanOutOfFiles(t *testing.T) {
+	dir := shortdir.New(t)
+	packet, dgram := filepath.Join(dir, plugin.LogSocketName), filepath.Join(dir, plugin.DatagramLogSocketName)
+	var out, agentLog logbuf.Buffer
+	sink := &pluginLogSink{out: &out, m: newMetrics()}
+	stop, err := servePluginLogs(packet, dgram, sink, slog.New(slog.NewTextHandler(&agentLog, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+
+	release := nofile.Exhaust(t, 1)
+	// The plugin's connection takes the last free descriptor: the agent's accept
+	// has none.
+	during, err := net.Dial("unixpacket", packet)
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	defer during.Close()
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, "the agent's accept fails with EMFILE", func() bool {
+		return strings.Contains(agentLog.String(), "too many open files")
+	})
+	release()
+
+	if _, err := during.Write([]byte(`{"level":"INFO","msg":"sent by a plugin that connected while the agent had no descriptor"}`)); err != nil {
+		t.Fatal(err)
+	}
+	during.Close()
+	l := pluginlog.New(io.Discard, pluginlog.Options{Level: slog.LevelInfo, Socket: packet, DatagramSocket: dgram})
+	l.Info("sent by a plugin that connected once descriptors were free")
+	l.Report(pluginlog.Event{Command: "ADD", Outcome: pluginlog.OutcomeRedirected, Seconds: 0.01})
+	l.Close()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines := out.String()
+		if strings.Contains(lines, "while the agent had no descriptor") && strings.Contains(lines, "once descriptors were free") &&
+			gathered(t, sink.m, "istio_cni_plugin_events_total", "outcome", pluginlog.OutcomeRedirected) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the agent had descriptors again, its stdout holds:\n%s\nand it counted %v redirected ADDs, want both records and 1; the agent's log:\n%s",
+				lines, gathered(t, sink.m, "istio_cni_plugin_events_total", "outcome", pluginlog.OutcomeRedirected), agentLog.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
