@@ -15,6 +15,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/test/harness/lease"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
 // The reconcile tests run the agent's loop in-process on a conf dir of their own,
@@ -144,6 +146,63 @@ func TestFailedWriteIsRetried(t *testing.T) {
 			t.Fatalf("not ready %s after the cause went away: no retry", 20*retryMin)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestUnreadablePrimaryKeepsTheEntry: the config holding our entry cannot be opened
+// for longer than settleDelay (EAGAIN here; an agent out of descriptors gets EMFILE,
+// a node out of them ENFILE): the agent reports the file and the cause, is not
+// ready and tries again, and neither puts the entry into a later file nor takes it
+// out of the primary; once the file opens again it is ready, nothing changed.
+// Before, the file was passed over as a broken one: the entry went into a wrapped
+// 99-loopback.conflist and the loopback's .conf was gone.
+func TestUnreadablePrimaryKeepsTheEntry(t *testing.T) {
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	dir := a.s.MountedNetDir
+	primary := filepath.Join(dir, "10-calico.conflist")
+	writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList, "99-loopback.conf": loopbackConf})
+	a.reconcile(dirtyConfig)
+	if !a.ready.Load() || a.cfg.current != primary {
+		t.Fatalf("first install: ready %v, entry in %s; want ready, in %s", a.ready.Load(), a.cfg.current, primary)
+	}
+	installed, err := os.ReadFile(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := names(t, dir)
+
+	release := lease.Hold(t, primary)
+	a.reconcile(dirtyConfig)
+	for k, u := range a.unsettled { // the settle recheck, a second later
+		u.since = u.since.Add(-2 * settleDelay)
+		a.unsettled[k] = u
+	}
+	a.reconcile(dirtyConfig)
+	if got := names(t, dir); !slicesEqual(got, before) {
+		t.Errorf("while the primary could not be opened the dir changed: %v, want %v", got, before)
+	}
+	if a.ready.Load() || a.retryDirty&dirtyConfig == 0 {
+		t.Errorf("while the primary could not be opened: ready %v, retry of the config %v; want not ready and a retry", a.ready.Load(), a.retryDirty&dirtyConfig != 0)
+	}
+	if log := agentLog.String(); !strings.Contains(log, "10-calico.conflist") || !strings.Contains(log, "resource temporarily unavailable") {
+		t.Errorf("the agent's log does not name the file and the cause:\n%s", log)
+	}
+
+	release()
+	a.reconcile(a.retryDirty)
+	if !a.ready.Load() || a.cfg.current != primary {
+		t.Errorf("once it opens: ready %v, entry in %s; want ready, in %s", a.ready.Load(), a.cfg.current, primary)
+	}
+	if got := names(t, dir); !slicesEqual(got, before) {
+		t.Errorf("once it opens the dir is %v, want %v", got, before)
+	}
+	if data, err := os.ReadFile(primary); err != nil || string(data) != string(installed) {
+		t.Errorf("the primary now holds %s (%v), want what the install wrote:\n%s", data, err, installed)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "99-loopback.conf")); err != nil || string(data) != loopbackConf {
+		t.Errorf("99-loopback.conf: %s (%v), want it untouched", data, err)
 	}
 }
 

@@ -39,7 +39,8 @@ func (s Skipped) String() string { return s.Err.Error() }
 // Files passed over come back in skipped with the reason, for the agent to log.
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
 // ErrNoPrimary when there is no primary yet; for a named file that exists but is
-// invalid, it is an *InvalidError.
+// invalid, it is an *InvalidError. A file that could not be read (see unread) is
+// not passed over: the search stops with its error.
 func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 	if name != "" {
 		return findNamed(dir, name)
@@ -51,12 +52,24 @@ func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 	sort.Strings(files)
 	for _, f := range files {
 		if err := checkPrimary(f); err != nil {
+			if unread(err) {
+				return "", skipped, err
+			}
 			skipped = append(skipped, Skipped{Name: filepath.Base(f), Err: err})
 			continue
 		}
 		return f, skipped, nil
 	}
 	return "", skipped, fmt.Errorf("%w in %s (%d files skipped)", ErrNoPrimary, dir, len(skipped))
+}
+
+// unread reports whether err, of checkPrimary, says the file could not be read
+// (out of descriptors: EMFILE, ENFILE; EAGAIN, EIO, ...) rather than that it is no
+// config (*InvalidError) or is gone: nothing is known of its content then, and it
+// may be the primary the runtime uses, so it is not passed over.
+func unread(err error) bool {
+	var invalid *InvalidError
+	return !errors.As(err, &invalid) && !errors.Is(err, fs.ErrNotExist)
 }
 
 func findNamed(dir, name string) (string, []Skipped, error) {
@@ -128,8 +141,15 @@ func ConfigsAfter(dir, name string) ([]string, error) {
 	sort.Strings(files)
 	var after []string
 	for _, f := range files {
-		if base := filepath.Base(f); base > name && checkPrimary(f) == nil {
+		base := filepath.Base(f)
+		if base <= name {
+			continue
+		}
+		switch err := checkPrimary(f); {
+		case err == nil:
 			after = append(after, base)
+		case unread(err):
+			return nil, err
 		}
 	}
 	return after, nil
@@ -152,8 +172,11 @@ func NamedBefore(dir, name, network string) ([]string, error) {
 			break
 		}
 		data, err := ReadConfig(f)
+		if err != nil && unread(err) {
+			return nil, err // Multus may read what this process cannot now
+		}
 		if err != nil {
-			continue // unreadable: Multus cannot take it either
+			continue // Multus cannot take it either
 		}
 		var c struct {
 			Name string `json:"name"`

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/test/harness/lease"
 )
 
 // writeDir fills a fresh temporary directory: a value starting with "->" makes a
@@ -121,5 +123,48 @@ func TestFindPrimary(t *testing.T) {
 	}
 	if _, _, err := FindPrimary(filepath.Join(t.TempDir(), "absent"), ""); !errors.Is(err, ErrNoPrimary) {
 		t.Errorf("absent dir: %v, want ErrNoPrimary (the runtime may create it later)", err)
+	}
+}
+
+// TestFindPrimaryDoesNotPassOverAConfigItCannotRead: a config that cannot be opened
+// at the moment (here a lease makes the open fail with EAGAIN; an agent at its
+// RLIMIT_NOFILE gets EMFILE, one at the node's file-max ENFILE) is not passed over
+// as a broken one is: nothing is known of its content, and it may well be the
+// primary the runtime uses. The search stops with the error, naming the file, and
+// reports no ErrNoPrimary. Before, it went on to the next file, where the agent
+// then put our entry (and took it out of the real primary).
+func TestFindPrimaryDoesNotPassOverAConfigItCannotRead(t *testing.T) {
+	const (
+		list   = `{"cniVersion":"0.3.1","name":"k8s","plugins":[{"type":"calico"}]}`
+		single = `{"cniVersion":"0.3.1","name":"lo","type":"loopback"}`
+	)
+	for _, tt := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{name: "the first of two configs", files: map[string]string{"10-calico.conflist": list, "99-loopback.conf": single}},
+		{name: "the only config", files: map[string]string{"10-calico.conflist": list}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeDir(t, tt.files)
+			lease.Hold(t, filepath.Join(dir, "10-calico.conflist"))
+			path, skipped, err := FindPrimary(dir, "")
+			if err == nil || errors.Is(err, ErrNoPrimary) || !errors.Is(err, syscall.EWOULDBLOCK) || !strings.Contains(err.Error(), "10-calico.conflist") {
+				t.Errorf("got %q, %v; want the open's error (EAGAIN), naming 10-calico.conflist, and no ErrNoPrimary", path, err)
+			}
+			if len(skipped) != 0 {
+				t.Errorf("skipped %v, want nothing passed over", skipped)
+			}
+		})
+	}
+	// The standalone config's checks alike: a config the agent cannot read may be
+	// one a runtime (or Multus) reads as the node's network.
+	dir := writeDir(t, map[string]string{"10-calico.conflist": list})
+	lease.Hold(t, filepath.Join(dir, "10-calico.conflist"))
+	if after, err := ConfigsAfter(dir, "00-istio-cni.conf"); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Errorf("ConfigsAfter: %v, %v; want the open's error (EAGAIN)", after, err)
+	}
+	if before, err := NamedBefore(dir, "zz-istio-cni.conf", "k8s"); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Errorf("NamedBefore: %v, %v; want the open's error (EAGAIN)", before, err)
 	}
 }
