@@ -33,6 +33,46 @@ import (
 // grace period.
 const controllerStopWait = 3 * time.Second
 
+// The wait before a feature that stopped with an error is started again: from
+// featureRetryMin, doubling to featureRetryMax while it keeps stopping; a run that
+// lasted featureRetryMax or more starts the doubling over.
+const (
+	featureRetryMin = time.Second
+	featureRetryMax = 30 * time.Second
+)
+
+// keepRunning runs the feature called name until ctx ends. A run that ends with an
+// error while ctx is live (the pod cache could not take its socket or make its
+// files' directory, say) is logged and started again after a delay, and counted
+// (istio_cni_agent_feature_restarts_total): stopping for good would leave the agent
+// ready without the feature until it restarts, every ADD asking the API server. A
+// run that ends without an error is done (the exit decision once it knows its
+// DaemonSet).
+func (a *agent) keepRunning(ctx context.Context, name string, run func(context.Context) error) {
+	var delay time.Duration
+	for {
+		start := time.Now()
+		err := run(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) >= featureRetryMax {
+			delay = 0
+		}
+		delay = min(max(2*delay, featureRetryMin), featureRetryMax)
+		a.log.Error(name+" stopped", "error", err, "retryIn", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		a.m.featureRestarts.WithLabelValues(name).Inc()
+		a.log.Info("starting " + name + " again")
+	}
+}
+
 // RestConfig is the agent's own API client config, from the same settings as the
 // plugin's kubeconfig. The token is read from its file, not copied: client-go
 // re-reads the file, so a rotated projected token is picked up without a restart.
@@ -134,8 +174,9 @@ func repairPluginConfig(entry []byte) (*plugin.Config, error) {
 // neither may hold back the install that every new pod needs.
 //
 // Errors in the settings the node contradicts (a rule backend that cannot run)
-// are returned; errors while running are logged. stop cancels them and waits, for
-// at most controllerStopWait.
+// are returned; a feature that stops with an error while running is logged and
+// started again (keepRunning). stop cancels them and waits, for at most
+// controllerStopWait.
 func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop func(), err error) {
 	s := a.s
 	if client == nil {
@@ -246,11 +287,10 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 	var wg sync.WaitGroup
 	for _, r := range runners {
 		wg.Add(1)
+		a.m.featureRestarts.WithLabelValues(r.name)
 		go func() {
 			defer wg.Done()
-			if err := r.run(ctx); err != nil && ctx.Err() == nil {
-				a.log.Error(r.name+" stopped", "error", err)
-			}
+			a.keepRunning(ctx, r.name, r.run)
 		}()
 	}
 	a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,

@@ -494,3 +494,40 @@ func TestAgentKeepsTheNodeReadinessTaintWhileItHoldsTheLease(t *testing.T) {
 		t.Errorf("lease still held by %q after SIGTERM, want it released", *h)
 	}
 }
+
+// TestAFeatureThatStoppedIsStartedAgain: the pod cache cannot take its socket at
+// start (a directory, not empty, is in its place: what a hostPath mix-up or a stuck
+// unmount leaves). It used to stop for good with one log line while the agent stayed
+// ready, every ADD then asking the API server. Now it is started again, 1 s later,
+// doubling, and serves once the path is free; each restart is counted.
+func TestAFeatureThatStoppedIsStartedAgain(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := cp.EnsureNamespace(ctx, "apps"); err != nil {
+		t.Fatal(err)
+	}
+	n, apiEnv := newNodeAs(t, ctx, cp, chartRepairRules)
+	sock := filepath.Join(n.runDir, "pods.sock")
+	if err := os.MkdirAll(filepath.Join(sock, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := n.startAgent(t, append(apiEnv,
+		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "NODE_NAME=node-a", "POD_CACHE_ENABLED=true")...)
+	p.waitReady(t)
+	p.waitLog(t, "the pod cache's failure is logged", `pod cache stopped.*retryIn`)
+	if err := os.RemoveAll(sock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.AdminClient().CoreV1().Pods("apps").Create(ctx, appPod("web", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agentClient := kube.NewAgentClient(sock, time.Second)
+	eventually(t, 40*time.Second, "pods.sock answers for apps/web", func() bool {
+		_, err := agentClient.GetPod(ctx, "apps", "web", "", 0)
+		return err == nil
+	})
+	if got := p.metric(t, `istio_cni_agent_feature_restarts_total{feature="pod cache"}`); got < 1 {
+		t.Errorf("istio_cni_agent_feature_restarts_total for the pod cache = %v, want at least 1", got)
+	}
+}

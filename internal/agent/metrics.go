@@ -52,6 +52,7 @@ type metrics struct {
 	binaryInstalls   prometheus.Counter
 	kubeconfigWrites prometheus.Counter
 	contestDeferrals prometheus.Counter
+	featureRestarts  *prometheus.CounterVec
 	pluginEvents     *prometheus.CounterVec
 	pluginRecords    *prometheus.CounterVec
 	addDuration      *prometheus.HistogramVec
@@ -72,6 +73,9 @@ func newMetrics() *metrics {
 			"Binaries copied into a CNI bin dir (first install and restores)."),
 		kubeconfigWrites: counter("istio_cni_kubeconfig_writes_total",
 			"Times the plugin's kubeconfig was written (first install and token rotations)."),
+		featureRestarts: counterVec("istio_cni_agent_feature_restarts_total",
+			"API server features (pod cache, repair controller, taint controller, ...) started again after they stopped with an error, by feature.",
+			"feature"),
 		contestDeferrals: counter("istio_cni_contested_writes_deferred_total",
 			"Rewrites of the kubeconfig or the CNI config put off because another writer (a second istio-cni agent on the node) keeps changing them."),
 		pluginEvents: counterVec("istio_cni_plugin_events_total",
@@ -98,7 +102,7 @@ func newMetrics() *metrics {
 		build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals,
+		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals, m.featureRestarts,
 		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures,
 	)
 	// Every series an operator alerts on exists from the start at 0: a counter that

@@ -46,6 +46,9 @@ type Server struct {
 	// Waits counts the pod requests that waited.
 	Waits WaitCounts
 	log   *slog.Logger
+	// informers starts the informers once: a Run that failed is run again, and
+	// the informers the first one started go on.
+	informers sync.Once
 }
 
 // Client is the part of the API the server uses. A kubernetes.Interface clientset
@@ -93,7 +96,9 @@ func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 // A socket and files already there are a previous agent's, and Run replaces them,
 // also while that agent still runs (a rolling update: both mount the run directory
 // from the host). Stopping, it removes the socket and the files' directory only if
-// they are still the ones it made: those of an agent that took over stay.
+// they are still the ones it made: those of an agent that took over stay. A Run
+// that failed may be called again with the same ctx: the informers the first
+// started go on.
 func (s *Server) Run(ctx context.Context, path string) error {
 	files, err := openPodFiles(filesDir(path), s.logger())
 	if err != nil {
@@ -115,10 +120,12 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		_ = s.informer.RemoveEventHandler(reg)
 		files.close()
 	}()
-	if s.ownPods {
-		go s.informer.Run(ctx.Done())
-	}
-	go s.namespaces.Run(ctx.Done())
+	s.informers.Do(func() {
+		if s.ownPods {
+			go s.informer.Run(ctx.Done())
+		}
+		go s.namespaces.Run(ctx.Done())
+	})
 	// A socket there is a previous agent's: a stopped one's, or, during a rolling
 	// update, the old agent's still serving, which this one takes over.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
