@@ -327,19 +327,33 @@ type watcher struct {
 func (a *agent) watch() (*watcher, error) {
 	fw, err := fsnotify.NewBufferedWatcher(1024)
 	if err != nil {
-		return nil, fmt.Errorf("watch: %w", err)
+		return nil, fmt.Errorf("watch: %w%s", err, inotifyHint(err))
 	}
 	w := &watcher{Watcher: fw, dirs: map[string][]watchedDir{}}
 	for _, d := range a.watchedDirs() {
 		if _, ok := w.dirs[d.dir]; !ok {
 			if err := fw.Add(d.dir); err != nil {
 				fw.Close()
-				return nil, fmt.Errorf("watch %s: %w", d.dir, err)
+				return nil, fmt.Errorf("watch %s: %w%s", d.dir, err, inotifyHint(err))
 			}
 		}
 		w.dirs[d.dir] = append(w.dirs[d.dir], d)
 	}
 	return w, nil
+}
+
+// inotifyHint names the limit behind an inotify error, which the kernel reports as
+// "too many open files" or "no space left on device": nodes that run many pods
+// watching files (log shippers, config reloaders) reach the per-user limits, which
+// are the node's sysctls, not this pod's.
+func inotifyHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return " (the node's inotify instances, sysctl fs.inotify.max_user_instances, or this process's open file limit are used up)"
+	case errors.Is(err, syscall.ENOSPC):
+		return " (the node's inotify watches are used up: raise sysctl fs.inotify.max_user_watches)"
+	}
+	return ""
 }
 
 func (w *watcher) classify(ev fsnotify.Event) dirty {

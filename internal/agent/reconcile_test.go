@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/test/harness/lease"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/nofile"
 )
 
 // The reconcile tests run the agent's loop in-process on a conf dir of their own,
@@ -308,5 +310,27 @@ func TestStandaloneRefusesAnEarlierConfigOfTheSameNetwork(t *testing.T) {
 	}
 	if res, err := a.reconcileConfig(); err != nil || res != configInstalled {
 		t.Errorf("after the leftover went: %v, %v", res, err)
+	}
+}
+
+// TestAWatchThatCannotStartNamesTheLimit: the kernel reports a used-up inotify
+// limit as "too many open files" (instances) or "no space left on device"
+// (watches); the agent's error, which ends its start and shows in its pod's log,
+// names the sysctl. The first is provoked for real: the process out of descriptors.
+func TestAWatchThatCannotStartNamesTheLimit(t *testing.T) {
+	a := configAgent(t)
+	a.s.RunDir, a.s.ServiceAccountDir = t.TempDir(), t.TempDir()
+	release := nofile.Exhaust(t, 0)
+	w, err := a.watch()
+	release()
+	if err == nil {
+		w.Close()
+		t.Fatal("watch started with no file descriptor left")
+	}
+	if !strings.Contains(err.Error(), "fs.inotify.max_user_instances") {
+		t.Errorf("watch error %q does not name fs.inotify.max_user_instances", err)
+	}
+	if got := inotifyHint(fmt.Errorf("watch: %w", syscall.ENOSPC)); !strings.Contains(got, "fs.inotify.max_user_watches") {
+		t.Errorf("hint for ENOSPC %q does not name fs.inotify.max_user_watches", got)
 	}
 }
