@@ -120,7 +120,7 @@ func (f *podFiles) write(obj any) {
 		}
 	}
 	if err != nil {
-		f.warn("create", pod, err)
+		f.dropStale(pod, path, "create", err)
 		return
 	}
 	_, err = tmp.Write(data)
@@ -132,8 +132,20 @@ func (f *podFiles) write(obj any) {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
-		f.warn("write", pod, err)
+		f.dropStale(pod, path, "write", err)
 	}
+}
+
+// dropStale removes the pod's file after its new version could not be written (a
+// full run dir, no descriptor left): the old version, which the plugin would take
+// for the pod's current one (same name, same uid), may lack an annotation changed
+// since. Without a file the plugin asks the socket, which answers from the
+// informer. Under mu.
+func (f *podFiles) dropStale(pod *corev1.Pod, path, what string, err error) {
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = fmt.Errorf("%w; and its previous file stays: %w", err, rerr)
+	}
+	f.warn(what, pod, err)
 }
 
 func (f *podFiles) remove(obj any) {
