@@ -43,7 +43,7 @@ test-node: prereqs
 # the cached Kubernetes binaries (they all pass as an unprivileged user); every other
 # test fails loudly without root, and make test runs them all.
 UNIT_PKGS := ./internal/redirect/ ./internal/plugin/ ./internal/cnicmd/ ./internal/cniconf/ ./internal/istioiptables/ \
-	./internal/kube/ ./internal/cli/ ./internal/settings/ ./internal/pluginlog/ ./internal/ownfile/ ./internal/regularfile/ ./internal/apibound/ \
+	./internal/kube/ ./internal/cli/ ./internal/settings/ ./internal/pluginlog/ ./internal/ownfile/ ./internal/regularfile/ ./internal/apibound/ ./internal/unixsock/ \
 	./hack/hostcheck/ ./test/harness/trace/
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)

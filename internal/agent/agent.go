@@ -25,6 +25,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/taint"
+	"github.com/istio-cni/istio-cni/internal/unixsock"
 	"github.com/istio-cni/istio-cni/internal/version"
 )
 
@@ -688,7 +689,8 @@ func removeStaleConfTemps(dir string) {
 
 // removeStaleRunDirFiles deletes what a killed agent or plugin left in the run
 // directory and no live process of this agent's will use: a half-written
-// kubeconfig or TLS session (".NAME.tmp-*"), and, when this agent keeps no pod
+// kubeconfig or TLS session (".NAME.tmp-*"), the directory of a socket being made
+// (unixsock.TempDirPrefix), and, when this agent keeps no pod
 // cache, the pod files of an agent that did. The plugin reads a pod's file before
 // anything else, and such files are never refreshed again; a recreated pod of the
 // same uid is impossible, but the file's annotations and containers would be those
@@ -696,8 +698,12 @@ func removeStaleConfTemps(dir string) {
 func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 	entries, _ := os.ReadDir(s.RunDir)
 	for _, e := range entries {
-		if n := e.Name(); kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName) {
+		switch n := e.Name(); {
+		case kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName):
 			os.Remove(filepath.Join(s.RunDir, n))
+		case e.IsDir() && unixsock.IsTemp(n):
+			// A socket being made when an agent was killed.
+			os.RemoveAll(filepath.Join(s.RunDir, n))
 		}
 	}
 	if !s.PodCache {

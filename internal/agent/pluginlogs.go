@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/ownfile"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/internal/unixsock"
 )
 
 // The agent reads the plugin's log records on three sockets in its run dir:
@@ -37,32 +37,6 @@ import (
 // All end up on the agent's stdout, one JSON line per record, so that during an
 // upgrade, or a switch between Istio's DaemonSet and this one, a plugin of the
 // other kind that is still running loses no line.
-
-// prepareSocket makes path free for a new socket: a socket left by a previous agent
-// is removed; any other file there is an error rather than something to delete.
-func prepareSocket(what, path string) error {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("%s %s: a %s is in the way", what, path, fi.Mode().Type())
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("%s %s: remove the stale socket: %w", what, path, err)
-	}
-	return nil
-}
-
-// onlyRoot makes a socket writable by root alone: the runtime running the plugin
-// is root, and nobody else may inject records.
-func onlyRoot(what, path string, c io.Closer) error {
-	if err := os.Chmod(path, 0o600); err != nil {
-		c.Close()
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
 
 // maxRecord bounds one message; the plugin's records are far smaller.
 const maxRecord = 64 << 10
@@ -161,29 +135,18 @@ func oneLine(rec []byte, truncated bool) []byte {
 // every connection, waits for their goroutines, and removes the sockets.
 func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
 	const what, whatDgram = "plugin log socket", "plugin datagram log socket"
-	if err := prepareSocket(what, packetPath); err != nil {
-		return nil, err
-	}
-	if err := prepareSocket(whatDgram, datagramPath); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: packetPath, Net: "unixpacket"})
+	// Writable by root alone: the runtime running the plugin is root, and nobody
+	// else may inject records. stop removes each, if the path is still ours
+	// (ownfile).
+	ln, err := unixsock.Listen("unixpacket", packetPath, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	ln.SetUnlinkOnClose(false) // stop does, if the path is still ours (ownfile)
-	if err := onlyRoot(what, packetPath, ln); err != nil {
-		return nil, err
-	}
 	packetFile, _ := os.Lstat(packetPath)
-	dgram, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: datagramPath, Net: "unixgram"})
+	dgram, err := unixsock.ListenPacket(datagramPath, 0o600)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("%s: %w", whatDgram, err)
-	}
-	if err := onlyRoot(whatDgram, datagramPath, dgram); err != nil {
-		ln.Close()
-		return nil, err
 	}
 	datagramFile, _ := os.Lstat(datagramPath)
 
@@ -320,16 +283,9 @@ const istioLogTimeout = 5 * time.Second
 // at path until stop is called.
 func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
 	const what = "Istio plugin log socket"
-	if err := prepareSocket(what, path); err != nil {
-		return nil, err
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := unixsock.Listen("unix", path, 0o600) // stop removes it, if still ours (ownfile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	l.SetUnlinkOnClose(false) // stop does, if the path is still ours (ownfile)
-	if err := onlyRoot(what, path, l); err != nil {
-		return nil, err
 	}
 	own, _ := os.Lstat(path)
 	mux := http.NewServeMux()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/unixsock"
 )
 
 // TestAnAgentWithoutPodCacheRemovesAKilledAgentsPodFiles: a killed agent that kept
@@ -35,7 +36,7 @@ func TestAnAgentWithoutPodCacheRemovesAKilledAgentsPodFiles(t *testing.T) {
 // TestTheNextAgentRemovesHalfWrittenRunDirFiles: a writer killed between its
 // temporary file and the rename leaves ".NAME.tmp-*" in the run directory (tmpfs:
 // node memory); the next agent removes those of the kubeconfig and the TLS
-// session, and nothing else there.
+// session, and the directory of a socket being made, and nothing else there.
 func TestTheNextAgentRemovesHalfWrittenRunDirFiles(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -50,6 +51,13 @@ func TestTheNextAgentRemovesHalfWrittenRunDirFiles(t *testing.T) {
 	for _, f := range temps {
 		writeFile(t, f, []byte("half"), 0o600)
 	}
+	// A socket being made when its agent was killed (unixsock).
+	sockDir := filepath.Join(n.runDir, unixsock.TempDirPrefix+"123456")
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(sockDir, "s"), nil, 0o600)
+	temps = append(temps, sockDir)
 	other := filepath.Join(n.runDir, ".someone-else.tmp-1")
 	writeFile(t, other, []byte("kept"), 0o600)
 	p := n.startAgent(t)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/ownfile"
+	"github.com/istio-cni/istio-cni/internal/unixsock"
 )
 
 // SocketName is the socket's name in the agent's run directory.
@@ -127,17 +127,13 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		go s.namespaces.Run(ctx.Done())
 	})
 	// A socket there is a previous agent's: a stopped one's, or, during a rolling
-	// update, the old agent's still serving, which this one takes over.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("pod cache: remove stale socket %s: %w", path, err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// update, the old agent's still serving, which this one takes over in one step.
+	ln, err := unixsock.Listen("unix", path, 0o600)
 	if err != nil {
-		return fmt.Errorf("pod cache: listen on %s: %w", path, err)
+		return fmt.Errorf("pod cache: %w", err)
 	}
 	// Removed below only if still this server's: the next agent may have taken the
 	// path over (ownfile).
-	ln.SetUnlinkOnClose(false)
 	own, _ := os.Lstat(path)
 	defer func() {
 		ln.Close()
@@ -145,9 +141,6 @@ func (s *Server) Run(ctx context.Context, path string) error {
 			s.logger().Warn("pod cache: remove socket", "error", err)
 		}
 	}()
-	if err := os.Chmod(path, 0o600); err != nil {
-		return fmt.Errorf("pod cache: %w", err)
-	}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second, ReadTimeout: ReadTimeout,
 		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
 	go func() {
