@@ -125,6 +125,11 @@ func read(r *bufio.Reader, limit int64) (*Response, error) {
 			}
 		}
 		if resp.StatusCode >= 200 {
+			if chunked && proto == "HTTP/1.0" {
+				// Transfer-Encoding came with HTTP/1.1: in an HTTP/1.0 answer it is
+				// faulty framing (RFC 9112, 6.1), which net/http reads as a raw body.
+				return nil, fmt.Errorf("read answer: Transfer-Encoding in an HTTP/1.0 answer")
+			}
 			break
 		}
 		length, chunked = -1, false
