@@ -148,7 +148,7 @@ func (p *yamlParser) lines(s string) error {
 		if strings.HasPrefix(body, "\t") {
 			return p.errf(i+1, "tab in indentation")
 		}
-		body = stripComment(body)
+		body = stripComment(body, false)
 		if body == "" {
 			continue
 		}
@@ -167,15 +167,43 @@ func (p *yamlParser) lines(s string) error {
 	return nil
 }
 
-// stripComment removes a comment: '#' at the start or after a space, outside quotes.
-func stripComment(s string) string {
-	at := indexOutsideQuotes(s,
-		func(i int) bool { return i == 0 || strings.ContainsRune(" \t:[{,-", rune(s[i-1])) },
-		func(i int) bool { return s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') })
-	if at < 0 {
-		return s
+// stripComment removes a comment: '#' at the start or after a space, outside
+// quoted scalars. A quote opens a scalar only where one starts, not inside a plain
+// scalar: YAML reads `token: a "b #c"` as the token `a "b`, the rest a comment.
+// plain says that s starts inside a plain scalar (a line that continues one).
+func stripComment(s string, plain bool) string {
+	var quote byte
+	flow := 0 // flow collections open on the line: there , ] } end a plain scalar
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		blankAfter := i+1 == len(s) || s[i+1] == ' ' || s[i+1] == '\t'
+		switch {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t'):
+			return strings.TrimRight(s[:i], " \t")
+		case c == ' ' || c == '\t':
+		case !plain && (c == '"' || c == '\''):
+			quote = c
+		case c == ':' && (blankAfter || flow > 0 && !plain): // after a key
+			plain = false
+		case c == '-' && !plain && blankAfter: // a sequence entry
+		case !plain && (c == '[' || c == '{'):
+			flow++
+		case flow > 0 && (c == ',' || c == ']' || c == '}'):
+			plain = false
+			if c != ',' {
+				flow--
+			}
+		default:
+			plain = true
+		}
 	}
-	return strings.TrimRight(s[:at], " \t")
+	return s
 }
 
 // indexOutsideQuotes returns the first index i outside quoted scalars where at(i)
@@ -324,8 +352,11 @@ func (p *yamlParser) scalarWithContinuation(l yamlLine, v string, indent int) (a
 		b.Grow(n)
 		b.WriteString(v)
 		for _, c := range p.ls[p.i:end] {
+			// Inside the scalar a quote is text: a comment it seemed to hold
+			// is one (what else differs is a ": " in the line, which YAML
+			// refuses in a plain scalar).
 			b.WriteByte(' ')
-			b.WriteString(c.text)
+			b.WriteString(stripComment(c.text, true))
 		}
 		v, p.i = b.String(), end
 	}

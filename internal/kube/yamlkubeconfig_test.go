@@ -57,6 +57,10 @@ func TestYAMLToJSONReadsKubeconfigsAsTheYAMLLibraryDoes(t *testing.T) {
 		"long inline CA":            "clusters:\n- name: c\n  cluster:\n    server: https://k\n    certificate-authority-data: " + longCA + "\n",
 		"a byte order mark":         "\ufeffcurrent-context: x\nclusters:\n- name: c\n",
 		"a byte order mark, JSON":   "\ufeff" + `{"current-context":"x"}`,
+		// A quote inside a plain scalar is text: the comment after it is one.
+		"a quote inside a plain scalar":             "users:\n- name: u\n  user:\n    token: abc \"def #not-part-of-the-token\"\n    tokenFile: '/f #g' # c\n",
+		"a continuation line starting with a quote": "current-context: a\n  \"b #c\"\n",
+		"a continuation line starting with a dash":  "current-context: a\n  - 'd #e'\n",
 	}
 	// The agent's own writer: sigs.k8s.io/yaml's Marshal of the same shape.
 	agent, err := yaml.Marshal(map[string]any{
