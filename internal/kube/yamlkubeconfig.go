@@ -340,6 +340,12 @@ func (p *yamlParser) scalarWithContinuation(l yamlLine, v string, indent int) (a
 		if !plain {
 			return nil, p.errf(p.ls[end].no, "a quoted scalar or flow collection continued on another line is not supported")
 		}
+		if p.ls[end].no != p.ls[end-1].no+1 {
+			// An empty or comment line was left out before it. YAML keeps an
+			// empty line in a plain scalar as a line break (and a comment line
+			// ends the scalar): not read as a space.
+			return nil, p.errf(p.ls[end].no, "a plain scalar continued after an empty or comment line is not supported")
+		}
 		end++
 	}
 	if end > p.i {
