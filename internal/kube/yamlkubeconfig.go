@@ -407,6 +407,15 @@ func (p *yamlParser) flow(line int, s string) (any, string, error) {
 		if end >= len(s) {
 			return nil, "", p.errf(line, "unterminated double-quoted scalar (one line only)")
 		}
+		// strconv.Unquote reads Go's escapes, which YAML's mostly are; not Go's
+		// octal \101, and Go's \xe9 is a byte where YAML's is a code point (é).
+		for i := 1; i < end; i++ {
+			if s[i] == '\\' {
+				if i++; s[i] >= '0' && s[i] <= '7' || s[i] == 'x' && !strings.ContainsRune("01234567", rune(s[i+1])) {
+					return nil, "", p.errf(line, "double-quoted scalar with an escape YAML reads otherwise than Go (\\0-\\7, \\x80-\\xff)")
+				}
+			}
+		}
 		v, err := strconv.Unquote(s[:end+1])
 		if err != nil {
 			return nil, "", p.errf(line, "double-quoted scalar with an escape or character it cannot hold: %v", err)

@@ -116,6 +116,8 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
 		{"not JSON", `{"clusters": [`, "not valid JSON"},
 		{"junk after a value", "current-context: 'a' b\n", "line 1: unexpected"},
+		{"Go's octal escape", "current-context: \"a\\012\"\n", "line 1: double-quoted scalar with an escape YAML reads otherwise"},
+		{"a \\x escape over 0x7f", "current-context: \"caf\\xe9\"\n", "line 1: double-quoted scalar with an escape YAML reads otherwise"},
 		{"empty line in a plain scalar", "users:\n- user:\n    token: abc\n\n      def\n", "line 5: a plain scalar continued after an empty"},
 		{"comment line in a plain scalar", "current-context: a\n# c\n  b\n", "line 3: a plain scalar continued after an empty or comment"},
 	}
