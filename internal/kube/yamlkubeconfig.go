@@ -143,6 +143,10 @@ func (p *yamlParser) leave() { p.depth-- }
 func (p *yamlParser) lines(s string) error {
 	seenContent := false
 	for i, l := range strings.Split(s, "\n") {
+		if strings.ContainsAny(strings.TrimSuffix(l, "\r"), "\r\u0085\u2028\u2029") {
+			// YAML 1.1 breaks lines there too (kubectl's reader does).
+			return p.errf(i+1, "a line break other than LF or CRLF (CR, NEL, LS, PS) is not supported")
+		}
 		l = strings.TrimRight(l, " \t\r")
 		body := strings.TrimLeft(l, " ")
 		if strings.HasPrefix(body, "\t") {
