@@ -162,6 +162,11 @@ func (p *yamlParser) lines(s string) error {
 			}
 			continue
 		}
+		if strings.Contains(body, "\t") {
+			// YAML separates with tabs as with spaces ("token:\tabc" is a key and
+			// a value); this reader splits at spaces only.
+			return p.errf(i+1, "tab in a line (only spaces are read as separators)")
+		}
 		if strings.HasPrefix(body, "%") {
 			return p.errf(i+1, "YAML directives are not supported")
 		}

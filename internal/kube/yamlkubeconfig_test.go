@@ -116,6 +116,8 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
 		{"not JSON", `{"clusters": [`, "not valid JSON"},
 		{"junk after a value", "current-context: 'a' b\n", "line 1: unexpected"},
+		{"tab after a key in a flow mapping", "users:\n- name: u\n  user: {token:\tabc}\n", "line 3: tab in a line"},
+		{"tab after a key", "users:\n- name: u\n  user:\n    token:\tabc\n", "line 4: tab in a line"},
 		{"a lone carriage return", "users:\n- user:\n    token: abc\rtokenFile: /f\n", "line 3: a line break other than LF or CRLF"},
 		{"a line separator", "current-context: a\u2028kind: Config\r\n", "line 1: a line break other than LF or CRLF"},
 		{"Go's octal escape", "current-context: \"a\\012\"\n", "line 1: double-quoted scalar with an escape YAML reads otherwise"},
