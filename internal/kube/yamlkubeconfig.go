@@ -156,7 +156,11 @@ func (p *yamlParser) lines(s string) error {
 		if body == "" {
 			continue
 		}
-		if body == "---" || strings.HasPrefix(body, "--- ") || body == "..." {
+		if strings.HasPrefix(body, "--- ") {
+			// The document's content starts on the marker's line: not dropped.
+			return p.errf(i+1, "content after --- on its line is not supported")
+		}
+		if body == "---" || body == "..." {
 			if seenContent || body == "..." {
 				return p.errf(i+1, "more than one YAML document")
 			}

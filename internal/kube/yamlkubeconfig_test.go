@@ -116,6 +116,7 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
 		{"not JSON", `{"clusters": [`, "not valid JSON"},
 		{"junk after a value", "current-context: 'a' b\n", "line 1: unexpected"},
+		{"content on the document start line", "--- {}\ncurrent-context: x\n", "line 1: content after ---"},
 		{"tab after a key in a flow mapping", "users:\n- name: u\n  user: {token:\tabc}\n", "line 3: tab in a line"},
 		{"tab after a key", "users:\n- name: u\n  user:\n    token:\tabc\n", "line 4: tab in a line"},
 		{"a lone carriage return", "users:\n- user:\n    token: abc\rtokenFile: /f\n", "line 3: a line break other than LF or CRLF"},
