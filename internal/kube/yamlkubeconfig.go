@@ -306,12 +306,9 @@ func (p *yamlParser) mapping(indent int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ks, ok := key.(string)
-		if !ok {
-			ks = fmt.Sprint(key)
-		}
-		if _, dup := out[ks]; dup {
-			return nil, p.errf(l.no, "key %q repeated", ks)
+		ks, err := p.key(out, l.no, key)
+		if err != nil {
+			return nil, err
 		}
 		p.i++
 		switch {
@@ -328,6 +325,20 @@ func (p *yamlParser) mapping(indent int) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// key is the key k of a mapping read into out, as a string. A key already in out
+// is refused, in a block or a flow mapping: the YAML library keeps the last, and
+// reads {token: t, token:} as a token t and the key "token:" (YAML 1.1).
+func (p *yamlParser) key(out map[string]any, line int, k any) (string, error) {
+	ks, ok := k.(string)
+	if !ok {
+		ks = fmt.Sprint(k)
+	}
+	if _, dup := out[ks]; dup {
+		return "", p.errf(line, "key %q repeated", ks)
+	}
+	return ks, nil
 }
 
 // splitKey splits "key: value" (or "key:") at the first ": " outside quotes; a
@@ -489,7 +500,11 @@ func (p *yamlParser) flow(line int, s string) (any, string, error) {
 					return nil, "", err
 				}
 			}
-			out[fmt.Sprint(k)] = v
+			ks, err := p.key(out, line, k)
+			if err != nil {
+				return nil, "", err
+			}
+			out[ks] = v
 			if rest, err = p.flowNext(line, r, '}'); err != nil {
 				return nil, "", err
 			}

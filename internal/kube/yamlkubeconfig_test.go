@@ -111,6 +111,7 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"multi-line quoted", "current-context: \"a\n  b\"\n", "line 2: a quoted scalar or flow collection continued"},
 		{"multi-line flow", "clusters: [a,\n  b]\n", "line 2: a quoted scalar or flow collection continued"},
 		{"repeated key", "kind: a\nkind: b\n", `line 2: key "kind" repeated`},
+		{"repeated key in a flow mapping", "users:\n- name: u\n  user: {token: t, token:}\n", `line 3: key "token" repeated`},
 		{"bad indentation", "clusters:\n  - name: c\n - name: d\n", "line 3: unexpected indentation"},
 		{"unterminated quote", "current-context: \"abc\n", "line 1: unterminated double-quoted"},
 		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
