@@ -335,6 +335,11 @@ func (p *yamlParser) key(out map[string]any, line int, k any) (string, error) {
 	if !ok {
 		ks = fmt.Sprint(k)
 	}
+	if ks == "<<" {
+		// YAML 1.1's merge key: the library merges the mapping under it into
+		// this one (<<: {token: t} is a token).
+		return "", p.errf(line, "YAML merge keys (<<) are not supported")
+	}
 	if _, dup := out[ks]; dup {
 		return "", p.errf(line, "key %q repeated", ks)
 	}

@@ -117,6 +117,8 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"flow not closed on its line", "clusters: [a, b\n", "line 1: flow collection"},
 		{"not JSON", `{"clusters": [`, "not valid JSON"},
 		{"junk after a value", "current-context: 'a' b\n", "line 1: unexpected"},
+		{"merge key", "users:\n- name: u\n  user:\n    <<: {token: t}\n", "line 4: YAML merge keys"},
+		{"merge key in a flow mapping", "users:\n- name: u\n  user: {<<: {token: t}}\n", "line 3: YAML merge keys"},
 		{"content on the document start line", "--- {}\ncurrent-context: x\n", "line 1: content after ---"},
 		{"tab after a key in a flow mapping", "users:\n- name: u\n  user: {token:\tabc}\n", "line 3: tab in a line"},
 		{"tab after a key", "users:\n- name: u\n  user:\n    token:\tabc\n", "line 4: tab in a line"},
