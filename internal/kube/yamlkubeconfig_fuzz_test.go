@@ -2,6 +2,7 @@ package kube
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -27,10 +28,17 @@ var kubeconfigFields = map[string]any{
 }
 
 // readFields keeps of the tree v what fields names: the members of a mapping it
-// names, in each item of a list.
+// names, in each item of a list. A collection read whole (exec, as-groups) is only
+// refused when there and not empty: that is what is kept of it.
 func readFields(v any, fields any) any {
 	want, ok := fields.(map[string]any)
 	if !ok {
+		switch v := v.(type) {
+		case map[string]any:
+			return fmt.Sprintf("a mapping, empty: %t", len(v) == 0)
+		case []any:
+			return fmt.Sprintf("a sequence, empty: %t", len(v) == 0)
+		}
 		return v
 	}
 	switch v := v.(type) {
