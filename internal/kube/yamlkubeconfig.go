@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/istio-cni/istio-cni/internal/jsontree"
 )
@@ -36,6 +37,11 @@ const MaxYAMLDepth = 64
 
 // yamlToJSON converts a kubeconfig in the YAML described above (or JSON) to JSON.
 func yamlToJSON(raw []byte) ([]byte, error) {
+	if !utf8.Valid(raw) {
+		// YAML reads UTF-16 too, by its byte order mark, and refuses bytes that
+		// are not UTF-8 (so does kubectl): neither is read as something else.
+		return nil, fmt.Errorf("not UTF-8")
+	}
 	// One byte order mark may start the stream (YAML 1.2, 5.2); left in, it
 	// would be part of the first key.
 	doc := strings.TrimPrefix(string(raw), "\ufeff")
