@@ -105,6 +105,12 @@ func read(r *bufio.Reader, limit int64) (*Response, error) {
 			if h == "" {
 				break
 			}
+			if h[0] == ' ' || h[0] == '\t' {
+				// obs-fold (RFC 9112, 5.2): the line continues the previous
+				// field's value, as net/http reads it; read as a field of its
+				// own (" Content-Length: 5"), it would frame the body otherwise.
+				return nil, fmt.Errorf("read answer: a header line folded onto the previous one (obs-fold) is not supported")
+			}
 			name, value, ok := strings.Cut(h, ":")
 			if !ok {
 				return nil, fmt.Errorf("read answer: malformed header %q", h)
