@@ -202,7 +202,7 @@ func istioPluginPost(t testing.TB, sock string, records ...string) *http.Respons
 
 func TestIstioRecordsBecomeTheAgentsLines(t *testing.T) {
 	lines, err := istioRecords([]byte(`["{\"level\":\"info\",\"time\":\"2026-11-25T16:00:00.123456Z\",\"msg\":\"Checking pod\",\"pod\":\"app/web\",\"netns\":\"/proc/1/ns/net\"}",` +
-		`"{\"level\":\"error\",\"time\":\"2026-11-25T16:00:00.2Z\",\"msg\":\"  failed  \",\"attempt\":{\"n\": 2}}", "not json"]`))
+		`"{\"level\":\"error\",\"time\":\"2026-11-25T16:00:00.2Z\",\"msg\":\"  failed  \",\"attempt\":{\"n\": 2}}", "not json", "null"]`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +219,7 @@ func TestIstioRecordsBecomeTheAgentsLines(t *testing.T) {
 		{"level": "INFO", "msg": "Checking pod", "pod": "app/web", "netns": "/proc/1/ns/net", "plugin": "istio"},
 		{"level": "ERROR", "msg": "  failed  ", "attempt": map[string]any{"n": 2.0}, "plugin": "istio"},
 		{"msg": "not json", "plugin": "istio"},
+		{"msg": "null", "plugin": "istio"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("lines (-want +got):\n%s", diff)

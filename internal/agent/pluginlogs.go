@@ -339,7 +339,8 @@ func istioRecords(body []byte) ([][]byte, error) {
 	var lines [][]byte
 	for _, p := range posted {
 		var fields map[string]json.RawMessage
-		if json.Unmarshal([]byte(p), &fields) != nil {
+		// "null" unmarshals without an error into no map at all.
+		if json.Unmarshal([]byte(p), &fields) != nil || fields == nil {
 			fields = map[string]json.RawMessage{"msg": mustJSON(strings.TrimSpace(p))}
 		}
 		var level string
