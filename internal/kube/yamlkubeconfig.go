@@ -21,10 +21,14 @@ import (
 // key's indentation, as kubectl writes it); plain scalars, continued on more-indented lines; single- and
 // double-quoted scalars on one line; flow mappings and sequences on one line
 // ({cluster: c, user: u}, [], {}); comments; JSON. What is refused, naming the line:
-// anchors and aliases, tags, block scalars (| and >), multi-line quoted scalars and
-// flow collections, tabs in indentation, a second document, collections nested
-// deeper than MaxYAMLDepth. Plain true/false/null are read as such, every other
-// plain scalar as a string (the fields read are strings and one boolean).
+// anchors and aliases, tags, merge keys (<<), block scalars (| and >), multi-line
+// quoted scalars and flow collections, a plain scalar continued after an empty or
+// comment line, double-quoted escapes Go reads otherwise than YAML (\0-\7,
+// \x80-\xff), a key repeated, tabs (in indentation or between tokens), line
+// breaks other than LF and CRLF, content after "---" on its line, a second
+// document, collections nested deeper than MaxYAMLDepth; and a file that is not
+// UTF-8. Plain true/false/null are read as such, every other plain scalar as a
+// string (the fields read are strings and one boolean).
 
 // MaxYAMLDepth bounds the nesting of the collections (block and flow mappings and
 // sequences, the top one included) in a kubeconfig in YAML: a deeper one is
