@@ -25,7 +25,7 @@ import (
 // quoted scalars and flow collections, a plain scalar continued after an empty or
 // comment line, double-quoted escapes Go reads otherwise than YAML (\0-\7,
 // \x80-\xff), a key repeated, tabs (in indentation or between tokens), line
-// breaks other than LF and CRLF, content after "---" on its line, a second
+// breaks other than LF and CRLF (in JSON too), content after "---" on its line, a second
 // document, collections nested deeper than MaxYAMLDepth; and a file that is not
 // UTF-8. Plain true/false/null are read as such, every other plain scalar as a
 // string (the fields read are strings and one boolean).
@@ -49,6 +49,11 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 	// One byte order mark may start the stream (YAML 1.2, 5.2); left in, it
 	// would be part of the first key.
 	doc := strings.TrimPrefix(string(raw), "\ufeff")
+	// YAML 1.1 (kubectl's reader) breaks lines at NEL, LS and PS too, inside
+	// JSON's strings as well: refused, not read as characters.
+	if i := strings.IndexAny(doc, "\u0085\u2028\u2029"); i >= 0 {
+		return nil, fmt.Errorf("line %d: a line break other than LF or CRLF (NEL, LS, PS) is not supported", strings.Count(doc[:i], "\n")+1)
+	}
 	if text := strings.TrimLeft(doc, " \t\r\n"); strings.HasPrefix(text, "{") {
 		if !json.Valid([]byte(text)) {
 			return nil, fmt.Errorf("not valid JSON")
@@ -153,9 +158,9 @@ func (p *yamlParser) leave() { p.depth-- }
 func (p *yamlParser) lines(s string) error {
 	seenContent := false
 	for i, l := range strings.Split(s, "\n") {
-		if strings.ContainsAny(strings.TrimSuffix(l, "\r"), "\r\u0085\u2028\u2029") {
-			// YAML 1.1 breaks lines there too (kubectl's reader does).
-			return p.errf(i+1, "a line break other than LF or CRLF (CR, NEL, LS, PS) is not supported")
+		if strings.Contains(strings.TrimSuffix(l, "\r"), "\r") {
+			// YAML breaks lines there too (kubectl's reader does).
+			return p.errf(i+1, "a line break other than LF or CRLF (a lone CR) is not supported")
 		}
 		l = strings.TrimRight(l, " \t\r")
 		body := strings.TrimLeft(l, " ")

@@ -127,6 +127,7 @@ func TestYAMLToJSONRefusesWhatItDoesNotRead(t *testing.T) {
 		{"tab after a key", "users:\n- name: u\n  user:\n    token:\tabc\n", "line 4: tab in a line"},
 		{"a lone carriage return", "users:\n- user:\n    token: abc\rtokenFile: /f\n", "line 3: a line break other than LF or CRLF"},
 		{"a line separator", "current-context: a\u2028kind: Config\r\n", "line 1: a line break other than LF or CRLF"},
+		{"a next line in JSON", "{\n\"users\": [{\"user\": {\"token\": \"abc\u0085def\"}}]}", "line 2: a line break other than LF or CRLF"},
 		{"Go's octal escape", "current-context: \"a\\012\"\n", "line 1: double-quoted scalar with an escape YAML reads otherwise"},
 		{"a \\x escape over 0x7f", "current-context: \"caf\\xe9\"\n", "line 1: double-quoted scalar with an escape YAML reads otherwise"},
 		{"empty line in a plain scalar", "users:\n- user:\n    token: abc\n\n      def\n", "line 5: a plain scalar continued after an empty"},
