@@ -25,9 +25,9 @@ import (
 // quoted scalars and flow collections, a plain scalar continued after an empty or
 // comment line, double-quoted escapes Go reads otherwise than YAML (\0-\7,
 // \x80-\xff), a key repeated, tabs (in indentation or between tokens), line
-// breaks other than LF and CRLF (in JSON too), content after "---" on its line, a second
-// document, collections nested deeper than MaxYAMLDepth; and a file that is not
-// UTF-8. Plain true/false/null are read as such, every other plain scalar as a
+// breaks other than LF and CRLF (in JSON too), content after "---" on its line,
+// a second document, collections nested deeper than MaxYAMLDepth; and a file
+// that is not UTF-8. Plain true/false/null are read as such, every other plain scalar as a
 // string (the fields read are strings and one boolean).
 
 // MaxYAMLDepth bounds the nesting of the collections (block and flow mappings and
