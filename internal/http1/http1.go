@@ -82,7 +82,7 @@ func read(r *bufio.Reader, limit int64) (*Response, error) {
 	hr := &headerReader{r: r, left: MaxHeaderBytes}
 	var resp Response
 	var length int64 = -1
-	chunked := false
+	chunked, sawEncoding := false, false
 	for {
 		line, err := hr.line()
 		if err != nil {
@@ -119,11 +119,20 @@ func read(r *bufio.Reader, limit int64) (*Response, error) {
 			switch strings.ToLower(strings.TrimSpace(name)) {
 			case "content-length":
 				n, err := strconv.ParseInt(value, 10, 64)
-				if err != nil || n < 0 {
+				if err != nil || n < 0 || value[0] == '+' {
 					return nil, fmt.Errorf("read answer: Content-Length %q", value)
+				}
+				if length >= 0 && n != length {
+					// Two lengths: which frames the body is what request smuggling
+					// plays on; net/http refuses it too.
+					return nil, fmt.Errorf("read answer: two Content-Length headers, %d and %d", length, n)
 				}
 				length = n
 			case "transfer-encoding":
+				if sawEncoding {
+					return nil, fmt.Errorf("read answer: more than one Transfer-Encoding header")
+				}
+				sawEncoding = true
 				chunked = strings.EqualFold(value, "chunked")
 				if !chunked && !strings.EqualFold(value, "identity") {
 					return nil, fmt.Errorf("read answer: Transfer-Encoding %q not supported", value)
@@ -138,7 +147,7 @@ func read(r *bufio.Reader, limit int64) (*Response, error) {
 			}
 			break
 		}
-		length, chunked = -1, false
+		length, chunked, sawEncoding = -1, false, false
 	}
 	var body io.Reader
 	switch {

@@ -115,6 +115,9 @@ func TestReadMalformedAnswers(t *testing.T) {
 		{"chunk size line too long", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;" + strings.Repeat("x", MaxChunkLineBytes) + "\r\nhello\r\n0\r\n\r\n",
 			fmt.Sprintf("chunk size line longer than %d bytes", MaxChunkLineBytes)},
 		{"chunked in an HTTP/1.0 answer", "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "HTTP/1.0"},
+		{"two different lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 11\r\n\r\nhello world", "two Content-Length headers"},
+		{"a signed length", "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", `Content-Length "+5"`},
+		{"two transfer encodings", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\nhello", "more than one Transfer-Encoding"},
 		{"folded header line", "HTTP/1.1 200 OK\r\nX-A: a\r\n Content-Length: 5\r\n\r\nhello world", "obs-fold"},
 		{"chunk longer than its size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello world\r\n0\r\n\r\n", "chunk not followed by CRLF"},
 	}
