@@ -187,6 +187,11 @@ func (n *node) startAgent(t testing.TB, extra ...string) *agentProc {
 			p.cmd.Process.Kill()
 			<-p.exited
 		}
+		// An agent built with -race (GOFLAGS=-race: TestMain's go build inherits it)
+		// prints a race on stderr; one killed rather than stopped never exits 66 to say so.
+		if strings.Contains(p.stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("agent %d: data race", p.cmd.Process.Pid)
+		}
 		if t.Failed() {
 			t.Logf("agent %d stderr:\n%s", p.cmd.Process.Pid, p.stderr.String())
 		}
