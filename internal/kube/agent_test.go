@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/test/harness/silent"
+
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // listen serves h on a unix socket in a temp dir and returns its path.
 func listen(t *testing.T, h http.Handler) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "pods.sock")
+	sock := filepath.Join(shortdir.New(t), "pods.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +87,7 @@ func TestAgentClientAsksTheAgentToWait(t *testing.T) {
 // TestAgentClientGivesUpOnAHungAgent: an agent that accepts the connection and never
 // answers costs the plugin the timeout, not more.
 func TestAgentClientGivesUpOnAHungAgent(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "pods.sock")
+	sock := filepath.Join(shortdir.New(t), "pods.sock")
 	silent.Listen(t, "unix", sock)
 	start := time.Now()
 	_, err := NewAgentClient(sock, 100*time.Millisecond).GetPod(context.Background(), "ns", "p", "", 0)

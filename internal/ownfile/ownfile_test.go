@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // TestRemovesOnlyWhatIsStillItsOwn: a socket or directory replaced by another
@@ -57,7 +59,7 @@ func TestRemovesOnlyWhatIsStillItsOwn(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "x")
+			path := filepath.Join(shortdir.New(t), "x")
 			own := tc.make(t, path)
 			if tc.replaced {
 				if err := os.RemoveAll(path); err != nil {
@@ -75,7 +77,7 @@ func TestRemovesOnlyWhatIsStillItsOwn(t *testing.T) {
 		})
 	}
 	t.Run("nothing recorded removes nothing", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "x")
+		path := filepath.Join(shortdir.New(t), "x")
 		dir(t, path)
 		if err := RemoveAll(path, nil); err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
@@ -110,7 +111,7 @@ func status(code int, reason, message string) http.HandlerFunc {
 // (none: the system roots).
 func lookupConfig(t *testing.T, server string, caPEM []byte) *Config {
 	t.Helper()
-	dir := t.TempDir()
+	dir := shortdir.New(t) // its sockets must fit the 108 bytes of a unix socket path
 	ca := ""
 	if caPEM != nil {
 		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600); err != nil {

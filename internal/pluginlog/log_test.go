@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // TestRecordsReachStderrFileAndSocket proves one record goes to all three outputs,
 // that the level filters, and that a missing socket is not an error.
 func TestRecordsReachStderrFileAndSocket(t *testing.T) {
-	dir := t.TempDir()
+	dir := shortdir.New(t)
 	sock := filepath.Join(dir, "pseq.sock")
 	msgs := listenAgent(t, "unixpacket", sock)
 	var stderr bytes.Buffer
@@ -47,7 +48,7 @@ func TestRecordsReachStderrFileAndSocket(t *testing.T) {
 // its one rotated predecessor stay under 2 x MaxFileBytes, and the newest records are
 // in the file.
 func TestLogFileStaysWithinItsBound(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "istio-cni.log")
+	path := filepath.Join(shortdir.New(t), "istio-cni.log")
 	line := strings.Repeat("x", 4096)
 	for i := range 3000 { // about 12 MiB in all
 		l := New(io.Discard, Options{File: path})
@@ -78,7 +79,7 @@ func TestLogFileStaysWithinItsBound(t *testing.T) {
 // its own even when the level hides every record, and reads back as an event,
 // while a log record does not.
 func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "pseq.sock")
+	sock := filepath.Join(shortdir.New(t), "pseq.sock")
 	msgs := listenAgent(t, "unixpacket", sock)
 	l := New(io.Discard, Options{Level: slog.LevelError, Socket: sock})
 	l.Info("hidden")
@@ -94,7 +95,7 @@ func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
 		t.Error("a log record with an event field read as an event")
 	}
 	// No agent: nothing is sent and nothing fails.
-	New(io.Discard, Options{Socket: filepath.Join(t.TempDir(), "absent.sock")}).Report(want)
+	New(io.Discard, Options{Socket: filepath.Join(shortdir.New(t), "absent.sock")}).Report(want)
 }
 
 // TestAStuckAgentCostsAtMostSendBound: an agent that stopped reading (it never
@@ -107,7 +108,7 @@ func TestReportReachesTheAgentWhateverTheLevel(t *testing.T) {
 func TestAStuckAgentCostsAtMostSendBound(t *testing.T) {
 	for _, network := range []string{"unixpacket", "unixgram"} {
 		t.Run(network, func(t *testing.T) {
-			sock := filepath.Join(t.TempDir(), "agent.sock")
+			sock := filepath.Join(shortdir.New(t), "agent.sock")
 			var err error
 			if network == "unixpacket" {
 				var ln *net.UnixListener
@@ -159,7 +160,7 @@ func TestTheAgentsSocketOfEachBuildIsFound(t *testing.T) {
 		{"an earlier agent, this build's entry", "datagram", "unixgram", "unixgram"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
+			dir := shortdir.New(t) // a subtest's TempDir can be too long for a socket path
 			o := Options{Socket: filepath.Join(dir, "pseq.sock"), DatagramSocket: filepath.Join(dir, "plog.sock")}
 			path := o.Socket
 			if tc.listen == "datagram" {
@@ -242,7 +243,7 @@ func receive(t *testing.T, msgs <-chan []byte) []byte {
 // (cni/pkg/log/uds.go: a JSON array of strings, each a JSON object with a string
 // msg, a level among debug/info/warn/error in lower case, an RFC 3339 time).
 func TestUnderIstiosAgentTheRecordsArePostedInIstiosFormat(t *testing.T) {
-	dir := t.TempDir()
+	dir := shortdir.New(t)
 	sock := filepath.Join(dir, "log.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

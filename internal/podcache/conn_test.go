@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/istio-cni/istio-cni/internal/podcache"
+
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // TestPodsSockDropsAnIdleConnection: a peer that asked once on a kept-alive
@@ -26,7 +28,7 @@ func TestPodsSockDropsAnIdleConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	srv := podcache.New(fake.NewClientset(), "node-a", nil)
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx, sock) }()
 	var c net.Conn

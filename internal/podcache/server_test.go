@@ -21,6 +21,8 @@ import (
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/poll"
+
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 func pod(name, node string) *corev1.Pod {
@@ -66,7 +68,7 @@ func TestServesOnlyThisNodesPods(t *testing.T) {
 			if _, err := pods.Create(ctx, pod("theirs-"+tc.node, "not-"+tc.node), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			sock := filepath.Join(t.TempDir(), podcache.SocketName)
+			sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 			srv, shared := tc.start(tc.node)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Run(ctx, sock) }()
@@ -128,7 +130,7 @@ func TestServesNamespaceLabels(t *testing.T) {
 	}
 	create("mesh", map[string]string{"istio.io/dataplane-mode": "ambient"})
 	create("plain", nil)
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 	srv := podcache.New(cp.AdminClient(), "node-a", nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx, sock) }()
@@ -186,7 +188,7 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 	client := cp.ServiceAccountClientForTest(t, "istio-system", "old-agent", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 	})
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 	srv := podcache.New(client, "node-a", nil)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx, sock) }()
@@ -223,7 +225,7 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	}
 	shared := informer.NewNodePods(cp.AdminClient().CoreV1(), "node-w")
 	srv := podcache.NewOnNodePods(cp.AdminClient(), shared, nil)
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx, sock) }()
 	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
@@ -324,7 +326,7 @@ func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 	if _, err := pods.Create(t.Context(), pod("handover-0", "node-h"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), podcache.SocketName)
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
 	filesDir := filepath.Join(filepath.Dir(sock), kube.AgentPodFilesDir)
 	start := func(ctx context.Context) chan error {
 		shared := informer.NewNodePods(client.CoreV1(), "node-h")

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
 // TestASocketHasItsModeWhateverTheUmask: under umask 0 a socket bound at its path
@@ -18,7 +20,7 @@ import (
 func TestASocketHasItsModeWhateverTheUmask(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	dir := t.TempDir()
+	dir := shortdir.New(t)
 	l, err := Listen("unixpacket", filepath.Join(dir, "pseq.sock"), 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +55,7 @@ func TestASocketHasItsModeWhateverTheUmask(t *testing.T) {
 // agent takes the socket over reaches the old socket or the new one; removing the
 // old one before binding left a moment with no socket (ENOENT).
 func TestANewSocketTakesTheOldOnesPlaceInOneStep(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "log.sock")
+	path := filepath.Join(shortdir.New(t), "log.sock")
 	old, err := Listen("unix", path, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestANewSocketTakesTheOldOnesPlaceInOneStep(t *testing.T) {
 // TestSomethingElseAtTheSocketsPathIsRefused: a file or directory where the socket
 // goes is named and left alone.
 func TestSomethingElseAtTheSocketsPathIsRefused(t *testing.T) {
-	dir := t.TempDir()
+	dir := shortdir.New(t)
 	file, sub := filepath.Join(dir, "pods.sock"), filepath.Join(dir, "log.sock")
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
