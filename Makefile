@@ -4,7 +4,7 @@ GO    ?= go
 BIN   := $(CURDIR)/bin
 VERSION ?= dev
 
-.PHONY: all build deps prereqs test test-node test-unit bench bench-add demo demo-netns image push lint fuzz clean
+.PHONY: all build deps prereqs test test-node test-unit test-race bench bench-add demo demo-netns image push lint fuzz clean
 
 all: build
 
@@ -47,6 +47,13 @@ UNIT_PKGS := ./internal/redirect/ ./internal/plugin/ ./internal/cnicmd/ ./intern
 	./hack/hostcheck/ ./test/harness/trace/
 test-unit:
 	$(GO) test -count=1 $(UNIT_PKGS)
+
+# test-race runs the product packages' tests under the race detector, with the
+# binaries they build (install-cni, istio-cni, istio-iptables) race-built too (they
+# inherit GOFLAGS); an agent under test that prints a data race fails its test.
+# Needs root and cgo (a C compiler); about 13 min once the race builds are cached.
+test-race: prereqs
+	CGO_ENABLED=1 GOFLAGS=-race $(GO) test -count=1 -p 1 -timeout 60m ./internal/... ./cmd/...
 
 # bench prints the figures (latencies p50/p99, sizes, memory); it asserts no figure,
 # but a benchmark that fails makes it exit non-zero (after the others have run).
