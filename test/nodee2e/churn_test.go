@@ -416,11 +416,56 @@ func (t *churnTracker) checkTraffic(ctx context.Context, name string, checkedAt 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := t.requestOnce(ctx, residentName(0), name)
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w\n%s", err, t.diagnose(ctx, residentName(0), name))
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// diagnose gathers what tells a failed sample's causes apart: both pods' status,
+// the app pod's rules, the ends of both proxies' logs and of the app's, and the
+// agent's log lines that name either pod.
+func (t *churnTracker) diagnose(ctx context.Context, clientName, appName string) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	pods := theNode.Client().CoreV1().Pods(churnNamespace)
+	for _, name := range []string{clientName, appName} {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "  pod %s: %v\n", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "  pod %s: %s, IP %s\n", name, podStatusLine(p), p.Status.PodIP)
+		for _, c := range []string{"istio-proxy", "app"} {
+			log, err := t.s.Kubectl(ctx, "logs", "-n", churnNamespace, name, "-c", c, "--tail=8")
+			fmt.Fprintf(&b, "  %s/%s log (err %v):\n%s", name, c, err, indent(log))
+		}
+		if name == appName {
+			_, rules, err := meshnode.Rules(ctx, theNode, p)
+			fmt.Fprintf(&b, "  %s rules (err %v):\n%s", name, err, indent(rules))
+		}
+	}
+	log, err := t.s.Kubectl(ctx, "logs", "-n", meshnode.Namespace, "daemonset/istio-cni-node", "-c", "install-cni", "--tail=2000")
+	fmt.Fprintf(&b, "  agent log lines naming %s or %s (err %v):\n", clientName, appName, err)
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, clientName) || strings.Contains(line, appName) {
+			fmt.Fprintf(&b, "    %s\n", line)
+		}
+	}
+	return b.String()
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ") + "\n"
 }
 
 // clientBackBound bounds the wait of a sample for the client resident to be back

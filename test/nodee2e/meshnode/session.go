@@ -46,9 +46,27 @@ func (s *Session) Sh(ctx context.Context, name string, args ...string) (string, 
 	out, err := cmd.CombinedOutput()
 	s.print(string(out))
 	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w", shown, quoteArgs(args), err)
+		// The output goes into the error too: a quiet session (Out discarded)
+		// otherwise reports a failed command as its exit status alone.
+		return string(out), fmt.Errorf("%s %s: %w%s", shown, quoteArgs(args), err, outputTail(out))
 	}
 	return string(out), nil
+}
+
+// outputTailMax bounds the part of a failed command's output its error quotes.
+const outputTailMax = 2048
+
+// outputTail is the end of a failed command's output, for its error: at most
+// outputTailMax bytes, or "" when there was none.
+func outputTail(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if s == "" {
+		return ""
+	}
+	if len(s) > outputTailMax {
+		s = "..." + s[len(s)-outputTailMax:]
+	}
+	return "; output: " + s
 }
 
 func (s *Session) print(out string) {
