@@ -161,19 +161,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		// One byte more than a record may have: a longer datagram arrives cut, and
-		// that byte tells.
-		buf := make([]byte, maxRecord+1)
-		for {
-			n, _, err := dgram.ReadFromUnix(buf)
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					log.Error(whatDgram, "error", err)
-				}
-				return
-			}
-			sink.record(buf[:min(n, maxRecord)], protocolDatagram, n > maxRecord)
-		}
+		readDatagrams(dgram, done, sink, log.With("socket", whatDgram))
 	}()
 	go func() {
 		defer wg.Done()
@@ -248,6 +236,41 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		_ = ownfile.Remove(packetPath, packetFile)
 		_ = ownfile.Remove(datagramPath, datagramFile)
 	}, nil
+}
+
+// datagramReader is the part of *net.UnixConn that readDatagrams uses.
+type datagramReader interface {
+	ReadFromUnix(b []byte) (int, *net.UnixAddr, error)
+}
+
+// readDatagrams records each datagram from r until r is closed or done is.
+// Any other read error (ENOBUFS, ENOMEM: the kernel short of memory for a
+// moment) is logged and the read tried again after a wait, doubling from
+// acceptRetryMin to acceptRetryMax as for the accept loop: returning would leave
+// every later plugin's datagram records unread while the agent stays ready.
+func readDatagrams(r datagramReader, done <-chan struct{}, sink *pluginLogSink, log *slog.Logger) {
+	// One byte more than a record may have: a longer datagram arrives cut, and
+	// that byte tells.
+	buf := make([]byte, maxRecord+1)
+	var backoff time.Duration
+	for {
+		n, _, err := r.ReadFromUnix(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			backoff = min(max(2*backoff, acceptRetryMin), acceptRetryMax)
+			log.Error("read failed", "error", err, "retryIn", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-done:
+				return
+			}
+			continue
+		}
+		backoff = 0
+		sink.record(buf[:min(n, maxRecord)], protocolDatagram, n > maxRecord)
+	}
 }
 
 // classifyPluginRecord reads the outcome of a DEL from the plugin's final record of

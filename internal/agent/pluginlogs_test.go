@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,5 +291,62 @@ func TestPluginLogsAreServedAfterTheAgentRanOutOfFiles(t *testing.T) {
 				lines, gathered(t, sink.m, "istio_cni_plugin_events_total", "outcome", pluginlog.OutcomeRedirected), agentLog.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// scriptedReads is a datagramReader that returns its reads in order, then
+// net.ErrClosed.
+type scriptedReads struct {
+	reads []scriptedRead
+}
+
+type scriptedRead struct {
+	data string
+	err  error
+}
+
+func (s *scriptedReads) ReadFromUnix(b []byte) (int, *net.UnixAddr, error) {
+	if len(s.reads) == 0 {
+		return 0, nil, net.ErrClosed
+	}
+	r := s.reads[0]
+	s.reads = s.reads[1:]
+	if r.err != nil {
+		return 0, nil, r.err
+	}
+	return copy(b, r.data), nil, nil
+}
+
+// TestTheDatagramReaderOutlivesATransientError: a read error other than the
+// socket's closing (ENOBUFS, ENOMEM) is logged and the read tried again, so the
+// records after it still reach the agent's stdout. Before, the first such error
+// ended the reader for good while the agent stayed ready. A closed socket, or
+// stop during the wait, still ends it.
+func TestTheDatagramReaderOutlivesATransientError(t *testing.T) {
+	var out, logged logbuf.Buffer
+	sink := &pluginLogSink{out: &out, m: newMetrics()}
+	r := &scriptedReads{reads: []scriptedRead{
+		{data: `{"level":"INFO","msg":"before"}`},
+		{err: syscall.ENOBUFS},
+		{err: syscall.ENOMEM},
+		{data: `{"level":"INFO","msg":"after"}`},
+	}}
+	readDatagrams(r, make(chan struct{}), sink, slog.New(slog.NewTextHandler(&logged, nil)))
+	for _, msg := range []string{`"before"`, `"after"`} {
+		if !strings.Contains(out.String(), msg) {
+			t.Errorf("record %s not written; stdout:\n%s", msg, out.String())
+		}
+	}
+	if got := strings.Count(logged.String(), "read failed"); got != 2 {
+		t.Errorf("logged %d read failures, want 2:\n%s", got, logged.String())
+	}
+
+	// Stop while it waits to read again: it returns.
+	done := make(chan struct{})
+	close(done)
+	r = &scriptedReads{reads: []scriptedRead{{err: syscall.ENOBUFS}, {data: `{"msg":"never"}`}}}
+	readDatagrams(r, done, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if strings.Contains(out.String(), "never") {
+		t.Errorf("a record was read after stop")
 	}
 }
