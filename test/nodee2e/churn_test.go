@@ -448,6 +448,12 @@ func (t *churnTracker) diagnose(ctx context.Context, clientName, appName string)
 		if name == appName {
 			_, rules, err := meshnode.Rules(ctx, theNode, p)
 			fmt.Fprintf(&b, "  %s rules (err %v):\n%s", name, err, indent(rules))
+			if p.Status.PodIP != "" {
+				out, err := exec.CommandContext(ctx, "ip", "route", "get", p.Status.PodIP).CombinedOutput()
+				fmt.Fprintf(&b, "  the node's route to %s (err %v):\n%s", p.Status.PodIP, err, indent(string(out)))
+				out, err = exec.CommandContext(ctx, "ip", "neigh", "show", p.Status.PodIP).CombinedOutput()
+				fmt.Fprintf(&b, "  the node's neighbour entries for %s (err %v):\n%s", p.Status.PodIP, err, indent(string(out)))
+			}
 		}
 	}
 	log, err := t.s.Kubectl(ctx, "logs", "-n", meshnode.Namespace, "daemonset/istio-cni-node", "-c", "install-cni", "--tail=2000")
