@@ -210,6 +210,12 @@ func decideWithPod(pod *kube.Pod, ns *kube.Namespace) Decision {
 // decided is false when ambient does not apply and the other rules go on.
 func decideAmbient(pod *kube.Pod, ns *kube.Namespace) (d Decision, decided bool) {
 	key := pod.Key()
+	if _, injected := pod.Metadata.Annotations[KeySidecarStatus]; injected {
+		// Istio's ambient selection leaves out every injected pod, whatever its
+		// containers: a proxyless gRPC pod has the status annotation and no
+		// istio-proxy, and neither of Istio's modes captures it.
+		return Decision{}, false
+	}
 	switch pod.Metadata.Labels[LabelDataplaneMode] {
 	case DataplaneAmbient:
 		return decision(Skip, RuleAmbient, "pod %s has label %s=%s, but this istio-cni has no ambient mode", key, LabelDataplaneMode, DataplaneAmbient), true

@@ -147,6 +147,11 @@ var (
 
 func withoutProxy(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }
 
+// notInjected is a pod the injector has not touched: no istio-proxy and no status
+// annotation (an injected pod without istio-proxy, a proxyless gRPC pod, is not an
+// ambient pod).
+func notInjected(p *kube.Pod) { withoutProxy(p); delete(p.Metadata.Annotations, KeySidecarStatus) }
+
 func TestDecideWithPod(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -166,7 +171,7 @@ func TestDecideWithPod(t *testing.T) {
 		}), RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
 		{"a pod with a sidecar stays a sidecar pod under the ambient label", injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient)), RuleSidecar,
 			"redirect: pod default/web-1 has an injected istio-proxy container"},
-		{"an ambient pod is recognised (and refused by PlanFor)", injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), RuleAmbient,
+		{"an ambient pod is recognised (and refused by PlanFor)", injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), notInjected), RuleAmbient,
 			"skip: pod default/web-1 has label istio.io/dataplane-mode=ambient, but this istio-cni has no ambient mode"},
 		{"no istio-proxy skips", injectedPod(func(p *kube.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }), RuleNoIstioProxy,
 			"skip: pod default/web-1 has no istio-proxy container (has app, istio-validation)"},
@@ -300,7 +305,7 @@ func TestMatchesPodCatchesARecreatedPod(t *testing.T) {
 // TestPlanForRefusesAmbientPods: a pod asking for ambient capture fails its ADD
 // (fail closed) instead of starting with no proxy in its path.
 func TestPlanForRefusesAmbientPods(t *testing.T) {
-	pod := injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), withoutProxy)
+	pod := injectedPod(withLabel(LabelDataplaneMode, DataplaneAmbient), notInjected)
 	pp, err := PlanFor(webArgs, testConfig(), pod, nil, Sandbox{})
 	if err == nil || !strings.Contains(err.Error(), "no ambient mode") || !strings.Contains(err.Error(), "default/web-1") {
 		t.Fatalf("PlanFor(ambient pod) error = %v, want a refusal naming the pod", err)
@@ -331,32 +336,32 @@ func TestDecideAmbientByPodAndNamespace(t *testing.T) {
 		rule    Rule
 		want    string
 	}{
-		{"no sidecar, namespace not looked up: it is needed", injectedPod(withoutProxy), nil, Lookup, RuleNeedNamespace, needNS},
-		{"no sidecar in an ambient namespace: refused", injectedPod(withoutProxy), ambientNamespace, Skip, RuleAmbient, byNamespace},
-		{"no sidecar in a plain namespace: not meshed", injectedPod(withoutProxy), plainNamespace, Skip, RuleNoIstioProxy, noProxy},
-		{"no sidecar in a namespace labelled none: not meshed", injectedPod(withoutProxy),
+		{"no sidecar, namespace not looked up: it is needed", injectedPod(notInjected), nil, Lookup, RuleNeedNamespace, needNS},
+		{"no sidecar in an ambient namespace: refused", injectedPod(notInjected), ambientNamespace, Skip, RuleAmbient, byNamespace},
+		{"no sidecar in a plain namespace: not meshed", injectedPod(notInjected), plainNamespace, Skip, RuleNoIstioProxy, noProxy},
+		{"no sidecar in a namespace labelled none: not meshed", injectedPod(notInjected),
 			namespace(map[string]string{LabelDataplaneMode: DataplaneNone}), Skip, RuleNoIstioProxy, noProxy},
-		{"no sidecar in a namespace without labels: not meshed", injectedPod(withoutProxy), namespace(nil), Skip, RuleNoIstioProxy, noProxy},
-		{"pod label none overrides the ambient namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneNone)),
+		{"no sidecar in a namespace without labels: not meshed", injectedPod(notInjected), namespace(nil), Skip, RuleNoIstioProxy, noProxy},
+		{"pod label none overrides the ambient namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, DataplaneNone)),
 			ambientNamespace, Skip, RuleNoIstioProxy, noProxy},
-		{"pod label none needs no namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneNone)),
+		{"pod label none needs no namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, DataplaneNone)),
 			nil, Skip, RuleNoIstioProxy, noProxy},
-		{"pod label ambient needs no namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneAmbient)),
+		{"pod label ambient needs no namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, DataplaneAmbient)),
 			nil, Skip, RuleAmbient, byPod},
-		{"pod label ambient overrides a plain namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, DataplaneAmbient)),
+		{"pod label ambient overrides a plain namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, DataplaneAmbient)),
 			plainNamespace, Skip, RuleAmbient, byPod},
 		// Istio's values are ambient and none; any other value leaves it to the namespace.
-		{"another pod label value leaves it to the namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, "sidecar")),
+		{"another pod label value leaves it to the namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, "sidecar")),
 			ambientNamespace, Skip, RuleAmbient, byNamespace},
-		{"another pod label value still needs the namespace", injectedPod(withoutProxy, withLabel(LabelDataplaneMode, "")),
+		{"another pod label value still needs the namespace", injectedPod(notInjected, withLabel(LabelDataplaneMode, "")),
 			nil, Lookup, RuleNeedNamespace, needNS},
-		{"namespace label value other than ambient: not meshed", injectedPod(withoutProxy),
+		{"namespace label value other than ambient: not meshed", injectedPod(notInjected),
 			namespace(map[string]string{LabelDataplaneMode: "Ambient"}), Skip, RuleNoIstioProxy, noProxy},
 		{"sidecar pod in an ambient namespace is left to its sidecar", injectedPod(), ambientNamespace, Redirect, RuleSidecar, sidecar},
 		{"sidecar pod needs no namespace", injectedPod(), nil, Redirect, RuleSidecar, sidecar},
 		{"native sidecar pod in an ambient namespace is left to its sidecar", injectedPod(nativeSidecar), ambientNamespace, Redirect, RuleSidecar,
 			"redirect: pod default/web-1 has an injected istio-proxy native sidecar (init container)"},
-		{"istio-init pod needs no namespace", injectedPod(withoutProxy, func(p *kube.Pod) {
+		{"istio-init pod needs no namespace", injectedPod(notInjected, func(p *kube.Pod) {
 			p.Spec.InitContainers = append(p.Spec.InitContainers, kube.Container{Name: ContainerIstioInit})
 		}), nil, Skip, RuleIstioInit, "skip: pod default/web-1 has an istio-init container, which sets up the capture itself"},
 	} {
@@ -378,7 +383,40 @@ func TestDecideAmbientByPodAndNamespace(t *testing.T) {
 // TestPlanForRefusesPodsOfAnAmbientNamespace: the refusal names the pod, the
 // namespace and its label, and says how to keep the pod out of ambient.
 func TestPlanForRefusesPodsOfAnAmbientNamespace(t *testing.T) {
-	_, err := PlanFor(webArgs, testConfig(), injectedPod(withoutProxy), ambientNamespace, Sandbox{})
+	_, err := PlanFor(webArgs, testConfig(), injectedPod(notInjected), ambientNamespace, Sandbox{})
 	wanterr.Mentions(t, err, "pod default/web-1", "namespace default", "istio.io/dataplane-mode=ambient", "no ambient mode",
 		"refusing to start it without traffic capture", "label the pod istio.io/dataplane-mode=none")
+}
+
+// TestAnInjectedPodWithoutIstioProxyIsNotAnAmbientPod: Istio's ambient selection
+// leaves out every pod with the sidecar.istio.io/status annotation, whatever its
+// containers, and Istio's plugin skips a pod without istio-proxy. A proxyless gRPC
+// pod (the injector's grpc-simple template adds a bootstrap init container and the
+// status annotation, no istio-proxy) is therefore skipped in an ambient namespace or
+// under the ambient label, never refused, and its namespace is not needed.
+func TestAnInjectedPodWithoutIstioProxyIsNotAnAmbientPod(t *testing.T) {
+	proxyless := func(p *kube.Pod) {
+		withoutProxy(p)
+		p.Spec.InitContainers = []kube.Container{{Name: "grpc-bootstrap-init"}}
+	}
+	want := Decision{Skip, RuleNoIstioProxy, "skip: pod default/web-1 has no istio-proxy container (has app, grpc-bootstrap-init)"}
+	for _, tc := range []struct {
+		name string
+		pod  *kube.Pod
+		ns   *kube.Namespace
+	}{
+		{"in an ambient namespace", injectedPod(proxyless), ambientNamespace},
+		{"namespace not looked up", injectedPod(proxyless), nil},
+		{"labelled ambient", injectedPod(proxyless, withLabel(LabelDataplaneMode, DataplaneAmbient)), plainNamespace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pp, err := PlanFor(webArgs, testConfig(), tc.pod, tc.ns, Sandbox{})
+			if err != nil {
+				t.Errorf("PlanFor refused the pod: %v", err)
+			}
+			if diff := cmp.Diff(want, pp.Decision); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
