@@ -27,6 +27,8 @@ func TestPodAddressDecidesIPv6AsIstioDoes(t *testing.T) {
 		{"IPv6 pod", addrs("127.0.0.1", "::1", "fd00::5", "fe80::1"), false, "fd00::5", true, true},
 		{"dual-stack pod listed IPv4 first is IPv4 without --dual-stack", addrs("10.1.2.3", "fd00::5"), false, "10.1.2.3", false, true},
 		{"dual-stack pod listed IPv4 first is IPv6 with --dual-stack", addrs("10.1.2.3", "fd00::5"), true, "10.1.2.3", true, true},
+		{"dual-stack pod listed IPv6 first is IPv4 without --dual-stack", addrs("fd00::5", "10.1.2.3"), false, "10.1.2.3", false, true},
+		{"dual-stack pod listed IPv6 first is IPv6 with --dual-stack", addrs("fd00::5", "10.1.2.3"), true, "10.1.2.3", true, true},
 		{"IPv4-only pod with --dual-stack stays IPv4", addrs("10.1.2.3", "10.1.2.4"), true, "10.1.2.3", false, true},
 		{"IPv4-mapped IPv6 address counts as IPv4", addrs("::ffff:10.1.2.3"), false, "10.1.2.3", false, true},
 		{"link-local multicast is skipped", addrs("ff02::1", "10.0.0.1"), false, "10.0.0.1", false, true},

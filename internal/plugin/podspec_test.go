@@ -128,6 +128,11 @@ func TestSpecFromPod(t *testing.T) {
 		{name: "IPv6 pod address enables IPv6", pod: injectedPod(), podIPs: addrs("fd00::5"),
 			want: func(s *redirect.Spec) { s.IPv6 = true }},
 		{name: "IPv4 first without dual stack stays IPv4", pod: injectedPod(), podIPs: addrs("10.0.0.5", "fd00::5")},
+		// Istio reads the namespace, where the kernel lists IPv4 addresses before
+		// IPv6 ones; a previous plugin may list IPv6 first (Cilium's result does).
+		{name: "IPv6 listed first (Cilium's result) without dual stack stays IPv4", pod: injectedPod(), podIPs: addrs("fd00::5", "10.0.0.5")},
+		{name: "IPv6 listed first with ISTIO_DUAL_STACK enables IPv6", pod: injectedPod(withProxyEnv(EnvDualStack, "true")), podIPs: addrs("fd00::5", "10.0.0.5"),
+			want: func(s *redirect.Spec) { s.IPv6 = true }},
 		{name: "IPv4 first with ISTIO_DUAL_STACK enables IPv6", pod: injectedPod(withProxyEnv(EnvDualStack, "true")), podIPs: addrs("10.0.0.5", "fd00::5"),
 			want: func(s *redirect.Spec) { s.IPv6 = true }},
 		{name: "link-local and loopback addresses do not decide", pod: injectedPod(), podIPs: addrs("::1", "fe80::1", "fd00::5"),
