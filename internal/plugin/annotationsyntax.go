@@ -51,6 +51,18 @@ func checkPortList(v string) error {
 	return nil
 }
 
+// checkPortListUntrimmed is checkPortList for the port annotations Istio's plugin
+// passes on to its rules untrimmed (includeInboundPorts, includeOutboundPorts,
+// excludeOutboundPorts; it trims excludeInboundPorts): a value of spaces alone
+// passes Istio's check, then its rules name no port and iptables-restore fails the
+// ADD. It is refused here, before any rule; "" means no ports, as there.
+func checkPortListUntrimmed(v string) error {
+	if v != "" && strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%s is blank: Istio's plugin fails the ADD on it (its rule names no port); an empty value means no ports", redirect.Quote(v))
+	}
+	return checkPortList(v)
+}
+
 // checkCIDRList is Istio's validateCIDRListWithWildcard and validateCIDRList: "*"
 // alone, "", or items split at commas, each of which netip.ParsePrefix accepts as
 // it is, untrimmed. So an address without a prefix length, an item with spaces

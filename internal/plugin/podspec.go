@@ -59,10 +59,10 @@ var annotationFields = []struct {
 	{AnnotationInterceptionMode, redirect.FieldMode, "", checkInterceptionMode},
 	{AnnotationIncludeOutboundIPRanges, redirect.FieldOutboundCIDRs, defaultOutboundIPRanges, checkCIDRList},
 	{AnnotationExcludeOutboundIPRanges, redirect.FieldOutboundCIDRsExclude, "", checkCIDRList},
-	{AnnotationIncludeInboundPorts, redirect.FieldInboundPorts, defaultInboundPorts, checkPortList},
+	{AnnotationIncludeInboundPorts, redirect.FieldInboundPorts, defaultInboundPorts, checkPortListUntrimmed},
 	{AnnotationExcludeInboundPorts, redirect.FieldInboundPortsExclude, defaultExcludeInboundPorts, checkPortList},
-	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, "", checkPortList},
-	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts, checkPortList},
+	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, "", checkPortListUntrimmed},
+	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts, checkPortListUntrimmed},
 	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, "", nil},
 }
 

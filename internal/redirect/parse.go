@@ -54,12 +54,17 @@ func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// ParsePort parses one TCP/UDP port, 1-65535.
+// ParsePort parses one TCP/UDP port, 1-65535, in decimal. A leading zero is
+// refused: Istio's check reads "010" as 10, but the iptables rule it writes reads
+// it as octal (port 8, and "08" fails the rule), so the value has no one meaning.
 func ParsePort(s string) (uint16, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 || !isDigits(s) {
 		return 0, fmt.Errorf("%s is not a port (1-65535)", Quote(s))
+	}
+	if s[0] == '0' {
+		return 0, fmt.Errorf("%s is not a port: it has a leading zero, which iptables reads as octal (write %d, or the octal value's port)", Quote(s), n)
 	}
 	return uint16(n), nil
 }

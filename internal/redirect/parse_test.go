@@ -95,6 +95,8 @@ func TestSetRejectsBadInputs(t *testing.T) {
 		{"proxy port too large", specs.Settings{FieldProxyPort: "70000"}, []string{`proxy port: "70000" is not a port`}, ""},
 		{"proxy port list", specs.Settings{FieldProxyPort: "80,81"}, []string{`proxy port: "80,81" is not a port`}, ""},
 		{"proxy port with a sign", specs.Settings{FieldProxyPort: "+80"}, []string{`proxy port: "+80" is not a port`}, ""},
+		{"proxy port with a leading zero", specs.Settings{FieldProxyPort: "015001"}, []string{`proxy port: "015001" is not a port: it has a leading zero, which iptables reads as octal`}, ""},
+		{"an excluded port with a leading zero", specs.Settings{FieldOutboundPortsExclude: "80,08"}, []string{`"08" is not a port: it has a leading zero`}, ""},
 		{"inbound capture port not a number", specs.Settings{FieldInboundCapturePort: "abc"}, []string{`inbound capture port: "abc" is not a port`}, ""},
 		{"inbound tunnel port negative", specs.Settings{FieldInboundTunnelPort: "-1"}, []string{`inbound tunnel port: "-1" is not a port`}, ""},
 		{"proxy uid not a number, reported once", specs.Settings{FieldProxyUIDs: "abc"}, []string{`proxy uid: "abc" is not a numeric user or group id`}, "proxy gid"},
