@@ -357,12 +357,10 @@ func (m *MultusCheck) Text() string {
 }
 
 // sandboxOf is the pod's sandbox as the doctor plans it: at nsPath, with the
-// pod's addresses in the order its status gives them. The ADD decides IPv6 capture
-// from the first address of the runtime's result; the status keeps that order
-// where the runtime does (CRI-O), while the kernel lists a namespace's IPv4
-// addresses first whatever the result said. containerd puts an IPv4 address first
-// in the status by default, so for an IPv6-first pod without ISTIO_DUAL_STACK on
-// containerd the doctor may still plan without IPv6. A pod whose status has no
+// pod's addresses from its status. Their order does not matter: the ADD and the
+// doctor decide IPv6 capture with redirect.PodAddress, which takes IPv4 first
+// whatever the order (as the kernel lists a namespace's addresses), so the plan
+// agrees with the ADD on containerd and CRI-O alike. A pod whose status has no
 // address yet is read from nsPath.
 func sandboxOf(pod *kube.Pod, nsPath string) plugin.Sandbox {
 	return plugin.Sandbox{Addrs: pod.IPs(), Netns: nsPath}
