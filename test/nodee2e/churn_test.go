@@ -413,18 +413,33 @@ func (t *churnTracker) checkTraffic(ctx context.Context, name string, checkedAt 
 	// The pod is Ready once its proxy is (the app container has no probe), so its app
 	// may not listen yet: a request is tried again for a few seconds. Only a request
 	// that went through both proxies counts.
-	deadline := time.Now().Add(10 * time.Second)
+	// A failed exec (kubectl could not run the request in resident-0: the kubelet
+	// or the runtime, busy with the phase's disruption, refused or timed out)
+	// says nothing about the capture, so it is tried again for longer.
+	began := time.Now()
 	for {
 		err := t.requestOnce(ctx, residentName(0), name)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		bound := requestRetryBound
+		if meshnode.ExecFailed(err) {
+			bound = execRetryBound
+		}
+		if time.Since(began) > bound {
 			return fmt.Errorf("%w\n%s", err, t.diagnose(ctx, residentName(0), name))
 		}
 		time.Sleep(time.Second)
 	}
 }
+
+// requestRetryBound bounds the retries of a sample whose request failed (the app
+// may not listen yet when its pod is Ready); execRetryBound those of a sample
+// whose kubectl exec failed before the request could be made.
+const (
+	requestRetryBound = 10 * time.Second
+	execRetryBound    = time.Minute
+)
 
 // diagnose gathers what tells a failed sample's causes apart: both pods' status,
 // the app pod's rules, the ends of both proxies' logs and of the app's, and the

@@ -3,6 +3,7 @@ package meshnode
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -151,6 +152,19 @@ func (s *Session) Request(ctx context.Context, from, to *corev1.Pod) (string, er
 // RequestTo is Request to an address of the app ("[fd00::5]:8080" for its IPv6 one).
 func (s *Session) RequestTo(ctx context.Context, from *corev1.Pod, hostPort string) (string, error) {
 	return s.Kubectl(ctx, "exec", "-n", from.Namespace, from.Name, "-c", "app", "--", "proxy-standin", "get", "http://"+hostPort+"/")
+}
+
+// exitRequestFailed is proxy-standin get's exit status for a failed request
+// (cmd/proxy-standin's ExitRequestFailed); kubectl exec exits with it too.
+const exitRequestFailed = 3
+
+// ExecFailed says that err, from Request or RequestTo, is not the request's own
+// failure but the exec's: kubectl could not run proxy-standin in the pod (the
+// kubelet or the runtime refused or timed out), so nothing was learnt about the
+// traffic.
+func ExecFailed(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && exit.ExitCode() != exitRequestFailed
 }
 
 func joinHostPort(ip, port string) string {

@@ -3,7 +3,10 @@
 //
 //	proxy-standin proxy sidecar   the sidecar: 15001 outbound, 15006 inbound, 15021 health
 //	proxy-standin app             an HTTP server on :8080 that answers with its pod's name
-//	proxy-standin get URL         one HTTP GET; prints the answer, fails on an error
+//	proxy-standin get URL         one HTTP GET; prints the answer, exits 3 when the
+//	                              request fails (1 on any other error), so a caller
+//	                              running it through kubectl exec tells a failed
+//	                              request from a failed exec
 //
 // The proxy reads each redirected connection's original destination
 // (SO_ORIGINAL_DST, IPv4 and IPv6), logs one line to stdout ("outbound
@@ -15,6 +18,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,9 +31,19 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "proxy-standin:", err)
+		if errors.Is(err, errRequest) {
+			os.Exit(ExitRequestFailed)
+		}
 		os.Exit(1)
 	}
 }
+
+// ExitRequestFailed is get's exit status when its request failed (no answer, or
+// not 200 OK); test/nodee2e/meshnode keeps the same number.
+const ExitRequestFailed = 3
+
+// errRequest marks get's errors that are the request's own.
+var errRequest = errors.New("request failed")
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -53,7 +67,10 @@ func run(ctx context.Context, args []string) error {
 		if len(args) != 2 {
 			return fmt.Errorf("usage: proxy-standin get URL")
 		}
-		return get(ctx, args[1], 5*time.Second, os.Stdout)
+		if err := get(ctx, args[1], 5*time.Second, os.Stdout); err != nil {
+			return fmt.Errorf("%w: %w", errRequest, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown command %q: want proxy, app or get", args[0])
 }
