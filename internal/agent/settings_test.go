@@ -286,6 +286,42 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 	}
 }
 
+// istio129ChartEnv is the environment Istio 1.29's istio-cni chart gives install-cni
+// with its default values: its ConfigMap's variables (through envFrom) and the
+// DaemonSet's own, downward API resolved. Its DaemonSet mounts the node's /proc at
+// /host/proc (repair.repairPods), where Istio's install-cni reads it.
+var istio129ChartEnv = map[string]string{
+	"CURRENT_AGENT_VERSION": "1.29.1", "AMBIENT_ENABLED": "false", "AMBIENT_DNS_CAPTURE": "true", "AMBIENT_IPV6": "true",
+	"AMBIENT_ENABLEMENT_SELECTOR": "- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n", "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": "true",
+	"ENABLE_AMBIENT_DETECTION_RETRY": "false", "ISTIO_OWNED_CNI_CONFIG": "false", "CHAINED_CNI_PLUGIN": "true",
+	"EXCLUDE_NAMESPACES": "kube-system", "REPAIR_ENABLED": "true", "REPAIR_LABEL_PODS": "false",
+	"REPAIR_DELETE_PODS": "false", "REPAIR_REPAIR_PODS": "true", "REPAIR_INIT_CONTAINER_NAME": "istio-validation",
+	"REPAIR_BROKEN_POD_LABEL_KEY": "cni.istio.io/uninitialized", "REPAIR_BROKEN_POD_LABEL_VALUE": "true",
+	"NATIVE_NFTABLES": "false", "REPAIR_NODE_NAME": "node-0", "REPAIR_RUN_AS_DAEMON": "true",
+	"REPAIR_SIDECAR_ANNOTATION": "sidecar.istio.io/status", "ALLOW_SWITCH_TO_HOST_NS": "true",
+	"NODE_NAME": "node-0", "GOMEMLIMIT": "8221020160", "GOMAXPROCS": "2",
+	"POD_NAME": "istio-cni-node-x1", "POD_NAMESPACE": "istio-system",
+}
+
+// TestParseGivesIstiosChartEnvironmentIstiosMeaning: install-cni run with the
+// environment and arguments of Istio 1.29's chart does what Istio's install-cni does
+// with them, down to where the repair in place looks for the node's processes.
+func TestParseGivesIstiosChartEnvironmentIstiosMeaning(t *testing.T) {
+	got, err := Parse([]string{"--log_output_level=info"}, envOf(withEnv(istio129ChartEnv)))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := defaults()
+	want.ExcludeNamespaces = []string{"kube-system"}
+	want.PodName, want.PodNamespace = "istio-cni-node-x1", "istio-system"
+	want.Taint.Identity, want.Taint.AgentNamespace = "istio-cni-node-x1", "istio-system"
+	want.Multus.Identity, want.Multus.LeaseNamespace = "istio-cni-node-x1", "istio-system"
+	want.Repair.ProcDir = "/host/proc"
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("settings (-Istio's meaning +got):\n%s", diff)
+	}
+}
+
 func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 	cases := []struct {
 		name string

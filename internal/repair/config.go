@@ -52,8 +52,10 @@ const (
 	DefaultMaxRetries = 5
 	DefaultRetryBase  = 200 * time.Millisecond
 	DefaultRetryMax   = 30 * time.Second
-	DefaultProcDir    = "/proc"
-	DefaultNetnsDir   = "/var/run/netns"
+	// DefaultProcDir is where Istio's install-cni reads the node's /proc, and where
+	// its chart mounts it: the agent's own /proc shows only its container's processes.
+	DefaultProcDir  = "/host/proc"
+	DefaultNetnsDir = "/var/run/netns"
 )
 
 // Config is the repair controller's settings. Get one from DefaultConfig or
@@ -99,7 +101,7 @@ type Config struct {
 	RetryBase time.Duration
 	RetryMax  time.Duration
 	// ProcDir is the host's /proc as the agent sees it (ours: REPAIR_PROC_DIR,
-	// default /proc; Istio's chart mounts it at /host/proc).
+	// default /host/proc, where Istio's chart mounts it and its install-cni reads it).
 	ProcDir string
 	// NetnsDirs hold bind-mounted network namespaces to search besides processes
 	// (ours: REPAIR_NETNS_DIRS, comma-separated, default /var/run/netns).
