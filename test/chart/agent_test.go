@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/istio-cni/istio-cni/internal/agent"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 var envRef = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
@@ -113,6 +114,47 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 			}
 			if !roleGrantsLease(t, m, s.Taint.LeaseName) {
 				t.Errorf("the Role istio-cni-taint does not grant get and update of the Lease %q", s.Taint.LeaseName)
+			}
+		})
+	}
+}
+
+// renderedPluginConfig is the plugin's config as the agent of a pod of the rendered
+// DaemonSet installs it: the entry it builds from its environment, as the plugin parses it.
+func renderedPluginConfig(t *testing.T, m *manifest) *plugin.Config {
+	t.Helper()
+	env := podEnv(t, m, "istio-cni-node-x7k2p", "worker-1")
+	s, err := agent.Parse(nil, func(k string) (string, bool) { val, ok := env[k]; return val, ok })
+	if err != nil {
+		t.Fatalf("the agent refuses the rendered environment: %v", err)
+	}
+	entry, err := agent.Entry(&s, s.NetworkConfig)
+	if err != nil {
+		t.Fatalf("the agent refuses the ConfigMap's entry: %v", err)
+	}
+	conf, err := plugin.ParseConfig(entry)
+	if err != nil {
+		t.Fatalf("the plugin refuses the installed entry: %v\n%s", err, entry)
+	}
+	return conf
+}
+
+// TestJSONLogsReachThePluginsEntry: agentLogAsJson, and Istio's global.logAsJson mapped to
+// it, make the plugin's own log (its stderr, the runtime's journal) JSON too, as the chart
+// README says: the entry the agent installs carries log_as_json.
+func TestJSONLogsReachThePluginsEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{"default", nil, false},
+		{"agentLogAsJson", []string{"--set", "agentLogAsJson=true"}, true},
+		{"Istio's global.logAsJson", []string{"--set", "global.logAsJson=true"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := renderedPluginConfig(t, mustRender(t, tc.args...)).LogJSON; got != tc.want {
+				t.Errorf("the plugin's log_as_json is %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -208,6 +208,10 @@ seed documents' way to exclude nothing) yields a list holding one empty string.
 {{- if .Values.extraBypassUIDs }}
 {{- $_ := set $conf "extra_bypass_uids" .Values.extraBypassUIDs }}
 {{- end }}
+{{- /* The agent puts its own log_as_json only into an entry it generates, not into this one. */}}
+{{- if .Values.agentLogAsJson }}
+{{- $_ := set $conf "log_as_json" true }}
+{{- end }}
 {{- toPrettyJson $conf -}}
 {{- end }}
 
