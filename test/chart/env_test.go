@@ -1,8 +1,13 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/istio-cni/istio-cni/internal/cli"
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 // The env value adds variables to the agent container after the chart's own, so
@@ -28,5 +33,38 @@ func TestEnvValueAddsTheAgentsVariablesLast(t *testing.T) {
 	}
 	if _, err := render(t, "--set", "env.PORT.x=1"); err == nil || !strings.Contains(err.Error(), "/env/PORT") {
 		t.Errorf("env.PORT.x=1 (an object): got %v, want the schema to refuse it", err)
+	}
+}
+
+// TestEnvOfThePluginsSettingsIsNotLostSilently: Istio's chart passes its env value to
+// install-cni, which builds the plugin's entry from EXCLUDE_NAMESPACES, NATIVE_NFTABLES
+// and the rest; this chart gives the agent the entry ready-made (CNI_NETWORK_CONFIG),
+// which the agent does not merge them into. Such a variable in env either reaches the
+// plugin's installed config or is refused at render, naming it.
+func TestEnvOfThePluginsSettingsIsNotLostSilently(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		reached     func(c *plugin.Config) bool
+	}{
+		{"EXCLUDE_NAMESPACES", `kube-system\,mesh-ops`, func(c *plugin.Config) bool { return slices.Contains(c.ExcludeNamespaces, "mesh-ops") }},
+		{"EXCLUDED_NAMESPACES", "mesh-ops", func(c *plugin.Config) bool { return slices.Contains(c.ExcludeNamespaces, "mesh-ops") }},
+		{"NATIVE_NFTABLES", "true", func(c *plugin.Config) bool { return c.Backend == plugin.BackendNftables }},
+		{"PLUGIN_LOG_LEVEL", "debug", func(c *plugin.Config) bool { return c.LogLevel == cli.LevelDebug }},
+		{"LOG_LEVEL", "debug", func(c *plugin.Config) bool { return c.LogLevel == cli.LevelDebug }},
+		{"IPTABLES_MODE", "legacy", func(c *plugin.Config) bool { return c.IptablesMode == iptables.ModeLegacy }},
+		{"AGENT_LOG_AS_JSON", "true", func(c *plugin.Config) bool { return c.LogJSON }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := render(t, "--set-string", "env."+tc.name+"="+tc.value)
+			if err != nil {
+				if !strings.Contains(err.Error(), "env."+tc.name) {
+					t.Errorf("env.%s refused without naming it: %v", tc.name, err)
+				}
+				return
+			}
+			if c := renderedPluginConfig(t, m); !tc.reached(c) {
+				t.Errorf("env.%s=%s renders, but the plugin's installed config does not have it", tc.name, tc.value)
+			}
+		})
 	}
 }

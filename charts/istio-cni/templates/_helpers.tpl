@@ -298,6 +298,27 @@ podLabels and podAnnotations may not name a key the chart writes on the agent po
 the pod template would hold the key twice (an invalid manifest), and the chart's value is
 the one the agent, the DaemonSet's selector or Istio's injector needs.
 */}}
+{{/*
+Variables of env that install-cni would put into the plugin's entry: the chart gives the
+agent the entry ready-made (CNI_NETWORK_CONFIG), and the agent does not merge them into
+it, so they are refused rather than lost (Istio's chart passes them to its install-cni).
+*/}}
+{{- define "istio-cni.checkEnv" -}}
+{{- $instead := dict
+    "EXCLUDE_NAMESPACES" "set excludeNamespaces"
+    "EXCLUDED_NAMESPACES" "set excludeNamespaces"
+    "NATIVE_NFTABLES" "set nativeNftables (or global.nativeNftables)"
+    "PLUGIN_LOG_LEVEL" "set logLevel (or the cni-plugin scope of logging.level)"
+    "LOG_LEVEL" "set logLevel (or the cni-plugin scope of logging.level)"
+    "AGENT_LOG_AS_JSON" "set agentLogAsJson (or global.logAsJson)"
+    "IPTABLES_MODE" "the chart has no value for it: the plugin detects the node's iptables flavour" }}
+{{- range $k := keys (.Values.env | default dict) | sortAlpha }}
+{{- with get $instead $k }}
+{{- fail (printf "env.%s: the plugin takes this setting from its config entry, which the chart renders from its values and the agent does not merge the variable into; %s, and remove it from env" $k .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "istio-cni.checkPodMetadata" -}}
 {{- $labels := dict "k8s-app" "the DaemonSet's selector" "sidecar.istio.io/inject" "it keeps Istio's injector away from the agent" }}
 {{- range $k, $_ := include "istio-cni.commonLabels" . | fromYaml }}
