@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
 	"github.com/istio-cni/istio-cni/internal/unixsock"
 	"github.com/istio-cni/istio-cni/internal/version"
@@ -112,6 +113,15 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 			return fmt.Errorf("SECONDARY_BIN_DIR %q is not a directory: %v", s.SecondaryBinDir, errOr(err, "a file"))
 		}
 		a.binDirs = append(a.binDirs, s.SecondaryBinDir)
+	}
+	if s.Repair.Enabled && s.Repair.RepairPods {
+		// Repair in place enters pods' namespaces through the node's processes: a
+		// missing /proc mount would leave every pod unrepaired while the agent ran.
+		if fi, err := os.Stat(s.Repair.ProcDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%s %q is not a directory, so repair in place (%s=true) could enter no pod's network namespace: "+
+				"mount the node's /proc there (the chart does with repair.repairPods), or set %s=/proc with hostPID: %v",
+				repair.EnvProcDir, s.Repair.ProcDir, repair.EnvRepairPods, repair.EnvProcDir, errOr(err, "not a directory"))
+		}
 	}
 	for _, d := range []string{s.MountedNetDir, s.MountedBinDir, s.RunDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

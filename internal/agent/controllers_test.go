@@ -101,7 +101,7 @@ func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
 	before := snapshot(t, n.confDir)
 	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
 		"NODE_NAME=node-a", "POD_NAME=istio-cni-node-a", "POD_NAMESPACE=istio-system",
-		"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "TAINT_ENABLED=true")
+		"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAIR_PROC_DIR=/proc", "TAINT_ENABLED=true")
 	p.waitReady(t)
 	p.waitLog(t, "the features start", `API server features started.*podCache=true repair=true taint=true`)
 	if v := p.metric(t, "istio_cni_pod_cache_synced"); v != 0 {

@@ -500,6 +500,8 @@ func TestAgentRefusesToStartOnSettingsTheNodeContradicts(t *testing.T) {
 		{"no plugin in the image dir", []string{"CNI_BIN_SOURCE_DIR=/"}, "CNI_BIN_SOURCE_DIR / holds no istio-cni binary"},
 		{"a template the plugin would refuse", []string{`CNI_NETWORK_CONFIG={"type": "istio-cni", "exclude_namespaces": ["Bad"]}`}, `"exclude_namespaces": "Bad" is not a namespace name`},
 		{"a missing secondary bin dir", []string{"SECONDARY_BIN_DIR=/nonexistent-bin"}, `SECONDARY_BIN_DIR "/nonexistent-bin" is not a directory`},
+		{"repair in place without the node's /proc", []string{"REPAIR_ENABLED=true", "REPAIR_REPAIR_PODS=true", "REPAIR_PROC_DIR=/nonexistent-proc", "NODE_NAME=node-a"},
+			`REPAIR_PROC_DIR "/nonexistent-proc" is not a directory, so repair in place (REPAIR_REPAIR_PODS=true) could enter no pod's network namespace`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
