@@ -504,10 +504,17 @@ func setRevertWarnWindow(s *Settings, v string) error {
 // level ("default:info,cni-plugin:debug"), as Istio's install-cni reads it.
 const PluginLogScope = "cni-plugin"
 
+// AgentLogScope is the scope Istio's install-cni logs in: when --log_output_level
+// names it (or all), it sets the agent's level, as it sets Istio's agent's.
+const AgentLogScope = "cni-agent"
+
 func setAgentLogLevel(s *Settings, v string) error {
 	l, err := cli.ParseOutputLevel(v, PluginLogScope)
 	if err != nil {
 		return err
+	}
+	if scoped, ok := cli.ScopeLevel(v, AgentLogScope); ok {
+		l = scoped
 	}
 	s.LogLevel = l.Slog()
 	return nil

@@ -240,6 +240,21 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			want: func(s *Settings) { s.LogLevel, s.PluginLogLevel = slog.LevelWarn, cli.LevelDebug },
 		},
 		{
+			name: "Istio's cni-agent scope sets the agent's level, over the default scope",
+			args: []string{"--log_output_level=default:info,cni-agent:debug"},
+			want: func(s *Settings) { s.LogLevel = slog.LevelDebug },
+		},
+		{
+			name: "Istio's all scope given after the default scope sets the agent's level",
+			args: []string{"--log_output_level=default:warn,all:debug"},
+			want: func(s *Settings) { s.LogLevel, s.PluginLogLevel = slog.LevelDebug, cli.LevelDebug },
+		},
+		{
+			name: "the last of all and cni-agent wins, as in Istio's logging",
+			args: []string{"--log_output_level=all:debug,cni-agent:error"},
+			want: func(s *Settings) { s.LogLevel, s.PluginLogLevel = slog.LevelError, cli.LevelDebug },
+		},
+		{
 			name: "the cni-plugin scope alone leaves the agent at info",
 			env:  map[string]string{"AGENT_LOG_LEVEL": "cni-plugin:debug"},
 			want: func(s *Settings) { s.PluginLogLevel = cli.LevelDebug },
