@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -582,4 +584,34 @@ func TestStartErrIsLoggedAtDebug(t *testing.T) {
 			t.Errorf("level %s, StartErr %v: logged %q, want the error at debug: %v", tc.level, tc.startErr, stderr.String(), tc.want)
 		}
 	}
+}
+
+// TestAnADDFailedOnThePreviousResultLeavesAnOutcomeRecord: an ADD that fails on
+// the previous plugin's result (an address without its prefix length) leaves an
+// "ADD failed" record for the pod in the plugin's log file, as every other failed
+// ADD does: docs/troubleshooting.md reads no record at all as "the plugin did not
+// run", and `istio-cni-doctor logs --pod` finds the ADD by that record.
+func TestAnADDFailedOnThePreviousResultLeavesAnOutcomeRecord(t *testing.T) {
+	dir := t.TempDir()
+	logFile := dir + "/istio-cni.log"
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":"",`+
+		`"prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5"}]}}`, dir, logFile)
+	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
+	err := p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web;K8S_POD_UID=u1", StdinData: []byte(conf)})
+	if err == nil || !strings.Contains(err.Error(), "prevResult") {
+		t.Fatalf("ADD: %v, want it to fail on the previous result", err)
+	}
+	data, rerr := os.ReadFile(logFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct{ Msg, Pod, Reason, Error string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ADD failed" && rec.Pod == "app/web" &&
+			rec.Reason == pluginlog.ReasonPrevResult && strings.Contains(rec.Error, "10.1.0.5") {
+			return
+		}
+	}
+	t.Errorf("the log file holds no \"ADD failed\" record of pod app/web with reason %s and the error; it holds:\n%s", pluginlog.ReasonPrevResult, data)
 }

@@ -208,6 +208,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonPrevResult
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	rec.Mark("prev-result")
