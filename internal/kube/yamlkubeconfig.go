@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -44,7 +45,7 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 	if !utf8.Valid(raw) {
 		// YAML reads UTF-16 too, by its byte order mark, and refuses bytes that
 		// are not UTF-8 (so does kubectl): neither is read as something else.
-		return nil, fmt.Errorf("not UTF-8")
+		return nil, fmt.Errorf("line %d: not UTF-8", lineOfInvalidUTF8(raw))
 	}
 	// One byte order mark may start the stream (YAML 1.2, 5.2); left in, it
 	// would be part of the first key.
@@ -75,6 +76,19 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 		return nil, p.errf(p.ls[p.i].no, "unexpected indentation")
 	}
 	return appendJSON(nil, v)
+}
+
+// lineOfInvalidUTF8 is the line of raw's first byte that is not UTF-8.
+func lineOfInvalidUTF8(raw []byte) int {
+	i := 0
+	for i < len(raw) {
+		r, n := utf8.DecodeRune(raw[i:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		i += n
+	}
+	return bytes.Count(raw[:i], []byte("\n")) + 1
 }
 
 // appendJSON writes the tree node builds (maps, lists, strings, booleans, null)
