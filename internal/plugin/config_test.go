@@ -19,6 +19,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 )
 
@@ -614,4 +615,36 @@ func TestAnADDFailedOnThePreviousResultLeavesAnOutcomeRecord(t *testing.T) {
 		}
 	}
 	t.Errorf("the log file holds no \"ADD failed\" record of pod app/web with reason %s and the error; it holds:\n%s", pluginlog.ReasonPrevResult, data)
+}
+
+// TestAnADDWithoutAnIptablesBackendNamesThePod: a pod to redirect on a node
+// where the iptables backend cannot be set up (no iptables-save and
+// iptables-restore of the flavour) fails its ADD with an error that names the
+// pod, as the README says of every rule that cannot be applied.
+func TestAnADDWithoutAnIptablesBackendNamesThePod(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", t.TempDir()) // no iptables binaries
+	pod, err := json.Marshal(injectedPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := dir + "/" + kube.AgentPodFilesDir
+	path, _ := kube.AgentPodFile(files, "default", "web-1")
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pod, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":"","log_socket":"",`+
+		`"iptables_mode":"legacy","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}}`, dir)
+	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
+	err = p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;K8S_POD_UID=uid-1", StdinData: []byte(conf)})
+	if err == nil || !strings.Contains(err.Error(), "iptables-save") {
+		t.Fatalf("ADD: %v, want it to fail for want of iptables-save", err)
+	}
+	if !strings.Contains(err.Error(), "pod default/web-1") {
+		t.Errorf("ADD: %v, want an error naming pod default/web-1", err)
+	}
 }

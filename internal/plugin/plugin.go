@@ -228,6 +228,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonBackend
 	b, err := NewBackend(cfg)
 	if err != nil {
+		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
 	}
