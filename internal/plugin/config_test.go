@@ -648,3 +648,31 @@ func TestAnADDWithoutAnIptablesBackendNamesThePod(t *testing.T) {
 		t.Errorf("ADD: %v, want an error naming pod default/web-1", err)
 	}
 }
+
+// TestAFailedCHECKLeavesAnOutcomeRecord: a CHECK that fails before any rule is
+// read (here on the previous plugin's result) leaves a "CHECK failed" record for
+// the pod, as a failed ADD leaves an "ADD failed" one. Before, only a CHECK whose
+// rules differed was logged.
+func TestAFailedCHECKLeavesAnOutcomeRecord(t *testing.T) {
+	dir := t.TempDir()
+	logFile := dir + "/istio-cni.log"
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":"",`+
+		`"prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5"}]}}`, dir, logFile)
+	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
+	err := p.Check(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web;K8S_POD_UID=u1", StdinData: []byte(conf)})
+	if err == nil || !strings.Contains(err.Error(), "prevResult") {
+		t.Fatalf("CHECK: %v, want it to fail on the previous result", err)
+	}
+	data, rerr := os.ReadFile(logFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct{ Msg, Command, Error string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "CHECK failed" && rec.Command == "CHECK" && strings.Contains(rec.Error, "10.1.0.5") {
+			return
+		}
+	}
+	t.Errorf("the log file holds no \"CHECK failed\" record with the error; it holds:\n%s", data)
+}

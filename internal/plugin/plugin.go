@@ -636,41 +636,50 @@ func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 // CHECK verifies nothing).
 func (p *Plugin) Check(args *cnicmd.CmdArgs) error {
 	return p.withConfig(args, "CHECK", func(cfg *Config, log *pluginlog.Logger) error {
-		ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
-		defer cancel()
-		ips, err := cfg.PrevResultIPs()
+		// Every failure leaves one "CHECK failed" record, as every failed ADD leaves
+		// an "ADD failed" one: no record at all reads as "the plugin did not run".
+		err := p.check(args, cfg, log)
 		if err != nil {
-			return cniError(types.ErrDecodingFailure, err)
-		}
-		podArgs, d, err := decideWithoutPod(ctx, args, cfg, log)
-		var plan *redirect.Plan
-		if err == nil && d.Verdict == Lookup {
-			d, plan, err = p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
-		}
-		if err != nil {
-			_, err = failedStep(err)
-			return err
-		}
-		if d.Verdict != Redirect {
-			log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
-			return nil
-		}
-		b, err := NewBackend(cfg)
-		if err != nil {
-			return cniError(types.ErrInternal, err)
-		}
-		diffs, err := capture.Verify(ctx, args.Netns, b, plan)
-		if err != nil {
-			return cniError(types.ErrInternal, err)
-		}
-		if len(diffs) > 0 {
-			err := fmt.Errorf("traffic redirection is not as the pod requires (%d differences): %s", len(diffs), strings.Join(diffs, "; "))
 			log.Error("CHECK failed", "error", err)
-			return cniError(types.ErrInternal, err)
 		}
-		log.Debug("CHECK: rules match")
-		return nil
+		return err
 	})
+}
+
+func (p *Plugin) check(args *cnicmd.CmdArgs, cfg *Config, log *pluginlog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer cancel()
+	ips, err := cfg.PrevResultIPs()
+	if err != nil {
+		return cniError(types.ErrDecodingFailure, err)
+	}
+	podArgs, d, err := decideWithoutPod(ctx, args, cfg, log)
+	var plan *redirect.Plan
+	if err == nil && d.Verdict == Lookup {
+		d, plan, err = p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+	}
+	if err != nil {
+		_, err = failedStep(err)
+		return err
+	}
+	if d.Verdict != Redirect {
+		log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
+		return nil
+	}
+	b, err := NewBackend(cfg)
+	if err != nil {
+		return cniError(types.ErrInternal, err)
+	}
+	diffs, err := capture.Verify(ctx, args.Netns, b, plan)
+	if err != nil {
+		return cniError(types.ErrInternal, err)
+	}
+	if len(diffs) > 0 {
+		err := fmt.Errorf("traffic redirection is not as the pod requires (%d differences): %s", len(diffs), strings.Join(diffs, "; "))
+		return cniError(types.ErrInternal, err)
+	}
+	log.Debug("CHECK: rules match")
+	return nil
 }
 
 // Status reports whether the plugin can work on this node. A runtime that calls
