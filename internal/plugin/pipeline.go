@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/netns"
@@ -47,7 +48,9 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sa
 		if pod.Metadata.Labels[LabelDataplaneMode] != DataplaneAmbient {
 			fix = fmt.Sprintf("label the pod %s=%s to keep it out of ambient", LabelDataplaneMode, DataplaneNone)
 		}
-		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or %s)", pp.Decision.Reason, fix)
+		// The reason without its verdict's "skip: ": the pod is refused, not skipped.
+		reason := strings.TrimPrefix(pp.Decision.Reason, pp.Decision.Verdict.String()+": ")
+		return pp, fmt.Errorf("%s: refusing to start it without traffic capture (install Istio's ambient istio-cni for ambient pods, or %s)", reason, fix)
 	}
 	if pp.Decision.Verdict != Redirect {
 		return pp, nil
