@@ -345,7 +345,9 @@ func (c *Controller) pluginSkips(pod *corev1.Pod) string {
 // to program in place. It is reported once (an event and a log line) and labelled
 // when this agent may label pods, and left running.
 func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why, skip string) error {
-	mayLabel := c.cfg.LabelPods || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
+	// Labelling is an action only when deleting does not win over it (act): with
+	// both on, as the chart's defaults are, the agent holds no pods/status grant.
+	mayLabel := (c.cfg.LabelPods && !c.cfg.DeletePods) || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
 	if c.firstReport(pod) {
 		c.metrics.NotCaptured.Add(1)
 		msg := fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -91,5 +92,52 @@ func TestPodThePluginSkipsIsReportedOnceAndNeverDeleted(t *testing.T) {
 	}
 	if n := c.Metrics().PodsRepaired(ActionDelete, ResultSuccess); n != 1 {
 		t.Errorf("%d pods deleted, want 1 (the raced one)", n)
+	}
+}
+
+// TestPodThePluginSkipsIsNotLabelledWhenDeletingWinsOverLabelling: with the chart's
+// defaults, REPAIR_DELETE_PODS and REPAIR_LABEL_PODS both true, deleting wins and
+// labelling is never the action, so the chart grants no pods/status patch ("labelPods
+// ... Ignored while deletePods is true"). A pod the plugin skips is then reported once
+// and left alone, as in delete-only mode: not labelled, which the API server would
+// refuse, failing each attempt until the controller gave up on the pod with an event
+// saying its traffic is still not redirected, while its report claimed it labelled.
+func TestPodThePluginSkipsIsNotLabelledWhenDeletingWinsOverLabelling(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cfg := testConfig("node-skip-delete-label")
+	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, true, true
+	// The chart's ClusterRole for its defaults: no pods/status.
+	client := clientWithRules(t, cp, "repair-skip-delete-label", []rbacv1.PolicyRule{rbacWatchPods, rbacEvents, rbacDeletePod})
+	pcfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg, client, Deps{Plugin: pcfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	background.Run(t, c.Run)
+	waitFor(t, "controller synced", 30*time.Second, func() (bool, error) { return c.HasSynced(), nil })
+
+	skipped := createPod(t, admin, injectedPod("opted-out", cfg.NodeName, withLabel("sidecar.istio.io/inject", "false")))
+	setValidation(t, admin, skipped, "10.1.0.1", 126, "")
+	waitFor(t, "the pod reported", 20*time.Second, func() (bool, error) { return c.Metrics().NotCaptured.Load() == 1, nil })
+	// Five failed attempts take well under a second at the test's back-off.
+	time.Sleep(2 * time.Second)
+
+	if r, g, f := c.Metrics().Retries.Load(), c.Metrics().GaveUp.Load(), c.Metrics().PodsRepaired(ActionLabel, ResultFail); r != 0 || g != 0 || f != 0 {
+		t.Errorf("%d retries, %d given up, %d failed labels; want none: the pod is to be left alone", r, g, f)
+	}
+	p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "opted-out", metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the pod the plugin skips was deleted (%v)", err)
+	}
+	for _, e := range eventsFor(t, admin, "opted-out") {
+		if !strings.Contains(e, " "+ReasonNotCaptured+": ") {
+			t.Errorf("event %q, want only %s", e, ReasonNotCaptured)
+		} else if strings.Contains(e, "labelled") {
+			t.Errorf("event %q says the pod was labelled, which this agent may not do", e)
+		}
 	}
 }
