@@ -929,6 +929,9 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"relative conf dir", []string{"--set", "cniConfDir=etc/cni/net.d"}, []string{"/cniConfDir", "'etc/cni/net.d'"}},
 		{"relative run dir", []string{"--set", "cniAgentRunDir=run"}, []string{"/cniAgentRunDir", "'run'"}},
 		{"conf file name with a directory", []string{"--set", "cniConfFileName=../10-x.conflist"}, []string{"/cniConfFileName", "'../10-x.conflist'"}},
+		// The agent writes a standalone config as one plugin, and refuses a .conflist name at start.
+		{"standalone config named as a list", []string{"--set", "chained=false", "--set", "cniConfFileName=zz-istio-cni.conflist"},
+			[]string{"cniConfFileName", `"zz-istio-cni.conflist"`, "chained is false", ".conf or .json"}},
 		{"negative monitoring port", []string{"--set", "monitoringPort=-1"}, []string{"/monitoringPort", "got -1"}},
 		{"zero probe port", []string{"--set", "probes.port=0"}, []string{"/probes/port", "got 0"}},
 		{"bind address not an IP", []string{"--set", "monitoringBindAddress=node-a"}, []string{"/monitoringBindAddress", "'node-a'"}},
