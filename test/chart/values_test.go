@@ -929,6 +929,9 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"relative conf dir", []string{"--set", "cniConfDir=etc/cni/net.d"}, []string{"/cniConfDir", "'etc/cni/net.d'"}},
 		{"relative run dir", []string{"--set", "cniAgentRunDir=run"}, []string{"/cniAgentRunDir", "'run'"}},
 		{"conf file name with a directory", []string{"--set", "cniConfFileName=../10-x.conflist"}, []string{"/cniConfFileName", "'../10-x.conflist'"}},
+		// The agent refuses a lifetime outside 10m-8760h at start.
+		{"plugin token lifetime under 10m", []string{"--set", "pluginTokenLifetime=5m"}, []string{"pluginTokenLifetime", "5m", "10m", "8760h"}},
+		{"plugin token lifetime over a year", []string{"--set", "pluginTokenLifetime=8761h"}, []string{"pluginTokenLifetime", "8761h", "10m", "8760h"}},
 		// The agent writes a standalone config as one plugin, and refuses a .conflist name at start.
 		{"standalone config named as a list", []string{"--set", "chained=false", "--set", "cniConfFileName=zz-istio-cni.conflist"},
 			[]string{"cniConfFileName", `"zz-istio-cni.conflist"`, "chained is false", ".conf or .json"}},
