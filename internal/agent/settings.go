@@ -676,7 +676,7 @@ func (s *Settings) validate() error {
 	}
 	if s.ConfName != "" && !s.Chained && filepath.Ext(s.ConfName) == ".conflist" {
 		// A standalone config is a single plugin: written as a .conf.
-		errs = append(errs, fmt.Errorf("CNI_CONF_NAME %q: a standalone config is a single plugin and must end in .conf", s.ConfName))
+		errs = append(errs, fmt.Errorf("CNI_CONF_NAME %q: a standalone config is a single plugin and must end in .conf or .json, not .conflist", s.ConfName))
 	}
 	return errors.Join(errs...)
 }
