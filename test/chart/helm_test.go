@@ -271,6 +271,8 @@ func (m *manifest) env(t *testing.T) map[string]string {
 			out[e.Name] = "configMapKeyRef:" + e.ValueFrom.ConfigMapKeyRef.Name + "/" + e.ValueFrom.ConfigMapKeyRef.Key
 		case e.ValueFrom.FieldRef != nil:
 			out[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.ResourceFieldRef != nil:
+			out[e.Name] = "resourceFieldRef:" + e.ValueFrom.ResourceFieldRef.Resource
 		default:
 			t.Errorf("env %s has an unexpected source", e.Name)
 		}

@@ -359,6 +359,11 @@ func TestValuesReachTheObjects(t *testing.T) {
 			"NODE_NAME":         "fieldRef:spec.nodeName",
 		},
 	}, {
+		name: "the Go runtime's memory limit is the container's",
+		env: map[string]string{
+			"GOMEMLIMIT": "resourceFieldRef:limits.memory",
+		},
+	}, {
 		name: "the pod cache can be turned off",
 		args: []string{"--set", "podCache.enabled=false"},
 		env: map[string]string{
