@@ -17,8 +17,12 @@ import (
 // rather than being given a meaning.
 //
 // These checks run only on a value the shared parser accepted, so a value both
-// refuse keeps the parser's message; and they refuse nothing Istio's plugin
-// accepts, so what an accepted value means is still the parser's reading.
+// refuse keeps the parser's message; and they refuse nothing on which Istio's
+// plugin succeeds (a blank port list passes its check, then fails its ADD in
+// iptables-restore, so it is refused here), so what an accepted value means is
+// still the parser's reading. The parser itself refuses two ports Istio's plugin
+// takes: 0 (a rule that matches nothing) and a leading zero (read as decimal by its
+// check, as octal by its rule).
 
 // checkInterceptionMode is Istio's validateInterceptionMode: REDIRECT or TPROXY
 // exactly, so neither an empty value nor one with spaces.
