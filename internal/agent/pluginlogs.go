@@ -182,11 +182,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 				// accept again, as net/http's server does; returning would leave
 				// every later plugin's records unread until the agent restarts.
 				<-slots
-				backoff = min(max(2*backoff, acceptRetryMin), acceptRetryMax)
-				log.Error(what, "error", err, "retryIn", backoff)
-				select {
-				case <-time.After(backoff):
-				case <-done:
+				if !waitToRetry(&backoff, done, log, what, err) {
 					return
 				}
 				continue
@@ -238,6 +234,20 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	}, nil
 }
 
+// waitToRetry logs err and waits before a failed accept or read is tried again:
+// *backoff doubles from acceptRetryMin to at most acceptRetryMax (the caller sets it
+// back to 0 after a success). It is false when done closes first.
+func waitToRetry(backoff *time.Duration, done <-chan struct{}, log *slog.Logger, msg string, err error) bool {
+	*backoff = min(max(2**backoff, acceptRetryMin), acceptRetryMax)
+	log.Error(msg, "error", err, "retryIn", *backoff)
+	select {
+	case <-time.After(*backoff):
+		return true
+	case <-done:
+		return false
+	}
+}
+
 // datagramReader is the part of *net.UnixConn that readDatagrams uses.
 type datagramReader interface {
 	ReadFromUnix(b []byte) (int, *net.UnixAddr, error)
@@ -259,11 +269,7 @@ func readDatagrams(r datagramReader, done <-chan struct{}, sink *pluginLogSink, 
 			return
 		}
 		if err != nil {
-			backoff = min(max(2*backoff, acceptRetryMin), acceptRetryMax)
-			log.Error("read failed", "error", err, "retryIn", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-done:
+			if !waitToRetry(&backoff, done, log, "read failed", err) {
 				return
 			}
 			continue
