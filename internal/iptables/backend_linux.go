@@ -154,6 +154,13 @@ const (
 	maxStderrBytes = 64 << 10
 )
 
+// RunWaitDelay bounds how long run still waits for a tool's output once the
+// tool has exited or was killed at the context's end: a wrapper script's child
+// (iptables-restore run by a script without exec) can hold the output pipes
+// open long after; without the bound the ADD would wait for it past the
+// runtime's own timeout.
+const RunWaitDelay = 2 * time.Second
+
 func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	if stdin != "" {
@@ -163,9 +170,13 @@ func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...str
 	stderr := &boundedBuffer{max: maxStderrBytes, truncate: true}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+b.lockFile())
+	cmd.WaitDelay = RunWaitDelay
 	if err := cmd.Run(); err != nil {
 		if stdout.over {
 			err = fmt.Errorf("its output is over %d bytes: %w", MaxOutputBytes, err)
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = fmt.Errorf("%w, stopped when its bound ran out: %w", err, ctxErr)
 		}
 		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}

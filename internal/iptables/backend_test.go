@@ -2,12 +2,14 @@ package iptables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -186,5 +188,35 @@ func TestRunBoundsWhatItReads(t *testing.T) {
 	msg := err.Error()
 	if n := len(msg[strings.LastIndex(msg, ": ")+2:]); n != maxStderrBytes {
 		t.Errorf("stderr kept in the error: %d bytes, want the first %d", n, maxStderrBytes)
+	}
+}
+
+// TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput: an iptables tool
+// that is a wrapper (a shell script that runs the binary as its child, not with
+// exec) and hangs is killed when the context ends, but its child keeps the
+// output pipe open; run still returns within RunWaitDelay of the end, with an
+// error, rather than waiting for the child (the plugin's ADD would outlive the
+// runtime's timeout and leak).
+func TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) {
+	b, err := NewBackend(Config{LockDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	start := time.Now()
+	// The child outlives the test's bound below, then exits by itself.
+	go func() { _, err := b.run(ctx, "/bin/sh", "", "-c", "sleep 30 & wait"); errc <- err }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a tool killed at its context's end: %v, want an error saying the context ended", err)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond+RunWaitDelay+time.Second {
+			t.Errorf("run took %v, want at most the context's 100ms and RunWaitDelay (%v)", took, RunWaitDelay)
+		}
+	case <-time.After(100*time.Millisecond + RunWaitDelay + 5*time.Second):
+		t.Fatal("run still waits for the killed tool's child, which holds its output")
 	}
 }

@@ -552,7 +552,9 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), versionBound)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.WaitDelay = RunWaitDelay
+	out, err := cmd.Output()
 	if err != nil {
 		return [3]int{}, fmt.Errorf("%s --version (bound %v): %w", bin, versionBound, err)
 	}

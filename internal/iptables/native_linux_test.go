@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	gnft "github.com/google/nftables"
@@ -404,5 +405,38 @@ func TestCleanupReportsARefusedNativeRemoval(t *testing.T) {
 	}
 	if len(got) == 0 || !errors.Is(got[0], refused) || !strings.Contains(got[0].Error(), "native removal was refused") {
 		t.Fatalf("the cleanup recorded %v, want the IPv4 refusal", got)
+	}
+}
+
+// TestNativeWritesAskAHungIptablesNftWithinTheBound: an iptables-nft-restore
+// that is a wrapper script whose child hangs (and holds the output pipe) is
+// asked its version for at most versionBound and RunWaitDelay; the answer is
+// then no native writes (restores), not a plugin that waits for the child.
+func TestNativeWritesAskAHungIptablesNftWithinTheBound(t *testing.T) {
+	bin := t.TempDir()
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	for _, name := range []string{"iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save"} {
+		// The child outlives the test's bound below, then exits by itself.
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\nsleep 30 & wait\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := NewBackend(Config{Mode: ModeNFT, LockDir: t.TempDir(), NativeStateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan bool, 1)
+	start := time.Now()
+	go func() { got <- b.nativeAllowed() }()
+	select {
+	case native := <-got:
+		if native {
+			t.Error("an iptables-nft that never answered its version: native writes")
+		}
+		if took := time.Since(start); took > versionBound+RunWaitDelay+time.Second {
+			t.Errorf("asking took %v, want at most versionBound (%v) and RunWaitDelay (%v)", took, versionBound, RunWaitDelay)
+		}
+	case <-time.After(versionBound + RunWaitDelay + 5*time.Second):
+		t.Fatal("the version probe still waits for the killed binary's child, which holds its output")
 	}
 }
