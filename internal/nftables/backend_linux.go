@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
@@ -207,6 +208,12 @@ func List() (string, error) {
 	return liveText(got), nil
 }
 
+// RunWaitDelay bounds how long run still waits for nft's output once nft has
+// exited or was killed at the context's end: a wrapper script's child can hold
+// the output pipes open long after; without the bound the ADD would wait for it
+// past the runtime's own timeout.
+const RunWaitDelay = 2 * time.Second
+
 // run runs nft with args, feeding stdin, and returns its stdout. Errors carry
 // nft's stderr, which names the failing line of a script.
 func (b *Backend) run(ctx context.Context, stdin string, args ...string) (string, error) {
@@ -216,7 +223,11 @@ func (b *Backend) run(ctx context.Context, stdin string, args ...string) (string
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = RunWaitDelay
 	if err := cmd.Run(); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = fmt.Errorf("%w, stopped when its bound ran out: %w", err, ctxErr)
+		}
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {
 			return "", fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

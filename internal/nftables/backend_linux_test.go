@@ -2,12 +2,14 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -472,5 +474,31 @@ func TestKernelVerifyReportsHandEdits(t *testing.T) {
 				t.Errorf("Verify after Apply: %q", d)
 			}
 		})
+	}
+}
+
+// TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput: an nft that is a
+// wrapper (a shell script that runs the binary as its child, not with exec) and
+// hangs is killed when the context ends, but its child keeps the output pipe
+// open; run still returns within RunWaitDelay of the end, with an error saying
+// the context ended, rather than waiting for the child.
+func TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) {
+	b := &Backend{nft: "/bin/sh", groups: testGroups, applyVia: applyExec}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	start := time.Now()
+	// The child outlives the test's bound below, then exits by itself.
+	go func() { _, err := b.run(ctx, "", "-c", "sleep 30 & wait"); errc <- err }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("an nft killed at its context's end: %v, want an error saying the context ended", err)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond+RunWaitDelay+time.Second {
+			t.Errorf("run took %v, want at most the context's 100ms and RunWaitDelay (%v)", took, RunWaitDelay)
+		}
+	case <-time.After(100*time.Millisecond + RunWaitDelay + 5*time.Second):
+		t.Fatal("run still waits for the killed nft's child, which holds its output")
 	}
 }
