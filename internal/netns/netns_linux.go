@@ -17,9 +17,11 @@ import (
 //
 // The namespace files are opened as plain descriptors: an *os.File would first try
 // to register each with the runtime's poller, which nsfs refuses (four more system
-// calls per file, on every ADD).
+// calls per file, on every ADD). The target is opened without blocking: a named
+// pipe at path (a wrong path) would otherwise hold the open until a writer came;
+// it is refused by checkNetNS instead.
 func Do(path string, fn func() error) error {
-	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("open network namespace %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
 	}

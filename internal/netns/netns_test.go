@@ -3,7 +3,12 @@ package netns_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -51,6 +56,31 @@ func TestDoRejectsNonNamespace(t *testing.T) {
 	}
 	if err := netns.Do("/nonexistent/ns", func() error { t.Error("fn ran"); return nil }); err == nil {
 		t.Error("Do accepted a missing path")
+	}
+}
+
+// TestDoRefusesANamedPipeAtOnce: a FIFO at the namespace's path (a wrong
+// CNI_NETNS, istio-iptables --network-namespace, the doctor's path) is refused
+// with an error, not waited on until some process opens it for writing: the
+// open would block the caller past every bound it has.
+func TestDoRefusesANamedPipeAtOnce(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "ns")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- netns.Do(fifo, func() error { t.Error("fn ran"); return nil }) }()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), fifo) {
+			t.Errorf("Do on a named pipe: %v, want an error naming it", err)
+		}
+	case <-time.After(5 * time.Second):
+		// A writer ends the blocked open, so the test's goroutine returns.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			defer w.Close()
+		}
+		t.Fatal("Do still waits in the open of a named pipe")
 	}
 }
 
