@@ -15,6 +15,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // currentNamespace names the calling code's own network namespace for capture,
@@ -121,6 +122,11 @@ func inNamespace(path string, fn func() error) error {
 	return netns.Do(path, fn)
 }
 
+// MaxResolvConfBytes bounds what is read of --resolv-conf (a few hundred bytes in
+// a pod); it is read as a regular file only, so a named pipe there is refused
+// rather than waited on.
+const MaxResolvConfBytes = 64 << 10
+
 // completeSpec adds the facts Istio takes from the environment to the configured
 // spec: the proxy uid and gid when not given, IPv6 from the pod's addresses, and
 // the DNS servers to capture from resolv.conf.
@@ -159,7 +165,7 @@ func completeSpec(log *slog.Logger, cfg Config) (redirect.Spec, error) {
 	spec.IPv6 = ipv6
 
 	if spec.DNS.Enabled && !spec.DNS.CaptureAll {
-		data, err := os.ReadFile(cfg.ResolvConf)
+		data, err := regularfile.ReadBounded(cfg.ResolvConf, MaxResolvConfBytes)
 		if err != nil {
 			return redirect.Spec{}, fmt.Errorf("read DNS servers to capture: %w", err)
 		}

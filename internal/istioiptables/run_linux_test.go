@@ -1,11 +1,19 @@
 package istioiptables
 
 import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
 // TestRemovalTakesTProxyRoutingWithoutInboundPorts: the apply adds TPROXY's routing
@@ -37,5 +45,33 @@ func TestRemovalTakesTProxyRoutingWithoutInboundPorts(t *testing.T) {
 				t.Errorf("removal routing (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestResolvConfThatIsANamedPipeIsRefusedAtOnce: with --redirect-dns, a
+// --resolv-conf that is a FIFO is refused naming it, not waited on until some
+// process writes to it (istio-iptables has no other bound on the read).
+func TestResolvConfThatIsANamedPipeIsRefusedAtOnce(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Capture.DNS.Enabled = true
+	cfg.Capture.ProxyUIDs = []uint32{1337}
+	cfg.ResolvConf = fifo
+	errc := make(chan error, 1)
+	go func() { _, err := completeSpec(slog.Default(), cfg); errc <- err }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, regularfile.ErrNotRegular) || !strings.Contains(err.Error(), fifo) {
+			t.Errorf("resolv.conf a named pipe: %v, want an error naming it as not a regular file", err)
+		}
+	case <-time.After(5 * time.Second):
+		// A writer ends the blocked read, so the test's goroutine returns.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("istio-iptables still waits to read a named pipe as its resolv.conf")
 	}
 }
