@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -53,7 +52,13 @@ func LoadConfDir(dir string) (*plugin.Config, ConfigSource, error) {
 	var names []string
 	for _, f := range files {
 		names = append(names, filepath.Base(f))
-		data, err := os.ReadFile(f)
+		// As the agent reads it: a named pipe (or a file over cniconf.MaxConfigSize)
+		// is no config and is passed over, never waited on.
+		data, err := cniconf.ReadConfig(f)
+		var invalid *cniconf.InvalidError
+		if errors.As(err, &invalid) {
+			continue
+		}
 		if err != nil {
 			return nil, ConfigSource{}, fmt.Errorf("CNI config: %w", err)
 		}

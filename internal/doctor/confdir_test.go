@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestLoadConfDirFindsTheEntryAsTheRuntimeWould covers the node layouts: chained
@@ -87,5 +90,39 @@ func TestParseNetworks(t *testing.T) {
 	}
 	if _, err := ParseNetworks("[{"); err == nil {
 		t.Error("broken JSON accepted")
+	}
+}
+
+// TestLoadConfDirPassesOverANamedPipeAtOnce: a FIFO with a config's name in the
+// CNI config directory (a file another actor controls) is passed over as the
+// agent passes it over, not waited on until some process writes to it: the
+// doctor would hang past its --timeout.
+func TestLoadConfDirPassesOverANamedPipeAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "05-pipe.conflist")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const ptp = `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"istio-cni"}]}`
+	if err := os.WriteFile(filepath.Join(dir, "10-pods.conflist"), []byte(ptp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type loaded struct {
+		src ConfigSource
+		err error
+	}
+	got := make(chan loaded, 1)
+	go func() { _, src, err := LoadConfDir(dir); got <- loaded{src, err} }()
+	select {
+	case l := <-got:
+		if l.err != nil || l.src.Path != filepath.Join(dir, "10-pods.conflist") {
+			t.Errorf("LoadConfDir beside a named pipe: %+v, %v; want the entry in 10-pods.conflist", l.src, l.err)
+		}
+	case <-time.After(5 * time.Second):
+		// A writer ends the blocked read, so the test's goroutine returns.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("LoadConfDir still waits to read a named pipe in the CNI config directory")
 	}
 }
