@@ -238,6 +238,9 @@ func runIn(ctx context.Context, bin string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// The read-only save needs no lock; a private one keeps it off the node's.
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+filepath.Join(os.TempDir(), "istio-cni-doctor.xtables.lock"))
+	// A wrapper's child may hold the output after the tool is killed at the
+	// --timeout: waited for as the plugin waits for its own tools.
+	cmd.WaitDelay = iptables.RunWaitDelay
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}

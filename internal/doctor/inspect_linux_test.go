@@ -2,13 +2,16 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -134,5 +137,25 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	applyCapture(t, e.cfg, broken, brokenNS.path)
 	if stdout, stderr, code := e.run("inspect", "app/broken"); code != 0 || !strings.Contains(stdout, "Rules: as the pod requires") {
 		t.Errorf("after re-applying: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestRunInReturnsWhenItsContextEndsThoughAChildHoldsItsOutput: a save tool that
+// is a wrapper whose child hangs and holds the output pipe is killed at the
+// context's end (the doctor's --timeout), and runIn returns within
+// iptables.RunWaitDelay of it rather than waiting for the child.
+func TestRunInReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	// The child outlives the test's bound below, then exits by itself.
+	go func() { _, err := runIn(ctx, "/bin/sh", "-c", "sleep 30 & wait"); errc <- err }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Error("a tool killed at the context's end: no error")
+		}
+	case <-time.After(100*time.Millisecond + iptables.RunWaitDelay + 5*time.Second):
+		t.Fatal("runIn still waits for the killed tool's child, which holds its output")
 	}
 }
