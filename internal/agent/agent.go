@@ -432,8 +432,7 @@ func (a *agent) tokenChanged() <-chan struct{} {
 func (a *agent) reconcile(d dirty) {
 	var failed dirty
 	if d&dirtyBinaries != 0 {
-		a.reconcileBinaries()
-		if !a.binsOK {
+		if a.reconcileBinaries() {
 			failed |= dirtyBinaries
 		}
 	}
@@ -503,11 +502,29 @@ func (a *agent) scheduleRetry(tried, failed dirty) {
 	})
 }
 
-func (a *agent) reconcileBinaries() {
-	ok := true
+// reconcileBinaries installs the binaries where they are missing or differ, and
+// reports whether to try again later.
+func (a *agent) reconcileBinaries() (retry bool) {
+	ok, contested := true, false
+	mayReplace := func(target string) bool {
+		if !a.s.UpdateBinaries {
+			return false
+		}
+		if !isExecutable(target) {
+			return true
+		}
+		// Another installer's binary (Istio's install-cni during a migration, another
+		// release's image) copies its own back when it sees ours: put back at once the
+		// first few times, then spaced out. Its binary runs the entry meanwhile.
+		if a.mayOverwrite(target, time.Now()) {
+			return true
+		}
+		contested = true
+		return false
+	}
 	for _, dir := range a.binDirs {
 		for _, b := range a.bins {
-			changed, err := b.install(dir, a.s.BinariesPrefix, a.s.UpdateBinaries)
+			changed, err := b.install(dir, a.s.BinariesPrefix, mayReplace)
 			key := "bin:" + filepath.Join(dir, b.name)
 			if err != nil {
 				ok = false
@@ -528,6 +545,7 @@ func (a *agent) reconcileBinaries() {
 	}
 	a.binsInstalled = a.binsInstalled || ok
 	a.binsOK = ok
+	return !ok || contested
 }
 
 func hintForWriteError(err error) string {

@@ -78,24 +78,30 @@ func (b binary) installedAs(path string) bool {
 }
 
 // install puts b into dir under the prefixed name unless an identical copy is
-// there. The copy goes to a temporary file in the same directory, is fsynced and
+// there; another file at that name is replaced only when mayReplace(target) says
+// so. The copy goes to a temporary file in the same directory, is fsynced and
 // renamed over the target: a runtime exec'ing the plugin meanwhile runs either the
 // old or the new file (never a partial one), and the running old inode is never
 // written to, so nobody gets ETXTBSY.
-func (b binary) install(dir, prefix string, update bool) (changed bool, err error) {
+func (b binary) install(dir, prefix string, mayReplace func(target string) bool) (changed bool, err error) {
 	target := filepath.Join(dir, prefix+b.name)
 	if b.installedAs(target) {
 		return false, nil
 	}
-	if !update {
-		if _, err := os.Lstat(target); err == nil {
-			return false, nil
-		}
+	if _, err := os.Lstat(target); err == nil && !mayReplace(target) {
+		return false, nil
 	}
 	if err := copyAtomic(b.src, target, 0o755); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// isExecutable reports whether path is a regular file the runtime can exec: a
+// binary, ours or another installer's.
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // uninstall removes the prefixed copy of b from dir if it is ours (identical); a
