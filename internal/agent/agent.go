@@ -762,6 +762,25 @@ func removeTLSSession(runDir string) error {
 	return errors.Join(errs...)
 }
 
+// removeKubeconfig removes the plugin's kubeconfig unless it holds what another
+// writer put there since this agent's last write (Istio's install-cni or another
+// release, running beside this agent during a migration): removing theirs would
+// leave their plugin without a kubeconfig until they noticed. When this agent
+// never wrote one, the file is removed as before (a leftover of an earlier agent).
+func (a *agent) removeKubeconfig() error {
+	path := a.s.KubeconfigPath()
+	if a.kubeconfigLast != nil && !cniconf.SameContent(path, a.kubeconfigLast) {
+		if _, err := os.Lstat(path); err == nil {
+			a.log.Info("kubeconfig left in place: it holds another writer's content", "path", path)
+			return nil
+		}
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove kubeconfig: %w", err)
+	}
+	return nil
+}
+
 // uninstall removes what the agent installed: the entry (or standalone file), the
 // kubeconfig, the plugin's TLS session and the binaries. Every step runs even when
 // another fails.
@@ -770,8 +789,8 @@ func (a *agent) uninstall() error {
 	if err := a.uninstallConfig(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.Remove(a.s.KubeconfigPath()); err != nil && !os.IsNotExist(err) {
-		errs = append(errs, fmt.Errorf("remove kubeconfig: %w", err))
+	if err := a.removeKubeconfig(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := removeTLSSession(a.s.RunDir); err != nil {
 		errs = append(errs, err)

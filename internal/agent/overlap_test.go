@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
 // TestAgentAndIstiosInstallerStopRewritingEachOthersBinary runs this agent while
@@ -75,4 +77,48 @@ func TestAgentAndIstiosInstallerStopRewritingEachOthersBinary(t *testing.T) {
 		t.Error("the agent is not ready while another installer's binary is in place")
 	}
 	p.stop(t)
+}
+
+// TestUninstallLeavesAKubeconfigAnotherWriterPutThere: an agent that exits with
+// uninstall while another installer's kubeconfig is in place (Istio's install-cni
+// beside it during a migration back, writing the same path) leaves that file, as it
+// leaves another's binary: removing it would leave the other plugin without a
+// kubeconfig until its installer noticed. The agent's own kubeconfig is still
+// removed (the other tests' "node as before" checks).
+func TestUninstallLeavesAKubeconfigAnotherWriterPutThere(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeCalico(t)
+	p := n.startAgent(t)
+	p.waitReady(t)
+
+	path := filepath.Join(n.runDir, plugin.KubeconfigName)
+	theirs := []byte("apiVersion: v1\nkind: Config\n# another installer's kubeconfig\n")
+	put := func() {
+		tmp := path + ".tmp.other"
+		writeFile(t, tmp, theirs, 0o600)
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The agent puts its own back the first few times; once it defers (its next
+	// overwrite a second or more away), the other's content stays in place.
+	deadline := time.Now().Add(10 * time.Second)
+	for p.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never deferred an overwrite of the other writer's kubeconfig")
+		}
+		put()
+		time.Sleep(50 * time.Millisecond)
+	}
+	put()
+	p.stop(t)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the other writer's kubeconfig is gone after the agent's uninstall: %v", err)
+	}
+	if string(got) != string(theirs) {
+		t.Errorf("kubeconfig after the agent's uninstall:\n%s\nwant the other writer's:\n%s", got, theirs)
+	}
+	p.waitLog(t, "the agent says why it left the file", `kubeconfig left in place: it holds another writer's content`)
 }
