@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
@@ -158,8 +159,8 @@ const (
 // tool has exited or was killed at the context's end: a wrapper script's child
 // (iptables-restore run by a script without exec) can hold the output pipes
 // open long after; without the bound the ADD would wait for it past the
-// runtime's own timeout.
-const RunWaitDelay = 2 * time.Second
+// runtime's own timeout. One bound for every tool the plugin runs: nft's.
+const RunWaitDelay = nftables.RunWaitDelay
 
 func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
