@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 )
@@ -140,11 +141,13 @@ func copyAtomic(src, target string, mode os.FileMode) error {
 	return nil
 }
 
-// removeStaleTemps deletes temporary files a crashed agent left in dir.
+// removeStaleTemps deletes temporary files a crashed agent left in dir
+// (leftByKilledWriter).
 func removeStaleTemps(dir string) {
 	entries, _ := os.ReadDir(dir)
+	now := time.Now()
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), tempInfix) {
+		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), tempInfix) && leftByKilledWriter(e, now) {
 			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}

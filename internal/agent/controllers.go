@@ -205,12 +205,13 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 	if s.PodCache {
 		pc := podcache.NewOnNodePods(client, nodePods, a.log.With("component", "pod-cache"))
 		nodePodsUsed = true
-		a.m.register(podCacheMetrics(pc.Synced, &pc.Waits)...)
+		a.m.register(podCacheMetrics(pc.Serving, &pc.Waits)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
 		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
 			go func() {
-				// WaitForCacheSync polls until the first list is in, then stops.
-				if cache.WaitForCacheSync(ctx.Done(), pc.Synced) {
+				// WaitForCacheSync polls until the first list is in and the socket
+				// serves it, then stops.
+				if cache.WaitForCacheSync(ctx.Done(), pc.Serving) {
 					a.log.Info("pod cache synced: the plugin reads this node's pods from the agent", "socket", sock, "node", s.NodeName)
 				}
 			}()

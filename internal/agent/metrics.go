@@ -189,7 +189,7 @@ func leadershipMetrics(prefix, what string, l *lease.Leadership) []prometheus.Co
 func podCacheMetrics(synced func() bool, waits *podcache.WaitCounts) []prometheus.Collector {
 	return []prometheus.Collector{
 		gaugeFunc("istio_cni_pod_cache_synced",
-			"1 once the pod cache has listed this node's pods (the plugin asks the API server until then).", synced),
+			"1 while the pod cache serves this node's pods on its socket, once it has listed them (the plugin asks the API server otherwise).", synced),
 		counterFunc("istio_cni_pod_cache_waits_found_total",
 			"Plugin requests for a pod the cache did not hold yet, answered once the pod's event came.", waits.Found.Load),
 		counterFunc("istio_cni_pod_cache_waits_timed_out_total",

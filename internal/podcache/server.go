@@ -49,6 +49,8 @@ type Server struct {
 	// informers starts the informers once: a Run that failed is run again, and
 	// the informers the first one started go on.
 	informers sync.Once
+	// serving is true while Run serves on its socket.
+	serving atomic.Bool
 }
 
 // Client is the part of the API the server uses. A kubernetes.Interface clientset
@@ -87,6 +89,11 @@ func (s *Server) Synced() bool { return s.informer.HasSynced() }
 
 // NamespacesSynced reports whether the informer has listed the namespaces once.
 func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
+
+// Serving reports whether the plugin can read pods from the server: its socket is
+// in place and the pods' informer has listed once. Synced alone may be true while
+// Run has failed and waits to be run again (the informer goes on).
+func (s *Server) Serving() bool { return s.serving.Load() && s.Synced() }
 
 // Run serves on the unix socket at path until ctx ends, and keeps the pod files
 // beside it (kube.AgentPodFilesDir) until then. The socket and the files are
@@ -135,7 +142,9 @@ func (s *Server) Run(ctx context.Context, path string) error {
 	// Removed below only if still this server's: the next agent may have taken the
 	// path over (ownfile).
 	own, _ := os.Lstat(path)
+	s.serving.Store(true)
 	defer func() {
+		s.serving.Store(false)
 		ln.Close()
 		if err := ownfile.Remove(path, own); err != nil {
 			s.logger().Warn("pod cache: remove socket", "error", err)

@@ -380,3 +380,43 @@ func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestServingOnlyWhileTheSocketServes: Serving (the agent's "pod cache synced"
+// metric and log) is true only while Run serves on its socket with the pods
+// listed. A Run that could not take its socket leaves the informer running and
+// Synced true, and the plugin can read nothing from the agent: the agent's
+// metric once said "synced" then, and a test asked a socket that was not there.
+func TestServingOnlyWhileTheSocketServes(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sock := filepath.Join(shortdir.New(t), podcache.SocketName)
+	if err := os.Mkdir(sock, 0o700); err != nil { // in the way: Run fails
+		t.Fatal(err)
+	}
+	srv := podcache.New(cp.AdminClient(), "node-a", nil)
+	if err := srv.Run(ctx, sock); err == nil {
+		t.Fatal("Run with a directory at its socket's path: no error")
+	}
+	waitFor(t, func() bool { return srv.Synced() })
+	if srv.Serving() {
+		t.Error("Serving() = true after a Run that could not take its socket")
+	}
+
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx, sock) }()
+	waitFor(t, func() bool { return srv.Serving() })
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("Serving() = true and the socket is not there: %v", err)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if srv.Serving() {
+		t.Error("Serving() = true after Run returned")
+	}
+}
