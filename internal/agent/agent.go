@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -24,6 +23,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -159,8 +159,8 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		return err
 	}
 	defer w.Close()
-	// Before the features start: they make files and sockets in these directories
-	// from their first moment (leftByKilledWriter keeps a live writer's in any case).
+	// Before the features start, which make files and sockets here from their first
+	// moment (the cleanup leaves what a live writer holds in any case: livetemp).
 	for _, d := range a.binDirs {
 		removeStaleTemps(d)
 	}
@@ -698,26 +698,11 @@ func (a *agent) clearReportsExcept(prefix string, skipped []cniconf.Skipped) {
 	}
 }
 
-// StaleTempAge is how long a temporary file, or the directory of a socket being
-// made, must have gone unmodified before an agent's start removes it as a killed
-// writer's. A live writer renames or removes its own within a second: this agent's
-// features (the pod cache takes its socket while the start goes on), an earlier
-// agent still running during a rolling update (both mount the same directories),
-// a plugin saving its TLS session. Removing theirs would fail their write.
-const StaleTempAge = time.Minute
-
-// leftByKilledWriter reports whether the temporary e is StaleTempAge old at now.
-func leftByKilledWriter(e fs.DirEntry, now time.Time) bool {
-	fi, err := e.Info()
-	return err == nil && now.Sub(fi.ModTime()) >= StaleTempAge
-}
-
 // removeStaleConfTemps deletes temporary files a crashed writer left in the config
 // dir (WriteAtomic's ".NAME.tmp-*" of a config or of a backup); they are never
 // loaded, but they are clutter.
 func removeStaleConfTemps(dir string) {
 	entries, _ := os.ReadDir(dir)
-	now := time.Now()
 	for _, e := range entries {
 		n := e.Name()
 		if !strings.HasPrefix(n, ".") {
@@ -727,31 +712,27 @@ func removeStaleConfTemps(dir string) {
 		if i < 0 {
 			continue
 		}
-		if ext := filepath.Ext(n[:i]); (slices.Contains(cniconf.Extensions, ext) || ext == ".orig") && leftByKilledWriter(e, now) {
-			os.Remove(filepath.Join(dir, n))
+		if ext := filepath.Ext(n[:i]); slices.Contains(cniconf.Extensions, ext) || ext == ".orig" {
+			livetemp.RemoveAbandoned(filepath.Join(dir, n))
 		}
 	}
 }
 
 // removeStaleRunDirFiles deletes what a killed agent or plugin left in the run
-// directory and no live process will use: a half-written kubeconfig or TLS
-// session (".NAME.tmp-*") and the directory of a socket being made
-// (unixsock.TempDirPrefix), once StaleTempAge old, and, when this agent keeps no pod
+// directory: a half-written kubeconfig or TLS session (".NAME.tmp-*") and the
+// directory of a socket being made (unixsock.TempDirPrefix), each unless a live
+// writer holds it (livetemp), and, when this agent keeps no pod
 // cache, the pod files of an agent that did. The plugin reads a pod's file before
 // anything else, and such files are never refreshed again; a recreated pod of the
 // same uid is impossible, but the file's annotations and containers would be those
 // of the moment the old agent died.
 func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 	entries, _ := os.ReadDir(s.RunDir)
-	now := time.Now()
 	for _, e := range entries {
 		switch n := e.Name(); {
-		case !leftByKilledWriter(e, now):
-		case kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName):
-			os.Remove(filepath.Join(s.RunDir, n))
-		case e.IsDir() && unixsock.IsTemp(n):
-			// A socket being made when an agent was killed.
-			os.RemoveAll(filepath.Join(s.RunDir, n))
+		case kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName),
+			e.IsDir() && unixsock.IsTemp(n): // a socket being made
+			livetemp.RemoveAbandoned(filepath.Join(s.RunDir, n))
 		}
 	}
 	if !s.PodCache {

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 )
 
 // binary is one file of the image's binary directory, with its digest so that an
@@ -141,14 +141,13 @@ func copyAtomic(src, target string, mode os.FileMode) error {
 	return nil
 }
 
-// removeStaleTemps deletes temporary files a crashed agent left in dir
-// (leftByKilledWriter).
+// removeStaleTemps deletes temporary files a crashed agent left in dir, and not
+// those a live writer holds (livetemp).
 func removeStaleTemps(dir string) {
 	entries, _ := os.ReadDir(dir)
-	now := time.Now()
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), tempInfix) && leftByKilledWriter(e, now) {
-			os.Remove(filepath.Join(dir, e.Name()))
+		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), tempInfix) {
+			livetemp.RemoveAbandoned(filepath.Join(dir, e.Name()))
 		}
 	}
 }

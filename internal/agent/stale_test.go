@@ -4,9 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/unixsock"
 )
@@ -36,9 +36,9 @@ func TestAnAgentWithoutPodCacheRemovesAKilledAgentsPodFiles(t *testing.T) {
 
 // TestTheNextAgentRemovesHalfWrittenRunDirFiles: a writer killed between its
 // temporary file and the rename leaves ".NAME.tmp-*" in the run directory (tmpfs:
-// node memory); the next agent removes those of the kubeconfig and the TLS
-// session, and the directory of a socket being made, once StaleTempAge old, and
-// nothing else there.
+// node memory), and in the bin and config dirs; the next agent removes those of
+// the kubeconfig, the TLS session, the binaries and the configs, and the directory
+// of a socket being made, and nothing else there.
 func TestTheNextAgentRemovesHalfWrittenRunDirFiles(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -62,17 +62,8 @@ func TestTheNextAgentRemovesHalfWrittenRunDirFiles(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(sockDir, "s"), nil, 0o600)
 	temps = append(temps, sockDir)
-	old := time.Now().Add(-StaleTempAge - time.Second)
-	for _, f := range temps {
-		if err := os.Chtimes(f, old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
 	other := filepath.Join(n.runDir, ".someone-else.tmp-1")
 	writeFile(t, other, []byte("kept"), 0o600)
-	if err := os.Chtimes(other, old, old); err != nil {
-		t.Fatal(err)
-	}
 	p := n.startAgent(t)
 	p.waitReady(t)
 	for _, f := range temps {
@@ -87,11 +78,11 @@ func TestTheNextAgentRemovesHalfWrittenRunDirFiles(t *testing.T) {
 }
 
 // TestAnAgentsStartKeepsALiveWritersTemporaries: what a live writer is making
-// (the pod cache's socket, which this agent's own start makes beside the cleanup;
-// an earlier agent's, still running during a rolling update; a plugin's TLS
-// session) is no killed writer's. The start leaves every temporary younger than
-// StaleTempAge: removing one fails its writer's rename. (CI saw the pod cache's
-// socket directory removed under it, and the cache down until its restart.)
+// (an earlier agent's file or socket during a rolling update, a plugin's TLS
+// session, this agent's own pod cache socket) is no killed writer's: the start
+// leaves every temporary a live process holds (livetemp), and removes it once that
+// process is gone. CI saw the start remove the pod cache's socket directory under
+// it, and the cache down until its restart.
 func TestAnAgentsStartKeepsALiveWritersTemporaries(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -99,25 +90,47 @@ func TestAnAgentsStartKeepsALiveWritersTemporaries(t *testing.T) {
 	if err := os.MkdirAll(n.runDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	live := []string{
-		filepath.Join(n.runDir, "."+plugin.KubeconfigName+".tmp-123456"),
-		filepath.Join(n.runDir, "."+plugin.TLSSessionName+".tmp-654321"),
-		filepath.Join(n.binDir, ".istio-cni"+tempInfix+"42"),
-		filepath.Join(n.confDir, ".10-calico.conflist.tmp-42"),
+	// This test process is the live writer: it holds each as a writer does.
+	var live []string
+	var held []*os.File
+	for _, c := range []struct{ dir, pattern string }{
+		{n.runDir, "." + plugin.KubeconfigName + ".tmp-*"},
+		{n.runDir, "." + plugin.TLSSessionName + ".tmp-*"},
+		{n.binDir, ".istio-cni" + tempInfix + "*"},
+		{n.confDir, ".10-calico.conflist.tmp-*"},
+	} {
+		f, err := livetemp.CreateTemp(c.dir, c.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, f)
+		live = append(live, f.Name())
 	}
-	for _, f := range live {
-		writeFile(t, f, []byte("being written"), 0o600)
-	}
-	sockDir := filepath.Join(n.runDir, unixsock.TempDirPrefix+"777")
-	if err := os.Mkdir(sockDir, 0o700); err != nil {
+	sockDir, release, err := livetemp.MkdirTemp(n.runDir, unixsock.TempDirPrefix)
+	if err != nil {
 		t.Fatal(err)
 	}
 	live = append(live, sockDir)
+
 	p := n.startAgent(t)
 	p.waitReady(t)
 	for _, f := range live {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("the agent's start removed %s, a live writer's: %v", f, err)
+		}
+	}
+	p.stop(t)
+
+	// The writer is gone (its locks with it): the next start removes them.
+	release()
+	for _, f := range held {
+		f.Close()
+	}
+	p = n.startAgent(t)
+	p.waitReady(t)
+	for _, f := range live {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("the writer is gone and the next start left %s (%v)", f, err)
 		}
 	}
 	p.stop(t)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
@@ -107,22 +108,24 @@ func WriteAtomic(path string, data []byte, mode os.FileMode) error {
 // (whatever the umask), is synced and renamed over path. The file at path is never
 // opened for writing: a reader sees the old or the new file whole, and a program
 // running from the old one keeps its inode (no ETXTBSY). On error the temporary
-// file is removed; a crash may leave it, to be recognised by tempInfix.
+// file is removed; a crash may leave it, to be recognised by tempInfix. It is
+// locked until after the rename (livetemp), so that a cleanup removes it only once
+// its writer is dead.
 func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+tempInfix+"*")
+	f, err := livetemp.CreateTemp(dir, "."+base+tempInfix+"*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
 	defer func() {
 		if err != nil {
-			f.Close()
 			os.Remove(tmp)
 		}
+		f.Close()
 	}()
 	if err = fill(f); err != nil {
 		return err
@@ -132,9 +135,6 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 		return err
 	}
 	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
 		return err
 	}
 	if err = os.Rename(tmp, path); err != nil {

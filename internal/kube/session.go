@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 )
 
 // MaxSessionFileBytes bounds a TLS session file (a ticket and the session's state,
@@ -151,7 +153,9 @@ func (s *SessionFile) Save(resumed bool) error {
 // sees the old file or the new one whole.
 func writeReplacing(path string, data []byte) (err error) {
 	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	// Locked until after the rename: an agent's start removes it only once this
+	// process is gone (livetemp).
+	f, err := livetemp.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("tls session: %w", err)
 	}
@@ -159,12 +163,9 @@ func writeReplacing(path string, data []byte) (err error) {
 		if err != nil {
 			os.Remove(f.Name())
 		}
+		f.Close()
 	}()
 	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("tls session: %w", err)
-	}
-	if err = f.Close(); err != nil {
 		return fmt.Errorf("tls session: %w", err)
 	}
 	if err = os.Rename(f.Name(), path); err != nil {

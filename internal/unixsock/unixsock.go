@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/regularfile"
 )
 
@@ -60,10 +61,13 @@ func place(path string, mode os.FileMode, bind func(tmp string) (io.Closer, erro
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("socket %s: a %s is in the way", path, typeName(fi.Mode()))
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(path), TempDirPrefix)
+	// Locked while it exists: an agent's start removes it only once its maker is
+	// dead (livetemp).
+	dir, release, err := livetemp.MkdirTemp(filepath.Dir(path), TempDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
+	defer release()
 	defer os.RemoveAll(dir)
 	tmp := filepath.Join(dir, "s")
 	c, err := bind(tmp)
