@@ -92,18 +92,19 @@ func TestAnAgentsStartKeepsALiveWritersTemporaries(t *testing.T) {
 	}
 	// This test process is the live writer: it holds each as a writer does.
 	var live []string
-	var held []*os.File
+	var held []func()
 	for _, c := range []struct{ dir, pattern string }{
 		{n.runDir, "." + plugin.KubeconfigName + ".tmp-*"},
 		{n.runDir, "." + plugin.TLSSessionName + ".tmp-*"},
 		{n.binDir, ".istio-cni" + tempInfix + "*"},
 		{n.confDir, ".10-calico.conflist.tmp-*"},
 	} {
-		f, err := livetemp.CreateTemp(c.dir, c.pattern)
+		f, release, err := livetemp.CreateTemp(c.dir, c.pattern)
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, f)
+		f.Close() // a writer closes before its rename, and holds the lock past it
+		held = append(held, release)
 		live = append(live, f.Name())
 	}
 	sockDir, release, err := livetemp.MkdirTemp(n.runDir, unixsock.TempDirPrefix)
@@ -123,8 +124,8 @@ func TestAnAgentsStartKeepsALiveWritersTemporaries(t *testing.T) {
 
 	// The writer is gone (its locks with it): the next start removes them.
 	release()
-	for _, f := range held {
-		f.Close()
+	for _, release := range held {
+		release()
 	}
 	p = n.startAgent(t)
 	p.waitReady(t)

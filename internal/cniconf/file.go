@@ -116,16 +116,17 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 	if dir == "" {
 		dir = "."
 	}
-	f, err := livetemp.CreateTemp(dir, "."+base+tempInfix+"*")
+	f, release, err := livetemp.CreateTemp(dir, "."+base+tempInfix+"*")
 	if err != nil {
 		return err
 	}
+	defer release()
 	tmp := f.Name()
 	defer func() {
 		if err != nil {
+			f.Close()
 			os.Remove(tmp)
 		}
-		f.Close()
 	}()
 	if err = fill(f); err != nil {
 		return err
@@ -135,6 +136,11 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 		return err
 	}
 	if err = f.Sync(); err != nil {
+		return err
+	}
+	// Closed before the rename: a runtime exec'ing a binary still open for writing
+	// gets ETXTBSY.
+	if err = f.Close(); err != nil {
 		return err
 	}
 	if err = os.Rename(tmp, path); err != nil {

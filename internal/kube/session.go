@@ -155,17 +155,21 @@ func writeReplacing(path string, data []byte) (err error) {
 	dir, base := filepath.Split(path)
 	// Locked until after the rename: an agent's start removes it only once this
 	// process is gone (livetemp).
-	f, err := livetemp.CreateTemp(dir, "."+base+".tmp-*")
+	f, release, err := livetemp.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("tls session: %w", err)
 	}
+	defer release()
 	defer func() {
 		if err != nil {
 			os.Remove(f.Name())
 		}
-		f.Close()
 	}()
 	if _, err = f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("tls session: %w", err)
+	}
+	if err = f.Close(); err != nil {
 		return fmt.Errorf("tls session: %w", err)
 	}
 	if err = os.Rename(f.Name(), path); err != nil {

@@ -21,19 +21,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CreateTemp is os.CreateTemp, locked: the lock holds until the file is closed.
-// A writer closes it after its rename, not before.
-func CreateTemp(dir, pattern string) (*os.File, error) {
-	f, err := os.CreateTemp(dir, pattern)
+// CreateTemp is os.CreateTemp, locked until release is called, which a writer does
+// after its rename. The lock is held on a read-only descriptor of its own, so that
+// f can be closed before the rename: a binary still open for writing when a
+// runtime execs it fails with ETXTBSY.
+func CreateTemp(dir, pattern string) (f *os.File, release func(), err error) {
+	f, err = os.CreateTemp(dir, pattern)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := lock(int(f.Fd())); err != nil {
+	fd, err := unix.Open(f.Name(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		if err = lock(fd); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(f.Name())
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		return nil, nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return f, nil
+	return f, func() { unix.Close(fd) }, nil
 }
 
 // MkdirTemp is os.MkdirTemp, locked until release is called; release does not

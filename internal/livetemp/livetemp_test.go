@@ -2,6 +2,7 @@ package livetemp
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -21,18 +22,20 @@ func TestRemoveAbandoned(t *testing.T) {
 		wantRemoved bool
 	}{
 		{"file a live writer holds", func(t *testing.T) (string, func()) {
-			f, err := CreateTemp(dir, ".f.tmp-*")
+			f, release, err := CreateTemp(dir, ".f.tmp-*")
 			if err != nil {
 				t.Fatal(err)
 			}
-			return f.Name(), func() { f.Close() }
+			f.Close() // a writer closes before its rename; the lock stays
+			return f.Name(), release
 		}, false},
-		{"file its writer closed (killed)", func(t *testing.T) (string, func()) {
-			f, err := CreateTemp(dir, ".f.tmp-*")
+		{"file its writer released (killed)", func(t *testing.T) (string, func()) {
+			f, release, err := CreateTemp(dir, ".f.tmp-*")
 			if err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
+			release()
 			return f.Name(), func() {}
 		}, true},
 		{"file no writer ever locked", func(t *testing.T) (string, func()) {
@@ -93,19 +96,34 @@ func TestRemoveAbandoned(t *testing.T) {
 	}
 }
 
-// TestCreateTempHoldsUntilClosed: the lock goes with the file's close, which a
-// writer makes after its rename: the renamed file is then no temporary.
-func TestCreateTempHoldsUntilClosed(t *testing.T) {
+// TestCreateTempHoldsUntilReleasedAndCanBeExecd: the lock goes with release, which
+// a writer calls after its rename, not with the file's close, which comes before
+// it: a binary the agent installs is exec'd by the runtime the moment it is in
+// place, and a file still open for writing fails that with ETXTBSY (CI saw 3 of
+// 47 execs fail when the lock was the writer's own descriptor).
+func TestCreateTempHoldsUntilReleasedAndCanBeExecd(t *testing.T) {
 	dir := t.TempDir()
-	f, err := CreateTemp(dir, ".x.tmp-*")
+	f, release, err := CreateTemp(dir, ".x.tmp-*")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := f.WriteString("#!/bin/sh\nexit 0\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(f.Name()).CombinedOutput(); err != nil {
+		t.Errorf("exec of the closed, still locked file: %v %s", err, out)
 	}
 	if removed, _ := RemoveAbandoned(f.Name()); removed {
 		t.Fatal("removed while held")
 	}
-	f.Close()
+	release()
 	if removed, err := RemoveAbandoned(f.Name()); !removed || err != nil {
-		t.Errorf("after close: removed = %v, %v; want true", removed, err)
+		t.Errorf("after release: removed = %v, %v; want true", removed, err)
 	}
 }
