@@ -566,6 +566,14 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 		// Another agent's kubeconfig is in place, and works for the plugin meanwhile.
 		return true
 	}
+	if errors.Is(err, errTokenPending) {
+		// Every start's first reconcile comes before the token source's first answer:
+		// a wait, not a failed step. Not ready meanwhile; tried again as a failure is,
+		// so that a request that fails is then reported as one.
+		a.kubeOK = false
+		a.report("plugin token", err, "the plugin keeps the previous kubeconfig")
+		return true
+	}
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)
@@ -573,6 +581,7 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 		return true
 	}
 	a.clearReport("kubeconfig")
+	a.clearReport("plugin token")
 	a.kubeOK = true
 	return false
 }
@@ -581,17 +590,24 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 // (mayOverwrite).
 var errContested = errors.New("put off: another writer keeps changing the file")
 
+// errTokenPending says the plugin's first token has not come yet and no request
+// for it has failed.
+var errTokenPending = errors.New("waiting for the plugin's token")
+
 func (a *agent) writeKubeconfig() error {
 	token, ca, err := readCredentials(a.s)
 	if err != nil {
 		return err
 	}
 	if a.tokens != nil {
-		tok := a.tokens.current()
+		tok, failure := a.tokens.current()
 		if tok == nil {
 			// The kubeconfig a previous agent wrote stays: its token is bound to the node,
 			// not to that agent's pod, and the plugin keeps using it meanwhile.
-			return fmt.Errorf("waiting for the plugin's token (TokenRequest for ServiceAccount %s/%s)", a.s.PodNamespace, a.s.PluginServiceAccount)
+			if failure != nil {
+				return fmt.Errorf("no plugin token: %w", failure)
+			}
+			return fmt.Errorf("%w (TokenRequest for ServiceAccount %s/%s)", errTokenPending, a.s.PodNamespace, a.s.PluginServiceAccount)
 		}
 		token = tok.token
 	}
@@ -643,8 +659,12 @@ func (a *agent) report(key string, err error, hint string) {
 	if hint != "" {
 		attrs = append(attrs, "hint", hint)
 	}
-	if key == "primary" {
+	switch key {
+	case "primary":
 		a.log.Info("waiting for the primary CNI config", attrs...)
+		return
+	case "plugin token":
+		a.log.Info("waiting for the plugin's token", attrs...)
 		return
 	}
 	a.log.Error("install step failed", attrs...)

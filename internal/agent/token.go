@@ -101,6 +101,9 @@ type tokenSource struct {
 
 	mu  sync.Mutex
 	cur *pluginToken
+	// failure is why the last request failed, while there is no token yet; nil
+	// while the first request is still in flight.
+	failure error
 	// unbound is set once the API server refused node binding: later requests ask
 	// for a token bound to nothing (it still expires).
 	unbound bool
@@ -111,11 +114,12 @@ func newTokenSource(client corev1client.ServiceAccountsGetter, s *Settings, log 
 		lifetime: s.PluginTokenLifetime, log: log, changed: make(chan struct{}, 1)}
 }
 
-// current is the latest token, or nil before the first one.
-func (t *tokenSource) current() *pluginToken {
+// current is the latest token, or nil before the first one; failure then says why
+// the last request failed, nil while the first is still in flight.
+func (t *tokenSource) current() (tok *pluginToken, failure error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.cur
+	return t.cur, t.failure
 }
 
 // run requests a token now, then again at half its lifetime, until ctx ends.
@@ -130,11 +134,14 @@ func (t *tokenSource) run(ctx context.Context) {
 			}
 			t.log.Error("plugin token request failed; the plugin's kubeconfig keeps its current token", "serviceAccount",
 				t.namespace+"/"+t.account, "error", err, "retryIn", retry)
+			t.mu.Lock()
+			t.failure = err
+			t.mu.Unlock()
 			wait, retry = retry, min(2*retry, tokenRetryMax)
 		} else {
 			retry = time.Second
 			t.mu.Lock()
-			t.cur = tok
+			t.cur, t.failure = tok, nil
 			t.mu.Unlock()
 			select {
 			case t.changed <- struct{}{}:

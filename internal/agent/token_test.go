@@ -1,8 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +43,62 @@ func TestTokenRenewalFollowsTheTokensOwnLifetime(t *testing.T) {
 		if got := renewIn(c.token, c.expires, now); got != c.want {
 			t.Errorf("%s: renewIn = %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestWaitingForThePluginsFirstTokenIsNoInstallFailure: the first reconcile of
+// every start runs while the token source's first TokenRequest is still in flight
+// (startControllers starts it a moment before). That is a wait, as for the primary's
+// config, not a failed install step: the agent stays not ready and says it waits,
+// without an error line or a CREATE_KUBECONFIG_FAILURE count on every start. A
+// request that failed is a failed step, logged and counted; once the token is in,
+// the kubeconfig carries it.
+func TestWaitingForThePluginsFirstTokenIsNoInstallFailure(t *testing.T) {
+	sa := t.TempDir()
+	writeFile(t, filepath.Join(sa, "token"), []byte("agent-token"), 0o600)
+	writeFile(t, filepath.Join(sa, "ca.crt"), testCA(t), 0o644)
+	s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin", "POD_NAMESPACE": "istio-system"})
+	s.RunDir = t.TempDir()
+	var log bytes.Buffer
+	a := newAgent(&s, slog.New(slog.NewTextHandler(&log, nil)))
+	a.tokens = newTokenSource(nil, &s, a.log) // its first request not answered yet
+	failures := func() string {
+		return `istio_cni_installs_total{result="` + installKubeconfigFailed + `"} `
+	}
+
+	a.reconcile(dirtyKubeconfig)
+	if a.kubeOK || a.ready.Load() {
+		t.Error("ready without the plugin's token")
+	}
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("waiting for the first token is logged as an error:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "waiting for the plugin's token") {
+		t.Errorf("the log does not say the agent waits for the plugin's token:\n%s", log.String())
+	}
+	if m := gatherText(t, a.m); !strings.Contains(string(m), failures()+"0") {
+		t.Errorf("waiting for the first token counted as a failed install step:\n%s", istioCNISeries(m))
+	}
+
+	a.tokens.mu.Lock()
+	a.tokens.failure = errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
+	a.tokens.mu.Unlock()
+	a.reconcile(dirtyKubeconfig)
+	if !strings.Contains(log.String(), "level=ERROR") || !strings.Contains(log.String(), "is forbidden") {
+		t.Errorf("a failed TokenRequest is not logged as a failed step, naming the failure:\n%s", log.String())
+	}
+	if m := gatherText(t, a.m); !strings.Contains(string(m), failures()+"1") {
+		t.Errorf("a failed TokenRequest is not counted once:\n%s", istioCNISeries(m))
+	}
+
+	a.tokens.mu.Lock()
+	a.tokens.cur, a.tokens.failure = &pluginToken{token: []byte("plugin-token"), expires: time.Now().Add(time.Hour)}, nil
+	a.tokens.mu.Unlock()
+	a.reconcile(dirtyKubeconfig)
+	if !a.kubeOK {
+		t.Errorf("the kubeconfig step is not done once the token is in:\n%s", log.String())
+	}
+	if kc, err := os.ReadFile(s.KubeconfigPath()); err != nil || !strings.Contains(string(kc), "plugin-token") {
+		t.Errorf("the kubeconfig does not carry the plugin's token: %v\n%s", err, kc)
 	}
 }
