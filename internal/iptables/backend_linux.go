@@ -16,6 +16,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/nftables"
+	"github.com/istio-cni/istio-cni/internal/ownfile"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
@@ -387,14 +388,35 @@ func (b *Backend) lockApply(ctx context.Context) (func(), error) {
 	if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the apply lock's directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	open := func() (*os.File, error) {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open the namespace's apply lock: %w", err)
+		}
+		return f, nil
+	}
+	f, err := open()
 	if err != nil {
-		return nil, fmt.Errorf("open the namespace's apply lock: %w", err)
+		return nil, err
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { _ = f.Close() }, nil
+			fi, err := f.Stat()
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("lock %s: %w", path, err)
+			}
+			if ownfile.Is(path, fi) {
+				return func() { _ = f.Close() }, nil
+			}
+			// The plugin's GC removed the file (an hour unused) between this open
+			// and this lock: a lock of it excludes no apply that opens the path now.
+			f.Close()
+			if f, err = open(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			f.Close()

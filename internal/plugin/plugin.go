@@ -784,8 +784,9 @@ func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 // removeUnheldLock removes the lock file at path unless a process holds its lock
 // now: opening or locking it changes none of its times, so its age alone does not
 // say it is unused. It is unlinked while GC holds the lock itself, so no writer
-// holds it then; one that opened it just before may still lock the unlinked file,
-// which is the most any removal of a lock file can promise.
+// holds it then; one that opened it just before may still lock the unlinked file:
+// the apply lock's taker then opens the path again (iptables.Backend.lockApply),
+// while iptables' own xtables lock is as exposed as any removable lock file.
 func removeUnheldLock(path string) bool {
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {
