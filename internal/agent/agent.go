@@ -166,11 +166,10 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	}
 	removeStaleConfTemps(s.MountedNetDir)
 	removeStaleRunDirFiles(&s, log)
-	stopControllers, err := a.startControllers(ctx, client)
+	startControllers, err := a.startControllers(ctx, client)
 	if err != nil {
 		return err
 	}
-	defer stopControllers()
 
 	// Taken over now: a socket there is a previous agent's.
 	sink := &pluginLogSink{out: stdout, m: a.m}
@@ -184,6 +183,10 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		return err
 	}
 	defer stopIstioLogs()
+	// After the log sockets: the pod cache takes over a running agent's pods.sock
+	// and pod files from its first moment, which a start that fails must leave.
+	stopControllers := startControllers()
+	defer stopControllers()
 
 	log.Info("install-cni started", "version", version.Version, "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
 		"runDir", s.RunDir, "entryType", s.PluginName())

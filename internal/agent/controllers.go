@@ -175,12 +175,14 @@ func repairPluginConfig(entry []byte) (*plugin.Config, error) {
 //
 // Errors in the settings the node contradicts (a rule backend that cannot run)
 // are returned; a feature that stops with an error while running is logged and
-// started again (keepRunning). stop cancels them and waits, for at most
-// controllerStopWait.
-func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop func(), err error) {
+// started again (keepRunning). Nothing runs before start is called, which the
+// agent does once every other step of its start-up that may fail has succeeded:
+// the pod cache takes over a running agent's pods.sock and pod files from its
+// first moment. stop cancels them and waits, for at most controllerStopWait.
+func (a *agent) startControllers(ctx context.Context, client *apiClient) (start func() (stop func()), err error) {
 	s := a.s
 	if client == nil {
-		return func() {}, nil
+		return func() func() { return func() {} }, nil
 	}
 
 	type runner struct {
@@ -284,26 +286,28 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (stop f
 		runners = append(runners, runner{"multus controller", mc.Run})
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		a.m.featureRestarts.WithLabelValues(r.name)
-		go func() {
-			defer wg.Done()
-			a.keepRunning(ctx, r.name, r.run)
-		}()
-	}
-	a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,
-		"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "multusNamespaces", s.Multus.MeshedNamespaces, "node", s.NodeName)
-	return func() {
-		cancel()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(controllerStopWait):
-			a.log.Warn("API server features did not stop in time; going on with the uninstall", "waited", controllerStopWait)
+	return func() func() {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for _, r := range runners {
+			wg.Add(1)
+			a.m.featureRestarts.WithLabelValues(r.name)
+			go func() {
+				defer wg.Done()
+				a.keepRunning(ctx, r.name, r.run)
+			}()
+		}
+		a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,
+			"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "multusNamespaces", s.Multus.MeshedNamespaces, "node", s.NodeName)
+		return func() {
+			cancel()
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(controllerStopWait):
+				a.log.Warn("API server features did not stop in time; going on with the uninstall", "waited", controllerStopWait)
+			}
 		}
 	}, nil
 }

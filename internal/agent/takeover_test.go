@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/unixsock"
+	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
 // istioConflist is the primary's chain with the entry Istio's own installer (sidecar
@@ -181,4 +184,51 @@ func TestAgentWhoseStartFailsLeavesTheRunningAgentsLogSockets(t *testing.T) {
 		c.Close()
 	}
 	old.stop(t)
+}
+
+// TestAgentWhoseStartFailsLeavesTheRunningAgentsPodCache: a new agent whose start
+// fails at its log sockets (here a directory in the way of log.sock) exits for the
+// kubelet to restart it, and must leave the running agent's pod cache as it found
+// it: its features are not started before the log sockets are taken over. They
+// were, and the pod cache's first run took pods.sock and emptied the pod files'
+// directory, then removed both on the way out: the running agent kept serving on a
+// socket no plugin could reach, its metric saying synced.
+func TestAgentWhoseStartFailsLeavesTheRunningAgentsPodCache(t *testing.T) {
+	t.Parallel()
+	_, port, _ := net.SplitHostPort(silent.Listen(t, "tcp", "127.0.0.1:0").Addr.String())
+	n := newNode(t)
+	n.writeCalico(t)
+	// The running agent's pod cache (this test process plays it): its socket and a
+	// pod's file.
+	if err := os.MkdirAll(filepath.Join(n.runDir, kube.AgentPodFilesDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(n.runDir, plugin.PodCacheSocketName)
+	l, err := unixsock.Listen("unix", sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podFile, _ := kube.AgentPodFile(filepath.Join(n.runDir, kube.AgentPodFilesDir), "default", "web-0")
+	writeFile(t, podFile, []byte(`{"metadata":{"name":"web-0","namespace":"default","uid":"u-1"}}`), 0o600)
+	if err := os.Mkdir(filepath.Join(n.runDir, plugin.IstioLogSocketName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(built.agentBin)
+	cmd.Env = n.env("KUBERNETES_SERVICE_PORT="+port, "NODE_NAME=node-a", "POD_CACHE_ENABLED=true")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("in the way")) {
+		t.Fatalf("the new agent's start: %v, want it to fail for log.sock:\n%s", err, out)
+	}
+	if after, err := os.Lstat(sock); err != nil || !os.SameFile(after, before) {
+		t.Errorf("the running agent's pods.sock is gone or replaced after the new agent's failed start (%v):\n%s", err, out)
+	}
+	if _, err := os.Stat(podFile); err != nil {
+		t.Errorf("the running agent's pod file is gone after the new agent's failed start: %v", err)
+	}
 }

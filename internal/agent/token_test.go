@@ -48,7 +48,7 @@ func TestTokenRenewalFollowsTheTokensOwnLifetime(t *testing.T) {
 
 // TestWaitingForThePluginsFirstTokenIsNoInstallFailure: the first reconcile of
 // every start runs while the token source's first TokenRequest is still in flight
-// (startControllers starts it a moment before). That is a wait, as for the primary's
+// (the features start a moment before). That is a wait, as for the primary's
 // config, not a failed install step: the agent stays not ready and says it waits,
 // without an error line or a CREATE_KUBECONFIG_FAILURE count on every start. A
 // request that failed is a failed step, logged and counted; once the token is in,
