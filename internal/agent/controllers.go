@@ -210,17 +210,22 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (start 
 		a.m.register(podCacheMetrics(pc.Serving, &pc.Waits)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)
 		runners = append(runners, runner{"pod cache", func(ctx context.Context) error {
+			// The log lines below are this run's: a run that stopped (and is started
+			// again) says nothing once it has. Run itself keeps ctx, which its
+			// informers, started by its first run, go on with.
+			thisRun, stopped := context.WithCancel(ctx)
+			defer stopped()
 			go func() {
 				// WaitForCacheSync polls until the first list is in and the socket
 				// serves it, then stops.
-				if cache.WaitForCacheSync(ctx.Done(), pc.Serving) {
+				if cache.WaitForCacheSync(thisRun.Done(), pc.Serving) {
 					a.log.Info("pod cache synced: the plugin reads this node's pods from the agent", "socket", sock, "node", s.NodeName)
 				}
 			}()
 			go func() {
 				// Namespaces have their own watch: without it (no RBAC to list them)
 				// pods are still served and the plugin GETs namespaces itself.
-				if cache.WaitForCacheSync(ctx.Done(), pc.NamespacesSynced) {
+				if cache.WaitForCacheSync(thisRun.Done(), func() bool { return pc.Serving() && pc.NamespacesSynced() }) {
 					a.log.Info("pod cache: namespaces synced: the plugin reads their labels (ambient mode) from the agent", "socket", sock)
 				}
 			}()

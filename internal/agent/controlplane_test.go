@@ -516,6 +516,10 @@ func TestAFeatureThatStoppedIsStartedAgain(t *testing.T) {
 		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "NODE_NAME=node-a", "POD_CACHE_ENABLED=true")...)
 	p.waitReady(t)
 	p.waitLog(t, "the pod cache's failure is logged", `pod cache stopped.*retryIn`)
+	// Its informer lists the node's pods whatever the socket: what is served is not.
+	if v := p.metric(t, "istio_cni_pod_cache_synced"); v != 0 {
+		t.Errorf("istio_cni_pod_cache_synced = %v while the cache has no socket, want 0", v)
+	}
 	if err := os.RemoveAll(sock); err != nil {
 		t.Fatal(err)
 	}
@@ -529,5 +533,17 @@ func TestAFeatureThatStoppedIsStartedAgain(t *testing.T) {
 	})
 	if got := p.metric(t, `istio_cni_agent_feature_restarts_total{feature="pod cache"}`); got < 1 {
 		t.Errorf("istio_cni_agent_feature_restarts_total for the pod cache = %v, want at least 1", got)
+	}
+	if v := p.metric(t, "istio_cni_pod_cache_synced"); v != 1 {
+		t.Errorf("istio_cni_pod_cache_synced = %v once the socket answers, want 1", v)
+	}
+	// Each run that stopped left its "synced" wait behind, and every one of them
+	// said so once the socket served: as many lines as runs. One is right.
+	p.waitLog(t, "the cache says it serves", `pod cache synced`)
+	time.Sleep(300 * time.Millisecond) // WaitForCacheSync polls every 100 ms
+	for _, line := range []string{"pod cache synced", "pod cache: namespaces synced"} {
+		if n := strings.Count(p.stderr.String(), line); n != 1 {
+			t.Errorf("%q logged %d times, want once (the run that serves)", line, n)
+		}
 	}
 }
