@@ -194,6 +194,10 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	a.reconcile(dirtyAll)
 	a.loop(ctx, w)
 	w.Close()
+	// The features stop before the exit's decision and the uninstall: repair must
+	// not judge pods that start while the entry is taken out, nor the taint
+	// controller act on the node meanwhile. Within controllerStopWait.
+	stopControllers()
 
 	// Uninstall: the watch is closed first so that our own removals are not undone.
 	a.ready.Store(false)

@@ -178,7 +178,8 @@ func repairPluginConfig(entry []byte) (*plugin.Config, error) {
 // started again (keepRunning). Nothing runs before start is called, which the
 // agent does once every other step of its start-up that may fail has succeeded:
 // the pod cache takes over a running agent's pods.sock and pod files from its
-// first moment. stop cancels them and waits, for at most controllerStopWait.
+// first moment. stop cancels them and waits, for at most controllerStopWait; a
+// second call does nothing.
 func (a *agent) startControllers(ctx context.Context, client *apiClient) (start func() (stop func()), err error) {
 	s := a.s
 	if client == nil {
@@ -304,15 +305,16 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (start 
 		}
 		a.log.Info("API server features started", "server", RestConfig(s).Host, "podCache", s.PodCache,
 			"repair", s.Repair.Enabled, "taint", s.Taint.Enabled, "multusNamespaces", s.Multus.MeshedNamespaces, "node", s.NodeName)
-		return func() {
+		return sync.OnceFunc(func() {
 			cancel()
 			done := make(chan struct{})
 			go func() { wg.Wait(); close(done) }()
 			select {
 			case <-done:
+				a.log.Info("API server features stopped")
 			case <-time.After(controllerStopWait):
 				a.log.Warn("API server features did not stop in time; going on with the uninstall", "waited", controllerStopWait)
 			}
-		}
+		})
 	}, nil
 }

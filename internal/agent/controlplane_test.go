@@ -546,4 +546,13 @@ func TestAFeatureThatStoppedIsStartedAgain(t *testing.T) {
 			t.Errorf("%q logged %d times, want once (the run that serves)", line, n)
 		}
 	}
+
+	// On SIGTERM the features stop before the uninstall begins (the harness's
+	// agent uninstalls on exit).
+	p.stop(t)
+	log := p.stderr.String()
+	stopped, uninstalling := strings.Index(log, `msg="API server features stopped"`), strings.Index(log, `msg=uninstalling`)
+	if stopped < 0 || uninstalling < 0 || stopped > uninstalling {
+		t.Errorf("features stopped at %d, uninstall at %d in the log: want the features stopped first", stopped, uninstalling)
+	}
 }
