@@ -39,38 +39,63 @@ type podFiles struct {
 	own  os.FileInfo
 }
 
-// openPodFiles empties dir (files of a previous agent may be stale) and creates it.
+// openPodFiles empties dir (files of a previous agent may be stale) and makes it
+// anew, as this process's own.
 func openPodFiles(dir string, log *slog.Logger) (*podFiles, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("pod files: %w", err)
-	}
 	f := &podFiles{dir: dir, log: log}
-	if err := f.makeDir(); err != nil {
-		return nil, err
+	for try := 1; ; try++ {
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("pod files: %w", err)
+		}
+		made, err := f.makeDir()
+		if err != nil {
+			return nil, err
+		}
+		if made {
+			return f, nil
+		}
+		// An earlier agent, still running, made it again between the removal and
+		// this one's mkdir (its write found none): its directory, which it would
+		// remove on its exit. Removed too, and made again.
+		if try == maxTakeoverTries {
+			return nil, fmt.Errorf("pod files: %s made again by another process %d times in a row", dir, try)
+		}
 	}
-	return f, nil
 }
 
-// makeDir creates the directory (when it is not there) and holds it as this
-// process's own. Under mu, or before the handler runs.
-func (f *podFiles) makeDir() error {
-	if err := os.MkdirAll(f.dir, 0o700); err != nil {
-		return fmt.Errorf("pod files: %w", err)
+// maxTakeoverTries bounds openPodFiles' removals of a directory another process
+// keeps making again.
+const maxTakeoverTries = 5
+
+// makeDir makes the directory and holds it as this process's own (made), so
+// that close removes it. A directory that is there already is another process's
+// (an agent that took over: it removes it on its exit); it is written into but
+// not held, so that this process's close leaves it. Under mu, or before the
+// handler runs.
+func (f *podFiles) makeDir() (made bool, err error) {
+	if f.held != nil {
+		f.held.Close()
+		f.held, f.own = nil, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(f.dir), 0o700); err != nil {
+		return false, fmt.Errorf("pod files: %w", err)
+	}
+	if err := os.Mkdir(f.dir, 0o700); errors.Is(err, fs.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("pod files: %w", err)
 	}
 	d, err := os.Open(f.dir)
 	if err != nil {
-		return fmt.Errorf("pod files: %w", err)
+		return false, fmt.Errorf("pod files: %w", err)
 	}
 	fi, err := d.Stat()
 	if err != nil {
 		d.Close()
-		return fmt.Errorf("pod files: %w", err)
-	}
-	if f.held != nil {
-		f.held.Close()
+		return false, fmt.Errorf("pod files: %w", err)
 	}
 	f.held, f.own = d, fi
-	return nil
+	return true, nil
 }
 
 // handler writes a pod's file on each add and update and removes it on delete.
@@ -113,9 +138,12 @@ func (f *podFiles) write(obj any) {
 	tmp, err := os.CreateTemp(f.dir, ".tmp-*")
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed under this process (an agent stopping on an old build, or by hand):
-		// made again, this process's own now.
-		if err = f.makeDir(); err == nil {
-			f.log.Info("pod files: the directory was removed; made it again", "dir", f.dir)
+		// made again, this process's own now, unless another made it meanwhile.
+		var made bool
+		if made, err = f.makeDir(); err == nil {
+			if made {
+				f.log.Info("pod files: the directory was removed; made it again", "dir", f.dir)
+			}
 			tmp, err = os.CreateTemp(f.dir, ".tmp-*")
 		}
 	}

@@ -73,3 +73,51 @@ func TestAPodFileThatCannotBeUpdatedIsRemoved(t *testing.T) {
 		t.Errorf("the next write: %v, %v", got, err)
 	}
 }
+
+// TestPodFilesNeverHoldADirectoryAnotherAgentMade: during a rolling update the new
+// agent empties the directory and makes it again; the old one, still running,
+// makes it again itself when a write finds it gone. When the old one's mkdir
+// comes between the new one's removal and mkdir, both took the one directory for
+// their own, and the old one's exit removed the new one's pod files (the plugin
+// then asked the socket for every pod until each changed). A directory that is
+// there already is another process's: written into, never held, left on close;
+// the new agent's open removes it and makes its own.
+func TestPodFilesNeverHoldADirectoryAnotherAgentMade(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), kube.AgentPodFilesDir)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	old, err := openPodFiles(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil { // the new agent's open, first step
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u-1"}}
+	old.write(pod) // finds no directory: makes it again, its own
+	// The new agent's open, second step: the directory is there, the old one's.
+	nu := &podFiles{dir: dir, log: log}
+	made, err := nu.makeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made {
+		t.Error("makeDir took the directory another process made for its own")
+	}
+	nu.close() // holds nothing: leaves the old one's directory
+	if _, err := kube.ReadAgentPodFile(dir, "default", "web-0"); err != nil {
+		t.Errorf("closing a podFiles that did not make the directory removed it: %v", err)
+	}
+
+	// The new agent's open from the start: its own directory, whatever the old does.
+	nu, err = openPodFiles(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nu.close()
+	nu.write(pod)
+	old.write(pod) // the directory is there (the new one's): written into, not held
+	old.close()
+	if _, err := kube.ReadAgentPodFile(dir, "default", "web-0"); err != nil {
+		t.Errorf("the old agent's exit removed the new agent's pod files: %v", err)
+	}
+}
