@@ -28,7 +28,8 @@ type configState struct {
 	current string
 	// inPlace says the last reconcile left our entry in place.
 	inPlace bool
-	// installed says the entry was written once: every later write is a re-insert.
+	// installed says the entry was in place once (written by this agent, or found
+	// where an earlier agent left it): every later write is a re-insert.
 	installed bool
 	// reverts are the times the entry had to be put back, within the warning window.
 	reverts  []time.Time
@@ -97,7 +98,7 @@ func (a *agent) reconcileConfig() (configResult, error) {
 	}
 	if outName == name && bytes.Equal(out, data) {
 		a.moveFrom(path)
-		a.cfg.current, a.cfg.inPlace = path, true
+		a.cfg.current, a.cfg.inPlace, a.cfg.installed = path, true, true
 		return configUnchanged, nil
 	}
 	has, _ := cniconf.HasType(data, name, a.s.PluginName())
@@ -241,7 +242,7 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		return configWaiting, fmt.Errorf("standalone config: %w", err)
 	}
 	if cniconf.SameContent(path, want) {
-		a.cfg.current, a.cfg.inPlace = path, true
+		a.cfg.current, a.cfg.inPlace, a.cfg.installed = path, true, true
 		return configUnchanged, nil
 	}
 	// A runtime loads the first config of the dir in byte order: a standalone

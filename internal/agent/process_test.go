@@ -656,3 +656,64 @@ func TestTwoAgentsThatDisagreeStopRewritingEachOthersFiles(t *testing.T) {
 	a.stop(t)
 	b.stop(t)
 }
+
+// TestAPutBackAfterARestartIsCountedAsAReinsert: an agent that starts where an
+// earlier agent left the entry in place (UNINSTALL_ON_EXIT=never, a rolling update)
+// puts it back, when something removes it, as a re-insert: counted in
+// istio_cni_config_reinserts_total and logged, as every later put-back is.
+func TestAPutBackAfterARestartIsCountedAsAReinsert(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		remove  func(t *testing.T, n *node, calico string)
+		present func(n *node, calico string) bool
+	}{
+		{
+			name: "chained",
+			remove: func(t *testing.T, n *node, calico string) {
+				writeLikeACNI(t, calico, []byte(calicoConflist))
+			},
+			present: func(n *node, calico string) bool { return hasEntryLast(calico) },
+		},
+		{
+			name: "standalone",
+			env:  []string{"CHAINED_CNI_PLUGIN=false"},
+			remove: func(t *testing.T, n *node, calico string) {
+				if err := os.Remove(filepath.Join(n.confDir, DefaultStandaloneName)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			present: func(n *node, calico string) bool {
+				_, err := os.Stat(filepath.Join(n.confDir, DefaultStandaloneName))
+				return err == nil
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			calico := n.writeCalico(t)
+			env := append([]string{"UNINSTALL_ON_EXIT=never"}, tc.env...)
+			first := n.startAgent(t, env...)
+			first.waitReady(t)
+			first.stop(t)
+			if !tc.present(n, calico) {
+				t.Fatal("the first agent took its entry out on exit")
+			}
+
+			p := n.startAgent(t, env...)
+			p.waitReady(t)
+			tc.remove(t, n, calico)
+			eventually(t, 5*time.Second, "the entry is back", func() bool { return tc.present(n, calico) })
+			eventually(t, 5*time.Second, "the put-back is counted", func() bool {
+				return p.metric(t, `istio_cni_installs_total{result="SUCCESS"}`) == 1
+			})
+			if got := p.metric(t, "istio_cni_config_reinserts_total"); got != 1 {
+				t.Errorf("istio_cni_config_reinserts_total = %v after the entry was put back once, want 1", got)
+			}
+			if !strings.Contains(p.stderr.String(), "put the istio-cni entry back into the CNI config") {
+				t.Error(`the put-back was not logged ("put the istio-cni entry back into the CNI config")`)
+			}
+		})
+	}
+}
