@@ -676,3 +676,48 @@ func TestAFailedCHECKLeavesAnOutcomeRecord(t *testing.T) {
 	}
 	t.Errorf("the log file holds no \"CHECK failed\" record with the error; it holds:\n%s", data)
 }
+
+// TestAStandaloneADDWhoseNetnsIsGoneIsNotCountedAsPodSettings: a standalone ADD
+// (no previous result) reads the families to capture from the pod's network
+// namespace; when that namespace is gone (the runtime gave up on the sandbox
+// while the ADD looked the pod up), the failure is the node's, not the pod's
+// annotations': its outcome's reason (the "ADD failed" record and the report
+// behind istio_cni_plugin_add_failures_total) is netns_gone, as for an apply
+// whose namespace went away, not pod_settings.
+func TestAStandaloneADDWhoseNetnsIsGoneIsNotCountedAsPodSettings(t *testing.T) {
+	dir := t.TempDir()
+	logFile := dir + "/istio-cni.log"
+	pod, err := json.Marshal(injectedPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := dir + "/" + kube.AgentPodFilesDir
+	path, _ := kube.AgentPodFile(files, "default", "web-1")
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pod, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":""}`, dir, logFile)
+	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
+	err = p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: dir + "/netns-gone", IfName: "eth0",
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;K8S_POD_UID=uid-1", StdinData: []byte(conf)})
+	if err == nil || !strings.Contains(err.Error(), ErrNetnsUnreadable.Error()) {
+		t.Fatalf("ADD: %v, want it to fail reading the addresses of the namespace", err)
+	}
+	data, rerr := os.ReadFile(logFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	var reasons []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct{ Msg, Pod, Reason string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ADD failed" && rec.Pod == "default/web-1" {
+			reasons = append(reasons, rec.Reason)
+		}
+	}
+	if want := []string{pluginlog.ReasonNetnsGone}; !cmp.Equal(reasons, want) {
+		t.Errorf("reasons of the \"ADD failed\" records = %q, want %q; the log file holds:\n%s", reasons, want, data)
+	}
+}

@@ -330,12 +330,18 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
 		timing.Mark(ctx, "plan")
 	}
-	if err != nil {
-		code := uint(types.ErrInvalidNetworkConfig) // the pod's settings are at fault
-		if errors.Is(err, ErrNetnsUnreadable) {
-			code = types.ErrInternal
+	if errors.Is(err, ErrNetnsUnreadable) {
+		// The node's failure, not the pod's settings: counted as an apply in the
+		// namespace is, netns_gone when the namespace went away meanwhile.
+		reason := pluginlog.ReasonApply
+		if _, serr := os.Stat(netns); serr != nil {
+			reason = pluginlog.ReasonNetnsGone
 		}
-		return pp.Decision, nil, cniError(code, err)
+		return pp.Decision, nil, failedAt(reason, cniError(types.ErrInternal, err))
+	}
+	if err != nil {
+		// The pod's settings are at fault.
+		return pp.Decision, nil, cniError(types.ErrInvalidNetworkConfig, err)
 	}
 	return pp.Decision, pp.Plan, nil
 }
