@@ -193,7 +193,9 @@ func (c *Controller) lead(ctx context.Context) error {
 	informers.Go(func() { daemonSets.RunWithContext(ctx) })
 	defer informers.Wait()
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, pods.HasSynced, daemonSets.HasSynced) {
-		return ctx.Err()
+		// The term ended (the agent stops, the lease is lost) before the caches
+		// synced: nothing failed, and a term's error is logged as a failure.
+		return nil
 	}
 	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error) {
 		c.metrics.PatchFailures.Add(1)
