@@ -717,3 +717,36 @@ func TestAPutBackAfterARestartIsCountedAsAReinsert(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAgentThatFindsItsEntryInPlaceSaysTheConfigHoldsIt: "the CNI config holds
+// the istio-cni entry" is what the README's check greps the agent's log for. An
+// agent that starts where an earlier one left the entry (UNINSTALL_ON_EXIT=never
+// or auto: a rolling update, a crash) finds it in place and writes nothing; it
+// logs the line all the same, once.
+func TestAnAgentThatFindsItsEntryInPlaceSaysTheConfigHoldsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"chained", nil},
+		{"standalone", []string{"CHAINED_CNI_PLUGIN=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			n.writeCalico(t)
+			env := append([]string{"UNINSTALL_ON_EXIT=never"}, tc.env...)
+			first := n.startAgent(t, env...)
+			first.waitReady(t)
+			first.stop(t)
+
+			p := n.startAgent(t, env...)
+			p.waitReady(t)
+			const line = "the CNI config holds the istio-cni entry"
+			eventually(t, 5*time.Second, "the line is logged", func() bool { return strings.Contains(p.stderr.String(), line) })
+			if got := strings.Count(p.stderr.String(), line); got != 1 {
+				t.Errorf("%d lines say the CNI config holds the istio-cni entry, want 1:\n%s", got, p.stderr.String())
+			}
+		})
+	}
+}
