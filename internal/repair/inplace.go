@@ -37,6 +37,7 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 	if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
 		// Its init container never runs again: programming the namespace now would
 		// leave the pod failed anyway.
+		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "the pod's restartPolicy is Never, so its validation will not run again", nil
 	}
 	kp, err := KubePod(pod)

@@ -162,3 +162,28 @@ func TestInPlaceRepairFallsBackToDeleteWhenItCannotHelp(t *testing.T) {
 	}
 	t.Logf("3 attempts and the fallback delete took %s", took)
 }
+
+// TestAnInPlaceRepairThatCannotHelpIsCountedAsSkipped: every broken pod that an
+// in-place repair cannot help is counted in
+// istio_cni_repair_pods_repaired_total{type="repair",result="skip"}, whatever the
+// reason: a pod whose validation never runs again (restartPolicy Never) as much
+// as one whose capture cannot be built or that the plugin would not capture. With
+// no fallback action configured nothing else counts it.
+func TestAnInPlaceRepairThatCannotHelpIsCountedAsSkipped(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cfg := testConfig("node-skip-never")
+	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = true, false, false
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-skip-never", rulesFor(cfg)), inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+
+	never := createPod(t, admin, injectedPod("once", cfg.NodeName, withRestartPolicy(corev1.RestartPolicyNever)))
+	setValidation(t, admin, never, "10.251.4.1", 126, "")
+	if ev := waitEvent(t, admin, "once", ReasonRepairBrokenPod); !strings.Contains(ev, "restartPolicy is Never") {
+		t.Errorf("event %q does not say why it was not repaired in place", ev)
+	}
+	m := c.Metrics()
+	wantCount(t, "repair/skip", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSkip) }, 1)
+	if got := m.NetnsScans.Load(); got != 0 {
+		t.Errorf("namespace searched %d times for a pod an in-place repair cannot help", got)
+	}
+}
