@@ -581,19 +581,28 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 		// a wait, not a failed step. Not ready meanwhile; tried again as a failure is,
 		// so that a request that fails is then reported as one.
 		a.kubeOK = false
-		a.report("plugin token", err, "the plugin keeps the previous kubeconfig")
+		a.report("plugin token", err, a.kubeconfigKept())
 		return true
 	}
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)
-		a.report("kubeconfig", err, "the plugin keeps the previous kubeconfig; retrying when the token or CA changes, and "+retryHint)
+		a.report("kubeconfig", err, a.kubeconfigKept()+"; retrying when the token or CA changes, and "+retryHint)
 		return true
 	}
 	a.clearReport("kubeconfig")
 	a.clearReport("plugin token")
 	a.kubeOK = true
 	return false
+}
+
+// kubeconfigKept says what the plugin uses while its kubeconfig cannot be
+// written: the one in place, if any (a first install has none).
+func (a *agent) kubeconfigKept() string {
+	if _, err := os.Lstat(a.s.KubeconfigPath()); err != nil {
+		return "no kubeconfig for the plugin is in place yet"
+	}
+	return "the plugin keeps the previous kubeconfig"
 }
 
 // errContested says a write was put off: another writer keeps changing the file

@@ -102,3 +102,39 @@ func TestWaitingForThePluginsFirstTokenIsNoInstallFailure(t *testing.T) {
 		t.Errorf("the kubeconfig does not carry the plugin's token: %v\n%s", err, kc)
 	}
 }
+
+// TestWithNoKubeconfigYetNoHintClaimsAPreviousOne: on a node where no agent wrote
+// the plugin's kubeconfig yet (a first install), waiting for the plugin's token
+// and a failed TokenRequest are logged without "the plugin keeps the previous
+// kubeconfig": there is none; with one in place the hint says it is kept.
+func TestWithNoKubeconfigYetNoHintClaimsAPreviousOne(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		previous bool
+	}{
+		{"first install", false},
+		{"a previous agent's kubeconfig", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sa := t.TempDir()
+			writeFile(t, filepath.Join(sa, "token"), []byte("agent-token"), 0o600)
+			writeFile(t, filepath.Join(sa, "ca.crt"), testCA(t), 0o644)
+			s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin", "POD_NAMESPACE": "istio-system"})
+			s.RunDir = t.TempDir()
+			if tc.previous {
+				writeFile(t, s.KubeconfigPath(), []byte("# a previous agent's\n"), 0o600)
+			}
+			var log bytes.Buffer
+			a := newAgent(&s, slog.New(slog.NewTextHandler(&log, nil)))
+			a.tokens = newTokenSource(nil, &s, a.log)
+			a.reconcile(dirtyKubeconfig) // waiting for the first token
+			a.tokens.mu.Lock()
+			a.tokens.failure = errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
+			a.tokens.mu.Unlock()
+			a.reconcile(dirtyKubeconfig) // the request failed
+			if got := strings.Count(log.String(), "keeps the previous kubeconfig"); tc.previous && got != 2 || !tc.previous && got != 0 {
+				t.Errorf("%d lines say the plugin keeps the previous kubeconfig (one in place: %v):\n%s", got, tc.previous, log.String())
+			}
+		})
+	}
+}
