@@ -234,7 +234,7 @@ func TestIstioRecordsBecomeTheAgentsLines(t *testing.T) {
 
 // TestAgentMetricsAndLogsFromBothPlugins runs a real agent (standalone mode), the
 // real plugin through libcni in a real network namespace (one ADD passed through,
-// one failing), and posts to the agent what Istio's plugin posts; then it scrapes
+// two failing: a malformed CNI_ARGS, a config that does not parse), and posts to the agent what Istio's plugin posts; then it scrapes
 // /metrics: the ADDs' latency and failure reason are there, the exposition passes
 // promtool, and both plugins' lines are on the agent's stdout.
 func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
@@ -261,6 +261,25 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		t.Fatalf("ADD with a malformed CNI_ARGS: %v, want the plugin's refusal", err)
 	}
 
+	// A config that does not parse: the ADD fails before the plugin knows its log
+	// options, and the agent still hears of it (the run dir is read from what
+	// decodes), so the failure is counted as reason config.
+	var broken map[string]any
+	if err := json.Unmarshal(conf.Bytes, &broken); err != nil {
+		t.Fatal(err)
+	}
+	broken["iptables_mode"] = "bogus"
+	brokenBytes, _ := json.Marshal(broken)
+	brokenConf, err := libcni.ConfFromBytes(brokenBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badConf := &libcni.RuntimeConf{ContainerID: "0a1b2c3d4e5f6789", NetNS: newNetns(t), IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}}}
+	if _, err := cni.AddNetwork(context.Background(), brokenConf, badConf); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("ADD with iptables_mode bogus: %v, want the plugin's refusal naming the value", err)
+	}
+
 	istioSock := filepath.Join(n.runDir, plugin.IstioLogSocketName)
 	resp := istioPluginPost(t, istioSock,
 		`{"level":"info","time":"2026-11-25T16:00:00.123456Z","msg":"istio-cni cmdAdd podName: web","pod":"apps/web"}`,
@@ -269,14 +288,15 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		t.Errorf("the agent answered Istio's plugin %s", resp.Status)
 	}
 
-	eventually(t, 5*time.Second, "both ADDs are counted", func() bool {
+	eventually(t, 5*time.Second, "the three ADDs are counted", func() bool {
 		return p.metric(t, `istio_cni_plugin_add_duration_seconds_count{outcome="passed_through"}`) == 1 &&
-			p.metric(t, `istio_cni_plugin_add_failures_total{reason="cni_args"}`) == 1
+			p.metric(t, `istio_cni_plugin_add_failures_total{reason="cni_args"}`) == 1 &&
+			p.metric(t, `istio_cni_plugin_add_failures_total{reason="config"}`) == 1
 	})
 	for series, want := range map[string]float64{
 		`istio_cni_plugin_events_total{command="ADD",outcome="passed_through"}`: 1,
-		`istio_cni_plugin_events_total{command="ADD",outcome="failed"}`:         1,
-		`istio_cni_plugin_add_duration_seconds_count{outcome="failed"}`:         1,
+		`istio_cni_plugin_events_total{command="ADD",outcome="failed"}`:         2,
+		`istio_cni_plugin_add_duration_seconds_count{outcome="failed"}`:         2,
 		`istio_cni_plugin_add_duration_seconds_count{outcome="redirected"}`:     0,
 		`istio_cni_plugin_add_failures_total{reason="pod_lookup"}`:              0,
 		`istio_cni_plugin_log_records_total{protocol="http"}`:                   2,

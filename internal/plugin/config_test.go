@@ -721,3 +721,26 @@ func TestAStandaloneADDWhoseNetnsIsGoneIsNotCountedAsPodSettings(t *testing.T) {
 		t.Errorf("reasons of the \"ADD failed\" records = %q, want %q; the log file holds:\n%s", reasons, want, data)
 	}
 }
+
+// TestInvalidConfigLogOptionsFindTheAgent: a config that does not parse still
+// names the agent's sockets as far as their keys decode as absolute paths, so
+// the agent logs the failure and counts it (reason config); else the defaults.
+func TestInvalidConfigLogOptionsFindTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf, socket, datagram string
+	}{
+		{"no JSON", `{"cniVersion": `, "/var/run/istio-cni/pseq.sock", "/var/run/istio-cni/plog.sock"},
+		{"run dir, bad elsewhere", `{"cni_agent_run_dir": "/run/x", "iptables_mode": 7}`, "/run/x/pseq.sock", "/run/x/plog.sock"},
+		{"relative run dir", `{"cni_agent_run_dir": "run/x"}`, "/var/run/istio-cni/pseq.sock", "/var/run/istio-cni/plog.sock"},
+		{"run dir of the wrong type", `{"cni_agent_run_dir": 7}`, "/var/run/istio-cni/pseq.sock", "/var/run/istio-cni/plog.sock"},
+		{"log_socket wins", `{"log_socket": "/run/a.sock", "log_uds_address": "/run/b.sock"}`, "/run/a.sock", "/var/run/istio-cni/plog.sock"},
+		{"legacy log_uds_address", `{"log_uds_address": "/run/b.sock", "kubernetes": 1}`, "/run/b.sock", "/var/run/istio-cni/plog.sock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := invalidConfigLogOptions([]byte(tc.conf))
+			if o.Socket != tc.socket || o.DatagramSocket != tc.datagram || o.File != "" {
+				t.Errorf("socket %q, datagram %q, file %q; want %q, %q and no file", o.Socket, o.DatagramSocket, o.File, tc.socket, tc.datagram)
+			}
+		})
+	}
+}

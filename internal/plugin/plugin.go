@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -98,8 +99,9 @@ func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorde
 	cfg, err := ParseConfig(args.StdinData)
 	rec.Mark("config")
 	if err != nil {
-		// The config may be unreadable; log at info to stderr anyway.
-		l := pluginlog.New(p.Stderr, pluginlog.Options{})
+		// The agent hears of it too (its log, and the ADD's failure counted as
+		// reason config): its sockets are where what decodes of the config says.
+		l := pluginlog.New(p.Stderr, invalidConfigLogOptions(args.StdinData))
 		l.Error("invalid plugin config", "command", command, "containerID", args.ContainerID, "error", err)
 		code := uint(types.ErrInvalidNetworkConfig)
 		if errors.Is(err, ErrNewerConfig) {
@@ -116,6 +118,36 @@ func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorde
 	}
 	rec.Mark("log-open")
 	return cfg, l, nil
+}
+
+// invalidConfigLogOptions are the log's options for a config that does not parse:
+// the agent's sockets in its run directory and at its log socket as far as those
+// keys decode as absolute paths (the rest of the config may be of any shape, or no
+// JSON at all), else the defaults; no log file, whose path may be as wrong as the
+// rest. At info level.
+func invalidConfigLogOptions(data []byte) pluginlog.Options {
+	var r struct {
+		RunDir        any `json:"cni_agent_run_dir"`
+		LogSocket     any `json:"log_socket"`
+		LogUDSAddress any `json:"log_uds_address"`
+	}
+	_ = json.Unmarshal(data, &r) // what does not decode stays nil
+	abs := func(v any) (string, bool) {
+		s, ok := v.(string)
+		return s, ok && filepath.IsAbs(s)
+	}
+	runDir, ok := abs(r.RunDir)
+	if !ok {
+		runDir = DefaultAgentRunDir
+	}
+	sock := filepath.Join(runDir, LogSocketName)
+	if s, ok := abs(r.LogSocket); ok {
+		sock = s
+	} else if s, ok := abs(r.LogUDSAddress); ok && r.LogSocket == nil {
+		sock = s
+	}
+	return pluginlog.Options{Socket: sock, DatagramSocket: filepath.Join(runDir, DatagramLogSocketName),
+		IstioSocket: filepath.Join(runDir, IstioLogSocketName)}
 }
 
 // withConfig runs a command's work with the config and its log, closing the log
