@@ -845,7 +845,7 @@ func (a *agent) uninstall() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("uninstall: %w", err)
 	}
-	a.log.Info("uninstalled: entry, kubeconfig and binaries removed")
+	a.log.Info("uninstalled: this agent's entry, kubeconfig and binaries removed (a file another writer put in its place since is left)")
 	return nil
 }
 

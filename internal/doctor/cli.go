@@ -194,7 +194,7 @@ func logsCmd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		if path = cfg.LogFile; path == "" {
-			fmt.Fprintf(stderr, "logs: the config %s sets log_file to \"\": the plugin writes no log file; its records are in the agent's log (kubectl logs -n kube-system ds/istio-cni-node)\n", *configFile)
+			fmt.Fprintf(stderr, "logs: the config %s sets log_file to \"\": the plugin writes no log file; its records are in the agent's log (kubectl logs -n %s ds/istio-cni-node)\n", *configFile, agentNamespace())
 			return 1
 		}
 	}

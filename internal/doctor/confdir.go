@@ -89,8 +89,8 @@ func LoadConfDir(dir string) (*plugin.Config, ConfigSource, error) {
 	}
 	return nil, ConfigSource{}, fmt.Errorf("no istio-cni entry in the CNI configs of %s (%s): new pods are not redirected; "+
 		"the primary CNI may have rewritten its config, and the istio-cni agent puts the entry back when it runs "+
-		"(kubectl logs -n kube-system ds/istio-cni-node); on OpenShift pass --conf-dir /etc/cni/multus/net.d",
-		dir, strings.Join(names, ", "))
+		"(kubectl logs -n %s ds/istio-cni-node); on OpenShift pass --conf-dir /etc/cni/multus/net.d",
+		dir, strings.Join(names, ", "), agentNamespace())
 }
 
 // istioEntry returns the istio-cni entry of a .conflist (with the list's cniVersion

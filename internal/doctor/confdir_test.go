@@ -126,3 +126,22 @@ func TestLoadConfDirPassesOverANamedPipeAtOnce(t *testing.T) {
 		t.Fatal("LoadConfDir still waits to read a named pipe in the CNI config directory")
 	}
 }
+
+// TestHintsNameTheAgentsNamespace: the doctor runs in an agent's pod, and the
+// commands its hints give name that pod's namespace (POD_NAMESPACE, which the
+// chart sets), not kube-system whatever the install.
+func TestHintsNameTheAgentsNamespace(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{{"istio-system", "-n istio-system "}, {"", "-n kube-system "}} {
+		t.Run("POD_NAMESPACE="+tc.env, func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", tc.env)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "10-pods.conflist"), []byte(`{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"}]}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := LoadConfDir(dir)
+			if err == nil || !strings.Contains(err.Error(), "kubectl logs "+tc.want) {
+				t.Errorf("error %v, want its command with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -145,6 +145,16 @@ func (n *Node) Client(cfg *plugin.Config) (*kube.Client, string, error) {
 
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
+// agentNamespace is the agents' namespace for the commands a hint gives: the
+// doctor runs in an agent's pod, whose POD_NAMESPACE the chart sets; kube-system
+// (the chart's usual one) elsewhere.
+func agentNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kube-system"
+}
+
 func inClusterKubeconfig() (*kube.Kubeconfig, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
@@ -195,8 +205,8 @@ func (n *Node) GetPod(ctx context.Context, c *kube.Client, namespace, name strin
 		return &pod, fmt.Errorf("%w: pod %s is not scheduled on any node yet", ErrNotOnThisNode, pod.Key())
 	case node != n.Name:
 		return &pod, fmt.Errorf("%w: pod %s runs on node %q, this is node %q; run the command on that node's agent: "+
-			"kubectl exec -n kube-system $(kubectl get pods -n kube-system -l k8s-app=istio-cni-node --field-selector spec.nodeName=%s -o name) -- istio-cni-doctor ...",
-			ErrNotOnThisNode, pod.Key(), node, n.Name, node)
+			"kubectl exec -n %[5]s $(kubectl get pods -n %[5]s -l k8s-app=istio-cni-node --field-selector spec.nodeName=%[3]s -o name) -- istio-cni-doctor ...",
+			ErrNotOnThisNode, pod.Key(), node, n.Name, agentNamespace())
 	}
 	return &pod, nil
 }
