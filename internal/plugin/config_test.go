@@ -624,22 +624,11 @@ func TestAnADDFailedOnThePreviousResultLeavesAnOutcomeRecord(t *testing.T) {
 func TestAnADDWithoutAnIptablesBackendNamesThePod(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("PATH", t.TempDir()) // no iptables binaries
-	pod, err := json.Marshal(injectedPod())
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := dir + "/" + kube.AgentPodFilesDir
-	path, _ := kube.AgentPodFile(files, "default", "web-1")
-	if err := os.MkdirAll(files, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pod, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeAgentPodFile(t, dir, injectedPod())
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":"","log_socket":"",`+
 		`"iptables_mode":"legacy","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}}`, dir)
 	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
-	err = p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
+	err := p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
 		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;K8S_POD_UID=uid-1", StdinData: []byte(conf)})
 	if err == nil || !strings.Contains(err.Error(), "iptables-save") {
 		t.Fatalf("ADD: %v, want it to fail for want of iptables-save", err)
@@ -687,21 +676,10 @@ func TestAFailedCHECKLeavesAnOutcomeRecord(t *testing.T) {
 func TestAStandaloneADDWhoseNetnsIsGoneIsNotCountedAsPodSettings(t *testing.T) {
 	dir := t.TempDir()
 	logFile := dir + "/istio-cni.log"
-	pod, err := json.Marshal(injectedPod())
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := dir + "/" + kube.AgentPodFilesDir
-	path, _ := kube.AgentPodFile(files, "default", "web-1")
-	if err := os.MkdirAll(files, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pod, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeAgentPodFile(t, dir, injectedPod())
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":""}`, dir, logFile)
 	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
-	err = p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: dir + "/netns-gone", IfName: "eth0",
+	err := p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: dir + "/netns-gone", IfName: "eth0",
 		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1;K8S_POD_UID=uid-1", StdinData: []byte(conf)})
 	if err == nil || !strings.Contains(err.Error(), ErrNetnsUnreadable.Error()) {
 		t.Fatalf("ADD: %v, want it to fail reading the addresses of the namespace", err)
@@ -742,5 +720,23 @@ func TestInvalidConfigLogOptionsFindTheAgent(t *testing.T) {
 				t.Errorf("socket %q, datagram %q, file %q; want %q, %q and no file", o.Socket, o.DatagramSocket, o.File, tc.socket, tc.datagram)
 			}
 		})
+	}
+}
+
+// writeAgentPodFile puts pod's file where the agent's pod cache keeps it in the
+// run directory dir, as the plugin reads it before anything else.
+func writeAgentPodFile(t *testing.T, dir string, pod *kube.Pod) {
+	t.Helper()
+	data, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := dir + "/" + kube.AgentPodFilesDir
+	path, _ := kube.AgentPodFile(files, pod.Metadata.Namespace, pod.Metadata.Name)
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
