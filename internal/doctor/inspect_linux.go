@@ -88,7 +88,7 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 		return nil, err
 	}
 
-	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, sandboxOf(pod, nsPath))
+	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, sandboxOf(pod, nsPath, src.Layout))
 	ex := explanation(pod, pp, perr, "iptables")
 	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
 	plan := pp.Plan
@@ -359,12 +359,19 @@ func (m *MultusCheck) Text() string {
 	return b.String()
 }
 
-// sandboxOf is the pod's sandbox as the doctor plans it: at nsPath, with the
-// pod's addresses from its status. Their order does not matter: the ADD and the
-// doctor decide IPv6 capture with redirect.PodAddress, which takes IPv4 first
-// whatever the order (as the kernel lists a namespace's addresses), so the plan
-// agrees with the ADD on containerd and CRI-O alike. A pod whose status has no
-// address yet is read from nsPath.
-func sandboxOf(pod *kube.Pod, nsPath string) plugin.Sandbox {
+// sandboxOf is the pod's sandbox as the doctor plans it, at nsPath, with the
+// addresses the plugin's own ADD and CHECK plan with in that layout:
+//   - chained, the previous plugin's result, for which the pod's status addresses
+//     stand in (their order does not matter: redirect.PodAddress takes IPv4 first
+//     whatever the order, so the plan agrees with the ADD on containerd and CRI-O
+//     alike);
+//   - standalone (Multus), no previous result: the namespace's own addresses,
+//     which PlanFor reads from nsPath, secondary networks' included.
+//
+// A pod whose status has no address yet is read from nsPath too.
+func sandboxOf(pod *kube.Pod, nsPath, layout string) plugin.Sandbox {
+	if layout == LayoutStandalone {
+		return plugin.Sandbox{Netns: nsPath}
+	}
 	return plugin.Sandbox{Addrs: pod.IPs(), Netns: nsPath}
 }

@@ -9,8 +9,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 )
 
 // The chart's openshift profile: a standalone istio-cni.conf in Multus' directory.
@@ -129,5 +136,40 @@ func TestInspectChecksTheOpenShiftMultusLayout(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(binDir, "istio-cni")); err != nil {
 		t.Fatal(err)
+	}
+
+	// A standalone plugin has no previous result: its ADD and CHECK plan the
+	// families its namespace holds, here an IPv6 address the pod's status does not
+	// list (a Multus secondary network), with ISTIO_DUAL_STACK set. The doctor
+	// plans as they do, so the pod is ok, not "different".
+	t.Run("dual-stack-from-the-namespace", func(t *testing.T) {
+		dual := injectedPod("dual", withAnnotation(MultusNetworksAnnotation, "istio-cni"), withProxyEnv("ISTIO_DUAL_STACK", "true"))
+		kp, sb := runPod(t, cp, dual, netip.MustParseAddr("10.251.9.20"))
+		if err := netns.Do(sb.path, func() error { return sandbox.LoopbackAddr(netip.MustParseAddr("fd00:251::20")) }); err != nil {
+			t.Fatal(err)
+		}
+		// The plan as the standalone ADD makes it, from the namespace's addresses.
+		pp, err := plugin.PlanFor(plugin.ArgsFor(kp), e.cfg, kp, nil, plugin.Sandbox{Netns: sb.path})
+		if err != nil || pp.Plan == nil || pp.Plan.Family(redirect.IPv6) == nil {
+			t.Fatalf("the standalone ADD's plan: %v, %+v (want IPv6 capture)", err, pp)
+		}
+		b, err := plugin.NewBackend(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := capture.Apply(t.Context(), sb.path, b, pp.Plan); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "dual-stack-from-the-namespace", []string{"inspect", "app/dual", "--bin-dir", binDir}, 0, "dual-stack-from-the-namespace.txt", "Status: ok")
+	})
+}
+
+func withProxyEnv(name, value string) podOpt {
+	return func(p *corev1.Pod) {
+		for i := range p.Spec.Containers {
+			if p.Spec.Containers[i].Name == "istio-proxy" {
+				p.Spec.Containers[i].Env = append(p.Spec.Containers[i].Env, corev1.EnvVar{Name: name, Value: value})
+			}
+		}
 	}
 }

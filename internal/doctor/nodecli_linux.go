@@ -230,7 +230,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	o.OutboundNamed = namedOutbound
 	return onTarget("probe", nf, namespace, name, stderr, func(ctx context.Context, t *target) int {
-		pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, sandboxOf(t.pod, t.ns.Path))
+		pp, err := plugin.PlanFor(plugin.ArgsFor(t.pod), t.cfg, t.pod, t.podNS, sandboxOf(t.pod, t.ns.Path, t.src.Layout))
 		if err != nil {
 			fmt.Fprintf(stderr, "probe: %v\n", err)
 			return exitProblem
