@@ -132,11 +132,19 @@ func (t *tokenSource) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			t.log.Error("plugin token request failed; the plugin's kubeconfig keeps its current token", "serviceAccount",
-				t.namespace+"/"+t.account, "error", err, "retryIn", retry)
 			t.mu.Lock()
 			t.failure = err
+			cur := t.cur
 			t.mu.Unlock()
+			attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "error", err, "retryIn", retry}
+			if cur != nil {
+				t.log.Error("plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires",
+					append(attrs, "expires", cur.expires.UTC().Format(time.RFC3339))...)
+			} else {
+				// No token of this agent's yet: what the plugin uses meanwhile (a previous
+				// agent's kubeconfig, or none on a first install) the install step says.
+				t.log.Error("plugin token request failed", attrs...)
+			}
 			wait, retry = retry, min(2*retry, tokenRetryMax)
 		} else {
 			retry = time.Second

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -11,6 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
 // TestTokenRenewalFollowsTheTokensOwnLifetime: renewal comes at half the token's
@@ -134,6 +141,54 @@ func TestWithNoKubeconfigYetNoHintClaimsAPreviousOne(t *testing.T) {
 			a.reconcile(dirtyKubeconfig) // the request failed
 			if got := strings.Count(log.String(), "keeps the previous kubeconfig"); tc.previous && got != 2 || !tc.previous && got != 0 {
 				t.Errorf("%d lines say the plugin keeps the previous kubeconfig (one in place: %v):\n%s", got, tc.previous, log.String())
+			}
+		})
+	}
+}
+
+// TestAFailedTokenRequestClaimsNoTokenItDoesNotHave: a TokenRequest that fails
+// before this agent has a token says only that it failed (on a first install no
+// kubeconfig is in place; the install step's hint says what is); one that fails to
+// renew a token says the kubeconfig keeps that token, and until when. Every
+// failure said "the plugin's kubeconfig keeps its current token".
+func TestAFailedTokenRequestClaimsNoTokenItDoesNotHave(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cur  *pluginToken
+		want string
+		not  string
+	}{
+		{"first request", nil, "plugin token request failed", "keeps"},
+		{"renewal", &pluginToken{token: []byte("t"), expires: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
+			"plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
+			})
+			s := Settings{PodNamespace: "istio-system", PluginServiceAccount: "istio-cni-plugin", NodeName: "node-a", PluginTokenLifetime: time.Hour}
+			var log logbuf.Buffer
+			ts := newTokenSource(client.CoreV1(), &s, slog.New(slog.NewTextHandler(&log, nil)))
+			ts.cur = tc.cur
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); ts.run(ctx) }()
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(log.String(), "is forbidden") && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			<-done
+			got := log.String()
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("the failure's line lacks %q:\n%s", tc.want, got)
+			}
+			if tc.not != "" && strings.Contains(got, tc.not) {
+				t.Errorf("the failure's line claims the kubeconfig %s a token this agent never had:\n%s", tc.not, got)
+			}
+			if tc.cur != nil && !strings.Contains(got, "expires=2030-01-02T03:04:05Z") {
+				t.Errorf("the renewal failure does not say when the kept token expires:\n%s", got)
 			}
 		})
 	}
