@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -348,20 +349,37 @@ func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why
 	// Labelling is an action only when deleting does not win over it (act): with
 	// both on, as the chart's defaults are, the agent holds no pods/status grant.
 	mayLabel := (c.cfg.LabelPods && !c.cfg.DeletePods) || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
-	if c.firstReport(pod) {
-		c.metrics.NotCaptured.Add(1)
-		msg := fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+
-			"remove istio-validation from the pod or make the plugin capture it; not deleted nor repaired", why, skip)
-		if mayLabel {
-			msg += fmt.Sprintf(": labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
+	return c.reportOnce(ctx, pod, mayLabel, ReasonNotCaptured, &c.metrics.NotCaptured,
+		fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+
+			"remove istio-validation from the pod or make the plugin capture it; not deleted nor repaired", why, skip))
+}
+
+// reportOnce reports pod the first time (firstReport: an event of reason, a log
+// line and count), after labelling it when mayLabel: the report says "labelled"
+// only once the label is set, and that labelling failed when it did (the pod is
+// then tried again with its back-off, and a later label is logged).
+func (c *Controller) reportOnce(ctx context.Context, pod *corev1.Pod, mayLabel bool, reason string, count *atomic.Uint64, msg string) error {
+	first := c.firstReport(pod)
+	var changed bool
+	var err error
+	if mayLabel {
+		changed, err = c.setLabel(ctx, pod)
+	}
+	if !first {
+		if changed {
+			c.log.Info("labelled broken pod", "pod", cache.MetaObjectToName(pod).String(), "label", c.cfg.LabelKey+"="+c.cfg.LabelValue, "reason", reason)
 		}
-		c.log.Warn(msg, "pod", cache.MetaObjectToName(pod).String(), "uid", pod.UID)
-		c.recorder.Event(pod, corev1.EventTypeWarning, ReasonNotCaptured, msg)
+		return err
 	}
-	if !mayLabel {
-		return nil
+	count.Add(1)
+	switch {
+	case mayLabel && err != nil:
+		msg += fmt.Sprintf("; labelling it %s=%s failed (tried again): %v", c.cfg.LabelKey, c.cfg.LabelValue, err)
+	case mayLabel:
+		msg += fmt.Sprintf(": labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
 	}
-	_, err := c.setLabel(ctx, pod)
+	c.log.Warn(msg, "pod", cache.MetaObjectToName(pod).String(), "uid", pod.UID)
+	c.recorder.Event(pod, corev1.EventTypeWarning, reason, msg)
 	return err
 }
 
@@ -385,15 +403,8 @@ func (c *Controller) firstReport(pod *corev1.Pod) bool {
 // says it to this one while its cache has not seen the label yet, or when the
 // label could not be set.
 func (c *Controller) reportMissingNetwork(ctx context.Context, pod *corev1.Pod, why string, parseErr error) error {
-	if c.firstReport(pod) {
-		c.metrics.MissingNetwork.Add(1)
-		msg := missingNetworkMessage(pod, c.cfg.MultusNetwork, why, parseErr) +
-			fmt.Sprintf("; not deleted (its replacement would miss it too) nor repaired: labelled %s=%s", c.cfg.LabelKey, c.cfg.LabelValue)
-		c.log.Warn(msg, "pod", cache.MetaObjectToName(pod).String(), "uid", pod.UID)
-		c.recorder.Event(pod, corev1.EventTypeWarning, ReasonMissingNetwork, msg)
-	}
-	_, err := c.setLabel(ctx, pod)
-	return err
+	return c.reportOnce(ctx, pod, true, ReasonMissingNetwork, &c.metrics.MissingNetwork,
+		missingNetworkMessage(pod, c.cfg.MultusNetwork, why, parseErr)+"; not deleted (its replacement would miss it too) nor repaired")
 }
 
 // missingNetworkMessage says what is wrong with the pod's annotation and what to add.

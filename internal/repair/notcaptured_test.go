@@ -141,3 +141,64 @@ func TestPodThePluginSkipsIsNotLabelledWhenDeletingWinsOverLabelling(t *testing.
 		}
 	}
 }
+
+// TestAReportSaysLabelledOnlyOnceTheLabelIsSet: in label mode a pod the plugin
+// skips is reported once and labelled. When the label cannot be set (here the
+// agent lacks the pods/status grant), the report says labelling failed and why,
+// not "labelled": the report was written before the label's patch and claimed it
+// whatever the patch did. With the grant it says labelled, and the pod is.
+func TestAReportSaysLabelledOnlyOnceTheLabelIsSet(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		grant   bool
+		want    string
+		notWant string
+	}{
+		{"label refused", false, "failed (tried again)", ": labelled"},
+		{"label set", true, ": labelled " + DefaultLabelKey, "failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := startControlPlane(t)
+			admin := cp.AdminClient()
+			cfg := testConfig("node-report-label")
+			cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, false, true
+			rules := []rbacv1.PolicyRule{rbacWatchPods, rbacEvents}
+			if tc.grant {
+				rules = append(rules, rbacLabelPod)
+			}
+			client := clientWithRules(t, cp, "repair-report-label", rules)
+			pcfg, err := plugin.ParseConfig([]byte(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := New(cfg, client, Deps{Plugin: pcfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			background.Run(t, c.Run)
+			waitFor(t, "controller synced", 30*time.Second, func() (bool, error) { return c.HasSynced(), nil })
+
+			skipped := createPod(t, admin, injectedPod("opted-out", cfg.NodeName, withLabel("sidecar.istio.io/inject", "false")))
+			setValidation(t, admin, skipped, "10.1.0.1", 126, "")
+			var reports []string
+			waitFor(t, "the pod reported", 20*time.Second, func() (bool, error) {
+				reports = nil
+				for _, e := range eventsFor(t, admin, "opted-out") {
+					if strings.Contains(e, " "+ReasonNotCaptured+": ") {
+						reports = append(reports, e)
+					}
+				}
+				return len(reports) > 0, nil
+			})
+			if len(reports) != 1 || !strings.Contains(reports[0], tc.want) || strings.Contains(reports[0], tc.notWant) {
+				t.Errorf("reports %q: want one that says %q and not %q", reports, tc.want, tc.notWant)
+			}
+			if tc.grant {
+				waitFor(t, "the pod labelled", 20*time.Second, func() (bool, error) {
+					p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), "opted-out", metav1.GetOptions{})
+					return err == nil && p.Labels[DefaultLabelKey] != "", err
+				})
+			}
+		})
+	}
+}
