@@ -127,19 +127,54 @@ func (a *agent) reconcileConfig() (configResult, error) {
 
 // moveFrom takes our entry out of the file that held it when the primary config is
 // now another file (a new config sorts first, or CNI_CONF_NAME's .conf came back).
+// Before this agent's first install that file is an earlier agent's
+// (earlierHolders): one killed between its write into the new primary and the
+// take-out, or while the primary moved, left its entry there.
 func (a *agent) moveFrom(now string) {
-	old := a.cfg.current
-	if old == "" || old == now {
-		return
+	olds := []string{a.cfg.current}
+	if a.cfg.current == "" {
+		olds = a.earlierHolders(now)
 	}
-	if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
-		return
+	for _, old := range olds {
+		if old == "" || old == now {
+			continue
+		}
+		if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if _, err := a.uninstallFrom(old); err != nil {
+			a.log.Warn("the primary CNI config moved; our entry stays in the old file", "old", old, "new", now, "error", err)
+			continue
+		}
+		a.log.Info("the primary CNI config moved; took our entry out of the old file", "old", old, "new", now)
 	}
-	if _, err := a.uninstallFrom(old); err != nil {
-		a.log.Warn("the primary CNI config moved; our entry stays in the old file", "old", old, "new", now, "error", err)
-		return
+}
+
+// earlierHolders lists the configs beside now that an earlier agent inserted our
+// entry into: they hold an entry of our type and the backup Install keeps of the
+// primary's original (a config another installer edited has none, and stays).
+func (a *agent) earlierHolders(now string) []string {
+	dir := filepath.Dir(now)
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		if path == now || !slices.Contains(cniconf.Extensions, filepath.Ext(name)) {
+			continue
+		}
+		if orig, err := cniconf.FindBackup(dir, name); err != nil || orig == nil {
+			continue
+		}
+		data, err := cniconf.ReadConfig(path)
+		if err != nil {
+			continue
+		}
+		if has, _ := cniconf.HasType(data, name, a.s.PluginName()); has {
+			out = append(out, path)
+		}
 	}
-	a.log.Info("the primary CNI config moved; took our entry out of the old file", "old", old, "new", now)
+	return out
 }
 
 // noteInstall counts a write of our entry; replaced says an entry of our type was

@@ -750,3 +750,60 @@ func TestAnAgentThatFindsItsEntryInPlaceSaysTheConfigHoldsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestARestartedAgentTakesItsEntryOutOfTheFileThatWasThePrimary: an agent whose
+// primary config moves (a config that sorts first appears) takes its entry out of
+// the old file (moveFrom). One killed in between (after the write into the new
+// primary, before the take-out), or while the primary moved, left the entry and its
+// backup in the old file, and the next agent, knowing only the file it found
+// first, never took them out: its uninstall then left the conf dir with an
+// istio-cni entry whose binary it removed, which the runtime loads as soon as the
+// new primary goes away.
+func TestARestartedAgentTakesItsEntryOutOfTheFileThatWasThePrimary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// move leaves the conf dir as the killed agent did, once 10-calico.conflist
+		// held its entry.
+		move func(t *testing.T, n *node)
+	}{
+		{"a config sorting first appeared while no agent ran", func(t *testing.T, n *node) {
+			writeFile(t, filepath.Join(n.confDir, "05-other.conflist"), []byte(calicoConflist), 0o644)
+		}},
+		{"killed between the write into the new primary and the take-out", func(t *testing.T, n *node) {
+			installed, err := os.ReadFile(filepath.Join(n.confDir, "10-calico.conflist"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, cniconf.BackupPath(n.confDir, "05-other.conflist"), []byte(calicoConflist), 0o600)
+			writeFile(t, filepath.Join(n.confDir, "05-other.conflist"), installed, 0o644)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			n.writeCalico(t)
+			first := n.startAgent(t, "UNINSTALL_ON_EXIT=never")
+			first.waitReady(t)
+			first.kill()
+			tc.move(t, n)
+			before := map[string]fileState{
+				"05-other.conflist":  {0o644, calicoConflist},
+				"10-calico.conflist": {0o644, calicoConflist},
+			}
+
+			p := n.startAgent(t)
+			p.waitReady(t)
+			if !hasEntryLast(filepath.Join(n.confDir, "05-other.conflist")) {
+				t.Errorf("05-other.conflist, the primary now, does not end with the entry: %v", pluginTypes(t, filepath.Join(n.confDir, "05-other.conflist")))
+			}
+			if got := pluginTypes(t, filepath.Join(n.confDir, "10-calico.conflist")); countType(got, cniconf.PluginType) != 0 {
+				t.Errorf("10-calico.conflist, the primary no more, still holds the killed agent's entry: %v", got)
+			}
+			p.stop(t)
+			if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+				t.Errorf("conf dir after uninstall differs from before the install (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
