@@ -148,11 +148,17 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 	}
 	// The rename is durable only once the directory is synced; a crash before that may
 	// bring back the old file, which is still whole.
-	if d, derr := os.Open(dir); derr == nil {
+	syncDir(dir)
+	return nil
+}
+
+// syncDir makes the renames and removals done in dir durable, as far as the file
+// system lets it (best effort: a failure leaves them to the next commit).
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return nil
 }
 
 // backupPrefix starts the hidden file holding a primary config's original bytes.
@@ -315,6 +321,9 @@ func replace(dir, name string, data []byte, outName string, out []byte, mode fs.
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove %s after %s: %w", name, after, err)
 		}
+		// Durable as the rename: a wrapped .conf that a power loss brought back would
+		// sort before its .conflist, and the runtime would load it without our entry.
+		syncDir(dir)
 	}
 	return nil
 }
