@@ -153,8 +153,9 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 }
 
 // syncDir makes the renames and removals done in dir durable, as far as the file
-// system lets it (best effort: a failure leaves them to the next commit).
-func syncDir(dir string) {
+// system lets it (best effort: a failure leaves them to the next commit). A
+// variable so that a test can see when it runs.
+var syncDir = func(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
