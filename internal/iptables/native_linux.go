@@ -17,6 +17,7 @@ import (
 	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
 
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
@@ -503,6 +504,10 @@ func jumpsToOurs(r *gnft.Rule) bool {
 // ones wrote. With an older or unknown version the rules are restored.
 var nativeMinVersion = [3]int{1, 8, 9}
 
+// VersionTempPrefix starts the name of the temporary file the node's iptables-nft
+// version is written to before its rename into nativeVersionFile.
+const VersionTempPrefix = ".version-"
+
 // nativeVersionFile remembers, in Config.NativeStateDir, the version of the
 // restore binary it was read from: "<path> <size> <mtime ns> <version>". A
 // binary replaced on the node (another size or time) is asked again.
@@ -564,7 +569,9 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 	}
 	// Remembered for the next runs; a failure to write only costs them the exec.
 	if err := os.MkdirAll(b.nativeDir, 0o755); err == nil {
-		if f, err := os.CreateTemp(b.nativeDir, ".version-*"); err == nil {
+		// Locked until after the rename: the plugin's GC removes a killed writer's
+		// temporary (VersionTempPrefix), never a live one's.
+		if f, release, err := livetemp.CreateTemp(b.nativeDir, VersionTempPrefix+"*"); err == nil {
 			_, werr := fmt.Fprintf(f, "%s v%d.%d.%d\n", key, v[0], v[1], v[2])
 			if cerr := f.Close(); werr == nil && cerr == nil {
 				werr = os.Rename(f.Name(), path)
@@ -572,6 +579,7 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 			if werr != nil {
 				os.Remove(f.Name())
 			}
+			release()
 		}
 	}
 	return v, nil

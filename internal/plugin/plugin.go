@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -796,9 +797,11 @@ func rememberIptablesVersion(cfg *Config, log *pluginlog.Logger) {
 	}
 }
 
-// GC removes per-namespace xtables lock files that have not been used for an hour:
-// besides them the plugin keeps only the node's iptables-nft version there (one
-// small file, see iptables.Config.NativeStateDir) outside pod namespaces.
+// GC removes per-namespace xtables lock files that have not been used for an hour,
+// and the temporary files of the node's iptables-nft version that a killed plugin
+// left (no live writer holds their lock: livetemp): besides the locks the plugin
+// keeps only that version there (one small file, see
+// iptables.Config.NativeStateDir) outside pod namespaces.
 func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 	return p.withConfig(args, "GC", func(cfg *Config, log *pluginlog.Logger) error {
 		dir := filepath.Join(cfg.AgentRunDir, "xtables")
@@ -806,15 +809,22 @@ func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 		if err != nil {
 			return nil
 		}
-		removed := 0
+		removed, temps := 0, 0
 		for _, e := range entries {
+			path := filepath.Join(dir, e.Name())
+			if strings.HasPrefix(e.Name(), iptables.VersionTempPrefix) {
+				if ok, _ := livetemp.RemoveAbandoned(path); ok {
+					temps++
+				}
+				continue
+			}
 			info, err := e.Info()
 			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour &&
-				removeUnheldLock(filepath.Join(dir, e.Name())) {
+				removeUnheldLock(path) {
 				removed++
 			}
 		}
-		log.Debug("GC done", "removedLockFiles", removed)
+		log.Debug("GC done", "removedLockFiles", removed, "removedTemporaries", temps)
 		return nil
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 )
 
 // TestStatusReadsTheKubeconfigAsTheLookupDoes: with the legacy
@@ -112,5 +114,39 @@ func TestGCKeepsAHeldLockFile(t *testing.T) {
 	}
 	if _, err := os.Stat(free); err == nil {
 		t.Errorf("GC kept an old lock file nobody holds")
+	}
+}
+
+// TestGCRemovesAKilledWritersVersionTemporary: a plugin killed between writing the
+// node's iptables-nft version to its temporary file and the rename left that file
+// for good (nothing else removes it). GC removes such a temporary once no live
+// writer holds it, and keeps one that a writer is still filling.
+func TestGCRemovesAKilledWritersVersionTemporary(t *testing.T) {
+	dir := t.TempDir()
+	x := filepath.Join(dir, "xtables")
+	if err := os.MkdirAll(x, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abandoned := filepath.Join(x, iptables.VersionTempPrefix+"123")
+	if err := os.WriteFile(abandoned, []byte("/usr/sbin/iptables-nft-restore 1 2 v1.8"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, release, err := livetemp.CreateTemp(x, iptables.VersionTempPrefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	live.Close()
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q,"log_socket":"","log_file":""}`, dir)
+	var out, stderr bytes.Buffer
+	p := &Plugin{Stdout: &out, Stderr: &stderr, Timeout: 5 * time.Second}
+	if err := p.GC(&cnicmd.CmdArgs{StdinData: []byte(conf)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(abandoned); err == nil {
+		t.Errorf("GC kept a version temporary no writer holds")
+	}
+	if _, err := os.Stat(live.Name()); err != nil {
+		t.Errorf("GC removed a version temporary a live writer holds: %v", err)
 	}
 }
