@@ -22,6 +22,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/internal/daemonset"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -772,6 +773,15 @@ func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 		case kube.IsSessionFileTemp(n, plugin.KubeconfigName) || kube.IsSessionFileTemp(n, plugin.TLSSessionName),
 			e.IsDir() && unixsock.IsTemp(n): // a socket being made
 			livetemp.RemoveAbandoned(filepath.Join(s.RunDir, n))
+		}
+	}
+	// The plugin's: the node's iptables-nft version being written (its GC removes
+	// them too, but containerd does not run GC).
+	xtables := filepath.Join(s.RunDir, plugin.XtablesDirName)
+	entries, _ = os.ReadDir(xtables)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), iptables.VersionTempPrefix) {
+			livetemp.RemoveAbandoned(filepath.Join(xtables, e.Name()))
 		}
 	}
 	if !s.PodCache {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/plugin"
@@ -98,7 +99,11 @@ func TestAnAgentsStartKeepsALiveWritersTemporaries(t *testing.T) {
 		{n.runDir, "." + plugin.TLSSessionName + ".tmp-*"},
 		{n.binDir, ".istio-cni" + tempInfix + "*"},
 		{n.confDir, ".10-calico.conflist.tmp-*"},
+		{filepath.Join(n.runDir, plugin.XtablesDirName), iptables.VersionTempPrefix + "*"}, // the plugin's
 	} {
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		f, release, err := livetemp.CreateTemp(c.dir, c.pattern)
 		if err != nil {
 			t.Fatal(err)

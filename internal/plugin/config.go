@@ -145,6 +145,9 @@ const (
 	// TLSSessionName is the file in the run directory where the plugin keeps its
 	// TLS session to the API server, so the next run resumes it (kube.SessionFile).
 	TLSSessionName = "istio-cni-tls-session"
+	// XtablesDirName is the directory in the run directory where the plugin keeps
+	// the per-namespace xtables and apply locks and the node's iptables-nft version.
+	XtablesDirName = "xtables"
 	// LogSocketName is the agent's SOCK_SEQPACKET socket for this plugin's log
 	// records and events (pluginlog.Options.Socket); Istio's plugin posts to
 	// IstioLogSocketName instead. Short: a unix socket's path is at most 107 bytes.

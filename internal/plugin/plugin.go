@@ -621,7 +621,7 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 	if cfg.Backend == BackendNftables {
 		return nftables.NewBackend(), nil
 	}
-	dir := filepath.Join(cfg.AgentRunDir, "xtables")
+	dir := filepath.Join(cfg.AgentRunDir, XtablesDirName)
 	return iptables.NewBackend(iptables.Config{Mode: cfg.IptablesMode, LockDir: dir, NativeStateDir: dir})
 }
 
@@ -804,7 +804,7 @@ func rememberIptablesVersion(cfg *Config, log *pluginlog.Logger) {
 // iptables.Config.NativeStateDir) outside pod namespaces.
 func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 	return p.withConfig(args, "GC", func(cfg *Config, log *pluginlog.Logger) error {
-		dir := filepath.Join(cfg.AgentRunDir, "xtables")
+		dir := filepath.Join(cfg.AgentRunDir, XtablesDirName)
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return nil
