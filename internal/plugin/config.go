@@ -644,6 +644,20 @@ func (c *Config) ParsePrevResult() error {
 		return c.prevResultErr
 	}
 	switch {
+	case len(c.prevResult) > 0 && namesNoVersion(c.prevResult):
+		// "Prior to 1.0.0, Result types may not marshal a CNIVersion", and runtimes
+		// before libcni 1.0 passed such a result on as it was: the library's parse
+		// reads it as of the config's version.
+		conf := types.NetConf{CNIVersion: c.CNIVersion}
+		err := json.Unmarshal(c.prevResult, &conf.RawPrevResult)
+		if err == nil {
+			err = version.ParsePrevResult(&conf)
+		}
+		if err != nil {
+			c.prevResultErr = fmt.Errorf("plugin config: prevResult: %w", err)
+		} else {
+			c.PrevResult = conf.PrevResult
+		}
 	case len(c.prevResult) > 0 && string(c.prevResult) != "null":
 		res, err := create.Create(c.CNIVersion, c.prevResult)
 		if err != nil {
@@ -657,4 +671,15 @@ func (c *Config) ParsePrevResult() error {
 		}
 	}
 	return c.prevResultErr
+}
+
+// namesNoVersion says whether a previous result is an object whose cniVersion is
+// absent, null or empty.
+func namesNoVersion(prevResult []byte) bool {
+	doc, err := jsontree.Parse(prevResult)
+	if err != nil || doc.Kind != jsontree.Object {
+		return false
+	}
+	v, ok := doc.StringMember("cniVersion")
+	return ok && v == ""
 }

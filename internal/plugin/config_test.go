@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -546,6 +547,67 @@ func TestADDPrintsThePreviousResult(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestAPreviousResultWithoutItsVersionIsOfTheConfigsVersion: a previous result
+// that does not name its cniVersion (results before 1.0.0 may leave it out, and
+// runtimes before libcni 1.0 passed such a result on as it was) is of the
+// config's version, as the CNI library's version.ParsePrevResult reads it: ADD,
+// even of a pod it passes through, prints what the library would, and reads the
+// addresses, where it failed on "unmarshalled CNIVersion is """.
+func TestAPreviousResultWithoutItsVersionIsOfTheConfigsVersion(t *testing.T) {
+	for _, v := range SupportedVersions.SupportedVersions() {
+		for _, prev := range []string{
+			`{"ips":[{"address":"10.1.0.5/24"}],"dns":{}}`,
+			`{"cniVersion":null,"ips":[{"address":"10.1.0.5/24"}],"dns":{}}`,
+		} {
+			conf := []byte(`{"cniVersion":"` + v + `","name":"n","type":"istio-cni","prevResult":` + prev + `}`)
+			var lib types.NetConf
+			if err := json.Unmarshal(conf, &lib); err != nil {
+				t.Fatal(err)
+			}
+			if err := version.ParsePrevResult(&lib); err != nil {
+				t.Fatalf("config %s: the library refuses the previous result: %v", conf, err)
+			}
+			libResult, err := lib.PrevResult.GetAsVersion(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := json.Marshal(libResult)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			c, err := ParseConfig(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := (&Plugin{Stdout: &out}).printResult(c); err != nil {
+				t.Errorf("config %s: ADD's result: %v, want the library's %s", conf, err, want)
+			} else if diff := cmp.Diff(decodeJSONValue(t, want), decodeJSONValue(t, out.Bytes())); diff != "" {
+				t.Errorf("config %s: printed (-library +ADD):\n%s", conf, diff)
+			}
+
+			c, err = ParseConfig(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ips, err := c.PrevResultIPs()
+			if err != nil || len(ips) != 1 || ips[0] != netip.MustParseAddr("10.1.0.5") {
+				t.Errorf("config %s: PrevResultIPs = %v, %v; want [10.1.0.5]", conf, ips, err)
+			}
+		}
+	}
+}
+
+func decodeJSONValue(t *testing.T, data []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	return v
 }
 
 // TestNativeFallbacksAreLogged: a refusal the iptables backend recorded for the
