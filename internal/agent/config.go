@@ -375,10 +375,12 @@ func speaksVersionOf(list []byte) error {
 	if err != nil {
 		return err
 	}
-	if l.CNIVersion == "" {
-		return nil // the runtime picks its default; nothing to refuse by name
-	}
 	supported := plugin.SupportedVersions.SupportedVersions()
+	if l.CNIVersion == "" {
+		// The runtime gives the chain's plugins no version, which they read as
+		// 0.1.0 (the spec's default), as the plugin does.
+		return fmt.Errorf("it names no cniVersion, which its plugins read as 0.1.0, a version istio-cni does not speak (%s): add a cniVersion to the primary network's config", strings.Join(supported, ", "))
+	}
 	if !slices.Contains(supported, l.CNIVersion) {
 		return fmt.Errorf("its cniVersion %s is one istio-cni does not speak (%s): upgrade the primary network's config", l.CNIVersion, strings.Join(supported, ", "))
 	}

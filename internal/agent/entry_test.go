@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,12 +10,18 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/istio-cni/istio-cni/internal/cnicmd"
+	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 
@@ -205,6 +212,73 @@ func TestKubeconfigRefusesWhatWouldFailEveryLookup(t *testing.T) {
 			_, err := Kubeconfig(&s, tc.token, tc.ca)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// chainExec runs a chain's plugins as the runtime's CNI library execs them: the
+// primary faked (an empty result of the version it is given), istio-cni's own
+// dispatcher and commands in process.
+type chainExec struct{}
+
+func (e chainExec) ExecPlugin(_ context.Context, path string, stdin []byte, environ []string) ([]byte, error) {
+	if path != cniconf.PluginType {
+		return []byte(`{}`), nil
+	}
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	var out, stderr bytes.Buffer
+	p := &plugin.Plugin{Stdout: &out, Stderr: &stderr, Timeout: time.Minute}
+	if err := cnicmd.Run(cnicmd.Env{Getenv: func(k string) string { return env[k] }, Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: &stderr},
+		p.Funcs(), plugin.SupportedVersions, ""); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func (chainExec) FindInPath(plugin string, _ []string) (string, error) { return plugin, nil }
+
+func (chainExec) Decode(data []byte) (version.PluginInfo, error) {
+	return (&version.PluginDecoder{}).Decode(data)
+}
+
+// TestTheAgentInsertsOnlyIntoChainsThePluginSpeaks: the agent puts its entry into
+// a primary config (speaksVersionOf) exactly when the runtime's CNI library then
+// runs the chain's ADD without the plugin refusing the version the chain gives it.
+// A config that names no cniVersion (flannel's old .conf) gives its plugins none,
+// which they read as 0.1.0: inserting into it failed every pod's ADD with
+// "incompatible CNI versions".
+func TestTheAgentInsertsOnlyIntoChainsThePluginSpeaks(t *testing.T) {
+	runDir := t.TempDir()
+	entry := []byte(fmt.Sprintf(`{"type":"istio-cni","cni_agent_run_dir":%q,"log_socket":"","log_file":""}`, runDir))
+	for _, tc := range []struct{ file, primary string }{
+		{"10-flannel.conf", `{"name":"cbr0","type":"flannel","delegate":{"isDefaultGateway":true}}`},
+		{"10-old.conflist", `{"name":"old","cniVersion":"0.2.0","plugins":[{"type":"bridge"}]}`},
+		{"10-flannel.conflist", `{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel"},{"type":"portmap"}]}`},
+		{"10-calico.conflist", `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico"}]}`},
+		{"10-ptp.conflist", `{"name":"ptp","cniVersion":"1.1.0","plugins":[{"type":"ptp"}]}`},
+		{"10-versions.conflist", `{"name":"v","cniVersions":["0.4.0","1.1.0"],"plugins":[{"type":"ptp"}]}`},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			out, _, err := cniconf.Insert([]byte(tc.primary), tc.file, entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inserts := speaksVersionOf(out)
+			list, err := libcni.ConfListFromBytes(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cni := libcni.NewCNIConfigWithCacheDir([]string{"/opt/cni/bin"}, t.TempDir(), chainExec{})
+			rt := &libcni.RuntimeConf{ContainerID: "0123456789abcdef", NetNS: "/var/run/netns/cni-test", IfName: "eth0"}
+			_, addErr := cni.AddNetworkList(context.Background(), list, rt)
+			if (inserts == nil) != (addErr == nil) {
+				t.Errorf("the agent's check: %v; the chain's ADD through libcni: %v; want both to fail or neither", inserts, addErr)
 			}
 		})
 	}
