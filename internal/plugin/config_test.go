@@ -655,28 +655,48 @@ func TestStartErrIsLoggedAtDebug(t *testing.T) {
 // ADD does: docs/troubleshooting.md reads no record at all as "the plugin did not
 // run", and `istio-cni-doctor logs --pod` finds the ADD by that record.
 func TestAnADDFailedOnThePreviousResultLeavesAnOutcomeRecord(t *testing.T) {
-	dir := t.TempDir()
-	logFile := dir + "/istio-cni.log"
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":"",`+
-		`"prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5"}]}}`, dir, logFile)
-	p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
-	err := p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
-		Args: "K8S_POD_NAMESPACE=app;K8S_POD_NAME=web;K8S_POD_UID=u1", StdinData: []byte(conf)})
-	if err == nil || !strings.Contains(err.Error(), "prevResult") {
-		t.Fatalf("ADD: %v, want it to fail on the previous result", err)
+	for _, tc := range []struct {
+		name, pod, prevResult string
+	}{
+		{"a pod looked up", "app/web", `{"cniVersion":"1.1.0","ips":[{"address":"10.1.0.5"}]}`},
+		// Passed through before any lookup: the result of another version is
+		// parsed only to be printed, and the ADD was logged as passed through.
+		{"a pod passed through", "kube-system/coredns", `{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			logFile := dir + "/istio-cni.log"
+			conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni","cni_agent_run_dir":%q,"log_file":%q,"log_socket":"",`+
+				`"exclude_namespaces":["kube-system"],"prevResult":%s}`, dir, logFile, tc.prevResult)
+			ns, name, _ := strings.Cut(tc.pod, "/")
+			p := &Plugin{Stdout: io.Discard, Stderr: io.Discard, Timeout: time.Minute}
+			err := p.Add(&cnicmd.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/gone", IfName: "eth0",
+				Args: "K8S_POD_NAMESPACE=" + ns + ";K8S_POD_NAME=" + name + ";K8S_POD_UID=u1", StdinData: []byte(conf)})
+			if err == nil || !strings.Contains(err.Error(), "prevResult") {
+				t.Fatalf("ADD: %v, want it to fail on the previous result", err)
+			}
+			data, rerr := os.ReadFile(logFile)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			found := false
+			for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+				var rec struct{ Msg, Pod, Reason, Error string }
+				if json.Unmarshal([]byte(line), &rec) != nil {
+					continue
+				}
+				if rec.Msg == "ADD: pod passed through" {
+					t.Errorf("the failed ADD is logged as passed through: %s", line)
+				}
+				if rec.Msg == "ADD failed" && rec.Pod == tc.pod && rec.Reason == pluginlog.ReasonPrevResult && strings.Contains(rec.Error, "10.1.0.5") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("the log file holds no \"ADD failed\" record of pod %s with reason %s and the error; it holds:\n%s", tc.pod, pluginlog.ReasonPrevResult, data)
+			}
+		})
 	}
-	data, rerr := os.ReadFile(logFile)
-	if rerr != nil {
-		t.Fatal(rerr)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var rec struct{ Msg, Pod, Reason, Error string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ADD failed" && rec.Pod == "app/web" &&
-			rec.Reason == pluginlog.ReasonPrevResult && strings.Contains(rec.Error, "10.1.0.5") {
-			return
-		}
-	}
-	t.Errorf("the log file holds no \"ADD failed\" record of pod app/web with reason %s and the error; it holds:\n%s", pluginlog.ReasonPrevResult, data)
 }
 
 // TestAnADDWithoutAnIptablesBackendNamesThePod: a pod to redirect on a node

@@ -231,7 +231,15 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	if pre.Verdict == Skip {
 		// Passed through before any lookup (an excluded namespace, no Kubernetes
 		// arguments): the previous result is printed back as given when it is of
-		// the config's version, without parsing it (printResult).
+		// the config's version, without parsing it (printResult). One of another
+		// version is parsed first, so that an ADD failing on it is told as such.
+		if _, given := cfg.givenResult(); !given {
+			if _, err := result(cfg); err != nil {
+				ev.Reason = pluginlog.ReasonPrevResult
+				log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+				return err
+			}
+		}
 		ev.Reason = pluginlog.ReasonOutput
 		ev.Outcome = pluginlog.OutcomePassedThrough
 		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec)
