@@ -234,7 +234,8 @@ func TestIstioRecordsBecomeTheAgentsLines(t *testing.T) {
 
 // TestAgentMetricsAndLogsFromBothPlugins runs a real agent (standalone mode), the
 // real plugin through libcni in a real network namespace (one ADD passed through,
-// two failing: a malformed CNI_ARGS, a config that does not parse), and posts to the agent what Istio's plugin posts; then it scrapes
+// three failing: a malformed CNI_ARGS, a config that does not parse, a config of a
+// CNI version the plugin does not speak), and posts to the agent what Istio's plugin posts; then it scrapes
 // /metrics: the ADDs' latency and failure reason are there, the exposition passes
 // promtool, and both plugins' lines are on the agent's stdout.
 func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
@@ -280,6 +281,24 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		t.Fatalf("ADD with iptables_mode bogus: %v, want the plugin's refusal naming the value", err)
 	}
 
+	// A config of a version the plugin does not speak: the dispatch refuses it before
+	// the plugin's ADD runs, and the agent hears of it all the same (reason config).
+	var old map[string]any
+	if err := json.Unmarshal(conf.Bytes, &old); err != nil {
+		t.Fatal(err)
+	}
+	old["cniVersion"] = "0.2.0"
+	oldBytes, _ := json.Marshal(old)
+	oldConf, err := libcni.ConfFromBytes(oldBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldVersion := &libcni.RuntimeConf{ContainerID: "0b1b2c3d4e5f6790", NetNS: newNetns(t), IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}}}
+	if _, err := cni.AddNetwork(context.Background(), oldConf, oldVersion); err == nil || !strings.Contains(err.Error(), "incompatible CNI versions") {
+		t.Fatalf("ADD with cniVersion 0.2.0: %v, want the plugin's refusal", err)
+	}
+
 	istioSock := filepath.Join(n.runDir, plugin.IstioLogSocketName)
 	resp := istioPluginPost(t, istioSock,
 		`{"level":"info","time":"2026-11-25T16:00:00.123456Z","msg":"istio-cni cmdAdd podName: web","pod":"apps/web"}`,
@@ -288,15 +307,15 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		t.Errorf("the agent answered Istio's plugin %s", resp.Status)
 	}
 
-	eventually(t, 5*time.Second, "the three ADDs are counted", func() bool {
+	eventually(t, 5*time.Second, "the four ADDs are counted", func() bool {
 		return p.metric(t, `istio_cni_plugin_add_duration_seconds_count{outcome="passed_through"}`) == 1 &&
 			p.metric(t, `istio_cni_plugin_add_failures_total{reason="cni_args"}`) == 1 &&
-			p.metric(t, `istio_cni_plugin_add_failures_total{reason="config"}`) == 1
+			p.metric(t, `istio_cni_plugin_add_failures_total{reason="config"}`) == 2
 	})
 	for series, want := range map[string]float64{
 		`istio_cni_plugin_events_total{command="ADD",outcome="passed_through"}`: 1,
-		`istio_cni_plugin_events_total{command="ADD",outcome="failed"}`:         2,
-		`istio_cni_plugin_add_duration_seconds_count{outcome="failed"}`:         2,
+		`istio_cni_plugin_events_total{command="ADD",outcome="failed"}`:         3,
+		`istio_cni_plugin_add_duration_seconds_count{outcome="failed"}`:         3,
 		`istio_cni_plugin_add_duration_seconds_count{outcome="redirected"}`:     0,
 		`istio_cni_plugin_add_failures_total{reason="pod_lookup"}`:              0,
 		`istio_cni_plugin_log_records_total{protocol="http"}`:                   2,
@@ -323,6 +342,7 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 
 	out := p.stdout.String()
 	for _, want := range []string{`"msg":"ADD: pod passed through"`, `"msg":"istio-cni cmdAdd podName: web","plugin":"istio","pod":"apps/web"`,
+		`"msg":"ADD failed","command":"ADD","containerID":"0b1b2c3d4e5f","netns":`,
 		`"level":"DEBUG","msg":"Setting up redirect","plugin":"istio"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent stdout lacks %s:\n%s", want, out)

@@ -53,6 +53,11 @@ type Funcs struct {
 	Check  func(*CmdArgs) error
 	GC     func(*CmdArgs) error
 	Status func(*CmdArgs) error
+	// Refused, when set, hears of a command refused after its config was read and
+	// before its function ran (the config's name or version, CNI_NETNS the
+	// plugin's own namespace), with the error the runtime gets: the plugin's own
+	// functions never see those commands.
+	Refused func(cmd string, args *CmdArgs, err *types.Error)
 }
 
 // Env is where a command comes from and where its output goes.
@@ -153,8 +158,11 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("network config on stdin: more than %d bytes", MaxConfigBytes), "")
 	}
 	args.StdinData = data
-	confVersion, err := checkConfig(data)
+	err = refusal(cmd, data, args, versions)
 	if err != nil {
+		if funcs.Refused != nil {
+			funcs.Refused(cmd, args, err)
+		}
 		return err
 	}
 	var fn func(*CmdArgs) error
@@ -165,22 +173,10 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 		fn = funcs.Del
 	case "CHECK":
 		fn = funcs.Check
-		err = allowedFrom(cmd, confVersion, "0.4.0", versions)
 	case "GC":
 		fn = funcs.GC
-		err = allowedFrom(cmd, confVersion, "1.1.0", versions)
 	case "STATUS":
 		fn = funcs.Status
-		err = allowedFrom(cmd, confVersion, "1.1.0", versions)
-	}
-	if err != nil {
-		return err
-	}
-	if verErr := (&version.Reconciler{}).Check(confVersion, versions); verErr != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
-	}
-	if (cmd == "ADD" || cmd == "DEL") && !netnsOverridden(args.NetnsOverride) && isOwnNetns(args.Netns) {
-		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", "")
 	}
 	if fn == nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_COMMAND %s is not supported by this plugin", cmd), "")
@@ -191,6 +187,32 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 			return te
 		}
 		return types.NewError(types.ErrInternal, err.Error(), "")
+	}
+	return nil
+}
+
+// refusal is why cmd with the config data is refused before the plugin's function
+// runs, nil when it is not: the config's name and version, the command's minimum
+// version, and for ADD and DEL a CNI_NETNS that is the plugin's own namespace.
+func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo) *types.Error {
+	confVersion, err := checkConfig(data)
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "CHECK":
+		err = allowedFrom(cmd, confVersion, "0.4.0", versions)
+	case "GC", "STATUS":
+		err = allowedFrom(cmd, confVersion, "1.1.0", versions)
+	}
+	if err != nil {
+		return err
+	}
+	if verErr := (&version.Reconciler{}).Check(confVersion, versions); verErr != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
+	}
+	if (cmd == "ADD" || cmd == "DEL") && !netnsOverridden(args.NetnsOverride) && isOwnNetns(args.Netns) {
+		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", "")
 	}
 	return nil
 }

@@ -264,3 +264,44 @@ func TestPrintErrorIsTheSpecsJSON(t *testing.T) {
 		t.Errorf("printed error (-want +got):\n%s", diff)
 	}
 }
+
+// TestRefusedHearsOfWhatTheDispatchRefuses: a command refused after its config was
+// read and before its function ran (the config's version, CHECK below 0.4.0, the
+// plugin's own namespace as CNI_NETNS) reaches Funcs.Refused with the very error
+// the runtime gets, so the plugin can tell its agent; a command the dispatch lets
+// through, or refuses before reading the config, does not.
+func TestRefusedHearsOfWhatTheDispatchRefuses(t *testing.T) {
+	own := "/proc/self/ns/net"
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		stdin   string
+		refused bool
+	}{
+		{"ADD of a 0.2.0 config", addEnv(), `{"cniVersion":"0.2.0","name":"n","type":"istio-cni"}`, true},
+		{"ADD of a config without a name", addEnv(), `{"cniVersion":"1.0.0","type":"istio-cni"}`, true},
+		{"CHECK of a 0.3.1 config", with(addEnv(), "CNI_COMMAND", "CHECK"), `{"cniVersion":"0.3.1","name":"n","type":"istio-cni"}`, true},
+		{"ADD into the plugin's own namespace", with(addEnv(), "CNI_NETNS", own), conf11, true},
+		{"ADD let through", addEnv(), conf11, false},
+		{"ADD without CNI_IFNAME (before the config is read)", with(addEnv(), "CNI_IFNAME", ""), conf11, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var heard []string
+			var heardErr *types.Error
+			funcs := Funcs{Add: func(*CmdArgs) error { return nil }, Check: func(*CmdArgs) error { return nil },
+				Refused: func(cmd string, args *CmdArgs, err *types.Error) {
+					heard = append(heard, cmd+" "+string(args.StdinData))
+					heardErr = err
+				}}
+			e := Run(Env{Getenv: func(k string) string { return tc.env[k] }, Stdin: strings.NewReader(tc.stdin), Stdout: io.Discard, Stderr: io.Discard}, funcs, versions, "")
+			switch {
+			case tc.refused && (len(heard) != 1 || heardErr != e || e == nil):
+				t.Errorf("Run = %v; Refused heard %q with %v, want it once with that error", e, heard, heardErr)
+			case tc.refused && heard[0] != tc.env["CNI_COMMAND"]+" "+tc.stdin:
+				t.Errorf("Refused heard %q, want the command and its config", heard[0])
+			case !tc.refused && len(heard) != 0:
+				t.Errorf("Run = %v; Refused heard %q, want nothing", e, heard)
+			}
+		})
+	}
+}

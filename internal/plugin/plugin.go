@@ -57,7 +57,36 @@ func New() *Plugin {
 
 // Funcs wires the plugin into cnicmd.Main.
 func (p *Plugin) Funcs() cnicmd.Funcs {
-	return cnicmd.Funcs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+	return cnicmd.Funcs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC, Refused: p.refused}
+}
+
+// refused tells the log and the agent of an ADD that the dispatch refused before
+// Add ran (cnicmd.Funcs.Refused): such an ADD fails as every other does, and the
+// agent counts it (istio_cni_plugin_add_failures_total), by reason config, or
+// environment for a CNI_NETNS that is the plugin's own namespace. Other commands
+// are refused with the runtime's error alone, as before.
+func (p *Plugin) refused(cmd string, args *cnicmd.CmdArgs, cerr *types.Error) {
+	if cmd != "ADD" {
+		return
+	}
+	reason := pluginlog.ReasonConfig
+	if cerr.Code == types.ErrInvalidNetNS {
+		reason = pluginlog.ReasonEnvironment
+	}
+	var log *pluginlog.Logger
+	if cfg, err := ParseConfig(args.StdinData); err == nil {
+		log = pluginlog.New(p.Stderr, cfg.logOptions())
+	} else {
+		log = pluginlog.New(p.Stderr, invalidConfigLogOptions(args.StdinData))
+	}
+	log.Error("ADD failed", "command", cmd, "containerID", shortID(args.ContainerID), "netns", args.Netns,
+		"error", cerr.Msg, "details", cerr.Details, "code", cerr.Code, "reason", reason)
+	ev := pluginlog.Event{Command: cmd, Outcome: pluginlog.OutcomeFailed, Reason: reason}
+	if !p.Started.IsZero() {
+		ev.Seconds = time.Since(p.Started).Seconds()
+	}
+	log.Report(ev)
+	log.Close()
 }
 
 // PodCacheSocketName is the node agent's pod cache socket in its run directory (see
@@ -111,14 +140,19 @@ func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorde
 		}
 		return nil, l, cniError(code, err)
 	}
-	l := pluginlog.New(p.Stderr, pluginlog.Options{Level: cfg.LogLevel.Slog(), File: cfg.LogFile, Socket: cfg.LogSocket, JSON: cfg.LogJSON,
-		DatagramSocket: filepath.Join(cfg.AgentRunDir, DatagramLogSocketName), IstioSocket: filepath.Join(cfg.AgentRunDir, IstioLogSocketName)})
+	l := pluginlog.New(p.Stderr, cfg.logOptions())
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	if p.StartErr != nil {
 		l.Debug("at the process's start", "error", p.StartErr)
 	}
 	rec.Mark("log-open")
 	return cfg, l, nil
+}
+
+// logOptions are the log's options the config names.
+func (c *Config) logOptions() pluginlog.Options {
+	return pluginlog.Options{Level: c.LogLevel.Slog(), File: c.LogFile, Socket: c.LogSocket, JSON: c.LogJSON,
+		DatagramSocket: filepath.Join(c.AgentRunDir, DatagramLogSocketName), IstioSocket: filepath.Join(c.AgentRunDir, IstioLogSocketName)}
 }
 
 // invalidConfigLogOptions are the log's options for a config that does not parse:

@@ -3,12 +3,15 @@ package plugin
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
@@ -148,5 +151,36 @@ func TestGCRemovesAKilledWritersVersionTemporary(t *testing.T) {
 	}
 	if _, err := os.Stat(live.Name()); err != nil {
 		t.Errorf("GC removed a version temporary a live writer holds: %v", err)
+	}
+}
+
+// TestARefusedADDIsToldWithItsReason: an ADD the dispatch refuses before Add runs
+// leaves an "ADD failed" record with its reason: config for the config's version
+// or shape, environment for CNI_NETNS the plugin's own namespace. Other commands
+// are left to the runtime's error.
+func TestARefusedADDIsToldWithItsReason(t *testing.T) {
+	dir := t.TempDir()
+	conf := fmt.Sprintf(`{"cniVersion":"0.2.0","name":"n","type":"istio-cni","cni_agent_run_dir":%q,"log_socket":"","log_file":""}`, dir)
+	for _, tc := range []struct {
+		name, cmd string
+		err       *types.Error
+		want      string
+	}{
+		{"version", "ADD", types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", "config is \"0.2.0\""), "reason=config"},
+		{"own namespace", "ADD", types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", ""), "reason=environment"},
+		{"not an ADD", "CHECK", types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", ""), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			p := &Plugin{Stdout: io.Discard, Stderr: &stderr, Timeout: 5 * time.Second}
+			p.refused(tc.cmd, &cnicmd.CmdArgs{ContainerID: "0123456789abcdef", StdinData: []byte(conf)}, tc.err)
+			got := stderr.String()
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("a refused %s logged:\n%s", tc.cmd, got)
+			case tc.want != "" && (!strings.Contains(got, "ADD failed") || !strings.Contains(got, tc.want) || !strings.Contains(got, tc.err.Msg)):
+				t.Errorf("the record lacks ADD failed, %s or the error:\n%s", tc.want, got)
+			}
+		})
 	}
 }

@@ -156,11 +156,12 @@ const (
 	ReasonApply       = "apply"        // programming the rules in the pod's netns failed
 	ReasonNetnsGone   = "netns_gone"   // the pod's netns disappeared during the ADD
 	ReasonOutput      = "output"       // the result could not be printed
+	ReasonEnvironment = "environment"  // the runtime's CNI_NETNS is the plugin's own namespace
 )
 
 // Reasons lists every Reason*, for the agent to pre-create its series.
 var Reasons = []string{ReasonConfig, ReasonPrevResult, ReasonCNIArgs, ReasonPodLookup, ReasonPodSettings,
-	ReasonBackend, ReasonApply, ReasonNetnsGone, ReasonOutput}
+	ReasonBackend, ReasonApply, ReasonNetnsGone, ReasonOutput, ReasonEnvironment}
 
 // Report sends e to the agent: one message, within what is left of SendBound,
 // dropped when there is no agent. The ADD's result does not depend on it.
