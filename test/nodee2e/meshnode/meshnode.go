@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/istio-cni/istio-cni/hack/image"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/node"
 )
 
@@ -219,17 +220,6 @@ func APIServer(n *node.Node) (host string, port int, err error) {
 	return host, port, err
 }
 
-// FreePort is a TCP port nothing listens on now: the agent uses the host network,
-// and other nodes or tests on this machine may hold the chart's default ports.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // ChartValues are the --set arguments that install the chart on n from the
 // imported image, pinned by digest. Nothing points the agent at the API server:
 // as in a cluster, it uses the kubernetes Service (KUBERNETES_SERVICE_HOST, which
@@ -251,14 +241,14 @@ func ChartValues(n *node.Node, im *Images) ([]string, error) {
 // NodeValues are the --set arguments that fit the chart to n, whatever the image:
 // the node's CNI directories, its own agent run and netns dirs, free ports.
 func NodeValues(n *node.Node) ([]string, error) {
-	metrics, err := FreePort()
+	// Free ports (the agent uses the host network, and other nodes or tests on this
+	// machine may hold the chart's defaults), chosen together: two ports chosen one
+	// after the other can be the same one, which the chart refuses on two addresses.
+	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	probes, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	metrics, probes := ports[0], ports[1]
 	return []string{
 		"--set", "cniBinDir=" + n.CNIBinDir(),
 		"--set", "cniConfDir=" + n.CNIConfDir(),
