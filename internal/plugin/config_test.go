@@ -766,6 +766,12 @@ func TestAStandaloneADDWhoseNetnsIsGoneIsNotCountedAsPodSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), ErrNetnsUnreadable.Error()) {
 		t.Fatalf("ADD: %v, want it to fail reading the addresses of the namespace", err)
 	}
+	// The runtime gets the error an apply into a namespace that went away gets: an
+	// invalid variable, named as the spec asks of that code.
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(te.Msg, "CNI_NETNS "+dir+"/netns-gone") {
+		t.Errorf("ADD: %#v, want code %d naming CNI_NETNS", err, types.ErrInvalidEnvironmentVariables)
+	}
 	data, rerr := os.ReadFile(logFile)
 	if rerr != nil {
 		t.Fatal(rerr)

@@ -312,10 +312,10 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	applyStart := time.Now()
 	if err := ApplyAndWarn(ctx, log.Logger, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
-		if _, serr := os.Stat(args.Netns); serr != nil {
+		if gone, ok := netnsGone(args.Netns, err); ok {
 			ev.Reason = pluginlog.ReasonNetnsGone
-			log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
-			return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (network namespace %s is gone)", err, args.Netns))
+			log.Error("ADD failed", "error", gone, "reason", ev.Reason, "phases", rec)
+			return gone
 		}
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return cniError(types.ErrInternal, err)
@@ -325,6 +325,16 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
 	logPeakMemory(log)
 	return p.printResult(cfg)
+}
+
+// netnsGone is err as the runtime gets it when the pod's network namespace at
+// netns is gone (ok), whichever step found out: the CNI error for an invalid
+// variable, naming CNI_NETNS as the spec asks of that code.
+func netnsGone(netns string, err error) (gone error, ok bool) {
+	if _, serr := os.Stat(netns); serr == nil {
+		return nil, false
+	}
+	return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (CNI_NETNS %s: the network namespace is gone)", err, netns)), true
 }
 
 // stepError is an error of decide marked with the step that failed (a
@@ -408,11 +418,10 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 	if errors.Is(err, ErrNetnsUnreadable) {
 		// The node's failure, not the pod's settings: counted as an apply in the
 		// namespace is, netns_gone when the namespace went away meanwhile.
-		reason := pluginlog.ReasonApply
-		if _, serr := os.Stat(netns); serr != nil {
-			reason = pluginlog.ReasonNetnsGone
+		if gone, ok := netnsGone(netns, err); ok {
+			return pp.Decision, nil, failedAt(pluginlog.ReasonNetnsGone, gone)
 		}
-		return pp.Decision, nil, failedAt(reason, cniError(types.ErrInternal, err))
+		return pp.Decision, nil, failedAt(pluginlog.ReasonApply, cniError(types.ErrInternal, err))
 	}
 	if err != nil {
 		// The pod's settings are at fault.
