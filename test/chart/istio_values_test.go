@@ -21,6 +21,18 @@ func istioFile(name string) string { return filepath.Join("testdata", "istio", n
 // validated offline (variants) and traced value by value (TestIstioValuesReachTheObjects).
 var istioFiles = []string{"default", "nested-cni", "private-registry", "openshift", "gke", "resources-seccomp", "repair"}
 
+// istioArgs renders Istio's values file name in the namespace its user installs it in:
+// istio-system, Istio's own, for the files that turn resourceQuotas on (Istio's GKE
+// values), which the chart refuses in kube-system (TestResourceQuotaIsRefusedInKubeSystem);
+// kube-system, this chart's, for the others.
+func istioArgs(name string) []string {
+	args := []string{"-f", istioFile(name)}
+	if name == "gke" || name == "nested-cni" {
+		args = append(args, "--namespace", "istio-system")
+	}
+	return args
+}
+
 // placed is one value of a values file and where the render must show it.
 type placed struct {
 	value string // the key in the values file, as Istio names it
@@ -203,7 +215,7 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 			{"cni.psp_cluster_role", "RoleBinding istio-cni-psp", func(t *testing.T, m *manifest) any {
 				rb := object[*rbacv1.RoleBinding](t, m, "RoleBinding", "istio-cni-psp")
 				return rb.Namespace + " " + rb.RoleRef.Kind + "/" + rb.RoleRef.Name
-			}, "kube-system ClusterRole/mesh-psp"},
+			}, "istio-system ClusterRole/mesh-psp"},
 			{"cni.privileged: false", "securityContext.privileged", securityOf(func(sc *corev1.SecurityContext) any { return *sc.Privileged }), false},
 			{"cni.repair.labelPods (deletePods and repairPods false)", "REPAIR_LABEL_PODS", envOf("REPAIR_LABEL_PODS"), "true"},
 			{"cni.repair.deletePods", "REPAIR_DELETE_PODS", envOf("REPAIR_DELETE_PODS"), "false"},
@@ -309,7 +321,7 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 			continue
 		}
 		t.Run(file, func(t *testing.T) {
-			m := mustRender(t, "-f", istioFile(file))
+			m := mustRender(t, istioArgs(file)...)
 			for _, c := range checks {
 				if diff := cmp.Diff(c.want, c.got(t, m)); diff != "" {
 					t.Errorf("%s -> %s (-want +got):\n%s", c.value, c.where, diff)
@@ -431,7 +443,7 @@ func TestIstioNamesAndThisChartsNames(t *testing.T) {
 // for a version like v1.37.2-gke.1200, cannot be rendered offline: helm template's
 // --kube-version drops the suffix; helm install passes the server's full version.)
 func TestEmptyBinDirIsOptCNIBinOffGKE(t *testing.T) {
-	for _, args := range [][]string{{"-f", istioFile("gke")}, {"--set", "cniBinDir="}, {}} {
+	for _, args := range [][]string{istioArgs("gke"), {"--set", "cniBinDir="}, {}} {
 		m := mustRender(t, args...)
 		if got := m.env(t)["CNI_BIN_DIR"]; got != "/opt/cni/bin" {
 			t.Errorf("%v: CNI_BIN_DIR %q, want /opt/cni/bin", args, got)
@@ -439,6 +451,35 @@ func TestEmptyBinDirIsOptCNIBinOffGKE(t *testing.T) {
 		if got := m.hostPaths(t)["/opt/cni/bin"]; got != "/host/opt/cni/bin" {
 			t.Errorf("%v: /opt/cni/bin mounted at %q, want /host/opt/cni/bin", args, got)
 		}
+	}
+}
+
+// TestResourceQuotaIsRefusedInKubeSystem: a ResourceQuota on pods of a priority class
+// counts every pod of its namespace of that class. In kube-system, where this chart is
+// installed, system-node-critical is also the class of kube-proxy and of the network
+// plugin's and the platform's own node agents (GKE runs several per node there), so
+// Istio's GKE values (resourceQuotas.enabled, meant for Istio's istio-system) would cap
+// all of them at resourceQuotas.pods: past it (about 700 nodes of a GKE cluster) a new
+// node's network agent is refused; kube-system needs no quota (GKE admits the class there).
+// The chart refuses the quota there, saying how to turn it off, and renders it outside.
+func TestResourceQuotaIsRefusedInKubeSystem(t *testing.T) {
+	for _, args := range [][]string{
+		{"-f", istioFile("gke")},
+		{"--set", "resourceQuotas.enabled=true"},
+		{"--set", "cni.resourceQuotas.enabled=true"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			wantRefused(t, args, []string{"resourceQuotas.enabled is true", "kube-system", "system-node-critical", "kube-proxy",
+				"resourceQuotas.pods (5000)", "cni.resourceQuotas.enabled=false"})
+		})
+	}
+	// What the message says to do works with Istio's GKE values, which set it both ways.
+	if q := quotaPods(t, mustRender(t, "-f", istioFile("gke"), "--set", "cni.resourceQuotas.enabled=false")); q != nil {
+		t.Errorf("with cni.resourceQuotas.enabled=false: ResourceQuota %v, want none", q)
+	}
+	m := mustRender(t, istioArgs("gke")...)
+	if d := m.find("ResourceQuota", "istio-cni-resource-quota"); d == nil || d.ns != "istio-system" {
+		t.Errorf("Istio's GKE values in istio-system: ResourceQuota %v, want one in istio-system", d)
 	}
 }
 
