@@ -80,7 +80,7 @@ func TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt(t *testing.T) {
 		name: "every value changed",
 		args: []string{"--namespace", "istio-cni-system", "--set", "logLevel=debug", "--set", "cniAgentRunDir=/run/mesh",
 			"--set", "excludeNamespaces={istio-system,foo-ns,bar-ns}", "--set", "nativeNftables=true",
-			"--set", "cniBinDir=/home/kubernetes/bin"},
+			"--set", "cniBinDir=/home/kubernetes/bin", "--set", "resourceQuotas.enabled=true"}, // GKE outside kube-system needs the quota
 		want: map[string]any{
 			"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni",
 			"plugin_log_level":   "debug",
@@ -918,6 +918,30 @@ func TestGKEProfileUsesHomeKubernetesBin(t *testing.T) {
 	wantMounted(t, m, map[string]string{"/home/kubernetes/bin": "/host/opt/cni/bin"})
 	if got := networkConfig(t, m)["kubernetes"].(map[string]any)["cni_bin_dir"]; got != "/home/kubernetes/bin" {
 		t.Errorf("kubernetes.cni_bin_dir %v, want /home/kubernetes/bin", got)
+	}
+}
+
+// TestGKEOutsideKubeSystemNeedsTheResourceQuota: GKE admits pods of the
+// system-node-critical (and system-cluster-critical) priority class outside kube-system
+// only in a namespace with a ResourceQuota on that class ("insufficient quota to match
+// these scopes"): the GKE profile installed into istio-system, Istio's namespace, without
+// resourceQuotas would be a DaemonSet none of whose pods is ever created. The chart refuses
+// it, saying what to set; with the quota, or in kube-system, or off GKE, it renders.
+func TestGKEOutsideKubeSystemNeedsTheResourceQuota(t *testing.T) {
+	wantRefused(t, []string{"-f", profileFile("gke"), "--namespace", "istio-system"},
+		[]string{"GKE", "istio-system", "system-node-critical", "resourceQuotas.enabled=true", "kube-system"})
+	m := mustRender(t, "-f", profileFile("gke"), "--namespace", "istio-system", "--set", "resourceQuotas.enabled=true")
+	if d := m.find("ResourceQuota", "istio-cni-resource-quota"); d == nil || d.ns != "istio-system" {
+		t.Errorf("GKE profile in istio-system with resourceQuotas.enabled: ResourceQuota %v, want one in istio-system", d)
+	}
+	for _, args := range [][]string{
+		{"-f", profileFile("gke")}, // kube-system: GKE admits the class there
+		{"-f", profileFile("gke"), "--namespace", "istio-system", "--set", "priorityClassName=mesh-node"},
+		{"-f", profileFile("default"), "--namespace", "istio-system"}, // not GKE
+	} {
+		if m := mustRender(t, args...); m.find("ResourceQuota", "istio-cni-resource-quota") != nil {
+			t.Errorf("%v: a ResourceQuota without resourceQuotas.enabled", args)
+		}
 	}
 }
 
