@@ -107,6 +107,9 @@ func TestTaintedNodesAreTheDaemonSetsNodes(t *testing.T) {
 		{"kubernetes.io/os": "linux", "example.com/pool": "edge", "example.com/gen": "3"},
 		{"kubernetes.io/os": "linux", "example.com/gen": "7"},
 		{"kubernetes.io/os": "linux", "example.com/gen": "1", "example.com/no-mesh": "true"},
+		{"kubernetes.io/os": "linux", "eks.amazonaws.com/compute-type": "fargate"},
+		{"kubernetes.io/os": "linux", "eks.amazonaws.com/compute-type": "ec2"},
+		{"kubernetes.io/os": "linux", "type": "virtual-kubelet"},
 	}
 	expr := func(key, op string, values ...string) map[string]any {
 		e := map[string]any{"key": key, "operator": op}
@@ -189,4 +192,43 @@ func TestTaintNodeAffinityNoLabelSelectorSays(t *testing.T) {
 	}
 	wantRefused(t, valuesFile(t, map[string]any{"taint": map[string]any{"enabled": true}, "affinity": nodeAffinity(map[string]any{})}),
 		[]string{"taint.enabled is true", "affinity.nodeAffinity", "matches no node"})
+}
+
+// TestVirtualNodesGetNoAgentByDefault: with no affinity of the user's, the agent
+// pods leave out EKS Fargate's and virtual-kubelet's nodes (AKS virtual nodes), where
+// no DaemonSet pod ever starts: the default tolerations tolerate their taints, so
+// the DaemonSet put a pod there that held a rolling update's maxUnavailable for
+// ever. Every other node still gets one, and an affinity of the user's replaces the
+// default.
+func TestVirtualNodesGetNoAgentByDefault(t *testing.T) {
+	node := func(l map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: l}}
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		labels map[string]string
+		want   bool
+	}{
+		{"a plain node", nil, map[string]string{"kubernetes.io/os": "linux"}, true},
+		{"an EKS EC2 node", nil, map[string]string{"kubernetes.io/os": "linux", "eks.amazonaws.com/compute-type": "ec2"}, true},
+		{"an EKS Fargate node", nil, map[string]string{"kubernetes.io/os": "linux", "eks.amazonaws.com/compute-type": "fargate"}, false},
+		{"a virtual-kubelet node", nil, map[string]string{"kubernetes.io/os": "linux", "type": "virtual-kubelet"}, false},
+		{"the user's affinity replaces the default", map[string]any{"affinity": map[string]any{"nodeAffinity": map[string]any{
+			"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{map[string]any{
+				"matchExpressions": []any{map[string]any{"key": "example.com/pool", "operator": "NotIn", "values": []string{"batch"}}}}}}}}},
+			map[string]string{"kubernetes.io/os": "linux", "type": "virtual-kubelet"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mustRender(t, valuesFile(t, tc.values)...)
+			pod := &corev1.Pod{Spec: m.daemonSet(t).Spec.Template.Spec}
+			got, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node(tc.labels))
+			if err != nil {
+				t.Fatalf("the DaemonSet's node affinity: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("node %v gets an agent: %v, want %v", tc.labels, got, tc.want)
+			}
+		})
+	}
 }

@@ -328,8 +328,9 @@ func TestValuesReachTheObjects(t *testing.T) {
 			"TAINT_ENABLED": "true",
 			"TAINT_KEY":     "example.com/cni-not-ready",
 			"TAINT_EFFECT":  "PreferNoSchedule",
-			// The DaemonSet's nodeSelector: nodes it never runs on are not tainted.
-			"TAINT_NODE_LABEL_SELECTOR": "kubernetes.io/os=linux",
+			// The DaemonSet's nodeSelector and default affinity: nodes it never runs on
+			// are not tainted.
+			"TAINT_NODE_LABEL_SELECTOR": "kubernetes.io/os=linux,eks.amazonaws.com/compute-type notin (fargate),type notin (virtual-kubelet)",
 			"POD_NAME":                  "fieldRef:metadata.name", // the identity in the lease
 			// The election polls every 15 s, not client-go's 2 s: at 5,000 nodes the
 			// standbys' Lease GETs were the API server's largest load (README, scale).
@@ -349,9 +350,9 @@ func TestValuesReachTheObjects(t *testing.T) {
 		name:  "no taint election setting when the taint is off",
 		unset: []string{"TAINT_RETRY_PERIOD", "TAINT_RENEW_DEADLINE", "TAINT_LEASE_DURATION"},
 	}, {
-		name:  "the taint covers every node when the DaemonSet has no nodeSelector",
-		args:  []string{"--set", "taint.enabled=true", "--set", "nodeSelector=null"},
-		unset: []string{"TAINT_NODE_LABEL_SELECTOR"},
+		name: "the taint covers every node but virtual ones when the DaemonSet has no nodeSelector",
+		args: []string{"--set", "taint.enabled=true", "--set", "nodeSelector=null"},
+		env:  map[string]string{"TAINT_NODE_LABEL_SELECTOR": "eks.amazonaws.com/compute-type notin (fargate),type notin (virtual-kubelet)"},
 	}, {
 		name: "the pod cache is on by default and knows its node from the downward API",
 		env: map[string]string{

@@ -82,6 +82,31 @@ repair in place, else {{ $fallback }}
 {{- end }}
 
 {{/*
+The agent pods' affinity: the user's (affinity), else one that leaves out the virtual
+nodes where no DaemonSet pod can ever run: EKS Fargate's
+(eks.amazonaws.com/compute-type=fargate) and virtual-kubelet's (type=virtual-kubelet: AKS
+virtual nodes, ACI). The default tolerations tolerate their taints, so without it the
+DaemonSet would place a pod there that never starts, which holds a rolling update's
+maxUnavailable for ever. EKS's own kube-proxy and aws-node leave Fargate out the same way.
+*/}}
+{{- define "istio-cni.affinity" -}}
+{{- if .Values.affinity -}}
+{{- toYaml .Values.affinity -}}
+{{- else -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - key: eks.amazonaws.com/compute-type
+            operator: NotIn
+            values: [fargate]
+          - key: type
+            operator: NotIn
+            values: [virtual-kubelet]
+{{- end -}}
+{{- end }}
+
+{{/*
 The nodes the DaemonSet runs on, as the label selector the taint controller watches nodes
 by (TAINT_NODE_LABEL_SELECTOR): nodeSelector (key=value, in key order) and, when
 affinity.nodeAffinity's required node selector is one term of matchExpressions (In, NotIn,
@@ -97,7 +122,7 @@ refused. The preferred terms exclude no node.
 {{- range $k, $v := .Values.nodeSelector -}}
 {{- $terms = append $terms (printf "%s=%s" $k $v) -}}
 {{- end -}}
-{{- $na := (.Values.affinity | default dict).nodeAffinity | default dict -}}
+{{- $na := (include "istio-cni.affinity" . | fromYaml).nodeAffinity | default dict -}}
 {{- with $na.requiredDuringSchedulingIgnoredDuringExecution -}}
 {{- $nodeTerms := .nodeSelectorTerms | default list -}}
 {{- range $nt := $nodeTerms -}}
