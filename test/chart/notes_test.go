@@ -69,20 +69,23 @@ func TestNotesTellWhatWasInstalled(t *testing.T) {
 		name string
 		args []string
 		want []string
+		not  []string
 	}{
 		{"default", []string{"-f", profileFile("default")}, []string{
 			"kube-system/istio-cni-node", "chain of the first config file in /etc/cni/net.d",
-			"Binaries: /opt/cni/bin", "Excluded namespaces: istio-system", "Repair:   delete"}},
-		{"gke", []string{"-f", profileFile("gke")}, []string{"Binaries: /home/kubernetes/bin"}},
+			"Binaries: /opt/cni/bin", "Excluded namespaces: istio-system", "Repair:   delete"}, nil},
+		{"gke", []string{"-f", profileFile("gke")}, []string{"Binaries: /home/kubernetes/bin"}, nil},
 		{"openshift", []string{"-f", profileFile("openshift")}, []string{
 			"standalone file zz-istio-cni.conf in /etc/cni/multus/net.d", "k8s.v1.cni.cncf.io/networks: istio-cni",
 			"NetworkAttachmentDefinition istio-cni in: default; the agent adds it to every namespace with meshed pods",
-			"never deleted"}},
+			"never deleted"}, []string{"Multus\nlooks"}},
+		{"Multus with the runtime's directory", []string{"--set", "multus.enabled=true", "--set", "chained=false"}, []string{
+			"standalone file zz-istio-cni.conf in /etc/cni/net.d", "Multus\nlooks a NetworkAttachmentDefinition without a config up by name in its own directory"}, nil},
 		{"openshift, the chart's namespaces only", []string{"-f", profileFile("openshift"), "--set", "multus.meshedNamespaces=false", "--set", "multus.namespaces={bookinfo}"},
-			[]string{"NetworkAttachmentDefinition istio-cni in: bookinfo)"}},
-		{"seed command", seedArgs, []string{"Excluded namespaces: none"}},
-		{"repair in place", []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false"}, []string{"Repair:   repair in place, else label"}},
-		{"repair off", []string{"--set", "repair.enabled=false"}, []string{"Repair:   off"}},
+			[]string{"NetworkAttachmentDefinition istio-cni in: bookinfo)"}, nil},
+		{"seed command", seedArgs, []string{"Excluded namespaces: none"}, nil},
+		{"repair in place", []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false"}, []string{"Repair:   repair in place, else label"}, nil},
+		{"repair off", []string{"--set", "repair.enabled=false"}, []string{"Repair:   off"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,6 +93,11 @@ func TestNotesTellWhatWasInstalled(t *testing.T) {
 			for _, w := range c.want {
 				if !strings.Contains(notes, w) {
 					t.Errorf("notes lack %q:\n%s", w, notes)
+				}
+			}
+			for _, w := range c.not {
+				if strings.Contains(notes, w) {
+					t.Errorf("notes hold %q:\n%s", w, notes)
 				}
 			}
 		})
