@@ -334,3 +334,35 @@ func TestAWatchThatCannotStartNamesTheLimit(t *testing.T) {
 		t.Errorf("hint for ENOSPC %q does not name fs.inotify.max_user_watches", got)
 	}
 }
+
+// TestAWriteThatKeepsFailingIsLoggedOnce: a write that fails the same way at every
+// retry after its temporary file is made (a binary's path taken by a non-empty
+// directory here; a full disk, an I/O error or a busy path fail there as well) is
+// one error line, not one per retry (1 s doubling to 30 s: 120 lines an hour per
+// file). The error named the random temporary file, so no two retries' errors were
+// alike and report's de-duplication never held.
+func TestAWriteThatKeepsFailingIsLoggedOnce(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "istio-cni")
+	writeFile(t, src, []byte("#!/bin/sh\n"), 0o755)
+	size, sum, err := digest(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	a.s.UpdateBinaries = true
+	a.bins = []binary{{name: "istio-cni", src: src, size: size, sum: sum}}
+	a.binDirs = []string{t.TempDir()}
+	if err := os.MkdirAll(filepath.Join(a.binDirs[0], "istio-cni", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const retries = 5
+	for range retries {
+		a.reconcile(dirtyBinaries)
+		a.retryPending = false // as the loop does when the retry's wake arrives
+	}
+	if n := strings.Count(agentLog.String(), `msg="install step failed"`); n != 1 {
+		t.Errorf("%d retries of a write failing the same way logged %d errors, want 1:\n%s", retries, n, agentLog.String())
+	}
+}

@@ -116,7 +116,8 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 	if dir == "" {
 		dir = "."
 	}
-	f, release, err := livetemp.CreateTemp(dir, "."+base+tempInfix+"*")
+	pattern := "." + base + tempInfix + "*"
+	f, release, err := livetemp.CreateTemp(dir, pattern)
 	if err != nil {
 		return err
 	}
@@ -126,6 +127,7 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 		if err != nil {
 			f.Close()
 			os.Remove(tmp)
+			err = namePattern(err, tmp, filepath.Join(dir, pattern))
 		}
 	}()
 	if err = fill(f); err != nil {
@@ -150,6 +152,22 @@ func ReplaceAtomic(path, tempInfix string, mode os.FileMode, fill func(w io.Writ
 	// bring back the old file, which is still whole.
 	syncDir(dir)
 	return nil
+}
+
+// namePattern names the removed temporary file tmp in err by its pattern, as a
+// failed os.CreateTemp does: its random name would make the same failure (a full
+// disk, a busy path) a new error at every retry, and the agent logs an error once
+// until it changes.
+func namePattern(err error, tmp, pattern string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == tmp {
+		pe.Path = pattern
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) && le.Old == tmp {
+		le.Old = pattern
+	}
+	return err
 }
 
 // syncDir makes the renames and removals done in dir durable, as far as the file
