@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +119,33 @@ func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(n.runDir, plugin.PodCacheSocketName)); !os.IsNotExist(err) {
 		t.Errorf("pods.sock left behind: %v", err)
 	}
+}
+
+// TestAnAPIServerThatRefusesTheLeaseIsLoggedOnce: every agent campaigns for the
+// taint's Lease, and client-go's elector logged each failed attempt at error: with
+// the API server down, one line each TAINT_RETRY_PERIOD (2 s to 4.4 s with its
+// jitter), over a thousand an hour on every node, all saying the same. Now the
+// failure is logged once until its error changes.
+func TestAnAPIServerThatRefusesTheLeaseIsLoggedOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close() // connections are refused from now on
+
+	n := newNode(t)
+	n.writeCalico(t)
+	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
+		"NODE_NAME=node-a", "POD_NAME=istio-cni-node-a", "POD_NAMESPACE=istio-system",
+		"TAINT_ENABLED=true", "TAINT_LEASE_DURATION=1s", "TAINT_RENEW_DEADLINE=500ms", "TAINT_RETRY_PERIOD=100ms")
+	p.waitReady(t)
+	p.waitLog(t, "the taint controller campaigns", `API server features started.*taint=true`)
+	p.waitLog(t, "the refused Lease is logged", `connection refused`)
+	time.Sleep(3 * time.Second) // 14 to 30 attempts at 100 ms, jittered up to 220 ms
+	log := p.stderr.String()
+	if n := strings.Count(log, "connection refused"); n != 1 {
+		t.Errorf("a steadily refused Lease logged %d lines over 3 s, want 1:\n%s", n, log)
+	}
+	p.stop(t)
 }

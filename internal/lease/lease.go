@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 
 	"github.com/istio-cni/istio-cni/internal/settings"
 )
@@ -104,13 +107,20 @@ type Callbacks struct {
 // cb.Lead for each term won. A term ends (Lead's context is cancelled) when a
 // renewal fails or ctx ends; Run waits for Lead to return before it calls
 // cb.Stopped and campaigns again, so two terms of one replica never overlap. The
-// Lease is released when ctx ends.
-func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespace string, c Config, cb Callbacks) error {
-	lock := &resourcelock.LeaseLock{
+// Lease is released when ctx ends. A failing read or write of the Lease is logged
+// to log once until its error changes, and its end is logged (reportingLock).
+func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespace string, c Config, log *slog.Logger, cb Callbacks) error {
+	lock := &reportingLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: c.LeaseName},
 		Client:     client,
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.Identity},
-	}
+	}, log: log, reported: map[string]string{}}
+	// client-go's elector logs each failed attempt at error, one each RetryPeriod
+	// while the API server is down (over a thousand lines an hour at the taint's
+	// 2 s, on every node); the lock reports them instead, and RunJob each term. A
+	// term's work logs as it would have (termLog).
+	termLog := klog.FromContext(ctx)
+	electing := klog.NewContext(ctx, klog.Logger{}) // the zero logger discards
 	for ctx.Err() == nil {
 		// client-go starts OnStartedLeading on a goroutine of its own and may return
 		// from Run before that goroutine has begun: term decides, race-free, whether
@@ -131,7 +141,7 @@ func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespac
 						return
 					}
 					defer close(done)
-					cb.Lead(ctx)
+					cb.Lead(klog.NewContext(ctx, termLog))
 				},
 				OnStoppedLeading: func() {},
 			},
@@ -139,7 +149,7 @@ func Run(ctx context.Context, client coordinationv1client.LeasesGetter, namespac
 		if err != nil {
 			return fmt.Errorf("leader election on lease %s/%s: %w", namespace, c.LeaseName, err)
 		}
-		le.Run(ctx)
+		le.Run(electing)
 		if term.CompareAndSwap(idle, over) {
 			continue
 		}
@@ -173,7 +183,7 @@ type Job struct {
 
 // RunJob is Run for a controller: it keeps l up to date and logs each term.
 func RunJob(ctx context.Context, client coordinationv1client.LeasesGetter, namespace string, c Config, l *Leadership, log *slog.Logger, j Job) error {
-	err := Run(ctx, client, namespace, c, Callbacks{
+	err := Run(ctx, client, namespace, c, log, Callbacks{
 		Lead: func(ctx context.Context) {
 			l.Leading.Store(true)
 			l.Elected.Add(1)
@@ -191,4 +201,55 @@ func RunJob(ctx context.Context, client coordinationv1client.LeasesGetter, names
 		return fmt.Errorf("%s: %w", j.Name, err)
 	}
 	return nil
+}
+
+// reportingLock is the Lease's lock, which logs its failures itself: a failed read,
+// create or update once until that operation's error changes, and the operation's
+// next success. A missing Lease (created next) and a conflict (another replica
+// wrote first) are answers, not failures.
+type reportingLock struct {
+	resourcelock.Interface
+	log *slog.Logger
+
+	mu sync.Mutex
+	// reported holds the error logged per operation.
+	reported map[string]string
+}
+
+func (l *reportingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.Interface.Get(ctx)
+	l.note(ctx, "read", err)
+	return r, raw, err
+}
+
+func (l *reportingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Create(ctx, ler)
+	l.note(ctx, "create", err)
+	return err
+}
+
+func (l *reportingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	err := l.Interface.Update(ctx, ler)
+	l.note(ctx, "update", err)
+	return err
+}
+
+func (l *reportingLock) note(ctx context.Context, op string, err error) {
+	if ctx.Err() != nil {
+		return // stopping: the election's own cancellation
+	}
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		err = nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last, failing := l.reported[op]
+	switch {
+	case err == nil && failing:
+		delete(l.reported, op)
+		l.log.Info("lease "+op+" succeeds again", "lease", l.Describe())
+	case err != nil && err.Error() != last:
+		l.reported[op] = err.Error()
+		l.log.Error("cannot "+op+" the lease; retrying each retry period, logged again when the error changes", "lease", l.Describe(), "error", err)
+	}
 }
