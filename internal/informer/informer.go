@@ -43,10 +43,15 @@ func New[L runtime.Object](obj runtime.Object, sel Selector,
 
 // Work runs workers goroutines that take keys from queue and handle them until ctx
 // ends; then it shuts the queue down and waits for them. A key whose handling fails
-// goes back with the queue's backoff, after failed is told.
+// goes back with the queue's backoff, after failed is told; repeated says the key's
+// previous attempt failed with the same error, so that a failure that lasts is
+// logged once, not at every retry (the back-off's cap still means a hundred lines an
+// hour for each node or namespace that keeps failing).
 func Work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], workers int,
-	handle func(ctx context.Context, key string) error, failed func(key string, err error),
+	handle func(ctx context.Context, key string) error, failed func(key string, err error, repeated bool),
 ) {
+	var mu sync.Mutex
+	lastErr := map[string]string{} // per key failing now, its last error
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -56,9 +61,16 @@ func Work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string
 					return
 				}
 				if err := handle(ctx, key); err != nil {
-					failed(key, err)
+					mu.Lock()
+					last, failing := lastErr[key]
+					lastErr[key] = err.Error()
+					mu.Unlock()
+					failed(key, err, failing && last == err.Error())
 					queue.AddRateLimited(key)
 				} else {
+					mu.Lock()
+					delete(lastErr, key)
+					mu.Unlock()
 					queue.Forget(key)
 				}
 				queue.Done(key)

@@ -192,9 +192,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		return nil
 	}
 	r := &reconciler{c: c, namespaces: namespaces.GetIndexer(), pods: pods.GetIndexer(), defs: defs.GetIndexer()}
-	informer.Work(ctx, queue, 1, r.reconcile, func(ns string, err error) {
+	informer.Work(ctx, queue, 1, r.reconcile, func(ns string, err error, repeated bool) {
 		c.metrics.CreateFailures.Add(1)
-		c.log.Warn("NetworkAttachmentDefinition not created, retrying", "namespace", ns, "error", err)
+		if !repeated {
+			c.log.Warn("NetworkAttachmentDefinition not created, retrying (logged again when the error changes)", "namespace", ns, "error", err)
+		}
 	})
 	return nil
 }

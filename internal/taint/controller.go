@@ -197,9 +197,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		// synced: nothing failed, and a term's error is logged as a failure.
 		return nil
 	}
-	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error) {
+	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error, repeated bool) {
 		c.metrics.PatchFailures.Add(1)
-		c.log.Warn("node taint not updated, retrying", "node", name, "taint", c.cfg.Key, "error", err)
+		if !repeated {
+			c.log.Warn("node taint not updated, retrying (logged again when the error changes)", "node", name, "taint", c.cfg.Key, "error", err)
+		}
 	})
 	return nil
 }
