@@ -468,9 +468,10 @@ func (a *agent) reconcile(d dirty) {
 			a.m.installFailed(installConfigFailure)
 		case res == configContested:
 			failed |= dirtyConfig
-		case res == configInstalled, res == configUnchanged && !wasInPlace:
+		case (res == configInstalled || res == configUnchanged) && !wasInPlace:
 			// Also when found in place (an earlier agent left it): the line the
-			// README's check looks for.
+			// README's check looks for. A write while in place (a re-insert, a
+			// replaced or moved entry) has its own line (noteInstall, moveFrom).
 			a.clearReport("config")
 			a.log.Info("the CNI config holds the istio-cni entry", "file", a.cfg.current)
 		default:

@@ -201,7 +201,11 @@ func (a *agent) noteInstall(path string, replaced bool) {
 		}
 	}
 	a.cfg.reverts = append(kept, now)
-	a.log.Info("put the istio-cni entry back into the CNI config", "file", path)
+	if len(a.cfg.reverts) <= a.s.RevertWarnCount {
+		// Beyond, the warning speaks for them once a window: a primary rewriting its
+		// file every second would otherwise log thousands of lines an hour.
+		a.log.Info("put the istio-cni entry back into the CNI config", "file", path)
+	}
 	if len(a.cfg.reverts) > a.s.RevertWarnCount && now.Sub(a.cfg.lastWarn) >= a.s.RevertWarnWindow {
 		a.cfg.lastWarn = now
 		a.log.Warn(fmt.Sprintf("the primary CNI keeps rewriting %s without the istio-cni entry (%d times in %s); "+

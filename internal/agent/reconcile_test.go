@@ -366,3 +366,43 @@ func TestAWriteThatKeepsFailingIsLoggedOnce(t *testing.T) {
 		t.Errorf("%d retries of a write failing the same way logged %d errors, want 1:\n%s", retries, n, agentLog.String())
 	}
 }
+
+// TestAPrimaryThatKeepsRewritingIsNotLoggedAtEveryRewrite: a primary CNI that
+// rewrites its config without the entry every second (a daemon's reconcile loop)
+// had every re-insert logged twice ("put the istio-cni entry back", "the CNI config
+// holds the istio-cni entry"): 7,200 lines an hour on the node. The put-backs are
+// logged until there are more than REVERT_WARN_COUNT in REVERT_WARN_WINDOW; then
+// the warning, once a window, speaks for them, and each is counted
+// (istio_cni_config_reinserts_total).
+func TestAPrimaryThatKeepsRewritingIsNotLoggedAtEveryRewrite(t *testing.T) {
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	primary := filepath.Join(a.s.MountedNetDir, "10-calico.conflist")
+	writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+	a.reconcile(dirtyConfig)
+	const rewrites = 20
+	for range rewrites {
+		writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+		a.reconcile(dirtyConfig)
+		if !hasEntryLast(primary) {
+			t.Fatalf("the entry is not back:\n%s", agentLog.String())
+		}
+	}
+	log := agentLog.String()
+	for _, c := range []struct {
+		msg  string
+		want int
+	}{
+		{`msg="the CNI config holds the istio-cni entry"`, 1}, // the first install
+		{`msg="put the istio-cni entry back into the CNI config"`, a.s.RevertWarnCount},
+		{`msg="the primary CNI keeps rewriting`, 1},
+	} {
+		if got := strings.Count(log, c.msg); got != c.want {
+			t.Errorf("%d rewrites: %d lines %s, want %d", rewrites, got, c.msg, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("agent log:\n%s", log)
+	}
+}
