@@ -721,7 +721,9 @@ func (a *agent) settled(key string, err error) bool {
 	return false
 }
 
-// clearReportsExcept forgets skip reports for files no longer skipped.
+// clearReportsExcept forgets skip reports for files no longer skipped, and says so
+// of those it had logged: the error would otherwise be the log's last word on the
+// file.
 func (a *agent) clearReportsExcept(prefix string, skipped []cniconf.Skipped) {
 	stale := func(key string) bool {
 		name, ok := strings.CutPrefix(key, prefix)
@@ -730,6 +732,7 @@ func (a *agent) clearReportsExcept(prefix string, skipped []cniconf.Skipped) {
 	for key := range a.reported {
 		if stale(key) {
 			delete(a.reported, key)
+			a.log.Info("CNI config no longer skipped: it parses now, is gone, or sorts after the primary", "file", filepath.Join(a.s.MountedNetDir, strings.TrimPrefix(key, prefix)))
 		}
 	}
 	for key := range a.unsettled {

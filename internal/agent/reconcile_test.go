@@ -406,3 +406,43 @@ func TestAPrimaryThatKeepsRewritingIsNotLoggedAtEveryRewrite(t *testing.T) {
 		t.Logf("agent log:\n%s", log)
 	}
 }
+
+// TestTheEndOfASkippedConfigIsLogged: a config the agent skips (it does not parse)
+// is logged at error; once it parses, or is gone, the log says so. It used to say
+// nothing, so the last word of the log on that file was still the error: an
+// operator reading it after the fix saw the file as broken.
+func TestTheEndOfASkippedConfigIsLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fix  func(path string) error
+	}{
+		{"fixed", func(path string) error { return os.WriteFile(path, []byte(loopbackConf), 0o644) }},
+		{"removed", os.Remove},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := configAgent(t)
+			var agentLog logbuf.Buffer
+			a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+			dir := a.s.MountedNetDir
+			writeFiles(t, dir, map[string]string{"10-calico.conflist": calicoList, "05-bad.conf": loopbackConf[:20]})
+			a.reconcile(dirtyConfig)
+			for k, u := range a.unsettled { // the settle recheck, a second later
+				u.since = u.since.Add(-2 * settleDelay)
+				a.unsettled[k] = u
+			}
+			a.reconcile(dirtyConfig)
+			if !strings.Contains(agentLog.String(), "05-bad.conf left untouched") {
+				t.Fatalf("the broken file is not reported:\n%s", agentLog.String())
+			}
+			if err := tc.fix(filepath.Join(dir, "05-bad.conf")); err != nil {
+				t.Fatal(err)
+			}
+			before := agentLog.String()
+			a.reconcile(dirtyConfig)
+			after := strings.TrimPrefix(agentLog.String(), before)
+			if !strings.Contains(after, "level=INFO") || !strings.Contains(after, "05-bad.conf") {
+				t.Errorf("nothing says 05-bad.conf is no longer skipped; the log ends:\n%s", agentLog.String())
+			}
+		})
+	}
+}
