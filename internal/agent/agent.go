@@ -54,6 +54,8 @@ type agent struct {
 	// contests holds, per file, the overwrites of another writer's content
 	// (mayOverwrite).
 	contests map[string]*contest
+	// contestWake is when a pending wake asks endContests to look again.
+	contestWake time.Time
 	// reported holds the last error logged per key, so a file that stays broken is
 	// reported once, not on every event.
 	reported map[string]string
@@ -479,6 +481,7 @@ func (a *agent) reconcile(d dirty) {
 		}
 	}
 	a.scheduleRetry(d, failed)
+	a.endContests(time.Now())
 	ready := a.cfg.inPlace && a.binsOK && a.kubeOK
 	if ready != a.ready.Load() {
 		a.log.Info("readiness changed", "ready", ready)

@@ -35,12 +35,14 @@ type contest struct {
 func (a *agent) mayOverwrite(path string, now time.Time) bool {
 	for p, c := range a.contests {
 		if p != path && now.Sub(c.lastSeen) >= contestWindow {
-			delete(a.contests, p)
-			a.clearReport("contest:" + p)
+			a.endContest(p)
 		}
 	}
 	c := a.contests[path]
 	if c == nil || now.Sub(c.lastSeen) >= contestWindow {
+		if c != nil {
+			a.endContest(path)
+		}
 		c = &contest{}
 		a.contests[path] = c
 		a.clearReport("contest:" + path)
@@ -69,4 +71,41 @@ func (a *agent) mayOverwrite(path string, now time.Time) bool {
 	c.delay = min(max(2*c.delay, retryMin), retryMax)
 	c.next = now.Add(c.delay)
 	return true
+}
+
+// endContest forgets the contest over path, and says it is over when it was
+// reported: the error would otherwise be the log's last word on the file.
+func (a *agent) endContest(path string) {
+	delete(a.contests, path)
+	if _, ok := a.reported["contest:"+path]; ok {
+		a.log.Info("another writer no longer changes the file", "file", path, "quietFor", contestWindow)
+	}
+	a.clearReport("contest:" + path)
+}
+
+// endContests ends the contests whose other writer was last seen contestWindow
+// ago, and wakes the loop when the next reported one may end: this agent's own
+// content in place raises no event that would. One wake is pending at a time.
+func (a *agent) endContests(now time.Time) {
+	var next time.Time
+	for p, c := range a.contests {
+		end := c.lastSeen.Add(contestWindow)
+		if !now.Before(end) {
+			a.endContest(p)
+			continue
+		}
+		if _, ok := a.reported["contest:"+p]; ok && (next.IsZero() || end.Before(next)) {
+			next = end
+		}
+	}
+	if next.IsZero() || a.contestWake.After(now) {
+		return
+	}
+	a.contestWake = next
+	time.AfterFunc(next.Sub(now), func() {
+		select {
+		case a.recheck <- struct{}{}:
+		default:
+		}
+	})
 }

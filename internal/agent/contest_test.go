@@ -1,12 +1,17 @@
 package agent
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
 // TestOverwritesOfAnotherWritersContentAreSpacedOut drives mayOverwrite with a
@@ -70,5 +75,44 @@ func TestOverwritesOfAnotherWritersContentAreSpacedOut(t *testing.T) {
 	// The quiet file's record was dropped.
 	if _, ok := a.contests["c"]; ok {
 		t.Error("the contest record of a file untouched for a window is still kept")
+	}
+}
+
+// TestTheEndOfAContestIsLogged: a contest (another writer kept changing a file) is
+// logged at error once; once the other writer has left the file alone for
+// contestWindow, the log says so. It used to say nothing: the contest was forgotten
+// only at the next overwrite of another file, silently, and this agent's own
+// content in place raises no event, so the error stayed the log's last word on the
+// file after the other agent had gone.
+func TestTheEndOfAContestIsLogged(t *testing.T) {
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	const path = "/etc/cni/net.d/10-calico.conflist"
+	// The other writer's content was found contestFree+1 times, last almost a
+	// window ago; the reconcile that found it ends as any does.
+	last := time.Now().Add(-contestWindow + 300*time.Millisecond)
+	for i := range contestFree + 1 {
+		a.mayOverwrite(path, last.Add(time.Duration(i-contestFree)*time.Millisecond))
+	}
+	if !strings.Contains(agentLog.String(), "another writer keeps changing "+path) {
+		t.Fatalf("the contest is not reported:\n%s", agentLog.String())
+	}
+	a.reconcile(0)
+
+	fw, err := fsnotify.NewWatcher() // watches nothing: only the agent's own wake can end it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.loop(ctx, &watcher{Watcher: fw}); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(agentLog.String(), `msg="another writer no longer changes the file" file=`+path); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the contest's end is not logged within 5 s of the window's end:\n%s", agentLog.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
