@@ -46,7 +46,8 @@ func New[L runtime.Object](obj runtime.Object, sel Selector,
 // goes back with the queue's backoff, after failed is told; repeated says the key's
 // previous attempt failed with the same error, so that a failure that lasts is
 // logged once, not at every retry (the back-off's cap still means a hundred lines an
-// hour for each node or namespace that keeps failing).
+// hour for each node or namespace that keeps failing). failed is told once more,
+// with a nil err, when a key that failed is handled: the failure's end.
 func Work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], workers int,
 	handle func(ctx context.Context, key string) error, failed func(key string, err error, repeated bool),
 ) {
@@ -69,8 +70,12 @@ func Work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string
 					queue.AddRateLimited(key)
 				} else {
 					mu.Lock()
+					_, failing := lastErr[key]
 					delete(lastErr, key)
 					mu.Unlock()
+					if failing {
+						failed(key, nil, false)
+					}
 					queue.Forget(key)
 				}
 				queue.Done(key)

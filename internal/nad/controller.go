@@ -193,6 +193,10 @@ func (c *Controller) lead(ctx context.Context) error {
 	}
 	r := &reconciler{c: c, namespaces: namespaces.GetIndexer(), pods: pods.GetIndexer(), defs: defs.GetIndexer()}
 	informer.Work(ctx, queue, 1, r.reconcile, func(ns string, err error, repeated bool) {
+		if err == nil {
+			c.log.Info("NetworkAttachmentDefinition up to date again", "namespace", ns)
+			return
+		}
 		c.metrics.CreateFailures.Add(1)
 		if !repeated {
 			c.log.Warn("NetworkAttachmentDefinition not created, retrying (logged again when the error changes)", "namespace", ns, "error", err)

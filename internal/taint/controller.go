@@ -198,6 +198,10 @@ func (c *Controller) lead(ctx context.Context) error {
 		return nil
 	}
 	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error, repeated bool) {
+		if err == nil {
+			c.log.Info("node taint up to date again", "node", name, "taint", c.cfg.Key)
+			return
+		}
 		c.metrics.PatchFailures.Add(1)
 		if !repeated {
 			c.log.Warn("node taint not updated, retrying (logged again when the error changes)", "node", name, "taint", c.cfg.Key, "error", err)

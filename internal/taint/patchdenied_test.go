@@ -2,6 +2,7 @@ package taint
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,9 @@ import (
 // TestAPatchThatKeepsFailingIsLoggedOncePerNode: the leader may not patch nodes (the
 // grant dropped, or an admission policy denies taints), so every node that needs
 // the taint fails at every retry. Each failure is counted, but each node's lasting
-// failure is one warning, not one per retry: the back-off reaches 30 s, 120 lines
-// an hour for each node, on one agent.
-func TestAPatchThatKeepsFailingIsLoggedOncePerNode(t *testing.T) {
+// failure is one warning, not one per retry (the back-off reaches 30 s: 120 lines
+// an hour for each node, on one agent), and its end is logged.
+func TestAPatchThatKeepsFailingIsLoggedOncePerNodeAndItsEndToo(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	admin := cp.AdminClient()
 	if err := cp.EnsureNamespace(t.Context(), agentNS); err != nil {
@@ -52,14 +53,33 @@ func TestAPatchThatKeepsFailingIsLoggedOncePerNode(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the last failure's line
 	for _, n := range nodes {
-		got := 0
-		for _, line := range strings.Split(log.String(), "\n") {
-			if strings.Contains(line, `msg="node taint not updated`) && strings.Contains(line, " node="+n+" ") {
-				got++
-			}
-		}
-		if got != 1 {
+		if got := linesOf(log.String(), `msg="node taint not updated`, " node="+n+" "); got != 1 {
 			t.Errorf("node %s: %d warnings (of %d denied patches in all), want 1:\n%s", n, got, failures(), log.String())
 		}
 	}
+
+	// The grant comes back: each node's next retry patches it, and the log says
+	// the failure is over (the warning would otherwise be its last word).
+	if _, err := cp.ServiceAccountKubeconfig(t.Context(), agentNS, "taint-no-patch", taintRules); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		waitTaints(t, admin, n, notReady)
+		over := func() bool { return linesOf(log.String(), `msg="node taint up to date again"`, " node="+n+" ") == 1 }
+		settle(t, over)
+		if !over() {
+			t.Errorf("node %s tainted, and the log does not say once that its failure is over:\n%s", n, log.String())
+		}
+	}
+}
+
+// linesOf counts the lines of log holding every one of parts.
+func linesOf(log string, parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			n++
+		}
+	}
+	return n
 }
