@@ -64,6 +64,12 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		a.report("skip:"+sk.Name, err, "a runtime that skips it uses a later file (containerd fails every pod's network instead); fix or remove it")
 	}
 	a.clearReportsExcept("skip:", skipped)
+	if unsettled && errors.Is(err, cniconf.ErrNoPrimary) {
+		// Every candidate is broken, one of them for less than settleDelay: most
+		// likely the primary being written in place. A moment, not worth a line nor
+		// a change of readiness; settled has asked for a recheck.
+		return configWaiting, nil
+	}
 	if errors.Is(err, cniconf.ErrNoPrimary) {
 		a.cfg.inPlace = false
 		a.report("primary", fmt.Errorf("waiting for the primary CNI's config: %w", err), "")

@@ -446,3 +446,42 @@ func TestTheEndOfASkippedConfigIsLogged(t *testing.T) {
 		})
 	}
 }
+
+// TestAPrimaryRewrittenInPlaceIsNotLoggedForItsHalfWrittenMoment: a primary CNI that
+// rewrites its only config in place (truncate, then write) shows a half-written
+// file for a moment, which is not worth a line (settleDelay). Each such moment
+// used to log "waiting for the primary CNI config" and two "readiness changed"
+// lines, readiness flapping to false and back: for a daemon that rewrites every
+// second, thousands of lines an hour saying nothing that lasted.
+func TestAPrimaryRewrittenInPlaceIsNotLoggedForItsHalfWrittenMoment(t *testing.T) {
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+	a.reconcile(dirtyConfig)
+	const rewrites = 10
+	for range rewrites {
+		writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList[:40]})
+		a.reconcile(dirtyConfig)
+		if !a.ready.Load() {
+			t.Errorf("not ready while the primary is half-written for a moment")
+		}
+		writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+		a.reconcile(dirtyConfig)
+	}
+	log := agentLog.String()
+	for _, c := range []struct {
+		msg  string
+		want int
+	}{
+		{`msg="readiness changed"`, 1}, // the first install
+		{`msg="waiting for the primary CNI config"`, 0},
+	} {
+		if got := strings.Count(log, c.msg); got != c.want {
+			t.Errorf("%d rewrites in place: %d lines %s, want %d", rewrites, got, c.msg, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("agent log:\n%s", log)
+	}
+}
