@@ -524,6 +524,7 @@ func (a *agent) scheduleRetry(tried, failed dirty) {
 // reports whether to try again later.
 func (a *agent) reconcileBinaries() (retry bool) {
 	ok, contested := true, false
+	var overwrote string // the last target that held another installer's binary
 	mayReplace := func(target string) bool {
 		if !a.s.UpdateBinaries {
 			return false
@@ -535,6 +536,7 @@ func (a *agent) reconcileBinaries() (retry bool) {
 		// release's image) copies its own back when it sees ours: put back at once the
 		// first few times, then spaced out. Its binary runs the entry meanwhile.
 		if a.mayOverwrite(target, time.Now()) {
+			overwrote = target
 			return true
 		}
 		contested = true
@@ -557,7 +559,11 @@ func (a *agent) reconcileBinaries() (retry bool) {
 				if a.binsInstalled {
 					verb = "restored"
 				}
-				a.log.Info(verb+" binary", "path", filepath.Join(dir, a.s.BinariesPrefix+b.name))
+				// A put-back over the other installer's binary in a reported contest goes
+				// unlogged; the restore of a deleted one does not.
+				if path := filepath.Join(dir, a.s.BinariesPrefix+b.name); path != overwrote || !a.contested(path) {
+					a.log.Info(verb+" binary", "path", path)
+				}
 			}
 		}
 	}
@@ -668,7 +674,9 @@ func (a *agent) writeKubeconfig() error {
 		verb = "rewrote (token or CA changed)"
 	}
 	a.kubeconfigWritten = true
-	a.log.Info(verb+" the plugin's kubeconfig", "path", path, "mode", fmt.Sprintf("%#o", a.s.KubeconfigMode))
+	if !theirs || !a.contested(path) {
+		a.log.Info(verb+" the plugin's kubeconfig", "path", path, "mode", fmt.Sprintf("%#o", a.s.KubeconfigMode))
+	}
 	return nil
 }
 

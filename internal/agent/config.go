@@ -190,7 +190,9 @@ func (a *agent) earlierHolders(now string) []string {
 // rewrite and the re-insert is missed.
 func (a *agent) noteInstall(path string, replaced bool) {
 	if a.cfg.installed && replaced {
-		a.log.Info("replaced an istio-cni entry that differed from this agent's", "file", path)
+		if !a.contested(path) {
+			a.log.Info("replaced an istio-cni entry that differed from this agent's", "file", path)
+		}
 		return
 	}
 	a.m.installs.WithLabelValues(installSuccess).Inc()

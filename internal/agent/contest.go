@@ -109,3 +109,10 @@ func (a *agent) endContests(now time.Time) {
 		}
 	})
 }
+
+// contested says a contest over path has been reported: its put-backs, one per
+// retry for as long as the other writer runs, are not logged one by one.
+func (a *agent) contested(path string) bool {
+	_, ok := a.reported["contest:"+path]
+	return ok
+}

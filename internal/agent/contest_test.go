@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +117,78 @@ func TestTheEndOfAContestIsLogged(t *testing.T) {
 			t.Fatalf("the contest's end is not logged within 5 s of the window's end:\n%s", agentLog.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAContestedFileIsNotLoggedAtEveryPutBack: two agents that disagree (two
+// releases of the chart on a node) each put their own content back once per retry,
+// up to once every 30 s for as long as both run. The contest is logged once (and
+// its end); each put-back was logged too ("replaced an istio-cni entry that
+// differed", "restored binary", "rewrote the plugin's kubeconfig"): 120 lines an
+// hour per file, on each agent. Now only those before the contest is reported.
+func TestAContestedFileIsNotLoggedAtEveryPutBack(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "istio-cni")
+	writeFile(t, src, []byte("#!/bin/sh\n# ours\n"), 0o755)
+	size, sum, err := digest(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, line string
+		d          dirty
+		setUp      func(a *agent) (path string)
+		theirs     func(t *testing.T, path string, i int)
+	}{
+		{"entry", `msg="replaced an istio-cni entry that differed from this agent's"`, dirtyConfig,
+			func(a *agent) string {
+				writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+				return filepath.Join(a.s.MountedNetDir, "10-calico.conflist")
+			},
+			func(t *testing.T, path string, i int) {
+				writeFile(t, path, fmt.Appendf(nil, `{"cniVersion":"0.3.1","name":"k8s","plugins":[{"type":"calico"},{"name":"istio-cni","type":"istio-cni","release":%d}]}`, i), 0o644)
+			}},
+		{"binary", `msg="restored binary"`, dirtyBinaries,
+			func(a *agent) string {
+				a.s.UpdateBinaries = true
+				a.bins = []binary{{name: "istio-cni", src: src, size: size, sum: sum}}
+				a.binDirs = []string{t.TempDir()}
+				return filepath.Join(a.binDirs[0], "istio-cni")
+			},
+			func(t *testing.T, path string, i int) {
+				writeFile(t, path, fmt.Appendf(nil, "#!/bin/sh\n# theirs %d\n", i), 0o755)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := configAgent(t)
+			var agentLog logbuf.Buffer
+			a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+			path := tc.setUp(a)
+			a.reconcile(tc.d)
+			const putBacks = 20
+			for i := range putBacks {
+				tc.theirs(t, path, i)
+				if c := a.contests[path]; c != nil {
+					c.next = time.Time{} // its retry has come
+				}
+				a.reconcile(tc.d)
+			}
+			log := agentLog.String()
+			if !strings.Contains(log, "another writer keeps changing "+path) {
+				t.Fatalf("no contest reported:\n%s", log)
+			}
+			if got := strings.Count(log, tc.line); got != contestFree {
+				t.Errorf("%d put-backs of %s logged %d times, want %d (those before the contest):\n%s", putBacks, path, got, contestFree, log)
+			}
+			if tc.d == dirtyBinaries {
+				// A deleted binary put back during the contest is not a put-back over theirs.
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				a.reconcile(tc.d)
+				if got := strings.Count(agentLog.String(), tc.line); got != contestFree+1 {
+					t.Errorf("the restore of the deleted binary is not logged:\n%s", agentLog.String())
+				}
+			}
+		})
 	}
 }
