@@ -51,7 +51,7 @@ func (a *agent) serveHTTP() (stop func(), err error) {
 			stop()
 			return nil, portError(s.what, s.addr, s.port, err)
 		}
-		srv := newHTTPServer(s.mux)
+		srv := newHTTPServer(s.mux, a.log)
 		started = append(started, srv)
 		go func() { _ = srv.Serve(l) }()
 		a.log.Info("http server listening", "serves", s.what, "addr", l.Addr().String())
@@ -70,10 +70,12 @@ const (
 	httpIdleTimeout  = 30 * time.Second
 )
 
-// newHTTPServer is a server of the node's network with the bounds above.
-func newHTTPServer(h http.Handler) *http.Server {
+// newHTTPServer is a server of the node's network with the bounds above. What
+// net/http logs (a failed accept, retried while the agent is out of descriptors)
+// goes to log, in the agent's format, not to the standard library's logger.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: httpReadTimeout, ReadTimeout: httpReadTimeout,
-		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout}
+		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 }
 
 func portError(what string, addr netip.Addr, port uint16, err error) error {

@@ -335,7 +335,8 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 			sink.writeLine(line)
 		}
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: istioLogTimeout, ReadTimeout: istioLogTimeout}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: istioLogTimeout, ReadTimeout: istioLogTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -233,7 +233,7 @@ func TestStoppingLeavesAnotherAgentsSocket(t *testing.T) {
 // wait. It checks the settings only: net/http's own tests prove what they do, and
 // waiting out a 30 s idle bound here would slow every run.
 func TestHTTPServersAreBounded(t *testing.T) {
-	s := newHTTPServer(http.NotFoundHandler())
+	s := newHTTPServer(http.NotFoundHandler(), slog.Default())
 	if s.ReadHeaderTimeout == 0 || s.ReadTimeout == 0 || s.WriteTimeout == 0 || s.IdleTimeout == 0 {
 		t.Errorf("server bounds: header %s, read %s, write %s, idle %s; want all set", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)
 	}
@@ -348,5 +348,54 @@ func TestTheDatagramReaderOutlivesATransientError(t *testing.T) {
 	readDatagrams(r, done, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if strings.Contains(out.String(), "never") {
 		t.Errorf("a record was read after stop")
+	}
+}
+
+// TestTheHTTPServersLogThroughTheAgentsLog: what net/http logs of the metrics and
+// probe servers (an accept that fails, retried every 5 ms doubling to 1 s while the
+// agent is out of descriptors) went to the standard library's logger: plain lines
+// on stderr, outside the agent's format (JSON with --log_as_json), that a log
+// pipeline parsing the agent's JSON could not read. They are the agent's records now.
+func TestTheHTTPServersLogThroughTheAgentsLog(t *testing.T) {
+	var agentLog logbuf.Buffer
+	a := newAgent(&Settings{}, slog.New(slog.NewJSONHandler(&agentLog, nil)))
+	stop, err := a.serveHTTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var addr string
+	for _, line := range strings.Split(agentLog.String(), "\n") {
+		var rec struct{ Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Addr != "" {
+			addr = rec.Addr
+			break
+		}
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("no server address in the agent's log (%v):\n%s", err, agentLog.String())
+	}
+
+	release := nofile.Exhaust(t, 1)
+	// The client's connection takes the last free descriptor: the server's accept has none.
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(agentLog.String(), "too many open files") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	if !strings.Contains(agentLog.String(), "too many open files") {
+		t.Fatalf("the server's failed accept is not in the agent's log:\n%s", agentLog.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(agentLog.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a line of the agent's JSON log is not JSON: %s", line)
+		}
 	}
 }

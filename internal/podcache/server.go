@@ -151,7 +151,7 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		}
 	}()
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second, ReadTimeout: ReadTimeout,
-		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(s.logger().Handler(), slog.LevelError)}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
