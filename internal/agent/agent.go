@@ -152,6 +152,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	}
 	if s.PluginServiceAccount != "" {
 		a.tokens = newTokenSource(client.core, &s, log.With("component", "plugin-token"))
+		a.tokens.m = a.m
 	} else if s.UninstallOnExit != ExitAlways {
 		log.Warn("the plugin's kubeconfig carries this agent's own token, which the API server stops accepting once this pod is deleted: "+
 			"between this agent's exit and the next agent's start the plugin cannot look pods up (pods wait, they are not left uncaptured); "+

@@ -57,6 +57,8 @@ type metrics struct {
 	pluginRecords    *prometheus.CounterVec
 	addDuration      *prometheus.HistogramVec
 	addFailures      *prometheus.CounterVec
+	tokenExpiry      prometheus.Gauge
+	tokenFailures    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -92,6 +94,10 @@ func newMetrics() *metrics {
 		addFailures: counterVec("istio_cni_plugin_add_failures_total",
 			"Failed plugin ADDs by the step that failed (reason).",
 			"reason"),
+		tokenExpiry: gauge("istio_cni_plugin_token_expiry_timestamp_seconds",
+			"When the plugin's current token (PLUGIN_SERVICE_ACCOUNT's, in its kubeconfig) expires, in seconds since the epoch; 0 before this agent's first token. Renewed at half its lifetime: an expiry less than that away means renewals are failing."),
+		tokenFailures: counter("istio_cni_plugin_token_request_failures_total",
+			"Failed TokenRequests for the plugin's token (its first and its renewals), each retried after 1 s doubling to 30 s."),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "istio_build",
@@ -103,7 +109,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals, m.featureRestarts,
-		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures,
+		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures, m.tokenExpiry, m.tokenFailures,
 	)
 	// Every series an operator alerts on exists from the start at 0: a counter that
 	// is absent cannot be told from a broken scrape.

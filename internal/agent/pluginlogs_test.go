@@ -108,7 +108,8 @@ func TestNoPluginRecordIsLostInABurst(t *testing.T) {
 }
 
 // gathered is the value of family's series whose label is value, from the agent's
-// registry: a counter's value or a histogram's count.
+// registry: a counter's value or a histogram's count; with label "", the series
+// without labels (a gauge's value too).
 func gathered(t *testing.T, m *metrics, family, label, value string) float64 {
 	t.Helper()
 	families, err := m.reg.Gather()
@@ -120,6 +121,12 @@ func gathered(t *testing.T, m *metrics, family, label, value string) float64 {
 			continue
 		}
 		for _, s := range f.GetMetric() {
+			if label == "" && len(s.GetLabel()) == 0 { // a series without labels
+				if g := s.GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return s.GetCounter().GetValue()
+			}
 			for _, l := range s.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
 					if h := s.GetHistogram(); h != nil {

@@ -96,6 +96,8 @@ type tokenSource struct {
 	node      string
 	lifetime  time.Duration
 	log       *slog.Logger
+	// m, when set, gets the current token's expiry and each failed request.
+	m *metrics
 	// changed wakes the agent's loop when a new token is in.
 	changed chan struct{}
 
@@ -136,6 +138,9 @@ func (t *tokenSource) run(ctx context.Context) {
 			t.failure = err
 			cur := t.cur
 			t.mu.Unlock()
+			if t.m != nil {
+				t.m.tokenFailures.Inc()
+			}
 			attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "error", err, "retryIn", retry}
 			if cur != nil {
 				t.log.Error("plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires",
@@ -151,6 +156,9 @@ func (t *tokenSource) run(ctx context.Context) {
 			t.mu.Lock()
 			t.cur, t.failure = tok, nil
 			t.mu.Unlock()
+			if t.m != nil {
+				t.m.tokenExpiry.Set(float64(tok.expires.Unix()))
+			}
 			select {
 			case t.changed <- struct{}{}:
 			default:

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -189,6 +191,56 @@ func TestAFailedTokenRequestClaimsNoTokenItDoesNotHave(t *testing.T) {
 			}
 			if tc.cur != nil && !strings.Contains(got, "expires=2030-01-02T03:04:05Z") {
 				t.Errorf("the renewal failure does not say when the kept token expires:\n%s", got)
+			}
+		})
+	}
+}
+
+// TestTheTokensExpiryAndFailuresAreMetrics: the plugin keeps working on its token for
+// half its lifetime with no renewal, so an operator alerts before it runs out: the
+// current token's expiry is a gauge (istio_cni_plugin_token_expiry_timestamp_seconds),
+// and every failed TokenRequest is counted
+// (istio_cni_plugin_token_request_failures_total). Until then a renewal that kept
+// failing showed only in the log.
+func TestTheTokensExpiryAndFailuresAreMetrics(t *testing.T) {
+	expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		fail       bool
+		wantExpiry float64
+	}{
+		{"issued", false, float64(expires.Unix())},
+		{"refused", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if tc.fail {
+					return true, nil, errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
+				}
+				return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{
+					Token: "plugin-token", ExpirationTimestamp: metav1.NewTime(expires)}}, nil
+			})
+			s := Settings{PodNamespace: "istio-system", PluginServiceAccount: "istio-cni-plugin", NodeName: "node-a", PluginTokenLifetime: time.Hour}
+			ts := newTokenSource(client.CoreV1(), &s, slog.New(slog.DiscardHandler))
+			ts.m = newMetrics()
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); ts.run(ctx) }()
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				if tok, failure := ts.current(); tok != nil || failure != nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			<-done
+			if got := gathered(t, ts.m, "istio_cni_plugin_token_expiry_timestamp_seconds", "", ""); got != tc.wantExpiry {
+				t.Errorf("token expiry gauge %v, want %v", got, tc.wantExpiry)
+			}
+			if got, want := gathered(t, ts.m, "istio_cni_plugin_token_request_failures_total", "", ""), map[bool]float64{false: 0, true: 1}[tc.fail]; got != want {
+				t.Errorf("token request failures %v, want %v", got, want)
 			}
 		})
 	}
