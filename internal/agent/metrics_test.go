@@ -262,39 +262,34 @@ func TestAgentMetricsAndLogsFromBothPlugins(t *testing.T) {
 		t.Fatalf("ADD with a malformed CNI_ARGS: %v, want the plugin's refusal", err)
 	}
 
+	// conf with one key changed, and a sandbox of pod apps/web with container id.
+	changed := func(key string, value any, id string) (*libcni.NetworkConfig, *libcni.RuntimeConf) {
+		t.Helper()
+		var m map[string]any
+		if err := json.Unmarshal(conf.Bytes, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[key] = value
+		data, _ := json.Marshal(m)
+		c, err := libcni.ConfFromBytes(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, &libcni.RuntimeConf{ContainerID: id, NetNS: newNetns(t), IfName: "eth0",
+			Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}}}
+	}
+
 	// A config that does not parse: the ADD fails before the plugin knows its log
 	// options, and the agent still hears of it (the run dir is read from what
 	// decodes), so the failure is counted as reason config.
-	var broken map[string]any
-	if err := json.Unmarshal(conf.Bytes, &broken); err != nil {
-		t.Fatal(err)
-	}
-	broken["iptables_mode"] = "bogus"
-	brokenBytes, _ := json.Marshal(broken)
-	brokenConf, err := libcni.ConfFromBytes(brokenBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	badConf := &libcni.RuntimeConf{ContainerID: "0a1b2c3d4e5f6789", NetNS: newNetns(t), IfName: "eth0",
-		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}}}
+	brokenConf, badConf := changed("iptables_mode", "bogus", "0a1b2c3d4e5f6789")
 	if _, err := cni.AddNetwork(context.Background(), brokenConf, badConf); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("ADD with iptables_mode bogus: %v, want the plugin's refusal naming the value", err)
 	}
 
 	// A config of a version the plugin does not speak: the dispatch refuses it before
 	// the plugin's ADD runs, and the agent hears of it all the same (reason config).
-	var old map[string]any
-	if err := json.Unmarshal(conf.Bytes, &old); err != nil {
-		t.Fatal(err)
-	}
-	old["cniVersion"] = "0.2.0"
-	oldBytes, _ := json.Marshal(old)
-	oldConf, err := libcni.ConfFromBytes(oldBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldVersion := &libcni.RuntimeConf{ContainerID: "0b1b2c3d4e5f6790", NetNS: newNetns(t), IfName: "eth0",
-		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}}}
+	oldConf, oldVersion := changed("cniVersion", "0.2.0", "0b1b2c3d4e5f6790")
 	if _, err := cni.AddNetwork(context.Background(), oldConf, oldVersion); err == nil || !strings.Contains(err.Error(), "incompatible CNI versions") {
 		t.Fatalf("ADD with cniVersion 0.2.0: %v, want the plugin's refusal", err)
 	}
