@@ -793,13 +793,7 @@ func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 	}
 	// The plugin's: the node's iptables-nft version being written (its GC removes
 	// them too, but containerd does not run GC).
-	xtables := filepath.Join(s.RunDir, plugin.XtablesDirName)
-	entries, _ = os.ReadDir(xtables)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), iptables.VersionTempPrefix) {
-			livetemp.RemoveAbandoned(filepath.Join(xtables, e.Name()))
-		}
-	}
+	iptables.RemoveAbandonedVersionTemps(filepath.Join(s.RunDir, plugin.XtablesDirName))
 	if !s.PodCache {
 		dir := filepath.Join(s.RunDir, kube.AgentPodFilesDir)
 		if _, err := os.Lstat(dir); err == nil {

@@ -508,6 +508,22 @@ var nativeMinVersion = [3]int{1, 8, 9}
 // version is written to before its rename into nativeVersionFile.
 const VersionTempPrefix = ".version-"
 
+// RemoveAbandonedVersionTemps removes from dir (Config.NativeStateDir) the
+// temporary files of the node's iptables-nft version that a killed plugin left,
+// never one a live writer holds (livetemp), and returns how many it removed. The
+// plugin's GC and the agent's start both run it.
+func RemoveAbandonedVersionTemps(dir string) (removed int) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), VersionTempPrefix) {
+			if ok, _ := livetemp.RemoveAbandoned(filepath.Join(dir, e.Name())); ok {
+				removed++
+			}
+		}
+	}
+	return removed
+}
+
 // nativeVersionFile remembers, in Config.NativeStateDir, the version of the
 // restore binary it was read from: "<path> <size> <mtime ns> <version>". A
 // binary replaced on the node (another size or time) is asked again.

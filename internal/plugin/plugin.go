@@ -24,7 +24,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
-	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -860,21 +859,15 @@ func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 		if err != nil {
 			return nil
 		}
-		removed, temps := 0, 0
+		removed := 0
 		for _, e := range entries {
-			path := filepath.Join(dir, e.Name())
-			if strings.HasPrefix(e.Name(), iptables.VersionTempPrefix) {
-				if ok, _ := livetemp.RemoveAbandoned(path); ok {
-					temps++
-				}
-				continue
-			}
 			info, err := e.Info()
 			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour &&
-				removeUnheldLock(path) {
+				removeUnheldLock(filepath.Join(dir, e.Name())) {
 				removed++
 			}
 		}
+		temps := iptables.RemoveAbandonedVersionTemps(dir)
 		log.Debug("GC done", "removedLockFiles", removed, "removedTemporaries", temps)
 		return nil
 	})

@@ -171,12 +171,7 @@ func TestAReportSaysLabelledOnlyOnceTheLabelIsSet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := New(cfg, client, Deps{Plugin: pcfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			background.Run(t, c.Run)
-			waitFor(t, "controller synced", 30*time.Second, func() (bool, error) { return c.HasSynced(), nil })
+			runController(t, cfg, client, Deps{Plugin: pcfg})
 
 			skipped := createPod(t, admin, injectedPod("opted-out", cfg.NodeName, withLabel("sidecar.istio.io/inject", "false")))
 			setValidation(t, admin, skipped, "10.1.0.1", 126, "")
