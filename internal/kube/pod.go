@@ -25,6 +25,20 @@ type ObjectMeta struct {
 	DeletionTimestamp *time.Time        `json:"deletionTimestamp,omitempty"`
 }
 
+// MirrorAnnotation is the annotation the kubelet sets on a static pod's mirror, the
+// copy of the pod it creates in the API server: the static pod's own uid. The API
+// server gives the mirror a uid of its own, while the runtime knows the pod by the
+// kubelet's (its sandbox's K8S_POD_UID).
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// HasSandboxUID reports whether an API server's pod, with uid and annotations, is
+// the pod the kubelet runs as sandboxUID: by its own uid, or, for a static pod's
+// mirror, by the static pod's. The plugin's lookups and the agent's pod cache both
+// decide it here.
+func HasSandboxUID(uid string, annotations map[string]string, sandboxUID string) bool {
+	return uid == sandboxUID || (sandboxUID != "" && annotations[MirrorAnnotation] == sandboxUID)
+}
+
 // PodSpec holds the containers and the pod-level security context.
 type PodSpec struct {
 	NodeName        string              `json:"nodeName,omitempty"`

@@ -265,13 +265,14 @@ func containerNames(pod *kube.Pod) string {
 }
 
 // MatchesPod reports whether the looked-up pod is the sandbox's pod: a pod deleted
-// and recreated under the same name (a StatefulSet's) has a new uid. Runtimes that
-// do not pass K8S_POD_UID match any pod.
+// and recreated under the same name (a StatefulSet's) has a new uid. A static pod's
+// mirror has a uid of its own and the static pod's in an annotation
+// (kube.HasSandboxUID). Runtimes that do not pass K8S_POD_UID match any pod.
 func (a PodArgs) MatchesPod(pod *kube.Pod) error {
 	if pod.Metadata.Namespace != a.Namespace || pod.Metadata.Name != a.Name {
 		return fmt.Errorf("%w: looked up pod %s for sandbox of %s", ErrOtherPod, pod.Key(), a.Key())
 	}
-	if a.UID != "" && pod.Metadata.UID != "" && a.UID != pod.Metadata.UID {
+	if a.UID != "" && pod.Metadata.UID != "" && !kube.HasSandboxUID(pod.Metadata.UID, pod.Metadata.Annotations, a.UID) {
 		return fmt.Errorf("%w: pod %s has uid %s, the sandbox is for uid %s (pod recreated?)", ErrOtherPod, a.Key(), pod.Metadata.UID, a.UID)
 	}
 	return nil

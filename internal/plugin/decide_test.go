@@ -292,8 +292,16 @@ func TestMatchesPodCatchesARecreatedPod(t *testing.T) {
 		{"runtime passes no uid", PodArgs{Name: "web-1", Namespace: "default"}, ""},
 		{"different uid", PodArgs{Name: "web-1", Namespace: "default", UID: "uid-0"}, "pod recreated"},
 		{"different name", PodArgs{Name: "web-2", Namespace: "default"}, "looked up pod default/web-1 for sandbox of default/web-2"},
+		// A static pod's mirror: its own uid is the API server's; the kubelet's,
+		// which the runtime passes, is in the mirror annotation.
+		{"mirror of the static pod", PodArgs{Name: "web-1", Namespace: "default", UID: "static-uid"}, ""},
+		{"mirror of another static pod", PodArgs{Name: "web-1", Namespace: "default", UID: "static-uid-2"}, "pod recreated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			pod := pod
+			if strings.HasPrefix(tc.name, "mirror") {
+				pod = injectedPod(func(p *kube.Pod) { p.Metadata.Annotations[kube.MirrorAnnotation] = "static-uid" })
+			}
 			err := tc.args.MatchesPod(pod)
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("MatchesPod = %v, want %q", err, tc.wantErr)

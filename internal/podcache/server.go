@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/istio-cni/istio-cni/internal/informer"
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/ownfile"
 	"github.com/istio-cni/istio-cni/internal/unixsock"
 )
@@ -284,14 +285,15 @@ func (s *Server) awaitPod(ctx context.Context, key, uid string, wait time.Durati
 	}
 }
 
-// holds reports whether the pods' informer holds pod key, of uid when uid is given.
+// holds reports whether the pods' informer holds pod key, the sandbox's of uid when
+// uid is given (a static pod's mirror by the static pod's uid: kube.HasSandboxUID).
 func (s *Server) holds(key, uid string) bool {
 	obj, exists, err := s.informer.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return false
 	}
 	pod, ok := obj.(*corev1.Pod)
-	return ok && (uid == "" || string(pod.UID) == uid)
+	return ok && (uid == "" || kube.HasSandboxUID(string(pod.UID), pod.Annotations, uid))
 }
 
 func (s *Server) serve(w http.ResponseWriter, inf cache.SharedIndexInformer, key, kind string) {

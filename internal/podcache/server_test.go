@@ -212,7 +212,8 @@ func TestServesPodsWithoutRightsToListNamespaces(t *testing.T) {
 // with a wait is answered as soon as the pod's event reaches the cache (a pod
 // created while the request is held; a cache that has not listed yet, whose owner
 // starts it while the request is held); one for a uid the cache never gets is
-// answered with what it holds once its wait ends, and counted; a request without
+// answered with what it holds once its wait ends, and counted, but one for the
+// static pod a mirror pod mirrors is answered at once; a request without
 // a wait is answered at once, as before; a bad wait is refused, naming it.
 func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
@@ -278,6 +279,23 @@ func TestAHeldRequestWaitsForThePodsEvent(t *testing.T) {
 	}
 	if n := srv.Waits.TimedOut.Load(); n != 1 {
 		t.Errorf("Waits.TimedOut = %d, want 1", n)
+	}
+
+	// A static pod's mirror is held for the static pod's uid (in its mirror
+	// annotation; the API server gave the mirror another): answered at once.
+	mirror := pod("static-node-w", "node-w")
+	mirror.Annotations = map[string]string{kube.MirrorAnnotation: "static-uid"}
+	if _, err := pods.Create(ctx, mirror, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, err := c.GetPod(ctx, "default", "static-node-w", "", 0); return err == nil })
+	start = time.Now()
+	got, err = c.GetPod(ctx, "default", "static-node-w", "static-uid", 300*time.Millisecond)
+	if took := time.Since(start); err != nil || got.Metadata.Name != "static-node-w" || took >= 300*time.Millisecond {
+		t.Errorf("GetPod(static-node-w) for the static pod's uid: %v, %v after %s; want the mirror before the wait ends", got, err, took)
+	}
+	if n := srv.Waits.TimedOut.Load(); n != 1 {
+		t.Errorf("Waits.TimedOut = %d after the mirror's request, want 1 (it does not wait)", n)
 	}
 
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

@@ -29,6 +29,7 @@ func (l layout) ipamDir() string          { return l.path("cni", "ipam") }
 func (l layout) kubeletRoot() string      { return l.path("kubelet") }
 func (l layout) kubeletConfig() string    { return l.path("kubelet-config.yaml") }
 func (l layout) podLogs() string          { return l.path("pod-logs") }
+func (l layout) staticPods() string       { return l.path("static-pods") }
 func (l layout) logDir() string           { return l.path("logs") }
 func (l layout) imagesDir() string        { return l.path("images") }
 func (l layout) kubeconfigDir() string    { return l.path("kubeconfig") }
@@ -175,6 +176,10 @@ readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: ` + strconv.Itoa(healthzPort) + `
 podLogsDir: ` + l.podLogs() + `
+# Static pods: their manifests, read at once on a change (inotify), and at
+# least every 5 s.
+staticPodPath: ` + l.staticPods() + `
+fileCheckFrequency: 5s
 authentication:
   anonymous:
     enabled: false

@@ -145,6 +145,10 @@ func (n *Node) StateDir() string { return n.l.state }
 func (n *Node) CNIBinDir() string  { return n.l.cniBinDir() }
 func (n *Node) CNIConfDir() string { return n.l.cniConfDir() }
 
+// StaticPodDir is the kubelet's staticPodPath: a pod manifest written there runs
+// as a static pod, which the kubelet mirrors into the API server.
+func (n *Node) StaticPodDir() string { return n.l.staticPods() }
+
 // ContainerdSocket is the path of containerd's gRPC socket (the CRI endpoint).
 func (n *Node) ContainerdSocket() string { return n.l.containerdSocket() }
 
@@ -266,7 +270,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 			}
 		}
 	}()
-	for _, d := range []string{n.l.state, n.l.logDir(), n.l.cniBinDir(), n.l.cniConfDir(), n.l.kubeletRoot(), n.l.podLogs(), n.l.imagesDir(), n.l.kubeconfigDir(), n.l.path("containerd")} {
+	for _, d := range []string{n.l.state, n.l.logDir(), n.l.cniBinDir(), n.l.cniConfDir(), n.l.kubeletRoot(), n.l.podLogs(), n.l.staticPods(), n.l.imagesDir(), n.l.kubeconfigDir(), n.l.path("containerd")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("node: create %s: %w", d, err)
 		}
