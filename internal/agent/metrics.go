@@ -212,6 +212,7 @@ func repairMetrics(r *repair.Metrics) []prometheus.Collector {
 		counterFunc(repair.MetricNetnsScans, "Searches for a broken pod's network namespace (repair in place).", r.NetnsScans.Load),
 		counterFunc(repair.MetricMissingNetwork, "Broken pods reported (once each) for a Multus networks annotation that does not name the plugin.", r.MissingNetwork.Load),
 		counterFunc(repair.MetricNotCaptured, "Broken pods reported (once each), not deleted, because the plugin skips them (excluded namespace, inject=false...).", r.NotCaptured.Load),
+		counterFunc(repair.MetricStaticPods, "Broken static pods reported (once each), not deleted: deleting a mirror pod does not restart its static pod.", r.StaticPods.Load),
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/apibound"
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/informer"
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/settings"
@@ -42,6 +43,10 @@ const (
 	// is excluded, DISABLE_ENVOY, sidecar.istio.io/inject=false...), so neither a
 	// repair nor a replacement can make its validation pass.
 	ReasonNotCaptured = "NotCapturedByPlugin"
+	// ReasonStaticPod is ours: a broken static pod, which deleting cannot
+	// restart (the kubelet runs it from its manifest and only recreates the
+	// mirror pod in the API server).
+	ReasonStaticPod = "BrokenStaticPodNotDeleted"
 )
 
 // EventComponent is the events' source component.
@@ -346,12 +351,32 @@ func (c *Controller) pluginSkips(pod *corev1.Pod) string {
 // to program in place. It is reported once (an event and a log line) and labelled
 // when this agent may label pods, and left running.
 func (c *Controller) reportNotCaptured(ctx context.Context, pod *corev1.Pod, why, skip string) error {
-	// Labelling is an action only when deleting does not win over it (act): with
-	// both on, as the chart's defaults are, the agent holds no pods/status grant.
-	mayLabel := (c.cfg.LabelPods && !c.cfg.DeletePods) || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
-	return c.reportOnce(ctx, pod, mayLabel, ReasonNotCaptured, &c.metrics.NotCaptured,
+	return c.reportOnce(ctx, pod, c.mayLabelReported(), ReasonNotCaptured, &c.metrics.NotCaptured,
 		fmt.Sprintf("%s, but the plugin does not capture this pod (%s), so no repair and no replacement can make its validation pass; "+
 			"remove istio-validation from the pod or make the plugin capture it; not deleted nor repaired", why, skip))
+}
+
+// mayLabelReported says whether a pod reported instead of deleted is labelled too.
+// Labelling is an action only when deleting does not win over it (act): with both
+// on, as the chart's defaults are, the agent holds no pods/status grant.
+func (c *Controller) mayLabelReported() bool {
+	return (c.cfg.LabelPods && !c.cfg.DeletePods) || c.cfg.RepairPods || c.cfg.MultusNetwork != ""
+}
+
+// reportStatic handles a broken static pod where the action would be to delete
+// it: deleting its mirror (the API server's pod) does not stop or restart it, the
+// kubelet only creates the mirror again, broken the same way, to be deleted again
+// and again. It is reported once (an event and a log line naming the fix) and
+// labelled when this agent may label pods, and left running. repairErr is why an
+// in-place repair did not help, when one was tried.
+func (c *Controller) reportStatic(ctx context.Context, pod *corev1.Pod, why string, repairErr error) error {
+	msg := why
+	if repairErr != nil {
+		msg += fmt.Sprintf("; not repaired in place (%v)", repairErr)
+	}
+	msg += fmt.Sprintf("; it is a static pod (%s): deleting it in the API server would not restart it, so it is not deleted; "+
+		"restart it on its node (move its manifest out of the kubelet's staticPodPath and back) once istio-cni is ready there", kube.MirrorAnnotation)
+	return c.reportOnce(ctx, pod, c.mayLabelReported(), ReasonStaticPod, &c.metrics.StaticPods, msg)
 }
 
 // reportOnce reports pod the first time (firstReport: an event of reason, a log
@@ -457,6 +482,9 @@ func (c *Controller) act(ctx context.Context, pod *corev1.Pod, why string, last 
 		c.log.Info("in-place repair not possible, falling back", "pod", cache.MetaObjectToName(pod).String(), "reason", repairErr)
 	}
 	if c.cfg.DeletePods {
+		if _, static := pod.Annotations[kube.MirrorAnnotation]; static {
+			return c.reportStatic(ctx, pod, why, repairErr)
+		}
 		return c.deletePod(ctx, pod, why)
 	}
 	return c.labelPod(ctx, pod, why)

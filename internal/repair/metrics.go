@@ -41,6 +41,7 @@ const (
 	MetricNetnsScans     = "istio_cni_repair_netns_scans_total"
 	MetricMissingNetwork = "istio_cni_repair_missing_multus_network_total"
 	MetricNotCaptured    = "istio_cni_repair_not_captured_total"
+	MetricStaticPods     = "istio_cni_repair_static_pods_not_deleted_total"
 )
 
 // Metrics are the controller's counters. They are plain atomics; the agent exports
@@ -62,6 +63,9 @@ type Metrics struct {
 	// NotCaptured counts broken pods reported because the plugin skips them (once
 	// per pod).
 	NotCaptured atomic.Uint64
+	// StaticPods counts broken static pods reported instead of deleted (once per
+	// pod): deleting a mirror pod does not restart it.
+	StaticPods atomic.Uint64
 }
 
 func index[T comparable](list []T, v T) int {

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/background"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
@@ -195,5 +197,61 @@ func TestAReportSaysLabelledOnlyOnceTheLabelIsSet(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestABrokenStaticPodIsReportedOnceAndNeverDeleted: a static pod's mirror (the
+// kubelet's copy of it in the API server, kubernetes.io/config.mirror) is not the
+// pod: deleting it does not restart the static pod, and the kubelet creates it
+// again, broken the same way, which the delete action deleted again, without end.
+// Against a real API server with the delete action's exact grants, a broken mirror
+// is reported once, naming the fix, and never deleted over several failures of its
+// validation; an ordinary broken pod beside it is deleted as before.
+func TestABrokenStaticPodIsReportedOnceAndNeverDeleted(t *testing.T) {
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	cfg := testConfig("node-static")
+	cfg.RepairPods, cfg.DeletePods, cfg.LabelPods = false, true, false
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-static", rulesFor(cfg)), Deps{})
+
+	mirror := createPod(t, admin, injectedPod("web-node-static", cfg.NodeName, func(p *corev1.Pod) {
+		p.Annotations[kube.MirrorAnnotation] = "0123456789abcdef0123456789abcdef"
+	}))
+	setValidation(t, admin, mirror, "10.1.0.1", 126, "")
+	raced := createPod(t, admin, injectedPod("raced", cfg.NodeName))
+	setValidation(t, admin, raced, "10.1.0.9", 126, "")
+	waitFor(t, "the ordinary broken pod deleted", 20*time.Second, podDeleted(admin, "raced"))
+
+	for pass := 1; pass <= 3; pass++ {
+		before := c.Metrics().Detected.Load()
+		p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), mirror.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		p.Status.InitContainerStatuses[0].RestartCount = int32(pass)
+		setValidation(t, admin, p, "10.1.0.1", 126, fmt.Sprintf("pass %d", pass))
+		waitFor(t, fmt.Sprintf("pass %d judged", pass), 20*time.Second, func() (bool, error) {
+			return c.Metrics().Detected.Load() > before, nil
+		})
+	}
+
+	p, err := admin.CoreV1().Pods(testNS).Get(t.Context(), mirror.Name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil || p.UID != mirror.UID {
+		t.Fatalf("the static pod's mirror was deleted (%v): the kubelet only makes it again", err)
+	}
+	events := eventsFor(t, admin, mirror.Name)
+	if len(events) != 1 || !strings.Contains(events[0], " "+ReasonStaticPod+": ") {
+		t.Fatalf("events %q, want one %s", events, ReasonStaticPod)
+	}
+	for _, w := range []string{"static pod", kube.MirrorAnnotation, "not deleted", "staticPodPath"} {
+		if !strings.Contains(events[0], w) {
+			t.Errorf("event %q does not say %q", events[0], w)
+		}
+	}
+	if got := c.Metrics().StaticPods.Load(); got != 1 {
+		t.Errorf("static pods counter %d, want 1", got)
+	}
+	if n := c.Metrics().PodsRepaired(ActionDelete, ResultSuccess); n != 1 {
+		t.Errorf("%d pods deleted, want 1 (the ordinary one)", n)
 	}
 }
