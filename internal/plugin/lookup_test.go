@@ -2,9 +2,11 @@ package plugin
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -21,6 +23,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
@@ -426,6 +429,80 @@ func TestAKubeconfigThePluginCannotUseFailsAtOnce(t *testing.T) {
 			conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"istio-cni","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q}`, cfg.AgentRunDir)
 			err = (&Plugin{Stderr: io.Discard}).Status(&cnicmd.CmdArgs{StdinData: []byte(conf)})
 			wanterr.Mentions(t, err, append([]string{"cannot look pods up", cfg.Kubeconfig}, tc.want...)...)
+		})
+	}
+}
+
+// TestALookupTakesTheCredentialsTheAgentRewroteMeanwhile: a lookup refused because
+// its kubeconfig's credentials are stale (a token the API server refuses with
+// HTTP 401: expired while no agent ran, or an agent's own token whose pod was
+// deleted; a CA the API server's certificate no longer chains to) reads the
+// kubeconfig again before its next try: the agent rewrites it with a fresh token
+// or the rotated CA, and the ADD succeeds then. It kept the credentials it read at
+// its start for the whole bound (30 s by default), refused at every try, although
+// the agent had written working ones a moment after its first.
+func TestALookupTakesTheCredentialsTheAgentRewroteMeanwhile(t *testing.T) {
+	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"}}`
+	otherCA, err := controlplane.NewCA("a CA rotated out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name              string
+		oldToken, oldCAOf string // the kubeconfig's credentials at the lookup's start
+	}{
+		{"token refused with 401, renewed by the agent", "expired", "server"},
+		{"CA rotated, the agent writes the new one", "fresh", "other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rewrite sync.Once
+			var cfg *Config
+			var kubeconfig func(token string, caPEM []byte)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Authorization") != "Bearer fresh" {
+					status(401, "Unauthorized", "Unauthorized")(w, r)
+					return
+				}
+				io.WriteString(w, pod)
+			}))
+			caOf := func(s *httptest.Server) []byte {
+				return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
+			}
+			// The agent rewrites the kubeconfig as the lookup's first connection
+			// comes: after the plugin has read it.
+			srv.Config.ConnState = func(net.Conn, http.ConnState) {
+				rewrite.Do(func() { kubeconfig("fresh", caOf(srv)) })
+			}
+			srv.StartTLS()
+			defer srv.Close()
+			cfg = lookupConfig(t, srv.URL, nil)
+			kubeconfig = func(token string, caPEM []byte) {
+				kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: " + srv.URL + "\n" +
+					"    certificate-authority-data: " + base64.StdEncoding.EncodeToString(caPEM) + "\n" +
+					"contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: " + token + "\n"
+				tmp := cfg.Kubeconfig + ".tmp"
+				if err := os.WriteFile(tmp, []byte(kc), 0o600); err != nil {
+					t.Error(err)
+				}
+				if err := os.Rename(tmp, cfg.Kubeconfig); err != nil {
+					t.Error(err)
+				}
+			}
+			old := caOf(srv)
+			if tc.oldCAOf == "other" {
+				old = otherCA.CertPEM
+			}
+			kubeconfig(tc.oldToken, old)
+			log := pluginlog.New(io.Discard, pluginlog.Options{})
+			defer log.Close()
+			budget := PodLookup{Retries: 5, Interval: 200 * time.Millisecond}
+			p, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app", UID: "u1"}, log, budget)
+			if err != nil {
+				t.Fatalf("the lookup kept the credentials the agent replaced: %v", err)
+			}
+			if p.Metadata.UID != "u1" {
+				t.Errorf("looked up uid %q, want u1", p.Metadata.UID)
+			}
 		})
 	}
 }

@@ -550,12 +550,19 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	bound := budget.Bound()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	client, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
+	newClient := func(kc *kube.Kubeconfig) (*kube.Client, error) {
+		c, err := kube.NewClient(kc, min(PodRequestTimeout, bound))
+		if err != nil {
+			return nil, err
+		}
+		c.ResumeSessions(filepath.Join(cfg.AgentRunDir, TLSSessionName), kc)
+		return c, nil
+	}
+	client, err := newClient(kc)
 	timing.Mark(ctx, "api-client")
 	if err != nil {
 		return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: cannot look it up: %w", target.errPrefix, err))
 	}
-	client.ResumeSessions(filepath.Join(cfg.AgentRunDir, TLSSessionName), kc)
 	defer func() {
 		resumed, err := client.Resumed()
 		log.Logger = log.With(target.kind+"APITLSResumed", resumed)
@@ -608,9 +615,28 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 		if ctx.Err() != nil {
 			break
 		}
+		if credentialsRefused(lastErr) {
+			// The agent rewrites the kubeconfig when it renews the token (one that
+			// expired while no agent ran, or a deleted agent pod's) or the CA rotates:
+			// the next try takes what is there now. Unreadable, the one in hand stays.
+			if kc, err := cfg.loadKubeconfig(); err == nil {
+				if c, err := newClient(kc); err == nil {
+					client = c
+				}
+			}
+		}
 	}
 	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: lookup failed after %d tries in %s (bound %s): %s: %w",
 		target.errPrefix, counted, time.Since(start).Round(time.Millisecond), bound, lookupFailure(lastErr, target.kind), lastErr))
+}
+
+// credentialsRefused reports whether err says the kubeconfig's credentials are
+// stale: its token refused (HTTP 401), or the API server's certificate not
+// trusted by its CA.
+func credentialsRefused(err error) bool {
+	var status *kube.StatusError
+	var cert *tls.CertificateVerificationError
+	return errors.As(err, &status) && status.Code == 401 || errors.As(err, &cert)
 }
 
 // behind reports whether err is an answer a lagging cache gives: the object not
