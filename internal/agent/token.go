@@ -1,10 +1,7 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -14,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // The plugin's token. The agent's own token is projected into its pod and bound to
@@ -50,33 +49,12 @@ const (
 // expires by the node's clock. Never sooner than tokenRenewMin.
 func renewIn(token []byte, expires, now time.Time) time.Duration {
 	var wait time.Duration
-	if iat, exp, ok := jwtTimes(token); ok && exp > iat {
+	if iat, exp, ok := kube.TokenTimes(token); ok && exp > iat {
 		wait = time.Duration(exp-iat) * time.Second / 2
 	} else {
 		wait = expires.Sub(now) / 2
 	}
 	return max(wait, tokenRenewMin)
-}
-
-// jwtTimes reads the iat and exp claims of a JWT's payload, without checking its
-// signature (the API server issued it; only its times are wanted).
-func jwtTimes(token []byte) (iat, exp int64, ok bool) {
-	parts := bytes.Split(token, []byte("."))
-	if len(parts) != 3 {
-		return 0, 0, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(string(bytes.TrimRight(parts[1], "=")))
-	if err != nil {
-		return 0, 0, false
-	}
-	var c struct {
-		IssuedAt  int64 `json:"iat"`
-		ExpiresAt int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &c); err != nil || c.IssuedAt <= 0 || c.ExpiresAt <= 0 {
-		return 0, 0, false
-	}
-	return c.IssuedAt, c.ExpiresAt, true
 }
 
 // pluginToken is a token and when it expires.

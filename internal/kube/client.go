@@ -1,9 +1,11 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,6 +104,38 @@ func bearerToken(kc *Kubeconfig) (string, error) {
 		return kc.Token, nil
 	}
 	return "", fmt.Errorf("kubeconfig tokenFile: %w", err)
+}
+
+// TokenExpiry is when the client's bearer token expires by its exp claim; ok is
+// false without a token, or for one that is not a JWT with iat and exp claims.
+func (c *Client) TokenExpiry() (exp time.Time, ok bool) {
+	_, e, ok := TokenTimes([]byte(c.token))
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(e, 0), true
+}
+
+// TokenTimes reads the iat and exp claims of a JWT's payload (a ServiceAccount
+// token), without checking its signature (the API server issued it; only its
+// times are wanted).
+func TokenTimes(token []byte) (iat, exp int64, ok bool) {
+	parts := bytes.Split(token, []byte("."))
+	if len(parts) != 3 {
+		return 0, 0, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(string(bytes.TrimRight(parts[1], "=")))
+	if err != nil {
+		return 0, 0, false
+	}
+	var c struct {
+		IssuedAt  int64 `json:"iat"`
+		ExpiresAt int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &c); err != nil || c.IssuedAt <= 0 || c.ExpiresAt <= 0 {
+		return 0, 0, false
+	}
+	return c.IssuedAt, c.ExpiresAt, true
 }
 
 // ResumeSessions makes the client offer the TLS session stored at path and store

@@ -506,3 +506,49 @@ func TestALookupTakesTheCredentialsTheAgentRewroteMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// TestALookupRefusedWithHTTP401NamesTheKubeconfigAndTheTokensExpiry: the API
+// server says only "Unauthorized" of a token it refuses, so the ADD's error names
+// the kubeconfig whose token was refused and, when that token's exp claim is past
+// by the node's clock, when it expired: what a person needs to see that the
+// agent has not renewed it. The error said "the API server refused with HTTP 401:
+// Unauthorized", naming neither.
+func TestALookupRefusedWithHTTP401NamesTheKubeconfigAndTheTokensExpiry(t *testing.T) {
+	expired := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	jwt := func(exp time.Time) string {
+		payload := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"exp":%d,"iat":%d,"sub":"system:serviceaccount:istio-system:istio-cni-plugin"}`,
+			exp.Unix(), exp.Add(-24*time.Hour).Unix()))
+		return "eyJhbGciOiJSUzI1NiJ9." + payload + ".c2ln"
+	}
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  []string
+		not   string
+	}{
+		{"expired token", jwt(expired), []string{"HTTP 401", "expired at 2026-03-04T05:06:07Z"}, ""},
+		{"token not expired by the node's clock", jwt(time.Now().Add(time.Hour)), []string{"HTTP 401"}, "expired"},
+		{"opaque token", "t", []string{"HTTP 401"}, "expired"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewTLSServer(status(401, "Unauthorized", "Unauthorized"))
+			defer srv.Close()
+			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			kc, err := os.ReadFile(cfg.Kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cfg.Kubeconfig, []byte(strings.Replace(string(kc), "    token: t\n", "    token: "+tc.token+"\n", 1)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			budget := PodLookup{Retries: 2, Interval: 100 * time.Millisecond}
+			checkBoundedFailure(t, budget, append([]string{"pod app/web", cfg.Kubeconfig}, tc.want...), func(log *pluginlog.Logger) error {
+				_, err := (&Plugin{}).lookup(context.Background(), cfg, PodArgs{Name: "web", Namespace: "app"}, log, budget)
+				if err != nil && tc.not != "" && strings.Contains(err.Error(), tc.not) {
+					t.Errorf("the error says %q of a token the node's clock does not see expired:\n%v", tc.not, err)
+				}
+				return err
+			})
+		})
+	}
+}

@@ -626,17 +626,31 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 			}
 		}
 	}
+	failure := lookupFailure(lastErr, target.kind)
+	if tokenRefused(lastErr) {
+		// The API server says only "Unauthorized".
+		failure += " the token of kubeconfig " + cfg.Kubeconfig
+		if exp, ok := client.TokenExpiry(); ok && time.Now().After(exp) {
+			failure += ", which expired at " + exp.UTC().Format(time.RFC3339) + " by this node's clock (the istio-cni node agent renews it: is it running?)"
+		}
+	}
 	return nil, cniError(types.ErrTryAgainLater, fmt.Errorf("%s: lookup failed after %d tries in %s (bound %s): %s: %w",
-		target.errPrefix, counted, time.Since(start).Round(time.Millisecond), bound, lookupFailure(lastErr, target.kind), lastErr))
+		target.errPrefix, counted, time.Since(start).Round(time.Millisecond), bound, failure, lastErr))
 }
 
 // credentialsRefused reports whether err says the kubeconfig's credentials are
 // stale: its token refused (HTTP 401), or the API server's certificate not
 // trusted by its CA.
 func credentialsRefused(err error) bool {
-	var status *kube.StatusError
 	var cert *tls.CertificateVerificationError
-	return errors.As(err, &status) && status.Code == 401 || errors.As(err, &cert)
+	return tokenRefused(err) || errors.As(err, &cert)
+}
+
+// tokenRefused reports whether err is the API server's HTTP 401: the kubeconfig's
+// token is not (or no longer) accepted.
+func tokenRefused(err error) bool {
+	var status *kube.StatusError
+	return errors.As(err, &status) && status.Code == 401
 }
 
 // behind reports whether err is an answer a lagging cache gives: the object not
