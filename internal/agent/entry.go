@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -101,7 +102,7 @@ func placeholders(s *Settings) map[string]string {
 		"__LOG_LEVEL__":               string(s.PluginLogLevel),
 		"__LOG_UDS_ADDRESS__":         s.LogSocketPath(),
 		"__CNI_AGENT_RUN_DIR__":       s.RunDir,
-		"__KUBERNETES_SERVICE_HOST__": s.KubeHost,
+		"__KUBERNETES_SERVICE_HOST__": urlHost(s.KubeHost),
 		"__KUBERNETES_SERVICE_PORT__": strconv.Itoa(int(s.KubePort)),
 		"__KUBERNETES_NODE_NAME__":    s.NodeName,
 		"__POD_NAMESPACE__":           s.PodNamespace,
@@ -109,6 +110,18 @@ func placeholders(s *Settings) map[string]string {
 		"__CNI_BIN_DIR__":             s.HostBinDir,
 		"__CNI_BINARIES_PREFIX__":     s.BinariesPrefix,
 	}
+}
+
+// urlHost is the API server's host as a URL writes it: an IPv6 address in
+// brackets. Templates put __KUBERNETES_SERVICE_HOST__ in a URL (the legacy
+// k8s_api_root, "https://__KUBERNETES_SERVICE_HOST__:__KUBERNETES_SERVICE_PORT__"),
+// and Kubernetes sets KUBERNETES_SERVICE_HOST to a bare IPv6 address on an IPv6
+// cluster, which in a URL is no URL: the plugin would refuse the entry.
+func urlHost(host string) string {
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 // renderTemplate fills the template's placeholders. Templates put placeholders
@@ -120,7 +133,9 @@ func renderTemplate(s *Settings, template string) ([]byte, error) {
 		}
 	}
 	vals := placeholders(s)
-	var pairs []string
+	// A template that brackets the host itself gets one pair of brackets, and only
+	// for IPv6.
+	pairs := []string{"[__KUBERNETES_SERVICE_HOST__]", vals["__KUBERNETES_SERVICE_HOST__"]}
 	for _, p := range slices.Sorted(maps.Keys(vals)) {
 		q, _ := json.Marshal(vals[p])
 		pairs = append(pairs, p, string(q[1:len(q)-1]))

@@ -125,6 +125,46 @@ func TestEntryRefusesBadTemplatesNamingTheProblem(t *testing.T) {
 	}
 }
 
+// TestLegacyTemplatesAPIRootIsAURLOnAnIPv6Cluster: the legacy template's
+// "k8s_api_root": "https://__KUBERNETES_SERVICE_HOST__:__KUBERNETES_SERVICE_PORT__"
+// must become a URL on an IPv6 cluster too, where Kubernetes sets
+// KUBERNETES_SERVICE_HOST to a bare IPv6 address: filled as given
+// (https://fd00:10:96::1:443) it is no URL, the plugin refuses the entry and the
+// agent never installs it. A template that brackets the placeholder itself
+// gets one pair of brackets, and only for IPv6.
+func TestLegacyTemplatesAPIRootIsAURLOnAnIPv6Cluster(t *testing.T) {
+	cases := []struct {
+		name, host, template, want string
+	}{
+		{"IPv4", "10.96.0.1", legacyTemplate, "https://10.96.0.1:443"},
+		{"a host name", "kubernetes.default.svc", legacyTemplate, "https://kubernetes.default.svc:443"},
+		{"IPv6", "fd00:10:96::1", legacyTemplate, "https://[fd00:10:96::1]:443"},
+		{"IPv6 given in brackets", "[fd00:10:96::1]", legacyTemplate, "https://[fd00:10:96::1]:443"},
+		{"IPv6, the template brackets it", "fd00:10:96::1",
+			`{"type": "istio-cni", "kubernetes": {"k8s_api_root": "https://[__KUBERNETES_SERVICE_HOST__]:__KUBERNETES_SERVICE_PORT__"}}`,
+			"https://[fd00:10:96::1]:443"},
+		{"IPv4, the template brackets it", "10.96.0.1",
+			`{"type": "istio-cni", "kubernetes": {"k8s_api_root": "https://[__KUBERNETES_SERVICE_HOST__]:__KUBERNETES_SERVICE_PORT__"}}`,
+			"https://10.96.0.1:443"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, map[string]string{"KUBERNETES_SERVICE_HOST": tc.host})
+			got, err := Entry(&s, tc.template)
+			if err != nil {
+				t.Fatalf("Entry: %v", err)
+			}
+			cfg, err := plugin.ParseConfig(got)
+			if err != nil {
+				t.Fatalf("the plugin refuses the entry: %v", err)
+			}
+			if cfg.K8sAPIRoot != tc.want {
+				t.Errorf("k8s_api_root = %q, want %q", cfg.K8sAPIRoot, tc.want)
+			}
+		})
+	}
+}
+
 func TestTemplateValuesAreJSONEscaped(t *testing.T) {
 	s := mustParse(t, map[string]string{"CNI_BIN_DIR": `/opt/we"ird\bin`})
 	got, err := Entry(&s, `{"type": "istio-cni", "kubernetes": {"cni_bin_dir": "__CNI_BIN_DIR__"}}`)
