@@ -156,17 +156,26 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 			if fl.UID == proxyUID {
 				src = f.Loopback // the validation binds the loopback source, as Istio's does
 			}
-			fl = probeFlow(ctx, f, fl, src, o, res.Listeners)
-			res.Redirected = res.Redirected && fl.Redirected
+			fl, tells := probeFlow(ctx, f, fl, src, o, res.Listeners)
+			res.Redirected = res.Redirected && (fl.Redirected || !tells)
 			res.Flows = append(res.Flows, fl)
 		}
 	}
 	return res, nil
 }
 
-// probeFlow makes one connection as fl.UID and says where it landed.
-func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o ProbeOptions, listeners []Listener) Flow {
+// probeFlow makes one connection as fl.UID and says where it landed. tells is
+// false when the pod has no route to the target: a connection that cannot leave
+// the pod escapes the proxy no more than it reaches it (an IPv6-only pod has no
+// IPv4 route at all, though its capture has IPv4 rules), so, like a target the
+// pod's settings do not capture, it is reported, not made, and does not decide
+// the verdict.
+func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o ProbeOptions, listeners []Listener) (_ Flow, tells bool) {
 	target := netip.MustParseAddrPort(fl.Target)
+	if routed, err := f.catcher.Routes(target.Addr()); err == nil && !routed {
+		fl.Result = fmt.Sprintf("cannot tell: the pod has no route to %s (pass --outbound-target with an address it routes)", target)
+		return fl, false
+	}
 	out, err := f.catcher.Send(ctx, probe.Conn{Target: target, Source: src, As: &probe.Identity{UID: fl.UID, GID: fl.GID},
 		Timeout: o.Timeout, Conntrack: true})
 	if err != nil {
@@ -175,7 +184,7 @@ func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o Pr
 		if errors.As(err, &cred) {
 			fl.Result += " (in the agent pod: install with troubleshooting.enabled=true)"
 		}
-		return fl
+		return fl, true
 	}
 	held := func(port uint16) bool {
 		for _, l := range listeners {
@@ -199,7 +208,7 @@ func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o Pr
 		default:
 			fl.Result = fmt.Sprintf("NOT redirected: %v", dialErr)
 		}
-		return fl
+		return fl, true
 	}
 	if a := out.Landed; a != nil {
 		// Without a conntrack entry the connection went where it was sent: here.
@@ -219,7 +228,7 @@ func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o Pr
 			fl.Redirected = true
 			fl.Result = fmt.Sprintf("redirected to %d (original destination preserved)", a.Port)
 		}
-		return fl
+		return fl, true
 	}
 	// Someone else accepted it: the proxy, when it holds the wanted port.
 	switch answered := out.AnsweredBy; {
@@ -237,7 +246,7 @@ func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o Pr
 	default:
 		fl.Result = fmt.Sprintf("connected to %s, but none of the listeners saw it", target)
 	}
-	return fl
+	return fl, true
 }
 
 // Text renders a probe for people.

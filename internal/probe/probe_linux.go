@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -177,6 +178,25 @@ type CredentialsError struct {
 
 func (e *CredentialsError) Error() string {
 	return fmt.Sprintf("cannot connect as %s %d (the fs%s stays %d): this process lacks CAP_SET%s", e.What, e.Want, e.What, e.Stay, strings.ToUpper(e.What))
+}
+
+// Routes says whether the catcher's namespace has a route to dst. Without one a
+// connection to dst fails before anything leaves, whether or not it is captured
+// (an IPv6-only pod has no IPv4 route at all).
+func (c *Catcher) Routes(dst netip.Addr) (bool, error) {
+	routed := false
+	err := c.in(func() error {
+		_, err := netlink.RouteGet(dst.AsSlice())
+		switch {
+		case err == nil:
+			routed = true
+		case errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EHOSTUNREACH):
+		default:
+			return fmt.Errorf("route to %s: %w", dst, err)
+		}
+		return nil
+	})
+	return routed, err
 }
 
 // Send makes the connection in the catcher's namespace, closes it, and waits for one
