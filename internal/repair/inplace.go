@@ -40,6 +40,13 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "the pod's restartPolicy is Never, so its validation will not run again", nil
 	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// Ended (evicted, say, or a node shutdown): its sandbox is gone, and the
+		// address its status keeps may be another pod's by now, whose namespace
+		// the search would find and program.
+		c.metrics.count(ActionRepair, ResultSkip)
+		return false, fmt.Sprintf("the pod has ended (phase %s), so its containers will not run again and its address may be another pod's by now", pod.Status.Phase), nil
+	}
 	kp, err := KubePod(pod)
 	if err != nil {
 		return false, "", err

@@ -1,0 +1,74 @@
+package repair
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/istio-cni/istio-cni/test/harness/root"
+)
+
+// setEnded plays the kubelet ending a pod whose validation was failing, in one
+// status update: its phase (and reason), the validation's failure and the pod's
+// address kept, as the kubelet keeps them on a terminal pod.
+func setEnded(t testing.TB, c kubernetes.Interface, p *corev1.Pod, ip string, phase corev1.PodPhase, reason string) {
+	t.Helper()
+	p = p.DeepCopy()
+	p.Status = corev1.PodStatus{
+		Phase: phase, Reason: reason,
+		PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		InitContainerStatuses: []corev1.ContainerStatus{{
+			Name: DefaultInitContainerName, Image: "proxyv2", RestartCount: 3,
+			State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 126, Reason: "Error"}},
+		}},
+	}
+	if _, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("end pod %s: %v", p.Name, err)
+	}
+}
+
+// TestATerminalPodIsNotRepairedIntoTheNamespaceThatNowHoldsItsAddress: a pod that
+// ended (evicted here while its validation was failing; a node shutdown or
+// activeDeadlineSeconds alike) keeps its failed validation and its address in its
+// status, and stays on the node until the pod GC removes it. Its containers never
+// run again, so an in-place repair cannot help it; and its sandbox is gone, so its
+// address may already be another pod's. Repairing it in place programmed the
+// capture of the dead pod into that other pod's network namespace, redirecting its
+// traffic to a proxy it does not run. It is now not repaired in place, as a pod
+// with restartPolicy Never is not, and says why.
+func TestATerminalPodIsNotRepairedIntoTheNamespaceThatNowHoldsItsAddress(t *testing.T) {
+	root.Require(t)
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	ip := netip.MustParseAddr("10.251.5.10")
+	// The sandbox of the pod that got the address after the evicted pod's went away.
+	other := newPodNetns(t, t.TempDir(), "other-pod", ip, true, true)
+
+	cfg := testConfig("node-terminal")
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-terminal", rulesFor(cfg)),
+		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+
+	setEnded(t, admin, createPod(t, admin, injectedPod("evicted", cfg.NodeName)), ip.String(), corev1.PodFailed, "Evicted")
+	setEnded(t, admin, createPod(t, admin, injectedPod("done", cfg.NodeName)), "10.251.5.11", corev1.PodSucceeded, "")
+	for _, name := range []string{"evicted", "done"} {
+		if ev := waitEvent(t, admin, name, ReasonRepairBrokenPod); !strings.HasPrefix(ev, "Warning ") || !strings.Contains(ev, "not repaired in place: the pod has ended") {
+			t.Errorf("terminal pod %s: event %q, want a warning saying it is not repaired in place because it has ended", name, ev)
+		}
+	}
+	if rules := iptablesSave(t, other.bind); strings.Contains(rules, "ISTIO_") {
+		t.Errorf("the namespace now holding the evicted pod's address %s got the evicted pod's capture:\n%s", ip, rules)
+	}
+	m := c.Metrics()
+	wantCount(t, "repair/skip", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSkip) }, 2)
+	if got := m.PodsRepaired(ActionRepair, ResultSuccess) + m.PodsRepaired(ActionRepair, ResultFail); got != 0 {
+		t.Errorf("%d in-place repairs tried, want none", got)
+	}
+	if got := m.NetnsScans.Load(); got != 0 {
+		t.Errorf("namespaces searched %d times for terminal pods", got)
+	}
+}
