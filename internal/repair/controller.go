@@ -123,9 +123,10 @@ type Controller struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
-	// repaired remembers pods repaired in place: the pod keeps looking broken until
-	// the kubelet restarts its validation container, and every status change in the
-	// meantime must not search for and program the namespace again.
+	// repaired remembers pods repaired in place until they no longer look broken:
+	// the pod keeps looking broken until the kubelet restarts its validation
+	// container, and every status change in the meantime must not search for and
+	// program the namespace again.
 	repaired map[string]types.UID
 	// reported remembers, by UID, the pods reported for a missing Multus network or
 	// for the plugin skipping them: such a pod stays broken for as long as it lives,
@@ -225,9 +226,17 @@ func (c *Controller) onChange(obj any) {
 	if !ok {
 		return
 	}
+	key := cache.MetaObjectToName(pod).String()
 	if broken, _ := Broken(&c.cfg, pod); broken {
-		c.queue.Add(cache.MetaObjectToName(pod).String())
+		c.queue.Add(key)
+		return
 	}
+	// Its validation passed: a repair is done with. A failure seen later is a new
+	// sandbox's (the kubelet makes one, for the same pod and uid, when the pod's
+	// dies), whose namespace is still to be programmed.
+	c.mu.Lock()
+	delete(c.repaired, key)
+	c.mu.Unlock()
 }
 
 func (c *Controller) onDelete(obj any) {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,4 +72,45 @@ func TestATerminalPodIsNotRepairedIntoTheNamespaceThatNowHoldsItsAddress(t *test
 	if got := m.NetnsScans.Load(); got != 0 {
 		t.Errorf("namespaces searched %d times for terminal pods", got)
 	}
+}
+
+// TestAPodRepairedOnceIsRepairedAgainInItsNextSandbox: the kubelet gives a pod a
+// new sandbox (a new network namespace, mostly a new address, the same pod and
+// uid) when its sandbox dies, and its init containers run again there. A new
+// sandbox set up while the plugin was out of the node's chain (the primary CNI
+// rewrote its config, say) fails its validation as the first one did. The
+// controller remembered the pod as repaired by name and uid for as long as the pod
+// lived, so it took the new failure for the old one, never programmed the new
+// namespace, and the pod stayed broken until the agent restarted.
+func TestAPodRepairedOnceIsRepairedAgainInItsNextSandbox(t *testing.T) {
+	root.Require(t)
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	dir := t.TempDir()
+	first := netip.MustParseAddr("10.251.6.10")
+	firstNs := newPodNetns(t, dir, "first-sandbox", first, true, true)
+
+	cfg := testConfig("node-resandbox")
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-resandbox", rulesFor(cfg)),
+		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+	m := c.Metrics()
+
+	pod := createPod(t, admin, injectedPod("web", cfg.NodeName))
+	pod = setValidation(t, admin, pod, first.String(), 126, "")
+	wantCount(t, "repair/success in the first sandbox", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 1)
+	if rules := iptablesSave(t, firstNs.bind); !strings.Contains(rules, ":ISTIO_OUTPUT") {
+		t.Fatalf("first sandbox not captured:\n%s", rules)
+	}
+	// The validation re-runs and passes; the pod runs.
+	pod = setValidation(t, admin, pod, first.String(), 0, "")
+
+	// The sandbox dies; the kubelet makes a new one, which the plugin missed.
+	second := netip.MustParseAddr("10.251.6.11")
+	secondNs := newPodNetns(t, dir, "second-sandbox", second, true, true)
+	setValidation(t, admin, pod, second.String(), 126, "")
+
+	waitFor(t, "the second sandbox captured", 20*time.Second, func() (bool, error) {
+		return strings.Contains(iptablesSave(t, secondNs.bind), ":ISTIO_OUTPUT"), nil
+	})
+	wantCount(t, "repair/success", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 2)
 }
