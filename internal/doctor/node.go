@@ -228,6 +228,10 @@ func (n *Node) PodNamespace(ctx context.Context, c *kube.Client, cfg *plugin.Con
 // FindNetns finds the pod's network namespace on this node from its addresses.
 func (n *Node) FindNetns(ctx context.Context, pod *kube.Pod) (*repair.Netns, error) {
 	ips := pod.IPs()
+	if pod.Ended() {
+		return nil, fmt.Errorf("pod %s has ended (phase %s): its sandbox is gone, and the address in its status %s may be another pod's by now, "+
+			"so there are no rules of its own to read; `istio-cni-doctor logs --pod %s` shows the plugin's ADD for it", pod.Key(), pod.Status.Phase, addrStrings(ips), pod.Key())
+	}
 	if len(ips) == 0 {
 		return nil, fmt.Errorf("pod %s has no IP address in its status: its sandbox is not up yet "+
 			"(a pod stuck in ContainerCreating: see `istio-cni-doctor logs --pod %s` for the plugin's ADD)", pod.Key(), pod.Key())

@@ -143,6 +143,17 @@ func (p *Pod) Container(name string) (c Container, isInit bool, ok bool) {
 	return Container{}, false, false
 }
 
+// Ended reports whether the pod has ended (phase Succeeded or Failed): its
+// containers never run again and its sandbox is gone, while its status keeps the
+// addresses it had, which may be another pod's by now.
+func (p *Pod) Ended() bool { return p.Status.Phase == PodSucceeded || p.Status.Phase == PodFailed }
+
+// The phases of a pod that has ended.
+const (
+	PodSucceeded = "Succeeded"
+	PodFailed    = "Failed"
+)
+
 // IPs returns the pod's addresses from its status, podIPs first (in order) and the
 // legacy podIP when podIPs is empty. Unparseable entries are dropped.
 func (p *Pod) IPs() []netip.Addr {

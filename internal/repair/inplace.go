@@ -40,16 +40,15 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		c.metrics.count(ActionRepair, ResultSkip)
 		return false, "the pod's restartPolicy is Never, so its validation will not run again", nil
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		// Ended (evicted, say, or a node shutdown): its sandbox is gone, and the
-		// address its status keeps may be another pod's by now, whose namespace
-		// the search would find and program.
-		c.metrics.count(ActionRepair, ResultSkip)
-		return false, fmt.Sprintf("the pod has ended (phase %s), so its containers will not run again and its address may be another pod's by now", pod.Status.Phase), nil
-	}
 	kp, err := KubePod(pod)
 	if err != nil {
 		return false, "", err
+	}
+	if kp.Ended() {
+		// Evicted, say, or a node shutdown: the namespace search would find and
+		// program the pod that holds its address now.
+		c.metrics.count(ActionRepair, ResultSkip)
+		return false, fmt.Sprintf("the pod has ended (phase %s), so its containers will not run again and its address may be another pod's by now", pod.Status.Phase), nil
 	}
 	// No namespace: only a pod without a sidecar needs it (for ambient mode's label),
 	// and such a pod has no istio-validation to fail; were one to come here, its
