@@ -31,7 +31,11 @@ import (
 //     at least tokenRenewMin), so the plugin keeps working for at least half a
 //     lifetime (12 h by default) with no agent running;
 //   - each request: tokenRequestTimeout; failures are retried after 1 s, doubling up
-//     to tokenRetryMax, while the kubeconfig keeps the previous token.
+//     to tokenRetryMax, while the kubeconfig keeps the previous token;
+//   - a node suspended or hibernated (a laptop's kind or minikube, a VM's suspend):
+//     Go's timers run on the monotonic clock, which stands still meanwhile, while
+//     the token's expiry is by the wall clock, which does not; so the wait for a
+//     renewal also looks at the wall clock at least every tokenWallCheck (untilDue).
 const (
 	DefaultPluginTokenLifetime = 24 * time.Hour
 	MinPluginTokenLifetime     = 10 * time.Minute
@@ -39,6 +43,7 @@ const (
 	tokenRequestTimeout        = 10 * time.Second
 	tokenRetryMax              = 30 * time.Second
 	tokenRenewMin              = time.Minute
+	tokenWallCheck             = time.Minute
 )
 
 // renewIn is how long until a token is renewed: half its lifetime. The lifetime is
@@ -145,11 +150,27 @@ func (t *tokenSource) run(ctx context.Context) {
 			t.log.Info("plugin token renewed", "serviceAccount", t.namespace+"/"+t.account, "boundTo", tok.boundTo,
 				"expires", tok.expires.UTC().Format(time.RFC3339), "renewIn", wait.Round(time.Second))
 		}
-		timer := time.NewTimer(wait)
+		if !untilDue(ctx, time.Now().Add(wait), time.Now, tokenWallCheck) {
+			return
+		}
+	}
+}
+
+// untilDue waits until due by the monotonic clock or by the wall clock (now's,
+// read at least every check), whichever comes first: a suspended node's monotonic
+// clock stands still while its wall clock, by which tokens expire, goes on. False
+// when ctx ends first.
+func untilDue(ctx context.Context, due time.Time, now func() time.Time, check time.Duration) bool {
+	for {
+		left := min(due.Sub(now()), due.Round(0).Sub(now().Round(0)))
+		if left <= 0 {
+			return true
+		}
+		timer := time.NewTimer(min(left, check))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return false
 		case <-timer.C:
 		}
 	}

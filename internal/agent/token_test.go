@@ -55,6 +55,35 @@ func TestTokenRenewalFollowsTheTokensOwnLifetime(t *testing.T) {
 	}
 }
 
+// TestTheRenewalWaitCountsTimeTheNodeWasSuspended: Go's timers run on the monotonic
+// clock, which stands still while the node is suspended or hibernated, while the
+// token expires by the wall clock. A node suspended for longer than the rest of the
+// wait comes back past its renewal time by the wall clock: the wait ends at its next
+// look at the wall clock, instead of the whole monotonic wait later (a token of 24 h
+// renewed after 6 h, a night's suspend, then 6 more hours: 2 h after it expired).
+func TestTheRenewalWaitCountsTimeTheNodeWasSuspended(t *testing.T) {
+	// A wall clock 2 h on: this reads it without a monotonic reading, as a resumed
+	// node's wall clock is ahead of its monotonic one.
+	suspended := func() time.Time { return time.Now().Round(0).Add(2 * time.Hour) }
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if !untilDue(ctx, time.Now().Add(time.Hour), suspended, 10*time.Millisecond) {
+		t.Fatalf("a renewal due in 1 h by the monotonic clock and past by the wall clock: still waiting after %s", time.Since(start).Round(time.Millisecond))
+	}
+
+	// Awake, the wait is the monotonic one, and the context ends it.
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if untilDue(ctx, time.Now().Add(time.Hour), time.Now, 10*time.Millisecond) {
+		t.Error("a renewal due in 1 h came within 100 ms")
+	}
+	start = time.Now()
+	if !untilDue(t.Context(), time.Now().Add(50*time.Millisecond), time.Now, time.Minute) || time.Since(start) < 50*time.Millisecond {
+		t.Errorf("a renewal due in 50 ms came after %s", time.Since(start))
+	}
+}
+
 // TestWaitingForThePluginsFirstTokenIsNoInstallFailure: the first reconcile of
 // every start runs while the token source's first TokenRequest is still in flight
 // (the features start a moment before). That is a wait, as for the primary's
