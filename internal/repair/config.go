@@ -77,6 +77,9 @@ type Config struct {
 	// NodeName is the node whose pods are watched (REPAIR_NODE_NAME, else NODE_NAME).
 	// Required: the controller never watches the whole cluster.
 	NodeName string
+	// AgentNode is the agent's own node (NODE_NAME), where an in-place repair looks
+	// for network namespaces: RepairPods needs NodeName to be it.
+	AgentNode string
 	// SidecarAnnotation marks injected pods; pods without it are never broken
 	// (REPAIR_SIDECAR_ANNOTATION, default sidecar.istio.io/status; empty: any pod).
 	SidecarAnnotation string
@@ -143,6 +146,7 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		r.String(EnvLabelKey, &c.LabelKey)
 		r.String(EnvLabelValue, &c.LabelValue)
 		r.String(EnvNodeNameAgent, &c.NodeName)
+		c.AgentNode = c.NodeName
 		r.NonEmpty(EnvNodeName, &c.NodeName)
 		r.String(EnvSidecarAnnotation, &c.SidecarAnnotation)
 		r.String(EnvInitContainerName, &c.InitContainerName)
@@ -187,6 +191,11 @@ func (c Config) Validate() error {
 		p.Add(EnvNodeName, "empty (and %s is unset): the controller watches only its own node's pods and must know the node", EnvNodeNameAgent)
 	} else if msgs := validation.IsDNS1123Subdomain(c.NodeName); len(msgs) > 0 {
 		p.Add(EnvNodeName, "%q is not a node name: %s", c.NodeName, strings.Join(msgs, "; "))
+	} else if c.RepairPods && c.AgentNode != "" && c.NodeName != c.AgentNode {
+		// The namespace search reads this node's processes and mounts: another
+		// node's pod is never there, and the pod holding its address here is not it.
+		p.Add(EnvNodeName, "%q is another node than this agent's (%s=%q), and %s=true repairs pods in place, "+
+			"in the network namespaces of this node only: watch this node, or set %s=false", c.NodeName, EnvNodeNameAgent, c.AgentNode, EnvRepairPods, EnvRepairPods)
 	}
 	if c.LabelPods || c.RepairPods || c.MultusNetwork != "" {
 		// Repair removes the label again, and a pod missing its Multus network is

@@ -18,7 +18,7 @@ func TestConfigFromEnvDefaultsAreIstios(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
-	want.NodeName = "node-1"
+	want.NodeName, want.AgentNode = "node-1", "node-1"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
@@ -44,7 +44,7 @@ func TestConfigFromEnvReadsEverySetting(t *testing.T) {
 	}
 	if got.RepairPods || !got.DeletePods || !got.LabelPods || got.NodeName != "node-2" || got.InitExitCode != 0 ||
 		got.InitContainerName != "check" || got.MaxRetries != 3 || got.ProcDir != "/host/proc" ||
-		!cmp.Equal(got.NetnsDirs, []string{"/run/netns", "/var/run/docker/netns"}) {
+		got.AgentNode != "ignored" || !cmp.Equal(got.NetnsDirs, []string{"/run/netns", "/var/run/docker/netns"}) {
 		t.Errorf("settings not read: %+v", got)
 	}
 	if got.fieldSelector() != "spec.nodeName=node-2,metadata.namespace!=kube-system" {
@@ -67,6 +67,9 @@ func TestConfigFromEnvRejectsBadSettingsNamingThem(t *testing.T) {
 		{"any container any code", []string{"NODE_NAME", "n", EnvInitContainerName, "", EnvInitExitCode, "0"}, []string{EnvInitContainerName}},
 		{"selectors", []string{"NODE_NAME", "n", EnvLabelSelectors, "a in (", EnvFieldSelectors, "spec.nodeName=other"}, []string{EnvLabelSelectors, EnvFieldSelectors}},
 		{"node name", []string{EnvNodeName, "Node_1"}, []string{EnvNodeName, "Node_1"}},
+		// An in-place repair searches this node's namespaces: another node's pods
+		// are not there, and whatever holds their addresses here is not them.
+		{"in-place repair of another node", []string{"NODE_NAME", "n", EnvNodeName, "other"}, []string{EnvNodeName, `"other"`, `NODE_NAME="n"`, EnvRepairPods}},
 		{"retries", []string{"NODE_NAME", "n", EnvMaxRetries, "0", EnvRetryBase, "2s", EnvRetryMax, "1s"}, []string{EnvMaxRetries, EnvRetryMax}},
 		{"paths", []string{"NODE_NAME", "n", EnvProcDir, "proc", EnvNetnsDirs, "netns"}, []string{EnvProcDir, EnvNetnsDirs}},
 	} {
