@@ -71,6 +71,12 @@ type Backend struct {
 	lockDir  string
 	lockPath string // XTABLES_LOCKFILE, when it replaces the per-namespace locks
 	tools    map[redirect.Family]tools
+	// nodeLock is the lock legacy iptables before 1.8.6 takes whatever
+	// XTABLES_LOCKFILE says: its build's, the node's /run/xtables.lock (see
+	// restore). A test points it at a file of its own.
+	nodeLock       string
+	nodeLockOnce   sync.Once
+	nodeLockMasked bool // see masksNodeLock
 
 	nativeDir  string
 	nativeOnce sync.Once
@@ -108,7 +114,7 @@ func NewBackend(cfg Config) (*Backend, error) {
 		mode = DetectMode("/")
 	}
 	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: map[redirect.Family]tools{},
-		writeNative: writeNative, cleanupNative: cleanupNative}
+		nodeLock: "/run/xtables.lock", writeNative: writeNative, cleanupNative: cleanupNative}
 	if b.lockDir == "" {
 		if f := os.Getenv("XTABLES_LOCKFILE"); f != "" {
 			b.lockPath, b.lockDir = f, filepath.Dir(f)
@@ -164,6 +170,12 @@ const (
 const RunWaitDelay = nftables.RunWaitDelay
 
 func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
+	return b.runMasked(ctx, false, bin, stdin, args...)
+}
+
+// runMasked is run; with maskNodeLock the tool runs with the namespace's lock
+// file in place of the node's (runWithLockMasked).
+func (b *Backend) runMasked(ctx context.Context, maskNodeLock bool, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
@@ -171,9 +183,14 @@ func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...str
 	stdout := &boundedBuffer{max: MaxOutputBytes}
 	stderr := &boundedBuffer{max: maxStderrBytes, truncate: true}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+b.lockFile())
+	lock := b.lockFile()
+	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock)
 	cmd.WaitDelay = RunWaitDelay
-	if err := cmd.Run(); err != nil {
+	runCmd := cmd.Run
+	if maskNodeLock {
+		runCmd = func() error { return runWithLockMasked(cmd, lock, b.nodeLock) }
+	}
+	if err := runCmd(); err != nil {
 		if stdout.over {
 			err = fmt.Errorf("its output is over %d bytes: %w", MaxOutputBytes, err)
 		}
@@ -239,13 +256,15 @@ func (b *Backend) save(ctx context.Context, f redirect.Family) (map[redirect.Tab
 
 func (b *Backend) restore(ctx context.Context, f redirect.Family, text string) error {
 	args := []string{"--noflush"}
+	mask := false
 	if b.mode == ModeLegacy {
 		if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
 			return fmt.Errorf("create xtables lock dir: %w", err)
 		}
 		args = append(args, "--wait")
+		mask = b.masksNodeLock()
 	}
-	_, err := b.run(ctx, b.tools[f].restore, text, args...)
+	_, err := b.runMasked(ctx, mask, b.tools[f].restore, text, args...)
 	return err
 }
 

@@ -558,17 +558,26 @@ func (b *Backend) nativeAllowed() bool {
 // binary at the start of a burst.
 func (b *Backend) NativeWrites() bool { return b.nativeAllowed() }
 
+// restoreVersion is the version of the mode's restore binary: iptables-nft's
+// for native writes, iptables-legacy's for its lock (masksNodeLock). It is
+// remembered in Config.NativeStateDir, when set, per mode.
 func (b *Backend) restoreVersion() ([3]int, error) {
+	file, flavour := nativeVersionFile, "(nf_tables)"
+	if b.mode == ModeLegacy {
+		file, flavour = legacyVersionFile, "(legacy)"
+	}
 	bin := b.tools[redirect.IPv4].restore
 	st, err := os.Stat(bin)
 	if err != nil {
 		return [3]int{}, err
 	}
 	key := fmt.Sprintf("%s %d %d", bin, st.Size(), st.ModTime().UnixNano())
-	path := filepath.Join(b.nativeDir, nativeVersionFile)
-	if data, err := os.ReadFile(path); err == nil && len(data) < 4096 {
+	path := filepath.Join(b.nativeDir, file)
+	if b.nativeDir == "" {
+		path = ""
+	} else if data, err := os.ReadFile(path); err == nil && len(data) < 4096 {
 		if k, v, ok := strings.Cut(strings.TrimSpace(string(data)), " v"); ok && k == key {
-			return parseVersion("v" + v + " (nf_tables)")
+			return parseFlavourVersion("v"+v+" "+flavour, flavour)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), versionBound)
@@ -579,11 +588,14 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 	if err != nil {
 		return [3]int{}, fmt.Errorf("%s --version (bound %v): %w", bin, versionBound, err)
 	}
-	v, err := parseVersion(string(out))
+	v, err := parseFlavourVersion(string(out), flavour)
 	if err != nil {
 		return v, err
 	}
 	// Remembered for the next runs; a failure to write only costs them the exec.
+	if path == "" {
+		return v, nil
+	}
 	if err := os.MkdirAll(b.nativeDir, 0o755); err == nil {
 		// Locked until after the rename: the plugin's GC removes a killed writer's
 		// temporary (VersionTempPrefix), never a live one's.
@@ -606,9 +618,13 @@ func (b *Backend) restoreVersion() ([3]int, error) {
 // line, by "(nf_tables)". (Written out rather than as a regular expression: a
 // package-level one is compiled at every start of the plugin, which is exec'd
 // once per pod.)
-func parseVersion(s string) ([3]int, error) {
+func parseVersion(s string) ([3]int, error) { return parseFlavourVersion(s, "(nf_tables)") }
+
+// parseFlavourVersion is parseVersion for the flavour its --version names:
+// "(nf_tables)" or "(legacy)".
+func parseFlavourVersion(s, flavour string) ([3]int, error) {
 	for i := strings.IndexByte(s, 'v'); i >= 0; {
-		if v, rest, ok := versionAt(s[i+1:]); ok && strings.Contains(rest, "(nf_tables)") {
+		if v, rest, ok := versionAt(s[i+1:]); ok && strings.Contains(rest, flavour) {
 			return v, nil
 		}
 		next := strings.IndexByte(s[i+1:], 'v')
@@ -617,7 +633,7 @@ func parseVersion(s string) ([3]int, error) {
 		}
 		i += 1 + next
 	}
-	return [3]int{}, fmt.Errorf("not an iptables-nft version: %q", strings.TrimSpace(s))
+	return [3]int{}, fmt.Errorf("not an iptables %s version: %q", flavour, strings.TrimSpace(s))
 }
 
 // versionAt reads "<major>.<minor>.<patch>" at the start of s, and what follows.
