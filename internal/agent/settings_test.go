@@ -81,7 +81,7 @@ func defaults() Settings {
 
 func repairDefaults(node string) repair.Config {
 	c := repair.DefaultConfig()
-	c.NodeName = node
+	c.NodeName, c.AgentNode = node, node
 	return c
 }
 
@@ -108,7 +108,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.ExcludeNamespaces = []string{"kube-system", "istio-system"}
 				s.PodNamespace = "istio-system"
 				s.NodeName = "node-1"
-				s.Repair.NodeName = "node-1"
+				s.Repair.NodeName, s.Repair.AgentNode = "node-1", "node-1"
 				s.Taint.AgentNamespace, s.Multus.LeaseNamespace = "istio-system", "istio-system"
 			},
 		},
@@ -138,7 +138,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.RunDir, s.MonitoringPort, s.ReadinessPort = "/run/x", 0, 9000
 				s.RevertWarnCount, s.RevertWarnWindow = 3, 30*time.Second
 				s.LogLevel, s.LogJSON = slog.LevelDebug, true
-				s.Repair.NodeName, s.Taint.AgentNamespace, s.Multus.LeaseNamespace = "n", "istio-cni", "istio-cni"
+				s.Repair.NodeName, s.Repair.AgentNode, s.Taint.AgentNamespace, s.Multus.LeaseNamespace = "n", "n", "istio-cni", "istio-cni"
 			},
 		},
 		{
@@ -174,7 +174,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			env:  map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false", "REPAIR_ENABLED": "false", "UNINSTALL_ON_EXIT": "never"},
 			want: func(s *Settings) {
 				s.NodeName, s.PodCache, s.UninstallOnExit = "", false, ExitNever
-				s.Repair.Enabled, s.Repair.NodeName = false, ""
+				s.Repair.Enabled, s.Repair.NodeName, s.Repair.AgentNode = false, "", ""
 			},
 		},
 		{
@@ -187,7 +187,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			},
 			want: func(s *Settings) {
 				s.NodeName, s.PodCache, s.PodNamespace, s.PodName = "node-7", false, "mesh", "istio-cni-node-x1"
-				s.Repair.NodeName, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", false, true
+				s.Repair.NodeName, s.Repair.AgentNode, s.Repair.RepairPods, s.Repair.LabelPods = "node-7", "node-7", false, true
 				s.Repair.LabelKey, s.Repair.InitContainerName = "example.com/broken", "mesh-check"
 				s.Taint.Enabled, s.Taint.Effect, s.Taint.Identity, s.Taint.AgentNamespace = true, "PreferNoSchedule", "istio-cni-node-x1", "mesh"
 				s.Multus.Identity, s.Multus.LeaseNamespace = "istio-cni-node-x1", "mesh"
