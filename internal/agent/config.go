@@ -132,14 +132,20 @@ func (a *agent) reconcileConfig() (configResult, error) {
 }
 
 // moveFrom takes our entry out of the file that held it when the primary config is
-// now another file (a new config sorts first, or CNI_CONF_NAME's .conf came back).
-// Before this agent's first install that file is an earlier agent's
-// (earlierHolders): one killed between its write into the new primary and the
-// take-out, or while the primary moved, left its entry there.
+// now another file (a new config sorts first, or CNI_CONF_NAME's .conf came back),
+// or when this agent is standalone and now is its own file. Before this agent's
+// first install that file is an earlier agent's (earlierHolders): one killed
+// between its write into the new primary and the take-out, or while the primary
+// moved, left its entry there, and so does a chained agent replaced by a
+// standalone one (a helm upgrade that sets chained=false: the old agent keeps its
+// entry on exit). Chained, an earlier standalone agent's own file goes too.
 func (a *agent) moveFrom(now string) {
 	olds := []string{a.cfg.current}
 	if a.cfg.current == "" {
 		olds = a.earlierHolders(now)
+		if a.s.Chained {
+			a.removeEarlierStandalone(filepath.Dir(now))
+		}
 	}
 	for _, old := range olds {
 		if old == "" || old == now {
@@ -149,10 +155,33 @@ func (a *agent) moveFrom(now string) {
 			continue
 		}
 		if _, err := a.uninstallFrom(old); err != nil {
-			a.log.Warn("the primary CNI config moved; our entry stays in the old file", "old", old, "new", now, "error", err)
+			a.log.Warn("the istio-cni entry belongs in another CNI config now; our entry stays in the old file", "old", old, "new", now, "error", err)
 			continue
 		}
-		a.log.Info("the primary CNI config moved; took our entry out of the old file", "old", old, "new", now)
+		a.log.Info("the istio-cni entry belongs in another CNI config now; took our entry out of the old file", "old", old, "new", now)
+	}
+}
+
+// removeEarlierStandalone deletes, in chained mode, the standalone configs of
+// ours in dir (a single plugin of our type, which no chained install writes): an
+// earlier agent of the standalone mode left its file when a helm upgrade set
+// chained=true, and the uninstall of this agent, which removes the binary, would
+// leave it behind naming a plugin that is gone.
+func (a *agent) removeEarlierStandalone(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if ext := filepath.Ext(e.Name()); ext != ".conf" && ext != ".json" {
+			continue
+		}
+		if data, err := cniconf.ReadConfig(path); err != nil || !a.isOurs(data) {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			a.log.Warn("an earlier standalone agent's config stays (this agent is chained)", "file", path, "error", err)
+			continue
+		}
+		a.log.Info("removed an earlier standalone agent's config (this agent is chained)", "file", path)
 	}
 }
 
@@ -289,6 +318,7 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		return configWaiting, fmt.Errorf("standalone config: %w", err)
 	}
 	if cniconf.SameContent(path, want) {
+		a.moveFrom(path)
 		a.cfg.current, a.cfg.inPlace, a.cfg.installed = path, true, true
 		return configUnchanged, nil
 	}
@@ -332,6 +362,7 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		a.cfg.inPlace = false
 		return configWaiting, err
 	}
+	a.moveFrom(path)
 	a.cfg.current, a.cfg.inPlace = path, true
 	a.noteInstall(path, replaced)
 	return configInstalled, nil
