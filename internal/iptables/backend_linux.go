@@ -170,12 +170,20 @@ const (
 const RunWaitDelay = nftables.RunWaitDelay
 
 func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
-	return b.runMasked(ctx, false, bin, stdin, args...)
+	return b.runMasked(ctx, masking{}, bin, stdin, args...)
 }
 
-// runMasked is run; with maskNodeLock the tool runs with the namespace's lock
-// file in place of the node's (runWithLockMasked).
-func (b *Backend) runMasked(ctx context.Context, maskNodeLock bool, bin string, stdin string, args ...string) (string, error) {
+// masking says which of the node's files a tool runs without (runWithMasks).
+type masking struct {
+	// nodeLock: the namespace's lock file in place of the node's (masksNodeLock).
+	nodeLock bool
+	// nsswitch: /dev/null in place of nsswitch.conf, so that the tool's user
+	// and group lookups read /etc/passwd and /etc/group only (nssIsLocal).
+	nsswitch bool
+}
+
+// runMasked is run, in a mount namespace of its own when m masks anything.
+func (b *Backend) runMasked(ctx context.Context, m masking, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
@@ -186,9 +194,16 @@ func (b *Backend) runMasked(ctx context.Context, maskNodeLock bool, bin string, 
 	lock := b.lockFile()
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+lock)
 	cmd.WaitDelay = RunWaitDelay
+	var masks []fileMask
+	if m.nodeLock {
+		masks = append(masks, fileMask{src: lock, dst: b.nodeLock, create: true})
+	}
+	if m.nsswitch {
+		masks = append(masks, fileMask{src: os.DevNull, dst: nsswitchConf, readOnly: true})
+	}
 	runCmd := cmd.Run
-	if maskNodeLock {
-		runCmd = func() error { return runWithLockMasked(cmd, lock, b.nodeLock) }
+	if len(masks) > 0 {
+		runCmd = func() error { return runWithMasks(cmd, masks) }
 	}
 	if err := runCmd(); err != nil {
 		if stdout.over {
@@ -254,17 +269,22 @@ func (b *Backend) save(ctx context.Context, f redirect.Family) (map[redirect.Tab
 	return ours(d), nil
 }
 
+// restore writes text with one iptables-restore. Its owner matches make it look
+// their uid up as a user name first, their gid as a group name (libxt_owner),
+// through NSS, in the pod's network namespace: where the node's passwd or group
+// sources may ask a server, it runs with nsswitch.conf masked. (iptables-save
+// prints ids as numbers and looks nothing up.)
 func (b *Backend) restore(ctx context.Context, f redirect.Family, text string) error {
 	args := []string{"--noflush"}
-	mask := false
+	m := masking{nsswitch: !nssIsLocal()}
 	if b.mode == ModeLegacy {
 		if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
 			return fmt.Errorf("create xtables lock dir: %w", err)
 		}
 		args = append(args, "--wait")
-		mask = b.masksNodeLock()
+		m.nodeLock = b.masksNodeLock()
 	}
-	_, err := b.runMasked(ctx, mask, b.tools[f].restore, text, args...)
+	_, err := b.runMasked(ctx, m, b.tools[f].restore, text, args...)
 	return err
 }
 
