@@ -28,23 +28,7 @@ import (
 // (a file of the test's in place of /run/xtables.lock) before it restores.
 func TestLegacyIptablesBefore186WaitsOnlyForItsNamespacesLock(t *testing.T) {
 	root.Require(t)
-	real, err := exec.LookPath("iptables-legacy-restore")
-	if err != nil {
-		t.Fatalf("iptables-legacy-restore not installed: %v", err)
-	}
-	nodeLock := filepath.Join(t.TempDir(), "xtables.lock")
-	bin := t.TempDir()
-	script := "#!/bin/sh\n" +
-		"case \"$1\" in --version|-V) echo 'iptables-restore v1.8.4 (legacy)'; exit 0;; esac\n" +
-		"exec 9>>" + nodeLock + " || exit 4\n" +
-		"flock 9 || exit 4\n" +
-		// The real restore under it takes a lock no one else takes: the one above is
-		// the only lock of a release before 1.8.6.
-		"XTABLES_LOCKFILE=" + filepath.Join(bin, "inner.lock") + " exec " + real + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(bin, "iptables-legacy-restore"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	nodeLock := fakeLegacy184(t)
 	dir := t.TempDir()
 	b, err := NewBackend(Config{Mode: ModeLegacy, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
@@ -110,4 +94,33 @@ func TestLegacyNodeLockIsMaskedOnlyBefore186(t *testing.T) {
 			t.Errorf("iptables-legacy-restore %s: node lock masked %v, want %v", tc.version, got, tc.want)
 		}
 	}
+}
+
+// fakeLegacy184 puts first in PATH an iptables-legacy-restore that stands in for a
+// release before 1.8.6: it answers --version as 1.8.4 and locks its build's lock
+// (nodeLock, a file of the test's in place of /run/xtables.lock) before it
+// restores, whatever XTABLES_LOCKFILE says.
+func fakeLegacy184(t *testing.T) (nodeLock string) {
+	t.Helper()
+	real, err := exec.LookPath("iptables-legacy-restore")
+	if err != nil {
+		t.Fatalf("iptables-legacy-restore not installed: %v", err)
+	}
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Fatalf("flock not installed: %v", err)
+	}
+	nodeLock = filepath.Join(t.TempDir(), "xtables.lock")
+	bin := t.TempDir()
+	script := "#!/bin/sh\n" +
+		"case \"$1\" in --version|-V) echo 'iptables-restore v1.8.4 (legacy)'; exit 0;; esac\n" +
+		"exec 9>>" + nodeLock + " || exit 4\n" +
+		"flock 9 || exit 4\n" +
+		// The real restore under it takes a lock no one else takes: the one above is
+		// the only lock of a release before 1.8.6.
+		"XTABLES_LOCKFILE=" + filepath.Join(bin, "inner.lock") + " exec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "iptables-legacy-restore"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	return nodeLock
 }

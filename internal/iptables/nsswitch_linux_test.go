@@ -115,18 +115,7 @@ func nssChild(t *testing.T, dir string) {
 	case "legacy before 1.8.6":
 		// A release that takes the node's lock: the restore runs with both
 		// masks, the namespace's lock over the node's and nsswitch.conf's.
-		real, _ := exec.LookPath("iptables-legacy-restore")
-		bin := t.TempDir()
-		nodeLock = filepath.Join(t.TempDir(), "xtables.lock")
-		script := "#!/bin/sh\n" +
-			"case \"$1\" in --version|-V) echo 'iptables-restore v1.8.4 (legacy)'; exit 0;; esac\n" +
-			"exec 9>>" + nodeLock + " || exit 4\n" +
-			"flock 9 || exit 4\n" +
-			"XTABLES_LOCKFILE=" + filepath.Join(bin, "inner.lock") + " exec " + real + " \"$@\"\n"
-		if err := os.WriteFile(filepath.Join(bin, "iptables-legacy-restore"), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+		nodeLock = fakeLegacy184(t)
 		cfg.NativeStateDir = stateDir
 	case "nft":
 		// No NativeStateDir: every write is an iptables-nft-restore.
