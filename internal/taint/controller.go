@@ -249,9 +249,11 @@ func (r *reconciler) takeLeft(node string) bool {
 	return left
 }
 
-// agentState: an agent pod on the node is Ready and not being deleted (ready), and
-// one is being deleted (terminating).
-func (r *reconciler) agentState(node string) (ready, terminating bool) {
+// agentState: an agent pod on the node is Ready and not being deleted (ready), one
+// is being deleted (terminating), and one is not Ready by the node lifecycle
+// controller's mark rather than by its kubelet's report (unknown, see
+// markedNotReady).
+func (r *reconciler) agentState(node string) (ready, terminating, unknown bool) {
 	objs, _ := r.pods.ByIndex(nodeIndex, node)
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
@@ -266,9 +268,27 @@ func (r *reconciler) agentState(node string) (ready, terminating bool) {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 				ready = true
 			}
+			if markedNotReady(cond) {
+				unknown = true
+			}
 		}
 	}
-	return ready, terminating
+	return ready, terminating, unknown
+}
+
+// markedNotReady reports whether a pod's condition is the node lifecycle
+// controller's mark, not its kubelet's report. When a node stops reporting (a
+// network partition, an API server its kubelet cannot reach, or one too loaded
+// by every client's relist to take the kubelets' updates in time as it recovers
+// from an outage), kube-controller-manager turns every Ready pod of the node not
+// Ready: it flips the status of the Ready condition and keeps its reason, which
+// is empty on a Ready pod. The kubelet gives every Ready condition that is not
+// True a reason (ContainersNotReady, ReadinessGatesNotReady, PodCompleted,
+// UnknownContainerStatuses). An agent so marked was Ready when its node went
+// silent, and nobody knows whether it still is: its kubelet reports again once
+// it can.
+func markedNotReady(cond corev1.PodCondition) bool {
+	return cond.Type == corev1.PodReady && cond.Status == corev1.ConditionFalse && cond.Reason == ""
 }
 
 // agentDaemonSet names a DaemonSet of the agent (its pod template carries the
@@ -314,6 +334,15 @@ func (r *reconciler) handingOver(node string, targeted, ready, terminating bool)
 //     (handover): left as it is. A rolling update or an eviction keeps the plugin
 //     installed, so new pods are captured and need no taint; a removal uninstalls
 //     it, and the exiting agent removes its node's taint itself (RemoveTaint);
+//   - the agent pod is not Ready by the node lifecycle controller's mark, not its
+//     kubelet's report (markedNotReady): left as it is. The node stopped
+//     reporting; its agent was Ready then, so the plugin is installed, and the
+//     node lifecycle controller keeps new pods off it with its own taints while
+//     it is unreachable. Tainting it would taint every node of the cluster once
+//     their kubelets lose the API server for long enough (an outage behind a
+//     load balancer, or the overload of every client relisting as it recovers),
+//     and hold them tainted until each kubelet reports again and each node is
+//     patched twice, one by one;
 //   - otherwise (no agent yet, starting, crashed, the node rebooted): yes.
 //
 // The patch carries the node's resourceVersion, so a taint list changed by
@@ -332,7 +361,7 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	}
 	node := obj.(*corev1.Node)
 	cfg := r.c.cfg
-	ready, terminating := r.agentState(name)
+	ready, terminating, unknown := r.agentState(name)
 	ds := r.agentDaemonSet(node)
 	handover := r.handingOver(name, ds != "", ready, terminating)
 	var want bool
@@ -342,7 +371,7 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 		want, why = false, "no DaemonSet of the istio-cni agent runs on it"
 	case ready:
 		want, why = false, "its istio-cni agent is ready"
-	case handover:
+	case handover, unknown:
 		return nil
 	default:
 		want, why = true, "its istio-cni agent is not ready"

@@ -94,18 +94,19 @@ func createAgent(t *testing.T, c kubernetes.Interface, ns, name, node string) *c
 	return p
 }
 
-// setReady plays the kubelet reporting the agent's readiness.
+// setReady plays the kubelet reporting the agent's readiness: a Ready condition
+// that is not True has the reason the kubelet gives it.
 func setReady(t *testing.T, c kubernetes.Interface, ns, name string, ready bool) {
 	t.Helper()
 	p, err := c.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := corev1.ConditionFalse
+	cond := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}
 	if ready {
-		status = corev1.ConditionTrue
+		cond = corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
 	}
-	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{cond}}
 	if _, err := c.CoreV1().Pods(ns).UpdateStatus(t.Context(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
