@@ -253,7 +253,7 @@ func (a *agent) decideExit(client *apiClient) exitDecision {
 	if p := a.owner.Load(); p != nil {
 		o = *p
 	}
-	return decideExit(ctx, client, a.pluginIdentity(), o, a.s.PodNamespace, a.s.PodName, a.s.NodeName)
+	return decideExit(ctx, client, a.pluginIdentity(), o, a.s.PodNamespace, a.s.PodName, a.s.NodeName, a.s.Taint.Key)
 }
 
 // learnOwner reads this agent's pod until it has its DaemonSet (retrying every

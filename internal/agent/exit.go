@@ -138,7 +138,9 @@ type exitDecision struct {
 //     could not be read then);
 //   - the DaemonSet is gone or being deleted: removal (helm uninstall, kubectl delete);
 //   - the DaemonSet's pod template no longer fits the node (node selector, required
-//     node affinity, a NoExecute taint it does not tolerate): removal, the DaemonSet
+//     node affinity, a NoExecute or NoSchedule taint it does not tolerate, as
+//     daemonset.Excludes counts them: never the node readiness taint,
+//     readinessTaint, nor those of a node not ready yet): removal, the DaemonSet
 //     controller will not start another agent here;
 //   - the node is gone: removal;
 //   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
@@ -161,7 +163,7 @@ type exitDecision struct {
 //
 // Any other failure (timeout, refused, 5xx) keeps everything: a node left with the
 // plugin installed keeps capturing pods, a node left without it does not.
-func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName string) exitDecision {
+func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName, readinessTaint string) exitDecision {
 	keep := func(format string, args ...any) exitDecision {
 		return exitDecision{Reason: fmt.Sprintf(format, args...)}
 	}
@@ -228,7 +230,8 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 	case err != nil:
 		return keep("cannot read node %s (%v): keeping the plugin installed", nodeName, shortAPIError(err))
 	}
-	if why := daemonset.Excludes(&set.Spec.Template.Spec, node); why != "" {
+	// This agent's pod is going away: will the DaemonSet controller place a new one?
+	if why := daemonset.Excludes(&set.Spec.Template.Spec, node, false, readinessTaint); why != "" {
 		return remove("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
 	}
 	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)

@@ -63,8 +63,11 @@ func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.Poli
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				// It tolerates the GPU pool's taint a test gives the node: one it did not
+				// tolerate would keep a new agent off the node.
 				Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
-					Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+					Containers:  []corev1.Container{{Name: "install-cni", Image: "install-cni"}},
+					Tolerations: []corev1.Toleration{{Key: "example.com/gpu", Operator: corev1.TolerationOpExists}}},
 			},
 		},
 	}, metav1.CreateOptions{})

@@ -58,8 +58,11 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 	deleting.DeletionTimestamp = ptr.To(metav1.Now())
 	tainted := node.DeepCopy()
 	tainted.Spec.Taints = []corev1.Taint{{Key: "drain", Value: "now", Effect: corev1.TaintEffectNoExecute}}
-	noSchedule := node.DeepCopy()
-	noSchedule.Spec.Taints = []corev1.Taint{{Key: "cordon", Effect: corev1.TaintEffectNoSchedule}}
+	withTaint := func(key, value string, effect corev1.TaintEffect) *corev1.Node {
+		n := node.DeepCopy()
+		n.Spec.Taints = []corev1.Taint{{Key: key, Value: value, Effect: effect}}
+		return n
+	}
 
 	unauthorized := apierrors.NewUnauthorized("invalid token")
 	// pluginSays is the plugin's credential answering err (nil: the pod).
@@ -114,8 +117,17 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 			fakeExit{ds: daemonSet(nil), node: tainted}, nil, true, "drain=now"},
 		{"a NoExecute taint the DaemonSet tolerates", known,
 			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), node: tainted}, nil, false, "still runs"},
-		{"a NoSchedule taint (cordon) does not evict a DaemonSet's pod", known,
-			fakeExit{ds: daemonSet(nil), node: noSchedule}, nil, false, "still runs"},
+		{"cordoned: every DaemonSet pod tolerates node.kubernetes.io/unschedulable", known,
+			fakeExit{ds: daemonSet(nil), node: withTaint(corev1.TaintNodeUnschedulable, "", corev1.TaintEffectNoSchedule)}, nil, false, "still runs"},
+		{"a NoSchedule taint the DaemonSet does not tolerate: no new agent is placed there", known,
+			fakeExit{ds: daemonSet(nil), node: withTaint("dedicated", "gpu", corev1.TaintEffectNoSchedule)}, nil, true, "NoSchedule taint dedicated=gpu"},
+		{"a NoSchedule taint the DaemonSet tolerates", known,
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) {
+				s.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+			}),
+				node: withTaint("dedicated", "gpu", corev1.TaintEffectNoSchedule)}, nil, false, "still runs"},
+		{"the node readiness taint never counts", known,
+			fakeExit{ds: daemonSet(nil), node: withTaint("cni.istio.io/not-ready", "true", corev1.TaintEffectNoSchedule)}, nil, false, "still runs"},
 		{"the node is deleted", known,
 			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "node-a")}, nil, true, "node node-a is deleted"},
 		{"not run by a DaemonSet", owner{known: true},
@@ -131,7 +143,7 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideExit(context.Background(), &tc.f, tc.plugin, tc.o, "kube-system", "istio-cni-node-x", "node-a")
+			got := decideExit(context.Background(), &tc.f, tc.plugin, tc.o, "kube-system", "istio-cni-node-x", "node-a", "cni.istio.io/not-ready")
 			if got.Uninstall != tc.uninstall || !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("decideExit = %+v, want uninstall=%v and a reason with %q", got, tc.uninstall, tc.reason)
 			}

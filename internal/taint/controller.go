@@ -250,10 +250,12 @@ func (r *reconciler) takeLeft(node string) bool {
 }
 
 // agentState: an agent pod on the node is Ready and not being deleted (ready), one
-// is being deleted (terminating), and one is not Ready by the node lifecycle
+// is on the node, not being deleted and not ended (running: the DaemonSet
+// controller keeps it where it would place no new one, see daemonset.Excludes),
+// one is being deleted (terminating), and one is not Ready by the node lifecycle
 // controller's mark rather than by its kubelet's report (unknown, see
 // markedNotReady).
-func (r *reconciler) agentState(node string) (ready, terminating, unknown bool) {
+func (r *reconciler) agentState(node string) (ready, running, terminating, unknown bool) {
 	objs, _ := r.pods.ByIndex(nodeIndex, node)
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
@@ -261,6 +263,10 @@ func (r *reconciler) agentState(node string) (ready, terminating, unknown bool) 
 			terminating = true
 			continue
 		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		running = true
 		if p.Status.Phase != corev1.PodRunning {
 			continue
 		}
@@ -273,7 +279,7 @@ func (r *reconciler) agentState(node string) (ready, terminating, unknown bool) 
 			}
 		}
 	}
-	return ready, terminating, unknown
+	return ready, running, terminating, unknown
 }
 
 // markedNotReady reports whether a pod's condition is the node lifecycle
@@ -293,15 +299,18 @@ func markedNotReady(cond corev1.PodCondition) bool {
 
 // agentDaemonSet names a DaemonSet of the agent (its pod template carries the
 // agent's labels), not being deleted, that runs a pod on node; "" when none does.
-// The question is the exit decision's (daemonset.Excludes): no DaemonSet runs on
-// the node, and an exiting agent uninstalls the plugin there.
-func (r *reconciler) agentDaemonSet(node *corev1.Node) string {
+// running (an agent pod is on the node, see agentState): whether it keeps that
+// one, else whether it places one there, which a NoSchedule taint it does not
+// tolerate prevents. The latter is the exit decision's question
+// (daemonset.Excludes): no DaemonSet places an agent on the node, and an exiting
+// agent uninstalls the plugin there. The readiness taint itself never counts.
+func (r *reconciler) agentDaemonSet(node *corev1.Node, running bool) string {
 	for _, o := range r.daemonSets.List() {
 		ds := o.(*appsv1.DaemonSet)
 		if ds.DeletionTimestamp != nil || !r.agentSelector.Matches(labels.Set(ds.Spec.Template.Labels)) {
 			continue
 		}
-		if daemonset.Excludes(&ds.Spec.Template.Spec, node) == "" {
+		if daemonset.Excludes(&ds.Spec.Template.Spec, node, running, r.c.cfg.Key) == "" {
 			return ds.Namespace + "/" + ds.Name
 		}
 	}
@@ -327,8 +336,10 @@ func (r *reconciler) handingOver(node string, targeted, ready, terminating bool)
 // reconcile makes the node carry the taint exactly when it needs it:
 //
 //   - no DaemonSet of the agent runs on the node (deleted, being deleted, or its
-//     node selector, affinity or tolerations exclude the node): never, and a taint
-//     there is removed, since no agent would ever come to lift it;
+//     node selector, affinity or tolerations exclude the node: a NoExecute taint
+//     it does not tolerate, or, with no agent pod on the node, a NoSchedule one):
+//     never, and a taint there is removed, since no agent would ever come to lift
+//     it;
 //   - an agent pod on the node is Ready: no;
 //   - an agent pod on the node is being deleted, or was since the last Ready one
 //     (handover): left as it is. A rolling update or an eviction keeps the plugin
@@ -361,8 +372,8 @@ func (r *reconciler) reconcile(ctx context.Context, name string) error {
 	}
 	node := obj.(*corev1.Node)
 	cfg := r.c.cfg
-	ready, terminating, unknown := r.agentState(name)
-	ds := r.agentDaemonSet(node)
+	ready, running, terminating, unknown := r.agentState(name)
+	ds := r.agentDaemonSet(node, running)
 	handover := r.handingOver(name, ds != "", ready, terminating)
 	var want bool
 	var why string

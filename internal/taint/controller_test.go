@@ -63,7 +63,9 @@ func createNode(t *testing.T, c kubernetes.Interface, name string, taints ...cor
 }
 
 // createDaemonSet creates the agent's DaemonSet (no controller manager runs: the
-// tests create the pods it would), running on the nodes with nodeSelector.
+// tests create the pods it would), running on the nodes with nodeSelector. It
+// tolerates the GPU pool's taint some tests give a node: one it did not tolerate
+// would keep its agents off that node.
 func createDaemonSet(t *testing.T, c kubernetes.Interface, name string, nodeSelector map[string]string) {
 	t.Helper()
 	labels := map[string]string{"k8s-app": "istio-cni-node"}
@@ -73,7 +75,8 @@ func createDaemonSet(t *testing.T, c kubernetes.Interface, name string, nodeSele
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}}},
+				Spec: corev1.PodSpec{NodeSelector: nodeSelector, Containers: []corev1.Container{{Name: "install-cni", Image: "install-cni"}},
+					Tolerations: []corev1.Toleration{{Key: "example.com/gpu", Operator: corev1.TolerationOpExists}}},
 			},
 		},
 	}, metav1.CreateOptions{})
