@@ -138,10 +138,11 @@ type exitDecision struct {
 //     could not be read then);
 //   - the DaemonSet is gone or being deleted: removal (helm uninstall, kubectl delete);
 //   - the DaemonSet's pod template no longer fits the node (node selector, required
-//     node affinity, a NoExecute or NoSchedule taint it does not tolerate, as
-//     daemonset.Excludes counts them: never the node readiness taint,
-//     readinessTaint, nor those of a node not ready yet): removal, the DaemonSet
-//     controller will not start another agent here;
+//     node affinity, a NoExecute taint it does not tolerate, as daemonset.Excludes
+//     counts them for a pod already there: never the node readiness taint,
+//     readinessTaint; a NoSchedule taint keeps a new agent off but not this pod's
+//     restarted container): removal, the DaemonSet controller will not keep an
+//     agent here;
 //   - the node is gone: removal;
 //   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
 //     down), the entry, binaries and kubeconfig stay so that pods keep being captured
@@ -230,8 +231,13 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 	case err != nil:
 		return keep("cannot read node %s (%v): keeping the plugin installed", nodeName, shortAPIError(err))
 	}
-	// This agent's pod is going away: will the DaemonSet controller place a new one?
-	if why := daemonset.Excludes(&set.Spec.Template.Spec, node, false, readinessTaint); why != "" {
+	// Asked as for a pod of the DaemonSet already on the node (running): a NoSchedule
+	// taint the template does not tolerate keeps a new agent off the node, but
+	// SIGTERM also comes with a restart of this pod's container (a failed liveness
+	// probe), which stays: uninstalling then would let pods start uncaptured until
+	// it reinstalls. Kept, a node whose agent does not come back keeps capturing
+	// while the plugin's token lives, and then fails its ADDs closed.
+	if why := daemonset.Excludes(&set.Spec.Template.Spec, node, true, readinessTaint); why != "" {
 		return remove("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
 	}
 	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)

@@ -119,8 +119,10 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }), node: tainted}, nil, false, "still runs"},
 		{"cordoned: every DaemonSet pod tolerates node.kubernetes.io/unschedulable", known,
 			fakeExit{ds: daemonSet(nil), node: withTaint(corev1.TaintNodeUnschedulable, "", corev1.TaintEffectNoSchedule)}, nil, false, "still runs"},
-		{"a NoSchedule taint the DaemonSet does not tolerate: no new agent is placed there", known,
-			fakeExit{ds: daemonSet(nil), node: withTaint("dedicated", "gpu", corev1.TaintEffectNoSchedule)}, nil, true, "NoSchedule taint dedicated=gpu"},
+		// No new agent is placed there, but a container restart (liveness) keeps
+		// this pod: uninstalling would let pods start uncaptured meanwhile.
+		{"a NoSchedule taint the DaemonSet does not tolerate keeps the running agent's install", known,
+			fakeExit{ds: daemonSet(nil), node: withTaint("dedicated", "gpu", corev1.TaintEffectNoSchedule)}, nil, false, "still runs"},
 		{"a NoSchedule taint the DaemonSet tolerates", known,
 			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) {
 				s.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
