@@ -37,14 +37,7 @@ func TestLegacyIptablesBefore186WaitsOnlyForItsNamespacesLock(t *testing.T) {
 	b.nodeLock = nodeLock
 
 	// Another iptables user on the node holds the node's lock meanwhile.
-	held, err := os.OpenFile(nodeLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
+	holdLock(t, nodeLock)
 
 	ns := newNS(t)
 	plan := specs.Sidecar().Plan(t)
@@ -123,4 +116,18 @@ func fakeLegacy184(t *testing.T) (nodeLock string) {
 	}
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	return nodeLock
+}
+
+// holdLock takes the lock at path, as another iptables user on the node does,
+// until the test ends.
+func holdLock(t *testing.T, path string) {
+	t.Helper()
+	held, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { held.Close() })
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -134,14 +134,7 @@ func nssChild(t *testing.T, dir string) {
 		}
 		// Another iptables user holds the node's lock meanwhile: the restore
 		// ends only if its lock is masked too.
-		held, err := os.OpenFile(nodeLock, os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer held.Close()
-		if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
-			t.Fatal(err)
-		}
+		holdLock(t, nodeLock)
 	}
 
 	ns := newNS(t)

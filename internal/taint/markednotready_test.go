@@ -53,24 +53,7 @@ func TestAnAgentMarkedNotReadyByTheNodeLifecycleControllerLeavesTheTaintAsItIs(t
 				Spec:       corev1.NodeSpec{Taints: tc.taints},
 				Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tc.nodeReady}}},
 			}
-			client := fake.NewClientset(node)
-			c, err := New(testConfig("a"), client, Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := hungReconciler(t, c, false)
-			if err := r.nodes.Add(node); err != nil {
-				t.Fatal(err)
-			}
-			if tc.agent != nil {
-				if err := r.pods.Add(&corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-x", Namespace: agentNS, Labels: map[string]string{"k8s-app": "istio-cni-node"}},
-					Spec:       corev1.PodSpec{NodeName: "node-a"},
-					Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{*tc.agent}},
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			r, client := cachedReconciler(t, node, agentPod(tc.agent))
 			if err := r.reconcile(t.Context(), "node-a"); err != nil {
 				t.Fatal(err)
 			}
@@ -84,5 +67,39 @@ func TestAnAgentMarkedNotReadyByTheNodeLifecycleControllerLeavesTheTaintAsItIs(t
 				t.Errorf("node patched: %v (%v), want %v", got, patches, tc.wantPatch)
 			}
 		})
+	}
+}
+
+// cachedReconciler is a reconciler over a fake clientset holding node, with node
+// and agent (when not nil) in its caches, as its informers would have them.
+func cachedReconciler(t *testing.T, node *corev1.Node, agent *corev1.Pod) (*reconciler, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(node)
+	c, err := New(testConfig("a"), client, Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := hungReconciler(t, c, false)
+	if err := r.nodes.Add(node); err != nil {
+		t.Fatal(err)
+	}
+	if agent != nil {
+		if err := r.pods.Add(agent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r, client
+}
+
+// agentPod is a running agent pod on node-a with the Ready condition ready, nil
+// for no agent.
+func agentPod(ready *corev1.PodCondition) *corev1.Pod {
+	if ready == nil {
+		return nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-x", Namespace: agentNS, Labels: map[string]string{"k8s-app": "istio-cni-node"}},
+		Spec:       corev1.PodSpec{NodeName: "node-a"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{*ready}},
 	}
 }

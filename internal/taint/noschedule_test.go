@@ -1,13 +1,10 @@
 package taint
 
 import (
-	"io"
-	"log/slog"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestANodeNoAgentIsPlacedOnForANoScheduleTaintIsNotTainted: the DaemonSet
@@ -52,29 +49,12 @@ func TestANodeNoAgentIsPlacedOnForANoScheduleTaintIsNotTainted(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"}, Spec: corev1.NodeSpec{Taints: tc.taints}}
-			client := fake.NewClientset(node)
-			c, err := New(testConfig("a"), client, Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
+			// The agent's DaemonSet tolerates nothing.
+			agent := agentPod(tc.agent)
+			if agent != nil && tc.terminating {
+				agent.DeletionTimestamp = &metav1.Time{}
 			}
-			// The agent's DaemonSet, tolerating nothing.
-			r := hungReconciler(t, c, false)
-			if err := r.nodes.Add(node); err != nil {
-				t.Fatal(err)
-			}
-			if tc.agent != nil {
-				pod := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-x", Namespace: agentNS, Labels: map[string]string{"k8s-app": "istio-cni-node"}},
-					Spec:       corev1.PodSpec{NodeName: "node-a"},
-					Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{*tc.agent}},
-				}
-				if tc.terminating {
-					pod.DeletionTimestamp = &metav1.Time{}
-				}
-				if err := r.pods.Add(pod); err != nil {
-					t.Fatal(err)
-				}
-			}
+			r, client := cachedReconciler(t, node, agent)
 			if err := r.reconcile(t.Context(), "node-a"); err != nil {
 				t.Fatal(err)
 			}
