@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -263,21 +264,20 @@ func TestPluginLogsAreServedAfterTheAgentRanOutOfFiles(t *testing.T) {
 	}
 	defer stop()
 
-	release := nofile.Exhaust(t, 1)
-	// The plugin's connection takes the last free descriptor: the agent's accept
-	// has none.
-	during, err := net.Dial("unixpacket", packet)
-	if err != nil {
+	// The plugin's socket is made before the process runs out: its connection
+	// takes no descriptor, and the agent's accept has none.
+	during := nofile.NewSocket(t, syscall.AF_UNIX, syscall.SOCK_SEQPACKET)
+	release := nofile.Exhaust(t, 0)
+	if err := during.Connect(&syscall.SockaddrUnix{Name: packet}); err != nil {
 		release()
 		t.Fatal(err)
 	}
-	defer during.Close()
 	poll.Until(t, 5*time.Second, 10*time.Millisecond, "the agent's accept fails with EMFILE", func() bool {
 		return strings.Contains(agentLog.String(), "too many open files")
 	})
 	release()
 
-	if _, err := during.Write([]byte(`{"level":"INFO","msg":"sent by a plugin that connected while the agent had no descriptor"}`)); err != nil {
+	if err := during.Write([]byte(`{"level":"INFO","msg":"sent by a plugin that connected while the agent had no descriptor"}`)); err != nil {
 		t.Fatal(err)
 	}
 	during.Close()
@@ -384,14 +384,18 @@ func TestTheHTTPServersLogThroughTheAgentsLog(t *testing.T) {
 		t.Fatalf("no server address in the agent's log (%v):\n%s", err, agentLog.String())
 	}
 
-	release := nofile.Exhaust(t, 1)
-	// The client's connection takes the last free descriptor: the server's accept has none.
-	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+	portNum, err := strconv.Atoi(port)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's socket is made before the process runs out: its connection
+	// takes no descriptor, and the server's accept has none.
+	c := nofile.NewSocket(t, syscall.AF_INET, syscall.SOCK_STREAM)
+	release := nofile.Exhaust(t, 0)
+	if err := c.Connect(&syscall.SockaddrInet4{Port: portNum, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		release()
 		t.Fatal(err)
 	}
-	defer c.Close()
 	deadline := time.Now().Add(3 * time.Second)
 	for !strings.Contains(agentLog.String(), "too many open files") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

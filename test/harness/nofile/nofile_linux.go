@@ -77,3 +77,48 @@ func Exhaust(tb testing.TB, spare int) (release func()) {
 	}
 	return release
 }
+
+// Socket is a client socket made before Exhaust: connecting, writing and closing
+// it take no new descriptor, so a test can connect to its server while the
+// process has none free, and the server's accept is the only call that needs
+// one. A dial after Exhaust needs a spare descriptor, which anything else the
+// test process does meanwhile (a goroutine an earlier test left) may take first.
+type Socket struct {
+	fd int
+}
+
+// NewSocket makes a socket of the given domain and type (syscall.AF_UNIX,
+// syscall.SOCK_SEQPACKET); it is closed when tb's test ends.
+func NewSocket(tb testing.TB, domain, typ int) *Socket {
+	tb.Helper()
+	fd, err := syscall.Socket(domain, typ|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("socket: %v", err)
+	}
+	s := &Socket{fd: fd}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Connect connects the socket to sa; on a loopback or unix socket it returns once
+// the connection waits in the server's queue, before any accept.
+func (s *Socket) Connect(sa syscall.Sockaddr) error {
+	return syscall.Connect(s.fd, sa)
+}
+
+// Write writes b whole in one call (one record on a SOCK_SEQPACKET socket).
+func (s *Socket) Write(b []byte) error {
+	n, err := syscall.Write(s.fd, b)
+	if err == nil && n != len(b) {
+		err = syscall.EIO
+	}
+	return err
+}
+
+// Close closes the socket; later calls do nothing.
+func (s *Socket) Close() {
+	if s.fd >= 0 {
+		syscall.Close(s.fd)
+		s.fd = -1
+	}
+}
