@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -156,26 +157,27 @@ func agentNamespace() string {
 }
 
 func inClusterKubeconfig() (*kube.Kubeconfig, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	return inClusterKubeconfigFrom(os.Getenv, serviceAccountDir)
+}
+
+// inClusterKubeconfigFrom is inClusterKubeconfig with the environment and the
+// service account's directory given. The host is taken as the agent takes it
+// (--kubernetes-service-host): an IPv6 address with or without its brackets.
+func inClusterKubeconfigFrom(getenv func(string) string, saDir string) (*kube.Kubeconfig, error) {
+	host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return nil, errors.New("no kubeconfig: pass --kubeconfig, or run where the agent's istio-cni-kubeconfig exists or inside a pod (KUBERNETES_SERVICE_HOST is not set)")
 	}
-	ca, err := os.ReadFile(filepath.Join(serviceAccountDir, "ca.crt"))
+	ca, err := os.ReadFile(filepath.Join(saDir, "ca.crt"))
 	if err != nil {
 		return nil, fmt.Errorf("in-cluster config: %w", err)
 	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	return &kube.Kubeconfig{
-		Server:    "https://" + netJoin(host, port),
+		Server:    "https://" + net.JoinHostPort(host, port),
 		CAData:    ca,
-		TokenFile: filepath.Join(serviceAccountDir, "token"),
+		TokenFile: filepath.Join(saDir, "token"),
 	}, nil
-}
-
-func netJoin(host, port string) string {
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port
-	}
-	return host + ":" + port
 }
 
 // ParsePodRef parses NAMESPACE/NAME.
