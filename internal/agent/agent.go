@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -73,6 +74,8 @@ type agent struct {
 	retryPending bool
 
 	ready atomic.Bool
+	// whyNotReady is what /readyz answers when the agent is not ready.
+	whyNotReady atomic.Pointer[string]
 
 	// tokens keeps the plugin's token fresh (nil without PLUGIN_SERVICE_ACCOUNT).
 	tokens *tokenSource
@@ -204,8 +207,7 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	stopControllers()
 
 	// Uninstall: the watch is closed first so that our own removals are not undone.
-	a.ready.Store(false)
-	a.m.setReady(false)
+	a.setReady("the agent is stopping")
 	d := a.decideExit(client)
 	if !d.Uninstall {
 		log.Info("exiting with the plugin installed: pods keep being captured until the next agent takes over", "reason", d.Reason,
@@ -483,12 +485,52 @@ func (a *agent) reconcile(d dirty) {
 	}
 	a.scheduleRetry(d, failed)
 	a.endContests(time.Now())
-	ready := a.cfg.inPlace && a.binsOK && a.kubeOK
+	why := a.notReadyReason()
+	ready := why == ""
 	if ready != a.ready.Load() {
-		a.log.Info("readiness changed", "ready", ready)
+		if ready {
+			a.log.Info("readiness changed", "ready", ready)
+		} else {
+			a.log.Info("readiness changed", "ready", ready, "reason", why)
+		}
 	}
-	a.ready.Store(ready)
-	a.m.setReady(ready)
+	a.setReady(why)
+}
+
+// setReady makes the agent ready when why is empty, and not ready for why
+// otherwise: what /readyz answers.
+func (a *agent) setReady(why string) {
+	a.whyNotReady.Store(&why)
+	a.ready.Store(why == "")
+	a.m.setReady(why == "")
+}
+
+// notReadyReason says what keeps the agent from being ready, with the errors of
+// the steps that failed; empty when it is ready.
+func (a *agent) notReadyReason() string {
+	var why []string
+	step := func(what string, keys ...string) {
+		var errs []string
+		for _, key := range slices.Sorted(maps.Keys(a.reported)) {
+			if slices.ContainsFunc(keys, func(k string) bool { return key == k || strings.HasSuffix(k, ":") && strings.HasPrefix(key, k) }) {
+				errs = append(errs, a.reported[key])
+			}
+		}
+		if len(errs) > 0 {
+			what += ": " + strings.Join(errs, "; ")
+		}
+		why = append(why, what)
+	}
+	if !a.cfg.inPlace {
+		step("the CNI config in "+a.s.MountedNetDir+" does not hold the istio-cni entry yet", "primary", "config")
+	}
+	if !a.binsOK {
+		step("a plugin binary is not installed in "+strings.Join(a.binDirs, ", "), "bin:")
+	}
+	if !a.kubeOK {
+		step("the plugin's kubeconfig "+a.s.KubeconfigPath()+" is not written", "kubeconfig", "plugin token")
+	}
+	return strings.Join(why, "; ")
 }
 
 // The bounds of the retry of a failed install step.

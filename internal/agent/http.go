@@ -98,8 +98,13 @@ func (a *agent) probeHandlers(mux *http.ServeMux) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.ready.Load() {
-			http.Error(w, "not ready: the CNI config does not hold the istio-cni entry yet, or a binary or the kubeconfig is missing", http.StatusServiceUnavailable)
+		why := a.whyNotReady.Load()
+		if why == nil || *why != "" {
+			msg := "the agent has not installed the plugin yet"
+			if why != nil {
+				msg = *why
+			}
+			http.Error(w, "not ready: "+msg, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
