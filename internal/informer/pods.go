@@ -54,3 +54,19 @@ func TrimPod(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// TrimNode drops what the taint controller, the only reader of Nodes, never uses:
+// the status (its list of the node's images alone is often 10-20 KiB), annotations
+// and managed fields, most of a Node object. It keeps the name, uid and
+// resourceVersion (the taint patch's precondition), the labels (a DaemonSet's node
+// selector and affinity) and the spec (the taints). The leader caches every Node
+// of the cluster: 21 KiB a Node untrimmed in the scale simulation, about 105 MiB
+// at 5,000 nodes.
+func TrimNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Annotations = nil
+		n.Status = corev1.NodeStatus{}
+	}
+	return obj, nil
+}

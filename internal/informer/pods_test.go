@@ -1,12 +1,15 @@
 package informer_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/repair"
@@ -73,5 +76,60 @@ func TestTrimPodKeepsWhatThePluginAndRepairRead(t *testing.T) {
 	}
 	if diff := cmp.Diff(keep(full), keep(trimmed)); diff != "" {
 		t.Errorf("TrimPod changed what repair reads (-before +after):\n%s", diff)
+	}
+}
+
+// TestTrimNodeKeepsWhatTheTaintControllerReads: the taint leader's Node cache keeps
+// what its decisions read (the DaemonSet's node selector, affinity and tolerations
+// against the labels, name and taints; the patch's resourceVersion) and drops the
+// status, annotations and managed fields, which were most of each cached Node.
+func TestTrimNodeKeepsWhatTheTaintControllerReads(t *testing.T) {
+	images := make([]corev1.ContainerImage, 40)
+	for i := range images {
+		images[i] = corev1.ContainerImage{Names: []string{fmt.Sprintf("registry.example/team/image-%d@sha256:%064x", i, i)}, SizeBytes: int64(i) << 20}
+	}
+	taints := []corev1.Taint{{Key: "cni.istio.io/not-ready", Effect: corev1.TaintEffectNoSchedule}, {Key: "pool", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	full := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "1b2c", ResourceVersion: "77",
+			Labels:        map[string]string{"kubernetes.io/os": "linux", "pool": "gpu"},
+			Annotations:   map[string]string{"node.alpha.kubernetes.io/ttl": "0", "csi.volume.kubernetes.io/nodeid": `{"ebs.csi.aws.com":"i-0abc"}`},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.64.0.0/24", Taints: taints},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.7"}},
+			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.37.2"},
+			Images:     images,
+		},
+	}
+	trimmedObj, err := informer.TrimNode(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := trimmedObj.(*corev1.Node)
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "1b2c", ResourceVersion: "77", Labels: full.Labels},
+		Spec:       full.Spec,
+	}
+	if diff := cmp.Diff(want, trimmed); diff != "" {
+		t.Errorf("trimmed Node (-want +got):\n%s", diff)
+	}
+	// The DaemonSet decision reads the same from both.
+	spec := &corev1.PodSpec{
+		NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-a"}}}}},
+		}}},
+	}
+	if got, wantWhy := daemonset.Excludes(spec, trimmed, false, "cni.istio.io/not-ready"), daemonset.Excludes(spec, full, false, "cni.istio.io/not-ready"); got != wantWhy || !strings.Contains(got, "pool=gpu") {
+		t.Errorf("Excludes says %q of the trimmed Node, %q of the full one; want the same, the untolerated pool taint", got, wantWhy)
+	}
+	other := spec.DeepCopy()
+	other.NodeSelector["pool"] = "cpu"
+	if got, wantWhy := daemonset.Excludes(other, trimmed, true, "cni.istio.io/not-ready"), daemonset.Excludes(other, full, true, "cni.istio.io/not-ready"); got != wantWhy || !strings.Contains(got, "node selector") {
+		t.Errorf("Excludes says %q of the trimmed Node, %q of the full one; want the same, the node selector's mismatch", got, wantWhy)
+	}
+	if b, a := full.Size(), trimmed.Size(); a*5 > b {
+		t.Errorf("the trimmed Node is %d bytes in protobuf of the full one's %d: want at most a fifth", a, b)
 	}
 }

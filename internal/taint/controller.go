@@ -107,6 +107,8 @@ func (c *Controller) lead(ctx context.Context) error {
 	nodeAPI, podAPI := c.client.CoreV1().Nodes(), c.client.CoreV1().Pods(c.cfg.AgentNamespace)
 	dsAPI := c.client.AppsV1().DaemonSets(c.cfg.AgentNamespace)
 	nodes := informer.New(&corev1.Node{}, informer.Selector{Label: c.cfg.NodeSelector}, nodeAPI.List, nodeAPI.Watch)
+	// Fails only on an informer already started.
+	_ = nodes.SetTransform(informer.TrimNode)
 	pods := informer.New(&corev1.Pod{}, informer.Selector{Label: c.cfg.AgentSelector}, podAPI.List, podAPI.Watch)
 	// Every DaemonSet of the namespace: RBAC cannot restrict a watch to those whose
 	// pod template carries the agent's labels; agentDaemonSets filters them.
