@@ -138,14 +138,18 @@ func (a *agent) reconcileConfig() (configResult, error) {
 // between its write into the new primary and the take-out, or while the primary
 // moved, left its entry there, and so does a chained agent replaced by a
 // standalone one (a helm upgrade that sets chained=false: the old agent keeps its
-// entry on exit). Chained, an earlier standalone agent's own file goes too.
+// entry on exit). An earlier standalone agent's own file goes too: chained, every
+// one; standalone, one under another name (a helm upgrade that changed
+// cniConfFileName), which would otherwise stay, also after the uninstall.
 func (a *agent) moveFrom(now string) {
 	olds := []string{a.cfg.current}
 	if a.cfg.current == "" {
 		olds = a.earlierHolders(now)
-		if a.s.Chained {
-			a.removeEarlierStandalone(filepath.Dir(now))
+		keep := ""
+		if !a.s.Chained {
+			keep = now
 		}
+		a.removeEarlierStandalone(filepath.Dir(now), keep)
 	}
 	for _, old := range olds {
 		if old == "" || old == now {
@@ -162,26 +166,30 @@ func (a *agent) moveFrom(now string) {
 	}
 }
 
-// removeEarlierStandalone deletes, in chained mode, the standalone configs of
-// ours in dir (a single plugin of our type, which no chained install writes): an
-// earlier agent of the standalone mode left its file when a helm upgrade set
-// chained=true, and the uninstall of this agent, which removes the binary, would
-// leave it behind naming a plugin that is gone.
-func (a *agent) removeEarlierStandalone(dir string) {
+// removeEarlierStandalone deletes the standalone configs of ours in dir (a single
+// plugin of our type, which no chained install writes) but keep: an earlier agent
+// of the standalone mode left its file when a helm upgrade set chained=true or
+// changed the standalone file's name, and the uninstall of this agent, which
+// removes the binary, would leave it behind naming a plugin that is gone.
+func (a *agent) removeEarlierStandalone(dir, keep string) {
+	why := "this agent is chained"
+	if keep != "" {
+		why = "this agent's standalone config is " + filepath.Base(keep)
+	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
-		if ext := filepath.Ext(e.Name()); ext != ".conf" && ext != ".json" {
+		if ext := filepath.Ext(e.Name()); path == keep || ext != ".conf" && ext != ".json" {
 			continue
 		}
 		if data, err := cniconf.ReadConfig(path); err != nil || !a.isOurs(data) {
 			continue
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			a.log.Warn("an earlier standalone agent's config stays (this agent is chained)", "file", path, "error", err)
+			a.log.Warn("an earlier standalone agent's config stays", "file", path, "reason", why, "error", err)
 			continue
 		}
-		a.log.Info("removed an earlier standalone agent's config (this agent is chained)", "file", path)
+		a.log.Info("removed an earlier standalone agent's config", "file", path, "reason", why)
 	}
 }
 

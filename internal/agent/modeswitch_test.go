@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,6 +52,18 @@ func TestAnAgentOfTheOtherModeTakesOutWhatTheEarlierAgentInstalled(t *testing.T)
 			func(t *testing.T, n *node) string {
 				if _, ok := snapshot(t, n.confDir)[DefaultStandaloneName]; ok {
 					return "the earlier agent's standalone " + DefaultStandaloneName + " is still there"
+				}
+				return ""
+			}},
+		{"standalone, then standalone under another CNI_CONF_NAME", "10-calico.conflist", calicoConflist,
+			[]string{"CHAINED_CNI_PLUGIN=false"}, []string{"CHAINED_CNI_PLUGIN=false", "CNI_CONF_NAME=zzz-istio-cni.conf"},
+			func(t *testing.T, n *node) string {
+				got := snapshot(t, n.confDir)
+				if _, ok := got[DefaultStandaloneName]; ok {
+					return "the earlier agent's standalone " + DefaultStandaloneName + " is still there beside the next one's: " + strings.Join(keys(got), ", ")
+				}
+				if _, ok := got["zzz-istio-cni.conf"]; !ok {
+					return "the next agent's zzz-istio-cni.conf is not there: " + strings.Join(keys(got), ", ")
 				}
 				return ""
 			}},
