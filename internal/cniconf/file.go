@@ -337,6 +337,12 @@ func replace(dir, name string, data []byte, outName string, out []byte, mode fs.
 		return err
 	}
 	if outName != name {
+		// Its writer may have written name again while ours was written (a daemon
+		// rewriting its .conf): removed, that version would be lost for good. Kept,
+		// it sorts before outName as before, and the caller edits it anew.
+		if err := unchanged(path, data); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove %s after %s: %w", name, after, err)
 		}
