@@ -349,6 +349,10 @@ func (a *agent) watchedDirs() []watchedDir {
 type watcher struct {
 	*fsnotify.Watcher
 	dirs map[string][]watchedDir
+	// linked is the file the config holding our entry links to, when it is a
+	// symbolic link (watchLinkedConfig), and linkedDirs the directories watched for it.
+	linked     string
+	linkedDirs map[string]bool
 }
 
 func (a *agent) watch() (*watcher, error) {
@@ -388,13 +392,56 @@ func (w *watcher) classify(ev fsnotify.Event) dirty {
 	for _, wd := range w.dirs[filepath.Dir(ev.Name)] {
 		d |= wd.names(filepath.Base(ev.Name))
 	}
+	if w.linked != "" && filepath.Clean(ev.Name) == w.linked {
+		d |= dirtyConfig
+	}
 	return d
+}
+
+// watchLinkedConfig watches the file that the config holding our entry links to,
+// when it is a symbolic link: a primary CNI that keeps its config elsewhere (another
+// directory, a subdirectory, a name the runtime does not load) rewrites that file,
+// and the conf dir's watch sees no event of it. Best effort: a directory that cannot
+// be watched is logged, and the entry is then put back at the conf dir's next event.
+func (a *agent) watchLinkedConfig(w *watcher) {
+	w.linked = ""
+	if a.cfg.current == "" {
+		return
+	}
+	target, err := filepath.EvalSymlinks(a.cfg.current)
+	if err != nil || target == filepath.Clean(a.cfg.current) {
+		return
+	}
+	dir, name := filepath.Dir(target), filepath.Base(target)
+	// Events name a directory as it was added: a directory watched already (the
+	// conf dir, under a path that may not be the resolved one) keeps its path.
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return
+	}
+	for _, known := range slices.Concat(slices.Collect(maps.Keys(w.dirs)), slices.Collect(maps.Keys(w.linkedDirs))) {
+		if ki, err := os.Stat(known); err == nil && os.SameFile(fi, ki) {
+			w.linked = filepath.Join(known, name)
+			return
+		}
+	}
+	if err := w.Add(dir); err != nil {
+		a.report("watch:"+dir, fmt.Errorf("watch %s, the directory of %s, which %s links to: %w%s", dir, name, a.cfg.current, err, inotifyHint(err)),
+			"a rewrite of that file is noticed only at the config dir's next change")
+		return
+	}
+	if w.linkedDirs == nil {
+		w.linkedDirs = map[string]bool{}
+	}
+	w.linkedDirs[dir] = true
+	w.linked = target
 }
 
 // loop reacts to changes until ctx ends. Events that arrive together are handled in
 // one reconcile; nothing runs while nothing changes (no polling).
 func (a *agent) loop(ctx context.Context, w *watcher) {
 	for {
+		a.watchLinkedConfig(w)
 		var d dirty
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The tests here run the agent beside a primary CNI's own agent, which writes and
+// rewrites its config in its own way.
+
+// TestAgentPutsTheEntryBackWhenThePrimaryRewritesTheFileItsConfigLinksTo: a
+// primary that keeps its config elsewhere and links it into the conf dir (the
+// agent writes the entry into the link's file, and the link stays) rewrites that
+// file when its agent restarts: the entry must come back, as for a file in the
+// conf dir. The rewrite happens in the link's directory (here beside the conf dir,
+// and in a subdirectory of it), where the conf dir's watch sees nothing: before,
+// the entry stayed out, pods started uncaptured, and the agent stayed ready.
+func TestAgentPutsTheEntryBackWhenThePrimaryRewritesTheFileItsConfigLinksTo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// target is where the primary keeps its config, given the conf dir.
+		target func(confDir string) string
+	}{
+		{"a directory beside the conf dir", func(confDir string) string {
+			return filepath.Join(filepath.Dir(confDir), "calico", "10-calico.conflist")
+		}},
+		{"a subdirectory of the conf dir", func(confDir string) string {
+			return filepath.Join(confDir, "calico", "calico.conflist")
+		}},
+		{"the conf dir, under a name the runtime does not load", func(confDir string) string {
+			return filepath.Join(confDir, "calico.conflist.real")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			target := tc.target(n.confDir)
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, target, []byte(calicoConflist), 0o644)
+			link := filepath.Join(n.confDir, "10-calico.conflist")
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+
+			p := n.startAgent(t)
+			p.waitReady(t)
+			if !hasEntryLast(link) {
+				t.Fatalf("after the install %s does not end with the entry: %v", link, pluginTypes(t, link))
+			}
+
+			for i := range 3 {
+				writeLikeACNI(t, target, []byte(calicoConflist))
+				deadline := time.Now().Add(5 * time.Second)
+				for !hasEntryLast(link) {
+					if time.Now().After(deadline) {
+						t.Fatalf("rewrite %d of the linked file: the entry is not back after 5s (ready: %v)", i+1, p.ready())
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("%s is no longer a link (%v)", link, err)
+			}
+
+			p.stop(t)
+			if data, err := os.ReadFile(target); err != nil || string(data) != calicoConflist {
+				t.Errorf("after the uninstall the linked file holds (%v):\n%s\nwant the primary's bytes", err, data)
+			}
+			if diff := cmp.Diff(calicoConflist, readFileString(t, link)); diff != "" {
+				t.Errorf("the config read through the link after the uninstall (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func readFileString(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
