@@ -570,6 +570,10 @@ func (a *agent) notReadyReason() string {
 	}
 	if !a.cfg.inPlace {
 		step("the CNI config in "+a.s.MountedNetDir+" does not hold the istio-cni entry yet", "primary", "config")
+	} else if fighting, n := a.fightingPrimary(time.Now()); fighting {
+		why = append(why, fmt.Sprintf("the primary CNI keeps rewriting %s without the istio-cni entry as soon as it is put back (%d times in %s, more than REVERT_WARN_COUNT %d): "+
+			"pods started here meanwhile are not redirected; configure the primary CNI to keep chained plugins (Cilium: cni.exclusive=false)",
+			a.cfg.current, n, a.s.RevertWarnWindow, a.s.RevertWarnCount))
 	}
 	if !a.binsOK {
 		step("a plugin binary is not installed in "+strings.Join(a.binDirs, ", "), "bin:")

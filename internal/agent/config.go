@@ -34,7 +34,19 @@ type configState struct {
 	// reverts are the times the entry had to be put back, within the warning window.
 	reverts  []time.Time
 	lastWarn time.Time
+	// lastWrite is when the agent last wrote the entry; quickDrops the re-inserts
+	// of an entry dropped within fightLifetime of that write (fightingPrimary).
+	lastWrite  time.Time
+	quickDrops []time.Time
+	// recheckAt is when the pending recheck of a contested entry's readiness fires
+	// (fightingPrimary); zero or past when none is pending.
+	recheckAt time.Time
 }
+
+// fightLifetime: an entry the primary drops within this of its write was dropped
+// because it was written (a primary that rewrites its config at every change in
+// the directory), not by a rewrite of its own schedule.
+const fightLifetime = time.Second
 
 // configResult says what a reconcile did.
 type configResult int
@@ -233,12 +245,20 @@ func (a *agent) noteInstall(path string, replaced bool) {
 		return
 	}
 	a.m.installs.WithLabelValues(installSuccess).Inc()
+	now := time.Now()
+	prev := a.cfg.lastWrite
+	a.cfg.lastWrite = now
 	if !a.cfg.installed {
 		a.cfg.installed = true
 		return
 	}
-	now := time.Now()
 	a.m.reinserts.Inc()
+	if now.Sub(prev) < fightLifetime {
+		a.cfg.quickDrops = append(a.cfg.quickDrops, now)
+		if len(a.cfg.quickDrops) > 2*a.s.RevertWarnCount+2 {
+			a.cfg.quickDrops = slices.Delete(a.cfg.quickDrops, 0, len(a.cfg.quickDrops)-a.s.RevertWarnCount-1)
+		}
+	}
 	kept := a.cfg.reverts[:0]
 	for _, t := range a.cfg.reverts {
 		if now.Sub(t) < a.s.RevertWarnWindow {
@@ -254,11 +274,46 @@ func (a *agent) noteInstall(path string, replaced bool) {
 	if len(a.cfg.reverts) > a.s.RevertWarnCount && now.Sub(a.cfg.lastWarn) >= a.s.RevertWarnWindow {
 		a.cfg.lastWarn = now
 		a.log.Warn(fmt.Sprintf("the primary CNI keeps rewriting %s without the istio-cni entry (%d times in %s); "+
-			"pods created between a rewrite and our re-insert are not redirected. Consider configuring the primary CNI "+
-			"to keep chained plugins (e.g. Calico's and Cilium's CNI config options), or pointing CNI_CONF_NAME at the file it keeps",
+			"pods created between a rewrite and our re-insert are not redirected, and this agent is not ready until that stops. "+
+			"Configure the primary CNI to keep chained plugins (Cilium: cni.exclusive=false; Calico's and others' CNI config options), "+
+			"or point CNI_CONF_NAME at the file it keeps",
 			filepath.Base(path), len(a.cfg.reverts), a.s.RevertWarnWindow),
 			"file", path)
 	}
+}
+
+// fightingPrimary says whether the primary CNI has dropped the entry within
+// fightLifetime of its write more than RevertWarnCount times within the last
+// RevertWarnWindow: a primary that rewrites its config at every change in the
+// directory (Cilium with cni.exclusive=true) leaves the entry out almost all the
+// time however fast it is put back, so pods the kubelet starts here are not
+// redirected. The agent is not ready meanwhile (with the readiness taint, no new
+// pod comes to the node), and ready again once a window passes with no more than
+// RevertWarnCount such drops: a recheck is scheduled for that moment, as no event
+// may come then. A primary that rewrites on a schedule of its own (every few
+// seconds or less often) leaves the entry in place nearly all the time and only
+// warns (noteInstall).
+func (a *agent) fightingPrimary(now time.Time) (fighting bool, count int) {
+	var recent []time.Time
+	for _, t := range a.cfg.quickDrops {
+		if now.Sub(t) < a.s.RevertWarnWindow {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) <= a.s.RevertWarnCount {
+		return false, len(recent)
+	}
+	if now.After(a.cfg.recheckAt) {
+		// The moment the count falls back to RevertWarnCount if no re-insert comes.
+		a.cfg.recheckAt = recent[len(recent)-1-a.s.RevertWarnCount].Add(a.s.RevertWarnWindow)
+		time.AfterFunc(a.cfg.recheckAt.Sub(now), func() {
+			select {
+			case a.recheck <- struct{}{}:
+			default:
+			}
+		})
+	}
+	return true, len(recent)
 }
 
 // uninstallFrom takes every entry of our type out of path, restoring a wrapped

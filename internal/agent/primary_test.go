@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +90,59 @@ func readFileString(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry: a primary that rewrites
+// its config at every change in the directory (Cilium with cni.exclusive=true)
+// drops the entry as fast as the agent puts it back, so the config the runtime
+// loads lacks it nearly all the time and pods start unredirected. The agent is not
+// ready while that goes on (more than REVERT_WARN_COUNT re-inserts within
+// REVERT_WARN_WINDOW), /readyz naming the primary's rewrites and Cilium's setting,
+// and ready again once a window passes without them. Before, it stayed ready
+// throughout.
+func TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := n.writeCalico(t)
+	p := n.startAgent(t, "REVERT_WARN_COUNT=3", "REVERT_WARN_WINDOW=3s")
+	p.waitReady(t)
+
+	// The exclusive primary: whenever its file holds another plugin, it writes its
+	// own config again.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if hasEntryLast(path) {
+				writeLikeACNI(t, path, []byte(calicoConflist))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	body := func() string {
+		resp, err := http.Get(p.probe + "/readyz")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	eventually(t, 10*time.Second, "the agent is not ready, naming the primary's rewrites", func() bool {
+		b := body()
+		return !p.ready() && strings.Contains(b, "keeps rewriting") && strings.Contains(b, "cni.exclusive=false")
+	})
+	close(stop)
+	<-done
+	// No more rewrites: the entry is back, and ready within a window.
+	eventually(t, 10*time.Second, "the agent is ready again once the rewrites stopped", p.ready)
+	if !hasEntryLast(path) {
+		t.Errorf("ready again, but %s does not end with the entry: %v", path, pluginTypes(t, path))
+	}
 }

@@ -460,6 +460,10 @@ func TestAPrimaryRewrittenInPlaceIsNotLoggedForItsHalfWrittenMoment(t *testing.T
 	writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
 	a.reconcile(dirtyConfig)
 	const rewrites = 10
+	// The rewrites here follow each other within milliseconds, which is a primary
+	// fighting the entry (TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry);
+	// this test is about the half-written moments alone.
+	a.s.RevertWarnCount = rewrites
 	for range rewrites {
 		writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList[:40]})
 		a.reconcile(dirtyConfig)
@@ -483,5 +487,38 @@ func TestAPrimaryRewrittenInPlaceIsNotLoggedForItsHalfWrittenMoment(t *testing.T
 	}
 	if t.Failed() {
 		t.Logf("agent log:\n%s", log)
+	}
+}
+
+// TestOnlyAPrimaryThatDropsTheEntryAtOnceMakesTheAgentNotReady: a primary that
+// rewrites its config on a schedule of its own (here each rewrite 2 s after the
+// entry's re-insert) leaves the entry in place nearly all the time: it is warned
+// about and the agent stays ready. One that drops the entry within a second of its
+// re-insert, more than REVERT_WARN_COUNT times in the window, makes it not ready.
+func TestOnlyAPrimaryThatDropsTheEntryAtOnceMakesTheAgentNotReady(t *testing.T) {
+	a := configAgent(t)
+	a.s.RevertWarnCount = 2
+	writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+	a.reconcile(dirtyConfig)
+	rewrite := func(sinceWrite time.Duration) {
+		t.Helper()
+		a.cfg.lastWrite = time.Now().Add(-sinceWrite)
+		writeFiles(t, a.s.MountedNetDir, map[string]string{"10-calico.conflist": calicoList})
+		a.reconcile(dirtyConfig)
+	}
+	for range 5 {
+		rewrite(2 * time.Second)
+	}
+	if !a.ready.Load() {
+		t.Fatalf("not ready after 5 rewrites each 2 s after the re-insert: %s", *a.whyNotReady.Load())
+	}
+	for range 3 {
+		rewrite(0)
+	}
+	if a.ready.Load() {
+		t.Fatal("ready after 3 rewrites each at once after the re-insert, REVERT_WARN_COUNT=2")
+	}
+	if why := *a.whyNotReady.Load(); !strings.Contains(why, "as soon as it is put back (3 times") {
+		t.Errorf("not ready for %q, want the primary's 3 quick rewrites named", why)
 	}
 }
