@@ -81,6 +81,11 @@ type agent struct {
 	tokens *tokenSource
 	// owner is this agent's DaemonSet, learnt at start for the exit decision.
 	owner atomic.Pointer[owner]
+
+	// logs are the plugin log sockets this agent serves, podCacheGone tells the pod
+	// cache its socket may be gone (nil without one): retakeSockets.
+	logs         *pluginLogServers
+	podCacheGone func()
 }
 
 // newAgent is an agent with its bookkeeping ready and nothing installed yet.
@@ -179,17 +184,11 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	}
 
 	// Taken over now: a socket there is a previous agent's.
-	sink := &pluginLogSink{out: stdout, m: a.m}
-	stopPluginLogs, err := servePluginLogs(s.LogSocketPath(), s.DatagramLogSocketPath(), sink, log)
-	if err != nil {
+	a.logs = &pluginLogServers{s: &s, sink: &pluginLogSink{out: stdout, m: a.m}, log: log}
+	if err := a.logs.serve(); err != nil {
 		return err
 	}
-	defer stopPluginLogs()
-	stopIstioLogs, err := serveIstioPluginLogs(s.IstioLogSocketPath(), sink, log)
-	if err != nil {
-		return err
-	}
-	defer stopIstioLogs()
+	defer a.logs.stop()
 	// After the log sockets: the pod cache takes over a running agent's pods.sock
 	// and pod files from its first moment, which a start that fails must leave.
 	stopControllers := startControllers()
@@ -300,7 +299,8 @@ const (
 	dirtyConfig dirty = 1 << iota
 	dirtyBinaries
 	dirtyKubeconfig
-	dirtyAll = dirtyConfig | dirtyBinaries | dirtyKubeconfig
+	dirtySockets
+	dirtyAll = dirtyConfig | dirtyBinaries | dirtyKubeconfig | dirtySockets
 )
 
 // watchedDir is a directory and how its events are read.
@@ -330,9 +330,16 @@ func (a *agent) watchedDirs() []watchedDir {
 		}})
 	}
 	kubeconfigName := filepath.Base(a.s.KubeconfigPath())
+	sockets := map[string]bool{}
+	for _, p := range a.s.socketPaths() {
+		sockets[filepath.Base(p)] = true
+	}
 	out = append(out, watchedDir{a.s.RunDir, func(name string) dirty {
-		if name == kubeconfigName {
+		switch {
+		case name == kubeconfigName:
 			return dirtyKubeconfig
+		case sockets[name]:
+			return dirtySockets
 		}
 		return 0
 	}})
@@ -504,6 +511,11 @@ func (a *agent) reconcile(d dirty) {
 			failed |= dirtyKubeconfig
 		}
 	}
+	if d&dirtySockets != 0 {
+		if a.retakeSockets() {
+			failed |= dirtySockets
+		}
+	}
 	if d&dirtyConfig != 0 {
 		wasInPlace := a.cfg.inPlace
 		res, err := a.reconcileConfig()
@@ -582,6 +594,27 @@ func (a *agent) notReadyReason() string {
 		step("the plugin's kubeconfig "+a.s.KubeconfigPath()+" is not written", "kubeconfig", "plugin token")
 	}
 	return strings.Join(why, "; ")
+}
+
+// retakeSockets makes again this agent's sockets whose path is gone, and reports
+// whether to try again later. Two agents on one node (a second DaemonSet, or
+// Istio's beside this one) share the run dir: the one that starts later takes the
+// sockets over, and when it stops it removes them as its own while this one runs
+// on, listening where no plugin can reach it (its records lost to the plugin's
+// file, every ADD asking the API server). A path another agent took over is its.
+func (a *agent) retakeSockets() (retry bool) {
+	if a.logs != nil {
+		if err := a.logs.retake(); err != nil {
+			a.report("sockets", err, retryHint)
+			retry = true
+		} else {
+			a.clearReport("sockets")
+		}
+	}
+	if a.podCacheGone != nil {
+		a.podCacheGone() // the pod cache looks, and is run again if it is gone
+	}
+	return retry
 }
 
 // The bounds of the retry of a failed install step.

@@ -207,6 +207,7 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (start 
 
 	if s.PodCache {
 		pc := podcache.NewOnNodePods(client, nodePods, a.log.With("component", "pod-cache"))
+		a.podCacheGone = pc.SocketGone
 		nodePodsUsed = true
 		a.m.register(podCacheMetrics(pc.Serving, &pc.Waits)...)
 		sock := filepath.Join(s.RunDir, plugin.PodCacheSocketName)

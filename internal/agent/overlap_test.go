@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
 // TestAgentAndIstiosInstallerStopRewritingEachOthersBinary runs this agent while
@@ -121,4 +127,71 @@ func TestUninstallLeavesAKubeconfigAnotherWriterPutThere(t *testing.T) {
 		t.Errorf("kubeconfig after the agent's uninstall:\n%s\nwant the other writer's:\n%s", got, theirs)
 	}
 	p.waitLog(t, "the agent says why it left the file", `kubeconfig left in place: it holds another writer's content`)
+}
+
+// TestTheRemainingAgentServesItsSocketsAgainWhenAnOverlappingAgentLeaves: two agents
+// on one node (a canary DaemonSet beside the main one, or Istio's and this one during
+// a migration) share the run dir. The one that starts later takes over the plugin's
+// log sockets and pods.sock by replacing them; when it then stops (its DaemonSet
+// removed) it removes them, as they are its own. The agent still running kept
+// listening on sockets no plugin can reach: the plugin's records no longer reached
+// its stdout nor its metrics, every ADD asked the API server, and
+// istio_cni_pod_cache_synced went on saying 1. It must make them again.
+func TestTheRemainingAgentServesItsSocketsAgainWhenAnOverlappingAgentLeaves(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := cp.EnsureNamespace(ctx, "apps"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.AdminClient().CoreV1().Pods("apps").Create(ctx, appPod("web", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, apiEnv := newNodeAs(t, ctx, cp, chartRepairRules)
+	n.writeCalico(t)
+	env := append(apiEnv, "POD_NAMESPACE=istio-system", "NODE_NAME=node-a", "POD_CACHE_ENABLED=true")
+	podsSock := filepath.Join(n.runDir, plugin.PodCacheSocketName)
+	agentClient := kube.NewAgentClient(podsSock, time.Second)
+	cacheAnswers := func() bool {
+		_, err := agentClient.GetPod(ctx, "apps", "web", "", 0)
+		return err == nil
+	}
+
+	staying := n.startAgent(t, env...)
+	staying.waitReady(t)
+	eventually(t, 20*time.Second, "the first agent's pods.sock answers", cacheAnswers)
+	leaving := n.startAgent(t, env...)
+	leaving.waitReady(t)
+	leaving.waitLog(t, "the second agent's pod cache serves", `pod cache synced`)
+	leaving.stop(t) // the harness's agents uninstall on exit: its DaemonSet is gone
+
+	eventually(t, 20*time.Second, "the staying agent is ready again", staying.ready)
+	for _, s := range []string{plugin.LogSocketName, plugin.DatagramLogSocketName, plugin.IstioLogSocketName, plugin.PodCacheSocketName} {
+		path := filepath.Join(n.runDir, s)
+		eventually(t, 20*time.Second, s+" is there again for the staying agent", func() bool {
+			fi, err := os.Lstat(path)
+			return err == nil && fi.Mode().Type() == os.ModeSocket
+		})
+	}
+	c, err := net.Dial("unixpacket", filepath.Join(n.runDir, plugin.LogSocketName))
+	if err != nil {
+		t.Fatalf("a plugin cannot reach the staying agent's log socket: %v", err)
+	}
+	if _, err := c.Write([]byte(`{"level":"INFO","msg":"ADD: reaches the staying agent"}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	eventually(t, 10*time.Second, "the plugin's record reaches the staying agent's stdout", func() bool {
+		return strings.Contains(staying.stdout.String(), "ADD: reaches the staying agent")
+	})
+	eventually(t, 20*time.Second, "the staying agent's pods.sock answers for apps/web", cacheAnswers)
+	if v := staying.metric(t, "istio_cni_pod_cache_synced"); v != 1 {
+		t.Errorf("istio_cni_pod_cache_synced = %v once the socket answers, want 1", v)
+	}
+	file, _ := kube.AgentPodFile(filepath.Join(n.runDir, kube.AgentPodFilesDir), "apps", "web")
+	eventually(t, 20*time.Second, "the staying agent's pod file for apps/web", func() bool {
+		_, err := os.Stat(file)
+		return err == nil
+	})
+	staying.stop(t)
 }

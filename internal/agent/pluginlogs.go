@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -232,6 +233,70 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 		_ = ownfile.Remove(packetPath, packetFile)
 		_ = ownfile.Remove(datagramPath, datagramFile)
 	}, nil
+}
+
+// pluginLogServers are the plugin log sockets the agent serves: this plugin's
+// (servePluginLogs) and Istio's plugin's (serveIstioPluginLogs). Only the agent's
+// loop calls retake, and stop once the loop has ended.
+type pluginLogServers struct {
+	s                   *Settings
+	sink                *pluginLogSink
+	log                 *slog.Logger
+	stopOurs, stopIstio func()
+}
+
+// serve takes the sockets over: a socket at a path is a previous agent's.
+func (p *pluginLogServers) serve() error {
+	stopOurs, err := servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log)
+	if err != nil {
+		return err
+	}
+	stopIstio, err := serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log)
+	if err != nil {
+		stopOurs()
+		return err
+	}
+	p.stopOurs, p.stopIstio = stopOurs, stopIstio
+	return nil
+}
+
+// retake serves anew the sockets whose path is gone (another agent that had taken
+// them over removed them), then stops the servers they replace, which leave the
+// new sockets in place (ownfile): a plugin never finds no socket from then on.
+func (p *pluginLogServers) retake() error {
+	var errs []error
+	if pathGone(p.s.LogSocketPath()) || pathGone(p.s.DatagramLogSocketPath()) {
+		if stop, err := servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log); err != nil {
+			errs = append(errs, fmt.Errorf("make the plugin log sockets again: %w", err))
+		} else {
+			p.stopOurs()
+			p.stopOurs = stop
+			p.log.Info("made the plugin log sockets again: another agent on this node had taken them over and removed them when it stopped",
+				"socket", p.s.LogSocketPath())
+		}
+	}
+	if pathGone(p.s.IstioLogSocketPath()) {
+		if stop, err := serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log); err != nil {
+			errs = append(errs, fmt.Errorf("make Istio's plugin log socket again: %w", err))
+		} else {
+			p.stopIstio()
+			p.stopIstio = stop
+			p.log.Info("made Istio's plugin log socket again: another agent on this node had taken it over and removed it when it stopped",
+				"socket", p.s.IstioLogSocketPath())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *pluginLogServers) stop() {
+	p.stopIstio()
+	p.stopOurs()
+}
+
+// pathGone reports whether nothing is at path.
+func pathGone(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // waitToRetry logs err and waits before a failed accept or read is tried again:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -52,6 +53,8 @@ type Server struct {
 	informers sync.Once
 	// serving is true while Run serves on its socket.
 	serving atomic.Bool
+	// socketGone wakes Run to look whether its socket's path is gone (SocketGone).
+	socketGone chan struct{}
 }
 
 // Client is the part of the API the server uses. A kubernetes.Interface clientset
@@ -82,7 +85,8 @@ func NewOnNodePods(client Client, pods *informer.NodePods, log *slog.Logger) *Se
 		},
 	}, &corev1.Namespace{}, 0, cache.Indexers{})
 	_ = nsInf.SetTransform(trimNamespace)
-	return &Server{informer: pods.Informer, namespaces: nsInf, podEvents: newBroadcast(), log: log}
+	return &Server{informer: pods.Informer, namespaces: nsInf, podEvents: newBroadcast(), log: log,
+		socketGone: make(chan struct{}, 1)}
 }
 
 // Synced reports whether the informer has listed the node's pods once.
@@ -153,14 +157,41 @@ func (s *Server) Run(ctx context.Context, path string) error {
 	}()
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: time.Second, ReadTimeout: ReadTimeout,
 		WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout, ErrorLog: slog.NewLogLogger(s.logger().Handler(), slog.LevelError)}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("pod cache: %w", err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	for {
+		select {
+		case <-ctx.Done():
+			srv.Close()
+			<-served
+			return nil
+		case err := <-served:
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("pod cache: %w", err)
+			}
+			return nil
+		case <-s.socketGone:
+			if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			srv.Close()
+			<-served
+			return fmt.Errorf("pod cache: its socket %s is gone (another agent on this node that had taken it over removed it when it stopped): "+
+				"no plugin can reach this one; making the socket and the pod files again", path)
+		}
 	}
-	return nil
+}
+
+// SocketGone tells a running Run that its socket's path may be gone: another agent
+// sharing the run directory (a second DaemonSet on the node) took the socket over
+// and, stopping, removed it as its own. Run then returns an error when the path is
+// indeed gone, so that it is run again (the agent's keepRunning), which makes the
+// socket and the pod files anew; it serves on otherwise (the path was taken over).
+func (s *Server) SocketGone() {
+	select {
+	case s.socketGone <- struct{}{}:
+	default:
+	}
 }
 
 // ServeHTTP implements GET /v1/pods/NAMESPACE/NAME and GET /v1/namespaces/NAME.
