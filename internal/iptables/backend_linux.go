@@ -329,6 +329,9 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 // native writer does not translate is restored under the lock.
 func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error) {
 	release = func() {}
+	if own, err := netns.InOwnUserNamespace("/proc/thread-self/ns/net"); err == nil && !own {
+		return false, release, errOtherUserNamespace
+	}
 	layouts, err := planLayouts(plan)
 	if err != nil {
 		return false, release, err
@@ -412,6 +415,17 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 	}
 	return changed, release, nil
 }
+
+// errOtherUserNamespace refuses a namespace that belongs to another user namespace
+// than this process's: a pod's with hostUsers: false, which containerd 2 and CRI-O
+// make inside the pod's user namespace. The kernel's owner match (xt_owner, also
+// under iptables-nft) refuses a uid or gid rule written from outside the
+// namespace's user namespace, so the restore would fail on the proxy's uid rule
+// with a bare "Invalid argument". The nftables backend's skuid and skgid matches
+// have no such limit, and read the uids as the pod sees them.
+var errOtherUserNamespace = errors.New("the network namespace belongs to a user namespace of its own (a pod with hostUsers: false), " +
+	"where the kernel refuses iptables owner matches (the proxy's uid and gid) written from the node's user namespace: " +
+	"the nftables backend (native_nftables: true) captures such a pod")
 
 // lockApply takes the namespace's apply lock (see ApplyHeld) and returns its
 // release. It is a file of its own beside the namespace's xtables lock, never
