@@ -77,8 +77,10 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	cmd := exec.Command(tool(t, "helm"), args...)
 	// No user config or cache may influence the render.
 	home := t.TempDir()
+	// HOME too: with a cluster to talk to, helm keeps a discovery cache in
+	// $HOME/.kube/cache, which would be left on the host.
 	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+		"HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home, "HOME="+home)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
