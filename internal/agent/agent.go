@@ -968,7 +968,10 @@ func (a *agent) removeKubeconfig() error {
 }
 
 // uninstall removes what the agent installed: the entry (or standalone file), the
-// kubeconfig, the plugin's TLS session and the binaries. Every step runs even when
+// kubeconfig, the plugin's TLS session and the binaries but the plugin's own, which
+// stays for the DELs of the pods it set up (libcni fails a DEL at the first binary
+// of the chain it cannot find, before the primary's DEL runs: the pod stays
+// Terminating and its address is never released). Every step runs even when
 // another fails.
 func (a *agent) uninstall() error {
 	var errs []error
@@ -983,6 +986,10 @@ func (a *agent) uninstall() error {
 	}
 	for _, dir := range a.binDirs {
 		for _, b := range a.bins {
+			if b.name == PluginType {
+				// Kept: see the log line below.
+				continue
+			}
 			if err := b.uninstall(dir, a.s.BinariesPrefix); err != nil {
 				errs = append(errs, err)
 			}
@@ -991,7 +998,10 @@ func (a *agent) uninstall() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("uninstall: %w", err)
 	}
-	a.log.Info("uninstalled: this agent's entry, kubeconfig and binaries removed (a file another writer put in its place since is left)")
+	a.log.Info("uninstalled: this agent's entry, kubeconfig and other binaries removed (a file another writer put in its place since is left); "+
+		"the plugin binary stays: the runtime still runs its DEL for the pods it set up (CRI-O with the config they were set up with, "+
+		"containerd until it reloads the config), and every DEL of a chain whose binary is missing fails, leaving the pod Terminating",
+		"plugin", filepath.Join(a.binDirs[0], a.s.BinariesPrefix+PluginType))
 	return nil
 }
 

@@ -153,7 +153,9 @@ func (n *node) kubeconfigPath() string { return filepath.Join(n.runDir, "istio-c
 func (n *node) installed() (conf, bin, kubeconfig bool) {
 	_, err := os.Stat(filepath.Join(n.confDir, DefaultStandaloneName))
 	conf = err == nil
-	_, err = os.Stat(filepath.Join(n.binDir, PluginType))
+	// istio-iptables: the plugin's own binary stays after an uninstall, for the DELs
+	// of the pods it set up (TestADELOfAPodSetUpBeforeTheUninstallSucceeds).
+	_, err = os.Stat(filepath.Join(n.binDir, "istio-iptables"))
 	bin = err == nil
 	_, err = os.Stat(n.kubeconfigPath())
 	return conf, bin, err == nil

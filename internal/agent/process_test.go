@@ -98,8 +98,10 @@ func TestAgentInstallsThenSIGTERMLeavesTheConfDirAsItWas(t *testing.T) {
 			if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
 				t.Errorf("conf dir after uninstall differs from before (-before +after):\n%s", diff)
 			}
-			if left := snapshot(t, n.binDir); len(left) != 0 {
-				t.Errorf("bin dir still holds %v", keys(left))
+			// The plugin's binary stays, for the DELs of the pods it set up
+			// (TestADELOfAPodSetUpBeforeTheUninstallSucceeds).
+			if left := keys(snapshot(t, n.binDir)); !slices.Equal(left, []string{"istio-cni"}) {
+				t.Errorf("bin dir holds %v after the uninstall, want the plugin's binary alone", left)
 			}
 			if left := snapshot(t, n.runDir); len(left) != 0 {
 				t.Errorf("run dir still holds %v", keys(left))
@@ -847,5 +849,45 @@ func TestReadyzSaysWhatKeepsTheAgentNotReady(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), `"readiness changed"`) && !strings.Contains(p.stderr.String(), "readiness changed") {
 		t.Errorf("no readiness change logged:\n%s", p.stderr.String())
+	}
+}
+
+// TestADELOfAPodSetUpBeforeTheUninstallSucceeds: after the agent's uninstall the
+// runtime still tears down the pods the plugin set up, through the chain they were
+// set up with (CRI-O keeps it; containerd until it reloads the config). libcni runs
+// a DEL from the chain's last plugin back and fails it at the first binary it cannot
+// find, before the primary's DEL: before, the uninstall removed the plugin's binary,
+// so every such pod stayed Terminating with "failed to find plugin istio-cni in
+// path" and its address was never released. The plugin's binary stays, and its DEL
+// needs nothing else the uninstall removed (kubeconfig, agent, run dir).
+func TestADELOfAPodSetUpBeforeTheUninstallSucceeds(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	path := n.writeCalico(t)
+	p := n.startAgent(t)
+	p.waitReady(t)
+	installed, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.stop(t) // uninstalls: no API server tells it to stay
+
+	// The chain as the runtime cached it for a pod set up meanwhile, our entry
+	// alone: the primary's binary is not on this test node.
+	list, err := libcni.ConfListFromBytes(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list.Plugins = slices.DeleteFunc(list.Plugins, func(c *libcni.PluginConfig) bool { return c.Network.Type != cniconf.PluginType })
+	if len(list.Plugins) != 1 {
+		t.Fatalf("the installed chain holds %d istio-cni entries, want 1:\n%s", len(list.Plugins), installed)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir([]string{n.binDir}, t.TempDir(), nil)
+	rt := &libcni.RuntimeConf{ContainerID: "0123456789ab", IfName: "eth0",
+		Args: [][2]string{{"K8S_POD_NAMESPACE", "apps"}, {"K8S_POD_NAME", "web"}, {"K8S_POD_INFRA_CONTAINER_ID", "0123456789ab"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cni.DelNetworkList(ctx, list, rt); err != nil {
+		t.Errorf("DEL through the chain the pod was set up with, after the uninstall: %v", err)
 	}
 }

@@ -963,8 +963,8 @@ func runChurn(tb testing.TB, s *meshnode.Session, sc churnScenario, logf func(fo
 	if err := meshnode.SameDir(confBefore, confDir(tb)); err != nil {
 		diffs = append(diffs, fmt.Errorf("conf dir: %w", err))
 	}
-	if bins, err := meshnode.BinDir(theNode); err != nil || !slices.Equal(bins, binsBefore) {
-		diffs = append(diffs, fmt.Errorf("bin dir %v (%v), want %v", bins, err, binsBefore))
+	if bins, err := meshnode.BinDir(theNode); err != nil || !slices.Equal(bins, meshnode.AfterUninstall(binsBefore)) {
+		diffs = append(diffs, fmt.Errorf("bin dir %v (%v), want %v", bins, err, meshnode.AfterUninstall(binsBefore)))
 	}
 	res.Uninstall = errors.Join(diffs...)
 	res.Took = time.Since(began)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -231,6 +232,18 @@ func ConfDir(n *node.Node) (map[string]string, error) {
 }
 
 // BinDir lists the node's CNI bin dir.
+// AfterUninstall is the bin dir's listing after an uninstall, given the one
+// before the install: the same, with the plugin's binary, which the uninstall
+// leaves for the DELs of the pods it set up.
+func AfterUninstall(before []string) []string {
+	out := slices.Clone(before)
+	if !slices.Contains(out, "istio-cni") {
+		out = append(out, "istio-cni")
+	}
+	slices.Sort(out)
+	return out
+}
+
 func BinDir(n *node.Node) ([]string, error) {
 	entries, err := os.ReadDir(n.CNIBinDir())
 	if err != nil {
