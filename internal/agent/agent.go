@@ -254,7 +254,7 @@ func (a *agent) decideExit(client *apiClient) exitDecision {
 	if p := a.owner.Load(); p != nil {
 		o = *p
 	}
-	return decideExit(ctx, client, a.pluginIdentity(), o, a.s.PodNamespace, a.s.PodName, a.s.NodeName, a.s.Taint.Key)
+	return decideExit(ctx, client, a.pluginIdentity(), o, a.s.PodNamespace, a.s.PodName, a.s.NodeName, a.s.Taint.Key, a.s.Taint.AgentSelector)
 }
 
 // learnOwner reads this agent's pod until it has its DaemonSet (retrying every

@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/istio-cni/istio-cni/internal/daemonset"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/taint"
 )
 
 // ExitMode says what the agent does with what it installed when it exits.
@@ -66,6 +68,7 @@ type exitClient interface {
 	getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	getDaemonSet(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error)
 	getNode(ctx context.Context, name string) (*corev1.Node, error)
+	listDaemonSets(ctx context.Context, namespace string) ([]appsv1.DaemonSet, error)
 }
 
 func (c *apiClient) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
@@ -78,6 +81,14 @@ func (c *apiClient) getDaemonSet(ctx context.Context, namespace, name string) (*
 
 func (c *apiClient) getNode(ctx context.Context, name string) (*corev1.Node, error) {
 	return c.core.Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *apiClient) listDaemonSets(ctx context.Context, namespace string) ([]appsv1.DaemonSet, error) {
+	l, err := c.apps.DaemonSets(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 // pluginIdentity asks the API server for this agent's pod with the plugin's
@@ -144,6 +155,13 @@ type exitDecision struct {
 //     restarted container): removal, the DaemonSet controller will not keep an
 //     agent here;
 //   - the node is gone: removal;
+//   - but while another DaemonSet of the agent in namespace (its pod template
+//     matches agentSelector, TAINT_AGENT_LABEL_SELECTOR) still runs on the node, as
+//     daemonset.AgentOn answers it for the node readiness controller, its agent
+//     needs the plugin: a canary DaemonSet deleted beside the main one is no
+//     removal. Listing them needs list on DaemonSets (the chart grants it with
+//     the readiness taint); a 401 or 403 then leaves the removal, any other
+//     failure keeps everything, as below;
 //   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
 //     down), the entry, binaries and kubeconfig stay so that pods keep being captured
 //     while no agent runs.
@@ -164,7 +182,7 @@ type exitDecision struct {
 //
 // Any other failure (timeout, refused, 5xx) keeps everything: a node left with the
 // plugin installed keeps capturing pods, a node left without it does not.
-func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName, readinessTaint string) exitDecision {
+func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName, readinessTaint, agentSelector string) exitDecision {
 	keep := func(format string, args ...any) exitDecision {
 		return exitDecision{Reason: fmt.Sprintf(format, args...)}
 	}
@@ -208,19 +226,24 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 		}
 		ds = daemonset.ControllerOf(pod)
 	}
+	// gone says why this agent's own DaemonSet will not run another agent here.
+	var gone string
+	var set *appsv1.DaemonSet
 	if ds == nil {
-		return remove("pod %s/%s is not run by a DaemonSet: nothing will start another agent on this node", namespace, podName)
-	}
-	set, err := c.getDaemonSet(ctx, namespace, ds.Name)
-	switch {
-	case identityGone(err):
-		return refused(err)
-	case apierrors.IsNotFound(err):
-		return remove("DaemonSet %s/%s is deleted", namespace, ds.Name)
-	case err != nil:
-		return keep("cannot read DaemonSet %s/%s (%v): keeping the plugin installed", namespace, ds.Name, shortAPIError(err))
-	case set.DeletionTimestamp != nil:
-		return remove("DaemonSet %s/%s is being deleted", namespace, ds.Name)
+		gone = fmt.Sprintf("pod %s/%s is not run by a DaemonSet: nothing will start another agent on this node", namespace, podName)
+	} else {
+		var err error
+		set, err = c.getDaemonSet(ctx, namespace, ds.Name)
+		switch {
+		case identityGone(err):
+			return refused(err)
+		case apierrors.IsNotFound(err):
+			gone = fmt.Sprintf("DaemonSet %s/%s is deleted", namespace, ds.Name)
+		case err != nil:
+			return keep("cannot read DaemonSet %s/%s (%v): keeping the plugin installed", namespace, ds.Name, shortAPIError(err))
+		case set.DeletionTimestamp != nil:
+			gone = fmt.Sprintf("DaemonSet %s/%s is being deleted", namespace, ds.Name)
+		}
 	}
 	node, err := c.getNode(ctx, nodeName)
 	switch {
@@ -237,8 +260,32 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 	// probe), which stays: uninstalling then would let pods start uncaptured until
 	// it reinstalls. Kept, a node whose agent does not come back keeps capturing
 	// while the plugin's token lives, and then fails its ADDs closed.
-	if why := daemonset.Excludes(&set.Spec.Template.Spec, node, true, readinessTaint); why != "" {
-		return remove("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
+	if gone == "" {
+		if why := daemonset.Excludes(&set.Spec.Template.Spec, node, true, readinessTaint); why != "" {
+			gone = fmt.Sprintf("DaemonSet %s/%s no longer runs on node %s: %s", namespace, ds.Name, nodeName, why)
+		}
+	}
+	if gone != "" {
+		agents, err := labels.Parse(agentSelector)
+		if err != nil {
+			// Checked at start only with the taint controller on.
+			return remove("%s (no other DaemonSet of the agent asked: %s %q: %v)", gone, taint.EnvAgentSelector, agentSelector, err)
+		}
+		sets, err := c.listDaemonSets(ctx, namespace)
+		switch {
+		case identityGone(err):
+			return remove("%s", gone)
+		case err != nil:
+			return keep("%s, and listing the DaemonSets of %s failed (%v): keeping the plugin installed", gone, namespace, shortAPIError(err))
+		}
+		others := make([]*appsv1.DaemonSet, len(sets))
+		for i := range sets {
+			others[i] = &sets[i]
+		}
+		if other := daemonset.AgentOn(others, agents, node, true, readinessTaint); other != "" {
+			return keep("%s, but DaemonSet %s still runs an agent on node %s, which needs the plugin: it stays installed", gone, other, nodeName)
+		}
+		return remove("%s", gone)
 	}
 	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)
 }

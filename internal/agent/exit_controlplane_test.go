@@ -419,3 +419,40 @@ func TestAgentKeepsThePluginWhenItsPodIsForceDeleted(t *testing.T) {
 	}
 	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*refuses this agent's identity.*not the plugin's \(HTTP 404`)
 }
+
+// TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent: a
+// canary DaemonSet of the agent (another image, the agent's labels) runs beside the
+// main one on node-a and is deleted. Its agent gets SIGTERM with its own DaemonSet
+// gone, but the main DaemonSet still runs an agent on the node, which needs the
+// entry, the binary and the kubeconfig: the taint controller counts that node as
+// one an agent runs on (daemonset.AgentOn), and so must the exit decision. Removed,
+// pods starting until the main agent puts them back would not be redirected.
+func TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	// What the canary's agent needs beyond the chart's grants: its own DaemonSet, and
+	// the DaemonSets of the namespace (the chart's taint Role grants list).
+	c := newExitCluster(t, ctx,
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node-canary"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}})
+	canary := c.ds.DeepCopy()
+	canary.ObjectMeta = metav1.ObjectMeta{Name: "istio-cni-node-canary", Namespace: "istio-system"}
+	labels := map[string]string{"k8s-app": "istio-cni-node", "track": "canary"}
+	canary.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	canary.Spec.Template.Labels = labels
+	canary.Spec.Template.Spec.Containers[0].Image = "install-cni:canary"
+	canary, err := c.admin.AppsV1().DaemonSets("istio-system").Create(ctx, canary, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ds = canary // the agent's pod is the canary's
+	p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-canary-a"))
+	if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, canary.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.stop(t)
+	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
+		t.Errorf("the canary's agent left: config %v, binary %v, kubeconfig %v; want all kept for the main DaemonSet's agent", conf, bin, kc)
+	}
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*istio-cni-node-canary is deleted, but DaemonSet istio-system/istio-cni-node still runs an agent on node node-a`)
+}

@@ -14,14 +14,16 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// fakeExit answers the exit decision's three reads from fixed objects or errors.
+// fakeExit answers the exit decision's reads from fixed objects or errors.
 // The decision's contract with the real API server is tested in
 // controlplane_test.go; this table covers every branch.
 type fakeExit struct {
 	pod                       *corev1.Pod
 	ds                        *appsv1.DaemonSet
 	node                      *corev1.Node
+	others                    []appsv1.DaemonSet // the namespace's DaemonSets, listed
 	podErr, dsErr, nodeErr    error
+	listErr                   error
 	podReads, dsReads, nReads int
 }
 
@@ -38,6 +40,10 @@ func (f *fakeExit) getDaemonSet(context.Context, string, string) (*appsv1.Daemon
 func (f *fakeExit) getNode(context.Context, string) (*corev1.Node, error) {
 	f.nReads++
 	return f.node, f.nodeErr
+}
+
+func (f *fakeExit) listDaemonSets(context.Context, string) ([]appsv1.DaemonSet, error) {
+	return f.others, f.listErr
 }
 
 func TestExitTellsARestartFromARemoval(t *testing.T) {
@@ -63,6 +69,19 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 		n.Spec.Taints = []corev1.Taint{{Key: key, Value: value, Effect: effect}}
 		return n
 	}
+
+	// main is another DaemonSet of the agent in the namespace: the one a canary
+	// DaemonSet, this agent's, runs beside.
+	main := func(mod func(*appsv1.DaemonSet)) []appsv1.DaemonSet {
+		ds := daemonSet(nil)
+		ds.Name, ds.Namespace = "istio-cni-node-main", "kube-system"
+		ds.Spec.Template.Labels = map[string]string{"k8s-app": "istio-cni-node"}
+		if mod != nil {
+			mod(ds)
+		}
+		return []appsv1.DaemonSet{*ds}
+	}
+	notFound := apierrors.NewNotFound(gr, "istio-cni-node")
 
 	unauthorized := apierrors.NewUnauthorized("invalid token")
 	// pluginSays is the plugin's credential answering err (nil: the pod).
@@ -133,7 +152,30 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 		{"the node is deleted", known,
 			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, "node-a")}, nil, true, "node node-a is deleted"},
 		{"not run by a DaemonSet", owner{known: true},
-			fakeExit{}, nil, true, "not run by a DaemonSet"},
+			fakeExit{node: node}, nil, true, "not run by a DaemonSet"},
+		{"a canary DaemonSet deleted while the main one runs on the node", known,
+			fakeExit{dsErr: notFound, node: node, others: main(nil)}, nil, false,
+			"is deleted, but DaemonSet kube-system/istio-cni-node-main still runs an agent on node node-a"},
+		{"a canary DaemonSet being deleted while the main one runs on the node", known,
+			fakeExit{ds: deleting, node: node, others: main(nil)}, nil, false, "istio-cni-node-main still runs"},
+		{"a canary DaemonSet no longer selecting the node while the main one runs there", known,
+			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.NodeSelector["pool"] = "other" }), node: node, others: main(nil)}, nil, false,
+			"istio-cni-node-main still runs"},
+		{"not run by a DaemonSet, beside the DaemonSet's agent", owner{known: true},
+			fakeExit{node: node, others: main(nil)}, nil, false, "istio-cni-node-main still runs"},
+		{"the other DaemonSet of the agent does not run on the node", known,
+			fakeExit{dsErr: notFound, node: node, others: main(func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector["pool"] = "other" })}, nil, true,
+			"is deleted"},
+		{"the other DaemonSet of the agent is being deleted too", known,
+			fakeExit{dsErr: notFound, node: node, others: main(func(ds *appsv1.DaemonSet) { ds.DeletionTimestamp = ptr.To(metav1.Now()) })}, nil, true,
+			"is deleted"},
+		{"the other DaemonSet is not the agent's", known,
+			fakeExit{dsErr: notFound, node: node, others: main(func(ds *appsv1.DaemonSet) { ds.Spec.Template.Labels = map[string]string{"app": "other"} })}, nil, true,
+			"is deleted"},
+		{"listing the DaemonSets is not granted (no readiness taint), or no longer (helm uninstall)", known,
+			fakeExit{dsErr: notFound, node: node, listErr: apierrors.NewForbidden(gr, "", nil)}, nil, true, "is deleted"},
+		{"listing the DaemonSets times out: keep", known,
+			fakeExit{dsErr: notFound, node: node, listErr: context.DeadlineExceeded}, nil, false, "listing the DaemonSets of kube-system failed"},
 		{"API server down: keep", known,
 			fakeExit{dsErr: context.DeadlineExceeded}, nil, false, "keeping the plugin installed"},
 		{"API server failing: keep", owner{},
@@ -145,7 +187,7 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideExit(context.Background(), &tc.f, tc.plugin, tc.o, "kube-system", "istio-cni-node-x", "node-a", "cni.istio.io/not-ready")
+			got := decideExit(context.Background(), &tc.f, tc.plugin, tc.o, "kube-system", "istio-cni-node-x", "node-a", "cni.istio.io/not-ready", "k8s-app=istio-cni-node")
 			if got.Uninstall != tc.uninstall || !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("decideExit = %+v, want uninstall=%v and a reason with %q", got, tc.uninstall, tc.reason)
 			}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
@@ -18,6 +20,24 @@ func ControllerOf(pod *corev1.Pod) *metav1.OwnerReference {
 		return ref
 	}
 	return nil
+}
+
+// AgentOn names (namespace/name) a DaemonSet of sets that runs an agent on node:
+// its pod template carries the agent's labels (agents), it is not being deleted,
+// and Excludes finds nothing; "" when none does. The node readiness controller
+// asks it of every node; an exiting agent whose own DaemonSet leaves the node asks
+// it too, as another DaemonSet of the agent (a canary beside the main one) still
+// running there needs the plugin installed.
+func AgentOn(sets []*appsv1.DaemonSet, agents labels.Selector, node *corev1.Node, running bool, readinessTaint string) string {
+	for _, ds := range sets {
+		if ds.DeletionTimestamp != nil || !agents.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			continue
+		}
+		if Excludes(&ds.Spec.Template.Spec, node, running, readinessTaint) == "" {
+			return ds.Namespace + "/" + ds.Name
+		}
+	}
+	return ""
 }
 
 // Excludes says why a DaemonSet with this pod template would not run a pod on

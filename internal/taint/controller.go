@@ -307,16 +307,12 @@ func markedNotReady(cond corev1.PodCondition) bool {
 // (daemonset.Excludes): no DaemonSet places an agent on the node, and an exiting
 // agent uninstalls the plugin there. The readiness taint itself never counts.
 func (r *reconciler) agentDaemonSet(node *corev1.Node, running bool) string {
-	for _, o := range r.daemonSets.List() {
-		ds := o.(*appsv1.DaemonSet)
-		if ds.DeletionTimestamp != nil || !r.agentSelector.Matches(labels.Set(ds.Spec.Template.Labels)) {
-			continue
-		}
-		if daemonset.Excludes(&ds.Spec.Template.Spec, node, running, r.c.cfg.Key) == "" {
-			return ds.Namespace + "/" + ds.Name
-		}
+	objs := r.daemonSets.List()
+	sets := make([]*appsv1.DaemonSet, 0, len(objs))
+	for _, o := range objs {
+		sets = append(sets, o.(*appsv1.DaemonSet))
 	}
-	return ""
+	return daemonset.AgentOn(sets, r.agentSelector, node, running, r.c.cfg.Key)
 }
 
 // handingOver updates and reports the node's handover (see reconciler.handover).
