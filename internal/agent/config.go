@@ -440,6 +440,26 @@ func (a *agent) isOurs(data []byte) bool {
 	return json.Unmarshal(data, &c) == nil && c.Type == a.s.PluginName()
 }
 
+// leftToAnother says whether the config at path (its bytes data) holds an entry of
+// our type that is not entry, this agent's, once this agent has installed its own:
+// another writer's (a second agent, Istio's install-cni beside this one), which the
+// uninstall leaves as it leaves another's kubeconfig and binary. Taken out, pods
+// would start unredirected until that writer put it back.
+func (a *agent) leftToAnother(path string, data, entry []byte) bool {
+	if !a.cfg.installed {
+		return false
+	}
+	name := filepath.Base(path)
+	if has, err := cniconf.HasType(data, name, a.s.PluginName()); err != nil || !has {
+		return false
+	}
+	if ours, err := cniconf.HoldsEntry(data, name, entry); err != nil || ours {
+		return false
+	}
+	a.log.Info("istio-cni entry left in place: it holds another writer's content", "file", path)
+	return true
+}
+
 // uninstallConfig takes our entry out (chained) or deletes our file (standalone).
 func (a *agent) uninstallConfig() error {
 	if !a.s.Chained {
@@ -454,12 +474,18 @@ func (a *agent) uninstallConfig() error {
 		if !a.isOurs(cur) {
 			return nil
 		}
+		if want, err := cniconf.Standalone(a.entry, standaloneCNIVersion, a.s.StandaloneNetworkName()); err == nil && a.leftToAnother(path, cur, want) {
+			return nil
+		}
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("remove standalone config: %w", err)
 		}
 		return nil
 	}
 	if a.cfg.current == "" {
+		return nil
+	}
+	if cur, err := cniconf.ReadConfig(a.cfg.current); err == nil && a.leftToAnother(a.cfg.current, cur, a.entry) {
 		return nil
 	}
 	restored, err := a.uninstallFrom(a.cfg.current)

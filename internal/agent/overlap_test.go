@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,64 @@ func TestTheRemainingAgentServesItsSocketsAgainWhenAnOverlappingAgentLeaves(t *t
 		return err == nil
 	})
 	staying.stop(t)
+}
+
+// TestUninstallLeavesAnEntryAnotherWriterPutThere: an agent that exits with
+// uninstall while another installer's istio-cni entry is in place (Istio's
+// install-cni beside it, or a second agent whose settings differ: each puts its own
+// entry back until this one defers) leaves that entry, as it leaves another's
+// kubeconfig and binary: taken out, pods would start unredirected until the other
+// installer put it back. Chained, the other's entry stays in the primary's chain;
+// standalone, the other's file of our type stays. The agent's own entry is still
+// taken out (the other tests' "node as before" checks).
+func TestUninstallLeavesAnEntryAnotherWriterPutThere(t *testing.T) {
+	istiosEntry := `{"type": "istio-cni", "plugin_log_level": "info", "cni_agent_run_dir": "/var/run/istio-cni", "ambient_enabled": false, ` +
+		`"kubernetes": {"kubeconfig": "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig", "cni_bin_dir": "/opt/cni/bin", "exclude_namespaces": ["kube-system"]}}`
+	cases := []struct {
+		name    string
+		chained bool
+		file    string
+		theirs  string
+	}{
+		{"chained", true, "10-calico.conflist", strings.Replace(calicoConflist, "\n  ]", ",\n    "+istiosEntry+"\n  ]", 1)},
+		{"standalone", false, DefaultStandaloneName, `{"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni", "plugin_log_level": "debug"}` + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			n.writeCalico(t)
+			p := n.startAgent(t, "CHAINED_CNI_PLUGIN="+strconv.FormatBool(tc.chained))
+			p.waitReady(t)
+
+			path := filepath.Join(n.confDir, tc.file)
+			put := func() {
+				tmp := filepath.Join(n.confDir, ".other.tmp")
+				writeFile(t, tmp, []byte(tc.theirs), 0o644)
+				if err := os.Rename(tmp, path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The agent puts its own back the first few times; once it defers (its next
+			// overwrite a second or more away), the other's content stays in place.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the agent never deferred an overwrite of the other writer's entry")
+				}
+				put()
+				time.Sleep(50 * time.Millisecond)
+			}
+			put()
+			p.stop(t)
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("the other writer's config is gone after the agent's uninstall: %v", err)
+			}
+			if string(got) != tc.theirs {
+				t.Errorf("%s after the agent's uninstall:\n%s\nwant the other writer's:\n%s", tc.file, got, tc.theirs)
+			}
+			p.waitLog(t, "the agent says why it left the entry", `istio-cni entry left in place: it holds another writer's content`)
+		})
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -280,6 +281,39 @@ func HasType(data []byte, filename, typ string) (bool, error) {
 	}
 	_, t, err := parseSingle(filename, data)
 	return t == typ, err
+}
+
+// HoldsEntry reports whether the config (a .conflist, or a single .conf/.json
+// named filename) holds a plugin equal to entry as JSON, whatever its layout and
+// key order: a plugin of entry's type that is not equal is another writer's.
+func HoldsEntry(data []byte, filename string, entry []byte) (bool, error) {
+	var want any
+	if err := json.Unmarshal(entry, &want); err != nil {
+		return false, invalid("istio-cni entry", "%s", err)
+	}
+	var plugins [][]byte
+	if filepath.Ext(filename) == ".conflist" {
+		l, err := parseList(filename, data)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range l.elems {
+			plugins = append(plugins, l.bytes(e))
+		}
+	} else {
+		d, _, err := parseSingle(filename, data)
+		if err != nil {
+			return false, err
+		}
+		plugins = append(plugins, d.bytes(d.root))
+	}
+	for _, p := range plugins {
+		var got any
+		if json.Unmarshal(p, &got) == nil && reflect.DeepEqual(got, want) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Standalone returns the config file of istio-cni on its own, for runtimes (Multus,
