@@ -87,6 +87,58 @@ func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) 
 	return diffs, nil
 }
 
+// chainReader is a Backend that reads its live chains back (both backends are).
+type chainReader interface {
+	Chains(ctx context.Context) ([]redirect.LiveChain, error)
+}
+
+// Check judges the capture in the namespace at nsPath as the plugin's CHECK does.
+// want is the plan the pod's settings ask for now, nil when they ask for none or
+// cannot be read. broken lists, in words, what shows the capture missing or cut:
+// with want, any difference when the live rules are want's (the routing they
+// need), or no rules of ours at all; with or without, a chain cut off or emptied
+// (redirect.CutOff). differ lists the other differences from want, which a
+// change since the ADD explains as well as a fault (an annotation edited, the
+// plugin upgraded: the ADD's rules stay until the pod is recreated).
+func Check(ctx context.Context, nsPath string, b Backend, want *redirect.Plan) (broken, differ []string, err error) {
+	err = netns.Do(nsPath, func() error {
+		if want != nil {
+			rd, err := verifyRouting(want)
+			if err != nil {
+				return err
+			}
+			bd, err := b.Verify(ctx, want)
+			if err != nil {
+				return err
+			}
+			if len(bd) == 0 {
+				// The rules are want's: so is the routing they need.
+				broken = rd
+				return nil
+			}
+			differ = append(rd, bd...)
+		}
+		cr, ok := b.(chainReader)
+		if !ok {
+			broken, differ = differ, nil
+			return nil
+		}
+		chains, err := cr.Chains(ctx)
+		if err != nil {
+			return err
+		}
+		broken = redirect.CutOff(chains)
+		if len(chains) == 0 && want != nil && len(want.Families) > 0 {
+			broken = append(broken, "none of the capture's rules is in the namespace")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("check %s capture in %s: %w", b.Name(), nsPath, err)
+	}
+	return broken, differ, nil
+}
+
 // Cleanup removes the capture's rules and routing from the namespace at nsPath,
 // and says which routing entries it removed (see removeRouting). plan may be nil;
 // routing is then removed for the default mark and table. The rules and the

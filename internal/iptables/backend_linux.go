@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -503,6 +504,45 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 		diffs = append(diffs, diffTables(f, want, live)...)
 	}
 	return diffs, nil
+}
+
+// Chains reads our chains back, with the built-in chains' jumps into them, for
+// capture.Check. A family whose rules cannot be read is left out but for IPv4:
+// ip6tables may be missing where no pod has IPv6.
+func (b *Backend) Chains(ctx context.Context) ([]redirect.LiveChain, error) {
+	var chains []redirect.LiveChain
+	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
+		live, err := b.save(ctx, f)
+		if err != nil {
+			if f == redirect.IPv4 {
+				return nil, err
+			}
+			continue
+		}
+		for table, lt := range live {
+			where := fmt.Sprintf("%s: table %s", f, table)
+			jumps := func(lines []DumpLine) []string {
+				var to []string
+				for _, l := range lines {
+					if t := jumpTarget(l.Args); slices.Contains(lt.Chains, t) {
+						to = append(to, t)
+					}
+				}
+				return to
+			}
+			hooks := map[string][]DumpLine{}
+			for _, l := range lt.HookLines {
+				hooks[l.Chain] = append(hooks[l.Chain], l)
+			}
+			for hook, lines := range hooks {
+				chains = append(chains, redirect.LiveChain{Table: where, Name: hook, Hook: true, Rules: len(lines), Jumps: jumps(lines)})
+			}
+			for _, c := range lt.Chains {
+				chains = append(chains, redirect.LiveChain{Table: where, Name: c, Rules: len(lt.Lines[c]), Jumps: jumps(lt.Lines[c])})
+			}
+		}
+	}
+	return chains, nil
 }
 
 // Cleanup implements capture.Backend: it removes our chains and our hook rules, and

@@ -145,6 +145,32 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 	return diffTables(rs, got), nil
 }
 
+// Chains reads our chains back over netlink, for capture.Check.
+func (b *Backend) Chains(ctx context.Context) ([]redirect.LiveChain, error) {
+	c, err := dialHere()
+	if err != nil {
+		return nil, fmt.Errorf("read nftables chains: %w", err)
+	}
+	defer c.Close()
+	got, err := readOurs(c.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("read nftables chains: read our tables: %w", err)
+	}
+	var chains []redirect.LiveChain
+	for _, t := range got {
+		for _, lc := range t.chains {
+			ch := redirect.LiveChain{Table: "table " + t.id.String(), Name: lc.name, Hook: lc.base != nil, Rules: len(lc.rules)}
+			for _, r := range lc.rules {
+				if r.jump != "" && t.chain(r.jump) != nil {
+					ch.Jumps = append(ch.Jumps, r.jump)
+				}
+			}
+			chains = append(chains, ch)
+		}
+	}
+	return chains, nil
+}
+
 // Cleanup deletes our tables, and only them, in one transaction (with
 // WithIstioTables, Istio's too). The ruleset is never flushed: other tables in the
 // namespace (iptables-nft's included) survive.

@@ -35,6 +35,8 @@ type liveRule struct {
 	ok   bool
 	// text is the rule in nft's syntax, as far as it decoded.
 	text string
+	// jump is the chain its verdict jumps or goes to, decoded or not ("": none).
+	jump string
 }
 
 func (t *liveTable) chain(name string) *liveChain {

@@ -173,6 +173,11 @@ func readTables(c *gnft.Conn, nl *netlink.Conn) ([]liveTable, error) {
 			}
 			lr := liveRule{handle: r.handle}
 			lr.rule, lr.ok, lr.text = decodeRule(fam, r.exprs, tableSets)
+			for _, e := range r.exprs {
+				if v, ok := e.(*expr.Verdict); ok && (v.Kind == expr.VerdictJump || v.Kind == expr.VerdictGoto) {
+					lr.jump = v.Chain
+				}
+			}
 			lc.rules = append(lc.rules, lr)
 		}
 		out = append(out, lt)

@@ -9,8 +9,9 @@ import (
 
 // Check verifies the invariants every plan must hold, whatever the spec:
 // every jump lands on a chain of ours that exists in the same family and table, every
-// chain is declared once and used, only our chains and the PREROUTING/OUTPUT hooks are
-// touched, and port matches always name their protocol.
+// chain is declared once and used, a chain that jumps to another is itself jumped
+// to, only our chains and the PREROUTING/OUTPUT hooks are touched, and port matches
+// always name their protocol.
 func (p *Plan) Check() error {
 	var errs []error
 	seenFamily := map[Family]bool{}
@@ -55,9 +56,22 @@ func (p *Plan) Check() error {
 					}
 				}
 			}
+			// The plugin's CHECK tells a capture cut off from a whole one by these
+			// two (CutOff), whatever plan wrote it.
+			jumpedTo := map[string]bool{}
+			for chain, rules := range final {
+				for _, r := range rules {
+					if r.Target.Kind == TargetJump && r.Target.Chain != chain {
+						jumpedTo[r.Target.Chain] = true
+					}
+				}
+			}
 			for c := range declared {
 				if len(final[c]) == 0 {
 					errs = append(errs, fmt.Errorf("%s: chain %s declared but empty", where, c))
+				}
+				if !jumpedTo[c] && slices.ContainsFunc(final[c], func(r Rule) bool { return r.Target.Kind == TargetJump && r.Target.Chain != c }) {
+					errs = append(errs, fmt.Errorf("%s: chain %s jumps to another, but no rule jumps to it", where, c))
 				}
 			}
 		}
