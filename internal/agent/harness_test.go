@@ -219,6 +219,41 @@ func (n *node) startAgent(t testing.TB, extra ...string) *agentProc {
 	return p
 }
 
+// readyz is the agent's /readyz answer: its status code and body ("" and 0 when
+// it cannot be asked).
+func (p *agentProc) readyz() (int, string) {
+	resp, err := http.Get(p.probe + "/readyz")
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// contestUntilDeferred replaces path with content (by rename, as another installer
+// writes) until the agent defers its overwrites of it (its next one a second or more
+// away), then once more, so that the other writer's content stays in place.
+func (p *agentProc) contestUntilDeferred(t testing.TB, path, content string, mode os.FileMode) {
+	t.Helper()
+	put := func() {
+		tmp := filepath.Join(filepath.Dir(path), ".other.tmp")
+		writeFile(t, tmp, []byte(content), mode)
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never deferred an overwrite of the other writer's %s", filepath.Base(path))
+		}
+		put()
+		time.Sleep(50 * time.Millisecond)
+	}
+	put()
+}
+
 func (p *agentProc) ready() bool {
 	resp, err := http.Get(p.probe + "/readyz")
 	if err != nil {

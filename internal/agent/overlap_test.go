@@ -101,24 +101,9 @@ func TestUninstallLeavesAKubeconfigAnotherWriterPutThere(t *testing.T) {
 
 	path := filepath.Join(n.runDir, plugin.KubeconfigName)
 	theirs := []byte("apiVersion: v1\nkind: Config\n# another installer's kubeconfig\n")
-	put := func() {
-		tmp := path + ".tmp.other"
-		writeFile(t, tmp, theirs, 0o600)
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The agent puts its own back the first few times; once it defers (its next
-	// overwrite a second or more away), the other's content stays in place.
-	deadline := time.Now().Add(10 * time.Second)
-	for p.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never deferred an overwrite of the other writer's kubeconfig")
-		}
-		put()
-		time.Sleep(50 * time.Millisecond)
-	}
-	put()
+	// The agent puts its own back the first few times; once it defers, the other's
+	// content stays in place.
+	p.contestUntilDeferred(t, path, string(theirs), 0o600)
 	p.stop(t)
 	got, err := os.ReadFile(path)
 	if err != nil {
@@ -226,24 +211,9 @@ func TestUninstallLeavesAnEntryAnotherWriterPutThere(t *testing.T) {
 			p.waitReady(t)
 
 			path := filepath.Join(n.confDir, tc.file)
-			put := func() {
-				tmp := filepath.Join(n.confDir, ".other.tmp")
-				writeFile(t, tmp, []byte(tc.theirs), 0o644)
-				if err := os.Rename(tmp, path); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// The agent puts its own back the first few times; once it defers (its next
-			// overwrite a second or more away), the other's content stays in place.
-			deadline := time.Now().Add(10 * time.Second)
-			for p.metric(t, "istio_cni_contested_writes_deferred_total") == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the agent never deferred an overwrite of the other writer's entry")
-				}
-				put()
-				time.Sleep(50 * time.Millisecond)
-			}
-			put()
+			// The agent puts its own back the first few times; once it defers, the
+			// other's content stays in place.
+			p.contestUntilDeferred(t, path, tc.theirs, 0o644)
 			p.stop(t)
 			got, err := os.ReadFile(path)
 			if err != nil {

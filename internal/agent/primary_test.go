@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -125,18 +124,9 @@ func TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	body := func() string {
-		resp, err := http.Get(p.probe + "/readyz")
-		if err != nil {
-			return err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
 	eventually(t, 10*time.Second, "the agent is not ready, naming the primary's rewrites", func() bool {
-		b := body()
-		return !p.ready() && strings.Contains(b, "keeps rewriting") && strings.Contains(b, "cni.exclusive=false")
+		code, b := p.readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(b, "keeps rewriting") && strings.Contains(b, "cni.exclusive=false")
 	})
 	close(stop)
 	<-done

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net/http"
@@ -826,25 +825,16 @@ func TestReadyzSaysWhatKeepsTheAgentNotReady(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
 	p := n.startAgent(t)
-	readyz := func() (int, string) {
-		resp, err := http.Get(p.probe + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	// No primary config yet: waiting for it, and saying so.
 	eventually(t, 10*time.Second, "/readyz names the missing entry and the wait for the primary's config", func() bool {
-		code, body := readyz()
+		code, body := p.readyz()
 		return code == http.StatusServiceUnavailable &&
 			strings.Contains(body, "the CNI config in "+n.confDir+" does not hold the istio-cni entry") &&
 			strings.Contains(body, "no primary CNI config in "+n.confDir) && !strings.Contains(body, "binary") && !strings.Contains(body, "kubeconfig")
 	})
 	n.writeCalico(t)
 	p.waitReady(t)
-	if code, body := readyz(); code != http.StatusOK || body != "ready\n" {
+	if code, body := p.readyz(); code != http.StatusOK || body != "ready\n" {
 		t.Errorf("ready agent: /readyz %d %q, want 200 %q", code, body, "ready\n")
 	}
 	if !strings.Contains(p.stderr.String(), `"readiness changed"`) && !strings.Contains(p.stderr.String(), "readiness changed") {
