@@ -252,6 +252,9 @@ func Install(dir, name string, entry []byte) (string, error) {
 		if err := notAnother(outPath, name, typ); err != nil {
 			return "", err
 		}
+		if err := sortsFirstAs(dir, name, outName); err != nil {
+			return "", err
+		}
 	}
 	if !has {
 		if err := removeBackups(dir, outName); err != nil {
@@ -281,6 +284,23 @@ func notAnother(path, name, typ string) error {
 		}
 	}
 	return invalid(name, "wrapping it into a list would replace %s, another config already there; remove or rename one of the two", filepath.Base(path))
+}
+
+// sortsFirstAs refuses to wrap name into outName (a .conf into its .conflist, which
+// sorts later) when a config of dir sorts between the two in byte order (NAME.conf.json,
+// NAME.conf-backup.json): the runtime, which loads the first config, would load that
+// one instead of the wrapped primary.
+func sortsFirstAs(dir, name, outName string) error {
+	after, err := ConfigsAfter(dir, name)
+	if err != nil {
+		return err
+	}
+	for _, f := range after {
+		if f < outName {
+			return invalid(name, "wrapping it into %s would sort it after %s, which the runtime would then load instead; rename or remove %s", outName, f, f)
+		}
+	}
+	return nil
 }
 
 // Uninstall takes our entry out of dir/name, putting back the original file when

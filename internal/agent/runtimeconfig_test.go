@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/istio-cni/istio-cni/internal/cniconf"
+)
+
+// The tests here check the agent's readiness against the config the runtime loads:
+// containerd and CRI-O take the first .conf, .conflist or .json of the conf dir in
+// byte order that loads (CRI-O passes over one that does not).
+
+// runtimeLoads returns the config of dir the runtime uses for pods, as libcni's
+// ConfFiles, a sort and a load pick it; empty when none loads.
+func runtimeLoads(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := libcni.ConfFiles(dir, cniconf.Extensions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if filepath.Ext(f) == ".conflist" {
+			if _, err := libcni.ConfListFromFile(f); err == nil {
+				return f
+			}
+			continue
+		}
+		//nolint:staticcheck // as the runtimes load a single-plugin config
+		if c, err := libcni.ConfFromFile(f); err == nil && c.Network.Type != "" {
+			return f
+		}
+	}
+	return ""
+}
+
+// pastSettle makes every broken config the agent has seen broken for longer than
+// settleDelay, as the recheck a second later finds it.
+func pastSettle(a *agent) {
+	for k, u := range a.unsettled {
+		u.since = u.since.Add(-2 * settleDelay)
+		a.unsettled[k] = u
+	}
+}
+
+// TestAWrapNeverSortsThePrimaryAfterAnotherConfig: wrapping NAME.conf into
+// NAME.conflist moves it after any config named between the two in byte order
+// (NAME.conf-backup.json, NAME.conf.json), which the runtime then loads instead:
+// before, the agent said ready while the runtime used that other file, without the
+// entry, and, at each change, moved its entry there and put NAME.conf back, which
+// sorts first again, and so on. The wrap is refused naming the other file.
+func TestAWrapNeverSortsThePrimaryAfterAnotherConfig(t *testing.T) {
+	for _, other := range []string{"10-flannel.conf-backup.json", "10-flannel.conf.json", "10-flannel.confz.conf"} {
+		t.Run(other, func(t *testing.T) {
+			a := configAgent(t)
+			dir := a.s.MountedNetDir
+			writeFiles(t, dir, map[string]string{"10-flannel.conf": flannelConf, other: flannelConf})
+			for range 3 { // each write of the agent is a change in the dir
+				a.reconcile(dirtyConfig)
+				pastSettle(a)
+			}
+			loaded := runtimeLoads(t, dir)
+			if base := filepath.Base(loaded); base != "10-flannel.conf" && base != "10-flannel.conflist" {
+				t.Errorf("the runtime loads %s now, not flannel's 10-flannel.conf(list); the dir holds %v", base, names(t, dir))
+			}
+			if a.ready.Load() && !hasEntryLast(loaded) {
+				t.Errorf("ready, with the entry in %s, but the runtime loads %s, which lacks it", a.cfg.current, loaded)
+			}
+			if !a.ready.Load() {
+				if why := *a.whyNotReady.Load(); !strings.Contains(why, other) {
+					t.Errorf("not ready for %q, which does not name %s", why, other)
+				}
+			}
+		})
+	}
+}
