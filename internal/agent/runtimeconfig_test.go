@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -77,5 +78,40 @@ func TestAWrapNeverSortsThePrimaryAfterAnotherConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestALinkedConfIsNotWrappedAway: a primary that keeps its .conf elsewhere and
+// links it into the conf dir rewrites the file the link points to; wrapping the
+// .conf into a .conflist removed the link, so the runtime kept a copy those
+// writes never reach (and the uninstall put back a regular file, not the link),
+// while the agent said ready. The link stays a link, and the agent is ready only
+// if the config read through it holds the entry.
+func TestALinkedConfIsNotWrappedAway(t *testing.T) {
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	target := filepath.Join(t.TempDir(), "10-flannel.conf")
+	if err := os.WriteFile(target, []byte(flannelConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "10-flannel.conf")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(dirtyConfig)
+	pastSettle(a)
+	a.reconcile(dirtyConfig)
+
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("%s is no longer a link (%v); the dir holds %v", link, err, names(t, dir))
+	}
+	loaded := runtimeLoads(t, dir)
+	if a.ready.Load() && (loaded != link || !hasEntryLast(loaded)) {
+		t.Errorf("ready, with the entry in %s, but the runtime loads %s, which the primary's writes to %s do not reach or which lacks the entry", a.cfg.current, loaded, target)
+	}
+	if !a.ready.Load() {
+		if why := *a.whyNotReady.Load(); !strings.Contains(why, "10-flannel.conf") || !strings.Contains(why, "symbolic link") {
+			t.Errorf("not ready for %q, which does not name the link", why)
+		}
 	}
 }

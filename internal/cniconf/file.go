@@ -249,6 +249,12 @@ func Install(dir, name string, entry []byte) (string, error) {
 		return outPath, nil
 	}
 	if outName != name {
+		if target, err := os.Readlink(filepath.Join(dir, name)); err == nil {
+			// The wrap would put a copy in the link's place: the primary's later
+			// writes to target would no longer reach the runtime, and the uninstall
+			// would put back a regular file.
+			return "", invalid(name, "is a symbolic link to %s, and wrapping it into %s would replace the link with a copy that the primary CNI's writes to %s no longer reach; link a .conflist instead", target, outName, target)
+		}
 		if err := notAnother(outPath, name, typ); err != nil {
 			return "", err
 		}
