@@ -115,3 +115,49 @@ func TestALinkedConfIsNotWrappedAway(t *testing.T) {
 		}
 	}
 }
+
+// TestALinkThisContainerCannotFollowIsNotPassedOver: a config that is a symbolic
+// link to a file outside what the agent's container mounts (the runtime, on the
+// host, follows it) was passed over as a file that is gone: the entry went into a
+// later file and the agent said ready, while the runtime used the link. As for a
+// file that cannot be read, nothing is known of its content: the agent writes
+// nothing, is not ready and names the link, until the link resolves or goes.
+func TestALinkThisContainerCannotFollowIsNotPassedOver(t *testing.T) {
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	target := filepath.Join(t.TempDir(), "not-mounted", "10-calico.conflist")
+	link := filepath.Join(dir, "10-calico.conflist")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"99-loopback.conf": loopbackConf})
+	before := names(t, dir)
+	a.reconcile(dirtyConfig)
+	pastSettle(a)
+	a.reconcile(dirtyConfig)
+
+	if got := names(t, dir); !slicesEqual(got, before) {
+		t.Errorf("the dir changed to %v, from %v: the entry went past the link the runtime uses", got, before)
+	}
+	if a.ready.Load() {
+		t.Errorf("ready, with the entry in %s, while the runtime uses the link 10-calico.conflist", a.cfg.current)
+	} else if why := *a.whyNotReady.Load(); !strings.Contains(why, "10-calico.conflist") || !strings.Contains(why, target) {
+		t.Errorf("not ready for %q, which does not name the link and where it points", why)
+	}
+
+	// The link's file comes into view: the entry goes there.
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte(calicoList), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(a.retryDirty | dirtyConfig)
+	if !a.ready.Load() || a.cfg.current != link || !hasEntryLast(link) {
+		t.Errorf("once the link resolves: ready %v, entry in %s; want ready, in %s", a.ready.Load(), a.cfg.current, link)
+	}
+	want := append([]string{filepath.Base(cniconf.BackupPath(dir, "10-calico.conflist"))}, before...)
+	if got := names(t, dir); !slicesEqual(got, want) {
+		t.Errorf("once the link resolves the dir is %v, want %v", got, want)
+	}
+}

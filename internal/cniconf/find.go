@@ -39,8 +39,9 @@ func (s Skipped) String() string { return s.Err.Error() }
 // Files passed over come back in skipped with the reason, for the agent to log.
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
 // ErrNoPrimary when there is no primary yet; for a named file that exists but is
-// invalid, it is an *InvalidError. A file that could not be read (see unread) is
-// not passed over: the search stops with its error.
+// invalid, it is an *InvalidError. A file that could not be read (see unread), or
+// is a link to a path this container does not see, is not passed over: the search
+// stops with its error.
 func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 	if name != "" {
 		return findNamed(dir, name)
@@ -103,6 +104,15 @@ func findNamed(dir, name string) (string, []Skipped, error) {
 // checkPrimary reads a config and says why it cannot be the primary, if it cannot.
 func checkPrimary(path string) error {
 	data, err := ReadConfig(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if target, lerr := os.Readlink(path); lerr == nil {
+			// A link to a path this container does not mount (an absolute one, or a
+			// directory outside the conf dir): the runtime, on the host, may follow
+			// it. Nothing is known of its content, as of a file that could not be
+			// read (unread): not passed over.
+			return fmt.Errorf("%s is a symbolic link to %s, which this container does not see: mount that path into the agent, or remove the link", path, target)
+		}
+	}
 	if err != nil {
 		return err
 	}
