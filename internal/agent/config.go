@@ -41,6 +41,9 @@ type configState struct {
 	// recheckAt is when the pending recheck of a contested entry's readiness fires
 	// (fightingPrimary); zero or past when none is pending.
 	recheckAt time.Time
+	// preemptedBy is the config the runtime loads before CNI_CONF_NAME's, as last
+	// warned of (notePreempted); empty when there is none.
+	preemptedBy string
 }
 
 // fightLifetime: an entry the primary drops within this of its write was dropped
@@ -92,6 +95,9 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		return configWaiting, fmt.Errorf("CNI config left untouched: %w", err)
 	}
 	a.clearReport("primary")
+	if a.s.ConfName != "" {
+		a.notePreempted(path)
+	}
 	if unsettled {
 		// A file that sorts before path has been broken for less than settleDelay:
 		// most likely its CNI is writing it in place, and it is the primary. Choosing
@@ -141,6 +147,26 @@ func (a *agent) reconcileConfig() (configResult, error) {
 	a.cfg.current, a.cfg.inPlace = written, true
 	a.noteInstall(written, has)
 	return configInstalled, nil
+}
+
+// notePreempted warns, once for each such file, when the runtime loads another
+// config than CNI_CONF_NAME's path (the first valid one of the dir in byte order):
+// the entry goes where CNI_CONF_NAME says, as Istio's install-cni puts it (which
+// warns the file is preempted), and is right there when the first config delegates
+// to path (Multus); otherwise pods are not redirected.
+func (a *agent) notePreempted(path string) {
+	first, _, err := cniconf.FindPrimary(filepath.Dir(path), "")
+	if err != nil || first == path {
+		a.cfg.preemptedBy = ""
+		return
+	}
+	if first == a.cfg.preemptedBy {
+		return
+	}
+	a.cfg.preemptedBy = first
+	a.log.Warn(fmt.Sprintf("the runtime loads %s, not CNI_CONF_NAME's %s, which gets the istio-cni entry: pods are redirected only if %s delegates to %s (Multus); otherwise set CNI_CONF_NAME to %s or leave it empty",
+		filepath.Base(first), filepath.Base(path), filepath.Base(first), filepath.Base(path), filepath.Base(first)),
+		"file", path, "first", first)
 }
 
 // moveFrom takes our entry out of the file that held it when the primary config is

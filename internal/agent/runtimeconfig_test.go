@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/istio-cni/istio-cni/internal/cniconf"
+	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 )
 
 // The tests here check the agent's readiness against the config the runtime loads:
@@ -159,5 +161,46 @@ func TestALinkThisContainerCannotFollowIsNotPassedOver(t *testing.T) {
 	want := append([]string{filepath.Base(cniconf.BackupPath(dir, "10-calico.conflist"))}, before...)
 	if got := names(t, dir); !slicesEqual(got, want) {
 		t.Errorf("once the link resolves the dir is %v, want %v", got, want)
+	}
+}
+
+// TestACNIConfNameTheRuntimeDoesNotLoadFirstIsWarnedOf: CNI_CONF_NAME naming a
+// config that another sorts before gets the entry, as Istio's install-cni puts it
+// there (with Multus, 00-multus.conf delegates to that config), but the runtime
+// loads the first: pods are redirected only if it delegates. Before, nothing said
+// so; Istio's install-cni warns that the file is preempted. The agent warns once,
+// naming both files, not at every reconcile.
+func TestACNIConfNameTheRuntimeDoesNotLoadFirstIsWarnedOf(t *testing.T) {
+	a := configAgent(t)
+	var agentLog logbuf.Buffer
+	a.log = slog.New(slog.NewTextHandler(&agentLog, nil))
+	a.s.ConfName = "10-calico.conflist"
+	dir := a.s.MountedNetDir
+	writeFiles(t, dir, map[string]string{"05-other.conflist": calicoList, "10-calico.conflist": calicoList})
+	for range 3 {
+		a.reconcile(dirtyConfig)
+	}
+	if !a.ready.Load() || a.cfg.current != filepath.Join(dir, "10-calico.conflist") {
+		t.Fatalf("ready %v, entry in %s; want ready, in CNI_CONF_NAME's 10-calico.conflist", a.ready.Load(), a.cfg.current)
+	}
+	var warns []string
+	for _, line := range strings.Split(agentLog.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "05-other.conflist") && strings.Contains(line, "10-calico.conflist") {
+			warns = append(warns, line)
+		}
+	}
+	if len(warns) != 1 {
+		t.Errorf("%d warnings naming 05-other.conflist and 10-calico.conflist, want 1; the log:\n%s", len(warns), agentLog.String())
+	}
+
+	// The first config goes: the warning's subject ends, and a new one is warned of.
+	if err := os.Remove(filepath.Join(dir, "05-other.conflist")); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(dirtyConfig)
+	writeFiles(t, dir, map[string]string{"01-new.conflist": calicoList})
+	a.reconcile(dirtyConfig)
+	if !strings.Contains(agentLog.String(), "01-new.conflist") {
+		t.Errorf("no warning names 01-new.conflist, which the runtime now loads first:\n%s", agentLog.String())
 	}
 }
