@@ -207,8 +207,9 @@ func (a *agent) moveFrom(now string) {
 // removeEarlierStandalone deletes the standalone configs of ours in dir (a single
 // plugin of our type, which no chained install writes) but keep: an earlier agent
 // of the standalone mode left its file when a helm upgrade set chained=true or
-// changed the standalone file's name, and the uninstall of this agent, which
-// removes the binary, would leave it behind naming a plugin that is gone.
+// changed the standalone file's name, and the uninstall of this agent would leave
+// it behind: a config the runtime runs the plugin for, with no kubeconfig, failing
+// the ADD of every pod it applies to.
 func (a *agent) removeEarlierStandalone(dir, keep string) {
 	why := "this agent is chained"
 	if keep != "" {
