@@ -236,27 +236,45 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 }
 
 // pluginLogServers are the plugin log sockets the agent serves: this plugin's
-// (servePluginLogs) and Istio's plugin's (serveIstioPluginLogs). Only the agent's
-// loop calls retake, and stop once the loop has ended.
+// (servePluginLogs: the packet and datagram sockets) and Istio's plugin's
+// (serveIstioPluginLogs). Only the agent's loop calls retake, and stop once the
+// loop has ended.
 type pluginLogServers struct {
-	s                   *Settings
-	sink                *pluginLogSink
-	log                 *slog.Logger
-	stopOurs, stopIstio func()
+	s       *Settings
+	sink    *pluginLogSink
+	log     *slog.Logger
+	servers []*logServer
+}
+
+// logServer is one of them: what it is, the paths it listens on, how it starts,
+// and the stop of the running one.
+type logServer struct {
+	what  string
+	paths []string
+	start func() (stop func(), err error)
+	stop  func()
 }
 
 // serve takes the sockets over: a socket at a path is a previous agent's.
 func (p *pluginLogServers) serve() error {
-	stopOurs, err := servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log)
-	if err != nil {
-		return err
+	p.servers = []*logServer{
+		{what: "the plugin log sockets", paths: []string{p.s.LogSocketPath(), p.s.DatagramLogSocketPath()},
+			start: func() (func(), error) {
+				return servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log)
+			}},
+		{what: "Istio's plugin log socket", paths: []string{p.s.IstioLogSocketPath()},
+			start: func() (func(), error) { return serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log) }},
 	}
-	stopIstio, err := serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log)
-	if err != nil {
-		stopOurs()
-		return err
+	for i, srv := range p.servers {
+		stop, err := srv.start()
+		if err != nil {
+			for _, started := range p.servers[:i] {
+				started.stop()
+			}
+			return err
+		}
+		srv.stop = stop
 	}
-	p.stopOurs, p.stopIstio = stopOurs, stopIstio
 	return nil
 }
 
@@ -265,32 +283,26 @@ func (p *pluginLogServers) serve() error {
 // new sockets in place (ownfile): a plugin never finds no socket from then on.
 func (p *pluginLogServers) retake() error {
 	var errs []error
-	if pathGone(p.s.LogSocketPath()) || pathGone(p.s.DatagramLogSocketPath()) {
-		if stop, err := servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log); err != nil {
-			errs = append(errs, fmt.Errorf("make the plugin log sockets again: %w", err))
-		} else {
-			p.stopOurs()
-			p.stopOurs = stop
-			p.log.Info("made the plugin log sockets again: another agent on this node had taken them over and removed them when it stopped",
-				"socket", p.s.LogSocketPath())
+	for _, srv := range p.servers {
+		if !slices.ContainsFunc(srv.paths, pathGone) {
+			continue
 		}
-	}
-	if pathGone(p.s.IstioLogSocketPath()) {
-		if stop, err := serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log); err != nil {
-			errs = append(errs, fmt.Errorf("make Istio's plugin log socket again: %w", err))
-		} else {
-			p.stopIstio()
-			p.stopIstio = stop
-			p.log.Info("made Istio's plugin log socket again: another agent on this node had taken it over and removed it when it stopped",
-				"socket", p.s.IstioLogSocketPath())
+		stop, err := srv.start()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("make %s again: %w", srv.what, err))
+			continue
 		}
+		srv.stop()
+		srv.stop = stop
+		p.log.Info("made "+srv.what+" again: another agent on this node had taken them over and removed them when it stopped", "socket", srv.paths[0])
 	}
 	return errors.Join(errs...)
 }
 
 func (p *pluginLogServers) stop() {
-	p.stopIstio()
-	p.stopOurs()
+	for i := len(p.servers) - 1; i >= 0; i-- {
+		p.servers[i].stop()
+	}
 }
 
 // pathGone reports whether nothing is at path.
