@@ -45,6 +45,12 @@ var (
 		"/root/.cache", "/root/go", "/root/.npm", "/root/.config/go",
 		"/usr/local/go",
 		"/run/systemd", "/run/user", "/run/log", "/run/utmp", "/var/log/wtmp", "/var/log/lastlog", "/var/log/btmp",
+		// iptables' lock, which every iptables command of a boot opens (creating
+		// it if missing) and none removes: on a machine fresh from boot the run's
+		// first iptables command makes it. It is the host's, shared with every
+		// other iptables user, and removing it while one holds it would break
+		// their lock, so it is neither the run's leftover nor its to clean.
+		"/run/xtables.lock",
 	}
 	// sessionShell is an interactive tool's scratch space, not the tests'.
 	sessionShell = regexp.MustCompile(`^/tmp/bash_(jobs|tool)[._]`)
@@ -121,6 +127,16 @@ func main() {
 		len(now.Paths), len(now.Sysctls), len(now.Mounts), len(now.Netfilter))
 }
 
+// skipped says whether p is left out of the record: one of skip or below one.
+func skipped(p string) bool {
+	for _, s := range skip {
+		if p == s || strings.HasPrefix(p, s+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 func take() (*record, error) {
 	r := &record{Paths: map[string]string{}, Sysctls: map[string]string{}}
 	for _, root := range roots {
@@ -131,13 +147,11 @@ func take() (*record, error) {
 				}
 				return err
 			}
-			for _, s := range skip {
-				if p == s || strings.HasPrefix(p, s+"/") {
-					if d.IsDir() {
-						return filepath.SkipDir
-					}
-					return nil
+			if skipped(p) {
+				if d.IsDir() {
+					return filepath.SkipDir
 				}
+				return nil
 			}
 			if goBuildDir.MatchString(p) || sessionShell.MatchString(p) { // go's own work dirs, a session's shell
 				return filepath.SkipDir

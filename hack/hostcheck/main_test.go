@@ -69,6 +69,26 @@ func TestCompareListsEveryChangeAndNotesWhatIsNotTheRuns(t *testing.T) {
 	}
 }
 
+func TestSkippedLeavesOutOnlyWhatIsNotTheRuns(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		// Made by the run's first iptables command on a machine fresh from boot.
+		{"/run/xtables.lock", true},
+		{"/var/cache/istio-cni/k8s-v1.37.2", true},
+		{"/var/cache/istio-cni", true},
+		{"/run/netns", false},
+		{"/run/xtables.lock.d", false},
+		{"/run/istio-cni/pods", false},
+		{"/var/cache/istio-cnix", false},
+	} {
+		if got := skipped(tc.path); got != tc.want {
+			t.Errorf("skipped(%q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
 func TestSetDiffCountsDuplicates(t *testing.T) {
 	added, removed := setDiff([]string{"pause", "pause", "etcd"}, []string{"pause", "etcd", "etcd"})
 	if d := cmp.Diff([]string{"etcd"}, added); d != "" {
