@@ -590,7 +590,9 @@ func (a *agent) notReadyReason() string {
 	if !a.binsOK {
 		step("a plugin binary is not installed in "+strings.Join(a.binDirs, ", "), "bin:")
 	}
-	if !a.kubeOK {
+	if refused, ok := a.reported[keyTokenRefused]; ok && !a.kubeOK {
+		why = append(why, "the plugin's kubeconfig "+a.s.KubeconfigPath()+" is written, but "+refused)
+	} else if !a.kubeOK {
 		step("the plugin's kubeconfig "+a.s.KubeconfigPath()+" is not written", "kubeconfig", "plugin token")
 	}
 	return strings.Join(why, "; ")
@@ -722,6 +724,16 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 		a.report("plugin token", err, a.kubeconfigKept())
 		return true
 	}
+	if errors.Is(err, errTokenRefused) {
+		// The kubeconfig holds the only token there is, which the API server refuses:
+		// not ready while it does. The token source logged it, requests a new one and
+		// wakes the loop when anything changes; nothing to try again here.
+		a.kubeOK = false
+		a.clearReport("kubeconfig")
+		a.clearReport("plugin token")
+		a.report(keyTokenRefused, err, "")
+		return false
+	}
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)
@@ -730,6 +742,7 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 	}
 	a.clearReport("kubeconfig")
 	a.clearReport("plugin token")
+	a.clearReport(keyTokenRefused)
 	a.kubeOK = true
 	return false
 }
@@ -751,13 +764,22 @@ var errContested = errors.New("put off: another writer keeps changing the file")
 // for it has failed.
 var errTokenPending = errors.New("waiting for the plugin's token")
 
+// errTokenRefused says the kubeconfig is in place with the plugin's token, which
+// the API server refuses (refusal says why).
+var errTokenRefused = errors.New("the API server refuses the plugin's token")
+
+// keyTokenRefused is the report key of errTokenRefused: not logged by report (the
+// token source logs each change of the refusal), it is the readiness' reason.
+const keyTokenRefused = "plugin token refused"
+
 func (a *agent) writeKubeconfig() error {
 	token, ca, err := readCredentials(a.s)
 	if err != nil {
 		return err
 	}
+	var refused string
 	if a.tokens != nil {
-		tok, failure := a.tokens.current()
+		tok, failure, r := a.tokens.current()
 		if tok == nil {
 			// The kubeconfig a previous agent wrote stays: its token is bound to the node,
 			// not to that agent's pod, and the plugin keeps using it meanwhile.
@@ -766,8 +788,20 @@ func (a *agent) writeKubeconfig() error {
 			}
 			return fmt.Errorf("%w (TokenRequest for ServiceAccount %s/%s)", errTokenPending, a.s.PodNamespace, a.s.PluginServiceAccount)
 		}
-		token = tok.token
+		token, refused = tok.token, r
 	}
+	if err := a.putKubeconfig(token, ca); err != nil {
+		return err
+	}
+	if refused != "" {
+		return fmt.Errorf("%w: %s", errTokenRefused, refused)
+	}
+	return nil
+}
+
+// putKubeconfig writes the plugin's kubeconfig with token and ca where it is
+// missing or holds anything else, unless another writer keeps changing it.
+func (a *agent) putKubeconfig(token, ca []byte) error {
 	data, err := Kubeconfig(a.s, token, ca)
 	if err != nil {
 		return err
@@ -824,6 +858,8 @@ func (a *agent) report(key string, err error, hint string) {
 		return
 	case "plugin token":
 		a.log.Info("waiting for the plugin's token", attrs...)
+		return
+	case keyTokenRefused:
 		return
 	}
 	a.log.Error("install step failed", attrs...)

@@ -26,11 +26,13 @@ import (
 )
 
 // chartAgentExitRules are the chart's grants for the exit decision and the plugin's
-// token (clusterrole.yaml and role.yaml), here in one ClusterRole.
+// token and its ServiceAccount's watch (clusterrole.yaml and role.yaml), here in one
+// ClusterRole.
 var chartAgentExitRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
+	{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"list", "watch"}},
 }
 
 // exitCluster is a real API server holding what a DaemonSet's agent sees: the node,

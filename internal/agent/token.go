@@ -2,16 +2,22 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/istio-cni/istio-cni/internal/informer"
 	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
@@ -36,6 +42,19 @@ import (
 //     Go's timers run on the monotonic clock, which stands still meanwhile, while
 //     the token's expiry is by the wall clock, which does not; so the wait for a
 //     renewal also looks at the wall clock at least every tokenWallCheck (untilDue).
+//
+// A token the API server refuses. It refuses a token once the ServiceAccount it was
+// issued for is gone: deleted, or deleted and created again under the same name
+// (helm uninstall and install racing, an admin applying it again), since the token
+// names the account's uid. The agent watches the plugin's ServiceAccount (a list
+// and watch of that one name) and compares its uid with the token's: a deleted
+// account is known at once, and its creation wakes a new request at once, whatever
+// the retry's delay, so the plugin's kubeconfig works again within one request
+// (tokenRequestTimeout) of the account's return. It also refuses a token past its
+// expiry, which only renewals failing for half a lifetime let happen; the expiry is
+// counted from the token's receipt with its own lifetime, by the monotonic and the
+// wall clock alike (whichever says it is over first). Meanwhile the agent is not
+// ready, saying why (refusal): every ADD that asks the API server would fail.
 const (
 	DefaultPluginTokenLifetime = 24 * time.Hour
 	MinPluginTokenLifetime     = 10 * time.Minute
@@ -46,20 +65,24 @@ const (
 	tokenWallCheck             = time.Minute
 )
 
-// renewIn is how long until a token is renewed: half its lifetime. The lifetime is
-// the token's own, its exp claim minus its iat claim, both by the API server's
-// clock, so a node clock ahead of the API server's (an expiry already past by the
-// node's clock) makes neither a tight loop of requests nor a renewal after the token
-// has expired. A token without readable claims renews at half of what is left of
-// expires by the node's clock. Never sooner than tokenRenewMin.
-func renewIn(token []byte, expires, now time.Time) time.Duration {
-	var wait time.Duration
+// tokenLifetime is a token's lifetime: its exp claim minus its iat claim, both by
+// the API server's clock, so that neither the renewal nor the expiry the agent
+// counts from the token's receipt depends on how the node's clock stands to the
+// API server's. A token without readable claims: what is left of expires by the
+// node's clock at now, its receipt.
+func tokenLifetime(token []byte, expires, now time.Time) time.Duration {
 	if iat, exp, ok := kube.TokenTimes(token); ok && exp > iat {
-		wait = time.Duration(exp-iat) * time.Second / 2
-	} else {
-		wait = expires.Sub(now) / 2
+		return time.Duration(exp-iat) * time.Second
 	}
-	return max(wait, tokenRenewMin)
+	return expires.Sub(now)
+}
+
+// renewIn is how long until a token is renewed: half its lifetime (tokenLifetime),
+// so a node clock ahead of the API server's (an expiry already past by the node's
+// clock) makes neither a tight loop of requests nor a renewal after the token has
+// expired. Never sooner than tokenRenewMin.
+func renewIn(token []byte, expires, now time.Time) time.Duration {
+	return max(tokenLifetime(token, expires, now)/2, tokenRenewMin)
 }
 
 // pluginToken is a token and when it expires.
@@ -69,6 +92,47 @@ type pluginToken struct {
 	// boundTo is what the API server bound the token to ("node x", or "nothing"
 	// where node binding is refused).
 	boundTo string
+	// accountUID is the uid of the ServiceAccount it was issued for, from its
+	// claims ("" when it has none).
+	accountUID string
+	// due is when it expires by this node's clocks: its receipt (with the monotonic
+	// reading) plus its lifetime; zero when unknown.
+	due time.Time
+}
+
+// accountState is what the watch last said of the plugin's ServiceAccount.
+type accountState struct {
+	// known: the watch has listed it; until then nothing is judged by it.
+	known  bool
+	exists bool
+	uid    string
+}
+
+// left is the time until due by the monotonic clock or by the wall clock,
+// whichever is less: a suspended node's monotonic clock stands still while its
+// wall clock, by which tokens expire, goes on.
+func left(due, now time.Time) time.Duration {
+	return min(due.Sub(now), due.Round(0).Sub(now.Round(0)))
+}
+
+// refusal says why the API server refuses tok, as far as the agent can tell: the
+// ServiceAccount namespace/name deleted, or deleted and created again (its uid is
+// not the token's), or the token past its expiry by this node's clocks. Empty when
+// nothing says it is refused (or there is no token).
+func refusal(tok *pluginToken, acct accountState, namespace, name string, now time.Time) string {
+	switch {
+	case tok == nil:
+		return ""
+	case acct.known && !acct.exists:
+		return fmt.Sprintf("ServiceAccount %s/%s was deleted, and every token of it with it; a new token is requested as soon as it is created again",
+			namespace, name)
+	case acct.known && tok.accountUID != "" && acct.uid != tok.accountUID:
+		return fmt.Sprintf("ServiceAccount %s/%s was deleted and created again (the token is of uid %s, the ServiceAccount's uid is now %s); a new token is being requested",
+			namespace, name, tok.accountUID, acct.uid)
+	case !tok.due.IsZero() && left(tok.due, now) <= 0:
+		return fmt.Sprintf("it expired at %s by this node's clock, and no renewal has succeeded since", tok.due.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // tokenSource keeps a fresh token of the plugin's ServiceAccount.
@@ -81,8 +145,11 @@ type tokenSource struct {
 	log       *slog.Logger
 	// m, when set, gets the current token's expiry and each failed request.
 	m *metrics
-	// changed wakes the agent's loop when a new token is in.
+	// changed wakes the agent's loop when a new token is in, or when what the
+	// agent knows of its refusal changed.
 	changed chan struct{}
+	// renew wakes run for a request now: the ServiceAccount came back.
+	renew chan struct{}
 
 	mu  sync.Mutex
 	cur *pluginToken
@@ -92,88 +159,260 @@ type tokenSource struct {
 	// unbound is set once the API server refused node binding: later requests ask
 	// for a token bound to nothing (it still expires).
 	unbound bool
+	// acct is what the watch last said of the ServiceAccount.
+	acct accountState
+	// refused is refusal's answer for cur when last judged.
+	refused string
+	// lastFailure is the error of the last failed request since the last success
+	// (logged once while it stays the same), failures their number.
+	lastFailure string
+	failures    int
 }
 
 func newTokenSource(client corev1client.ServiceAccountsGetter, s *Settings, log *slog.Logger) *tokenSource {
 	return &tokenSource{client: client, namespace: s.PodNamespace, account: s.PluginServiceAccount, node: s.NodeName,
-		lifetime: s.PluginTokenLifetime, log: log, changed: make(chan struct{}, 1)}
+		lifetime: s.PluginTokenLifetime, log: log, changed: make(chan struct{}, 1), renew: make(chan struct{}, 1)}
 }
 
 // current is the latest token, or nil before the first one; failure then says why
-// the last request failed, nil while the first is still in flight.
-func (t *tokenSource) current() (tok *pluginToken, failure error) {
+// the last request failed, nil while the first is still in flight. refused says
+// why the API server refuses the token ("" while nothing says it does).
+func (t *tokenSource) current() (tok *pluginToken, failure error, refused string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.cur, t.failure
+	return t.cur, t.failure, t.refused
 }
 
-// run requests a token now, then again at half its lifetime, until ctx ends.
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// judge updates refused for what is known at now, logs a change and wakes the
+// agent's loop for it; it returns refused. Called with mu held.
+func (t *tokenSource) judge(now time.Time) string {
+	r := refusal(t.cur, t.acct, t.namespace, t.account, now)
+	if r == t.refused {
+		return r
+	}
+	t.refused = r
+	if r != "" {
+		t.log.Error("the API server refuses the plugin's token: the agent is not ready until a new one is in",
+			"serviceAccount", t.namespace+"/"+t.account, "reason", r)
+	} else {
+		t.log.Info("the plugin's token is no longer known to be refused", "serviceAccount", t.namespace+"/"+t.account)
+	}
+	wake(t.changed)
+	return r
+}
+
+// accountSeen takes what the watch says of the ServiceAccount now. An account
+// that exists and is another than the watch saw before (created again), or leaves
+// the token refused, or comes after a request failed, asks for a request now
+// rather than after the renewal's or the retry's wait.
+func (t *tokenSource) accountSeen(acct accountState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev := t.acct
+	t.acct = acct
+	r := t.judge(time.Now())
+	if acct != prev && acct.exists && (prev.known && prev.uid != acct.uid || r != "" || t.lastFailure != "") {
+		wake(t.renew)
+	}
+}
+
+// issued takes a new token received at now, and returns refusal's answer for it
+// and the number of requests that failed before it.
+func (t *tokenSource) issued(tok *pluginToken, now time.Time) (refused string, failuresBefore int) {
+	if c, ok := kube.ReadTokenClaims(tok.token); ok {
+		tok.accountUID = c.Kubernetes.ServiceAccount.UID
+	}
+	if d := tokenLifetime(tok.token, tok.expires, now); d > 0 {
+		tok.due = now.Add(d)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	failuresBefore = t.failures
+	t.cur, t.failure = tok, nil
+	t.lastFailure, t.failures = "", 0
+	if t.m != nil {
+		t.m.tokenExpiry.Set(float64(tok.expires.Unix()))
+	}
+	wake(t.changed)
+	return t.judge(now), failuresBefore
+}
+
+// failed takes a failed request's error; retry is the wait before the next.
+func (t *tokenSource) failed(err error, retry time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failure = err
+	t.failures++
+	if t.m != nil {
+		t.m.tokenFailures.Inc()
+	}
+	t.lastFailure = err.Error()
+	attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "error", err, "retryIn", retry}
+	switch {
+	case t.cur == nil:
+		// No token of this agent's yet: what the plugin uses meanwhile (a previous
+		// agent's kubeconfig, or none on a first install) the install step says.
+		t.log.Error("plugin token request failed", attrs...)
+	case t.refused != "":
+		t.log.Error("plugin token request failed; the plugin's kubeconfig keeps its current token, which the API server refuses",
+			append(attrs, "refused", t.refused)...)
+	default:
+		t.log.Error("plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires",
+			append(attrs, "expires", t.cur.expires.UTC().Format(time.RFC3339))...)
+	}
+}
+
+// untilExpiry is the time until the current token expires by this node's clocks;
+// zero or less when it has, or when it is unknown.
+func (t *tokenSource) untilExpiry(now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur == nil || t.cur.due.IsZero() {
+		return 0
+	}
+	return left(t.cur.due, now)
+}
+
+// run requests a token now, then again at half its lifetime, until ctx ends; the
+// ServiceAccount's watch runs beside it.
 func (t *tokenSource) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { t.watchAccount(ctx) })
 	retry := time.Second
 	for {
+		// A wake from before this request is answered by it.
+		select {
+		case <-t.renew:
+		default:
+		}
 		tok, err := t.request(ctx)
+		now := time.Now()
 		var wait time.Duration
-		if err != nil {
+		switch {
+		case err != nil:
 			if ctx.Err() != nil {
 				return
 			}
-			t.mu.Lock()
-			t.failure = err
-			cur := t.cur
-			t.mu.Unlock()
-			if t.m != nil {
-				t.m.tokenFailures.Inc()
-			}
-			attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "error", err, "retryIn", retry}
-			if cur != nil {
-				t.log.Error("plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires",
-					append(attrs, "expires", cur.expires.UTC().Format(time.RFC3339))...)
-			} else {
-				// No token of this agent's yet: what the plugin uses meanwhile (a previous
-				// agent's kubeconfig, or none on a first install) the install step says.
-				t.log.Error("plugin token request failed", attrs...)
-			}
+			t.failed(err, retry)
 			wait, retry = retry, min(2*retry, tokenRetryMax)
-		} else {
-			retry = time.Second
-			t.mu.Lock()
-			t.cur, t.failure = tok, nil
-			t.mu.Unlock()
-			if t.m != nil {
-				t.m.tokenExpiry.Set(float64(tok.expires.Unix()))
+		default:
+			refused, failures := t.issued(tok, now)
+			if refused != "" {
+				// The watch says the account is gone or another: it lags the request, or
+				// the account changed meanwhile. Asked again, as after a failure.
+				wait, retry = retry, min(2*retry, tokenRetryMax)
+			} else {
+				retry = time.Second
+				wait = renewIn(tok.token, tok.expires, now)
 			}
-			select {
-			case t.changed <- struct{}{}:
-			default:
+			attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "boundTo", tok.boundTo,
+				"expires", tok.expires.UTC().Format(time.RFC3339), "renewIn", wait.Round(time.Second)}
+			if failures > 0 {
+				attrs = append(attrs, "failedRequestsBefore", failures)
 			}
-			wait = renewIn(tok.token, tok.expires, time.Now())
-			t.log.Info("plugin token renewed", "serviceAccount", t.namespace+"/"+t.account, "boundTo", tok.boundTo,
-				"expires", tok.expires.UTC().Format(time.RFC3339), "renewIn", wait.Round(time.Second))
+			t.log.Info("plugin token renewed", attrs...)
 		}
-		if !untilDue(ctx, time.Now().Add(wait), time.Now, tokenWallCheck) {
+		// Awake at the token's expiry too, to say it is refused from then on.
+		if d := t.untilExpiry(now); d > 0 {
+			wait = min(wait, d)
+		}
+		if !untilDue(ctx, now.Add(wait), time.Now, tokenWallCheck, t.renew) {
 			return
 		}
+		t.mu.Lock()
+		t.judge(time.Now())
+		t.mu.Unlock()
 	}
 }
 
 // untilDue waits until due by the monotonic clock or by the wall clock (now's,
-// read at least every check), whichever comes first: a suspended node's monotonic
-// clock stands still while its wall clock, by which tokens expire, goes on. False
-// when ctx ends first.
-func untilDue(ctx context.Context, due time.Time, now func() time.Time, check time.Duration) bool {
+// read at least every check), whichever comes first (left), or until wake: a
+// suspended node's monotonic clock stands still while its wall clock, by which
+// tokens expire, goes on. False when ctx ends first.
+func untilDue(ctx context.Context, due time.Time, now func() time.Time, check time.Duration, wake <-chan struct{}) bool {
 	for {
-		left := min(due.Sub(now()), due.Round(0).Sub(now().Round(0)))
-		if left <= 0 {
+		rest := left(due, now())
+		if rest <= 0 {
 			return true
 		}
-		timer := time.NewTimer(min(left, check))
+		timer := time.NewTimer(min(rest, check))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return false
+		case <-wake:
+			timer.Stop()
+			return true
 		case <-timer.C:
 		}
 	}
+}
+
+// watchAccount keeps acct up to date from a watch of the plugin's ServiceAccount:
+// a list and watch of that one name (field selector metadata.name), which RBAC
+// grants by resourceNames. Until it has listed (no grant, API server down) the
+// account is unknown, and the token is judged by its expiry only; a watch that
+// fails is logged once per distinct error, not at each of client-go's retries.
+func (t *tokenSource) watchAccount(ctx context.Context) {
+	api := t.client.ServiceAccounts(t.namespace)
+	inf := informer.New(&corev1.ServiceAccount{}, informer.Selector{Field: fields.OneTermEqualSelector("metadata.name", t.account).String()},
+		api.List, api.Watch)
+	var mu sync.Mutex
+	var reported string
+	// SetWatchErrorHandlerWithContext fails only on an informer already started.
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
+		if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return // a watch's normal end: relisted at once
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err.Error() == reported {
+			return
+		}
+		reported = err.Error()
+		t.log.Warn("cannot watch the plugin's ServiceAccount: a deleted or recreated one is noticed only at the next renewal; "+
+			"the agent needs list and watch on serviceaccounts "+t.account+" in "+t.namespace+" (the chart grants them)",
+			"serviceAccount", t.namespace+"/"+t.account, "error", err)
+	})
+	key := t.namespace + "/" + t.account
+	look := func() {
+		// One look at a time, each reading the store as it is then: the last one
+		// leaves the latest state.
+		mu.Lock()
+		defer mu.Unlock()
+		if !inf.HasSynced() {
+			return
+		}
+		st := accountState{known: true}
+		if obj, exists, _ := inf.GetStore().GetByKey(key); exists {
+			if sa, ok := obj.(*corev1.ServiceAccount); ok {
+				st.exists, st.uid = true, string(sa.UID)
+			}
+		}
+		t.accountSeen(st)
+	}
+	// AddEventHandler fails only on an informer that has stopped.
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { look() },
+		UpdateFunc: func(any, any) { look() },
+		DeleteFunc: func(any) { look() },
+	})
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			look()
+			t.log.Info("watching the plugin's ServiceAccount: a deleted or recreated one makes the agent request a new token at once",
+				"serviceAccount", key)
+		}
+	}()
+	inf.RunWithContext(ctx)
 }
 
 func (t *tokenSource) request(ctx context.Context) (*pluginToken, error) {

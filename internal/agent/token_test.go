@@ -10,12 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -28,10 +33,7 @@ import (
 // wait zero or negative, a tight loop of TokenRequests and kubeconfig rewrites.
 func TestTokenRenewalFollowsTheTokensOwnLifetime(t *testing.T) {
 	now := time.Unix(2_000_000_000, 0)
-	jwt := func(iat, exp int64) []byte {
-		payload := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"aud":["x"],"exp":%d,"iat":%d,"sub":"system:serviceaccount:istio-system:istio-cni-plugin"}`, exp, iat))
-		return []byte("eyJhbGciOiJSUzI1NiJ9." + payload + ".c2ln")
-	}
+	jwt := func(iat, exp int64) []byte { return testJWT(iat, exp, "") }
 	server := now.Unix() // the API server's clock, when it agrees with the node's
 	cases := []struct {
 		name    string
@@ -55,6 +57,174 @@ func TestTokenRenewalFollowsTheTokensOwnLifetime(t *testing.T) {
 	}
 }
 
+// testJWT is a token shaped as the API server issues them (its signature is not
+// checked by its holders), of the ServiceAccount istio-system/istio-cni-plugin of
+// uid; no uid claim when uid is empty.
+func testJWT(iat, exp int64, uid string) []byte {
+	k8s := ""
+	if uid != "" {
+		k8s = fmt.Sprintf(`,"kubernetes.io":{"namespace":"istio-system","node":{"name":"node-a","uid":"n1"},"serviceaccount":{"name":"istio-cni-plugin","uid":%q}}`, uid)
+	}
+	payload := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"aud":["x"],"exp":%d,"iat":%d%s,"sub":"system:serviceaccount:istio-system:istio-cni-plugin"}`, exp, iat, k8s))
+	return []byte("eyJhbGciOiJSUzI1NiJ9." + payload + ".c2ln")
+}
+
+// pluginAccount is the ServiceAccount istio-system/istio-cni-plugin of uid u1.
+func pluginAccount() *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istio-cni-plugin", UID: "u1"}}
+}
+
+// TestRefusalSaysWhyTheAPIServerRefusesTheToken: the API server refuses a token of
+// a ServiceAccount deleted, or deleted and created again under its name (the token
+// names the account's uid), and one past its expiry. What the agent knows of it
+// decides its readiness: an account the watch has not listed (no grant, API server
+// down) says nothing, nor does a token without a uid claim; the expiry is the
+// token's receipt plus its lifetime by the node's clocks.
+func TestRefusalSaysWhyTheAPIServerRefusesTheToken(t *testing.T) {
+	now := time.Unix(2_000_000_000, 0)
+	tok := &pluginToken{accountUID: "u1", due: now.Add(time.Hour)}
+	noUID := &pluginToken{due: now.Add(time.Hour)}
+	expired := &pluginToken{accountUID: "u1", due: now.Add(-time.Second)}
+	same := accountState{known: true, exists: true, uid: "u1"}
+	cases := []struct {
+		name string
+		tok  *pluginToken
+		acct accountState
+		want string // a part of the reason; "" for none
+	}{
+		{"no token", nil, accountState{known: true}, ""},
+		{"account as issued", tok, same, ""},
+		{"account not listed yet", tok, accountState{}, ""},
+		{"account deleted", tok, accountState{known: true}, "ServiceAccount istio-system/istio-cni-plugin was deleted, and every token of it with it"},
+		{"account created again", tok, accountState{known: true, exists: true, uid: "u2"},
+			"ServiceAccount istio-system/istio-cni-plugin was deleted and created again (the token is of uid u1, the ServiceAccount's uid is now u2)"},
+		{"token without a uid claim, account of a uid", noUID, accountState{known: true, exists: true, uid: "u2"}, ""},
+		{"token without a uid claim, account deleted", noUID, accountState{known: true}, "was deleted"},
+		{"expired", expired, same, "it expired at 2033-05-18T03:33:19Z by this node's clock"},
+		{"expiry unknown", &pluginToken{accountUID: "u1"}, same, ""},
+	}
+	for _, c := range cases {
+		got := refusal(c.tok, c.acct, "istio-system", "istio-cni-plugin", now)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%s: refusal %q, want one saying %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestATokenPastItsExpiryIsRefusedWhenItsRenewalsFail: a token whose renewals all
+// fail is known to be refused from its expiry on (its receipt plus its lifetime
+// from its claims), not from the next failed request's: the wait for the next
+// request ends at the expiry. The agent is then not ready, naming the expiry, with
+// the kubeconfig still in place; a new token makes it ready again.
+func TestATokenPastItsExpiryIsRefusedWhenItsRenewalsFail(t *testing.T) {
+	const lifetime = 2 // seconds
+	issued := false
+	client := fake.NewClientset(pluginAccount())
+	client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if issued {
+			return true, nil, errors.New("the API server is down")
+		}
+		issued = true
+		now := time.Now()
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{
+			Token: string(testJWT(now.Unix(), now.Unix()+lifetime, "u1")), ExpirationTimestamp: metav1.NewTime(now.Add(lifetime * time.Second))}}, nil
+	})
+	sa := t.TempDir()
+	writeFile(t, filepath.Join(sa, "ca.crt"), testCA(t), 0o644)
+	s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin", "POD_NAMESPACE": "istio-system"})
+	s.RunDir = t.TempDir()
+	var log logbuf.Buffer
+	a := newAgent(&s, slog.New(slog.NewTextHandler(&log, nil)))
+	a.tokens = newTokenSource(client.CoreV1(), &s, a.log)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); a.tokens.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	var received time.Time
+	eventually(t, 5*time.Second, "the first token is in", func() bool {
+		tok, _, _ := a.tokens.current()
+		received = time.Now()
+		return tok != nil
+	})
+	// Only the kubeconfig step is looked at here (no CNI config, no binaries).
+	kubeconfigReason := func() string {
+		why := *a.whyNotReady.Load()
+		if i := strings.Index(why, "the plugin's kubeconfig"); i >= 0 {
+			return why[i:]
+		}
+		return ""
+	}
+	a.reconcile(dirtyKubeconfig)
+	if !a.kubeOK || kubeconfigReason() != "" {
+		t.Fatalf("the kubeconfig step is not done with a fresh token: %s", kubeconfigReason())
+	}
+	// Requests fail from now on, the first a minute away (the renewal's least
+	// wait): the expiry, 2 s after the token came, is known within a moment of it.
+	eventually(t, 5*time.Second, "the token is known to be refused", func() bool {
+		_, _, refused := a.tokens.current()
+		return refused != ""
+	})
+	if late := time.Since(received) - lifetime*time.Second; late > 500*time.Millisecond {
+		t.Errorf("the expiry was known %v after it", late)
+	}
+	a.reconcile(dirtyKubeconfig)
+	if why := kubeconfigReason(); a.kubeOK || !strings.HasPrefix(why, "the plugin's kubeconfig "+s.KubeconfigPath()+" is written, but the API server refuses the plugin's token: it expired at") {
+		t.Errorf("the kubeconfig step is done (%v) with an expired token, reason %q", a.kubeOK, why)
+	}
+	if kc, err := os.ReadFile(s.KubeconfigPath()); err != nil || len(kc) == 0 {
+		t.Errorf("the kubeconfig is gone: %v", err)
+	}
+	if n := strings.Count(log.String(), `msg="the API server refuses the plugin's token`); n != 1 {
+		t.Errorf("the refusal is logged %d times, want once (by the token source):\n%s", n, log.String())
+	}
+
+	now := time.Now()
+	a.tokens.issued(&pluginToken{token: testJWT(now.Unix(), now.Unix()+3600, "u1"), expires: now.Add(time.Hour)}, now)
+	a.reconcile(dirtyKubeconfig)
+	if !a.kubeOK || kubeconfigReason() != "" {
+		t.Errorf("the kubeconfig step is not done with a new token: %s", kubeconfigReason())
+	}
+}
+
+// TestAnAgentThatMayNotWatchThePluginsServiceAccountSaysSoOnce: without list and
+// watch on the plugin's ServiceAccount (an older chart's grants, a hand-made Role),
+// the agent says once what it cannot notice and which grant it needs, not at each
+// of client-go's retries; its tokens are requested as before.
+func TestAnAgentThatMayNotWatchThePluginsServiceAccountSaysSoOnce(t *testing.T) {
+	client := fake.NewClientset()
+	var lists atomic.Int64
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "", errors.New("no grant"))
+	// client-go lists by a watch of the initial events where the API server serves
+	// it, and by a list otherwise: both refused.
+	client.PrependReactor("list", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return true, nil, forbidden
+	})
+	client.PrependWatchReactor("serviceaccounts", func(k8stesting.Action) (bool, watch.Interface, error) {
+		lists.Add(1)
+		return true, nil, forbidden
+	})
+	s := Settings{PodNamespace: "istio-system", PluginServiceAccount: "istio-cni-plugin", NodeName: "node-a", PluginTokenLifetime: time.Hour}
+	var log logbuf.Buffer
+	ts := newTokenSource(client.CoreV1(), &s, slog.New(slog.NewTextHandler(&log, nil)))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); ts.watchAccount(ctx) }()
+	eventually(t, 10*time.Second, "the list is tried three times", func() bool { return lists.Load() >= 3 })
+	cancel()
+	<-done
+	if n := strings.Count(log.String(), "cannot watch the plugin's ServiceAccount"); n != 1 {
+		t.Errorf("%d lines for %d refused lists, want 1:\n%s", n, lists.Load(), log.String())
+	}
+	if !strings.Contains(log.String(), "list and watch on serviceaccounts istio-cni-plugin in istio-system") {
+		t.Errorf("the line does not name the grant:\n%s", log.String())
+	}
+	if _, _, refused := ts.current(); refused != "" {
+		t.Errorf("an account never listed makes the token refused: %s", refused)
+	}
+}
+
 // TestTheRenewalWaitCountsTimeTheNodeWasSuspended: Go's timers run on the monotonic
 // clock, which stands still while the node is suspended or hibernated, while the
 // token expires by the wall clock. A node suspended for longer than the rest of the
@@ -68,18 +238,18 @@ func TestTheRenewalWaitCountsTimeTheNodeWasSuspended(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if !untilDue(ctx, time.Now().Add(time.Hour), suspended, 10*time.Millisecond) {
+	if !untilDue(ctx, time.Now().Add(time.Hour), suspended, 10*time.Millisecond, nil) {
 		t.Fatalf("a renewal due in 1 h by the monotonic clock and past by the wall clock: still waiting after %s", time.Since(start).Round(time.Millisecond))
 	}
 
 	// Awake, the wait is the monotonic one, and the context ends it.
 	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if untilDue(ctx, time.Now().Add(time.Hour), time.Now, 10*time.Millisecond) {
+	if untilDue(ctx, time.Now().Add(time.Hour), time.Now, 10*time.Millisecond, nil) {
 		t.Error("a renewal due in 1 h came within 100 ms")
 	}
 	start = time.Now()
-	if !untilDue(t.Context(), time.Now().Add(50*time.Millisecond), time.Now, time.Minute) || time.Since(start) < 50*time.Millisecond {
+	if !untilDue(t.Context(), time.Now().Add(50*time.Millisecond), time.Now, time.Minute, nil) || time.Since(start) < 50*time.Millisecond {
 		t.Errorf("a renewal due in 50 ms came after %s", time.Since(start))
 	}
 }
@@ -194,7 +364,7 @@ func TestAFailedTokenRequestClaimsNoTokenItDoesNotHave(t *testing.T) {
 			"plugin token renewal failed; the plugin's kubeconfig keeps the current token until it expires", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := fake.NewClientset(pluginAccount())
 			client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
 			})
@@ -242,7 +412,7 @@ func TestTheTokensExpiryAndFailuresAreMetrics(t *testing.T) {
 		{"refused", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := fake.NewClientset(pluginAccount())
 			client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
 				if tc.fail {
 					return true, nil, errors.New("serviceaccounts \"istio-cni-plugin\" is forbidden")
@@ -258,7 +428,7 @@ func TestTheTokensExpiryAndFailuresAreMetrics(t *testing.T) {
 			go func() { defer close(done); ts.run(ctx) }()
 			deadline := time.Now().Add(5 * time.Second)
 			for time.Now().Before(deadline) {
-				if tok, failure := ts.current(); tok != nil || failure != nil {
+				if tok, failure, _ := ts.current(); tok != nil || failure != nil {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)

@@ -120,22 +120,44 @@ func (c *Client) TokenExpiry() (exp time.Time, ok bool) {
 // token), without checking its signature (the API server issued it; only its
 // times are wanted).
 func TokenTimes(token []byte) (iat, exp int64, ok bool) {
-	parts := bytes.Split(token, []byte("."))
-	if len(parts) != 3 {
-		return 0, 0, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(string(bytes.TrimRight(parts[1], "=")))
-	if err != nil {
-		return 0, 0, false
-	}
-	var c struct {
-		IssuedAt  int64 `json:"iat"`
-		ExpiresAt int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &c); err != nil || c.IssuedAt <= 0 || c.ExpiresAt <= 0 {
+	c, ok := ReadTokenClaims(token)
+	if !ok || c.IssuedAt <= 0 || c.ExpiresAt <= 0 {
 		return 0, 0, false
 	}
 	return c.IssuedAt, c.ExpiresAt, true
+}
+
+// TokenClaims are the claims of a ServiceAccount token that its holders read.
+type TokenClaims struct {
+	IssuedAt  int64 `json:"iat"`
+	ExpiresAt int64 `json:"exp"`
+	// Kubernetes holds the uid of the ServiceAccount the token was issued for: the
+	// API server refuses the token once no ServiceAccount of that uid exists (it
+	// was deleted, or deleted and created again under the same name).
+	Kubernetes struct {
+		ServiceAccount struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"serviceaccount"`
+	} `json:"kubernetes.io"`
+}
+
+// ReadTokenClaims decodes a JWT's payload, without checking its signature (the
+// API server issued it and checks it; its holder only reads it); ok is false for
+// a token that is not a JWT with a JSON payload.
+func ReadTokenClaims(token []byte) (c TokenClaims, ok bool) {
+	parts := bytes.Split(token, []byte("."))
+	if len(parts) != 3 {
+		return c, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(string(bytes.TrimRight(parts[1], "=")))
+	if err != nil {
+		return c, false
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return TokenClaims{}, false
+	}
+	return c, true
 }
 
 // ResumeSessions makes the client offer the TLS session stored at path and store

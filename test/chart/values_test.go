@@ -652,10 +652,12 @@ func grantsOf(t *testing.T, m *manifest, account string) []string {
 // of scope/group/resource/name/verb, for each combination of features.
 func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
 	// Always: on exit the agent reads its pod, its DaemonSet and the node (restart or
-	// removal), and it requests the plugin's token.
+	// removal), and it requests the plugin's token, watching the plugin's
+	// ServiceAccount (deleted or created again, the token is refused).
 	podGet := "cluster  pods * get"
 	always := []string{podGet, "cluster  nodes * get", "kube-system apps daemonsets istio-cni-node get",
-		"kube-system  serviceaccounts/token istio-cni-plugin create"}
+		"kube-system  serviceaccounts/token istio-cni-plugin create",
+		"kube-system  serviceaccounts istio-cni-plugin list", "kube-system  serviceaccounts istio-cni-plugin watch"}
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
 	// The pod cache serves namespaces' labels too.
 	watchNamespaces := []string{"cluster  namespaces * list", "cluster  namespaces * watch"}

@@ -23,6 +23,7 @@ var AgentRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{daemonSetName}, Verbs: []string{"get"}},
 	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}}, // the taint controller's
 	{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
+	{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"list", "watch"}},
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"istio-cni-taint"}, Verbs: []string{"get", "update"}},
 }

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated: the API
+// server refuses a token once the ServiceAccount it was issued for is deleted, also
+// when one of the same name is created again (helm uninstall and install racing, an
+// admin applying it again): the token names the account's uid. Against a real API
+// server, with the chart's grants: the ServiceAccount deleted, the agent is not
+// ready, naming it, and says so once; created again, the kubeconfig on the node
+// works again (a real request with its token) within one TokenRequest's bound
+// (tokenRequestTimeout) and the agent is ready again; replaced at once (delete and
+// create back to back, as kubectl replace --force does), the same. Before, the
+// agent stayed ready with the dead token until its next renewal (half the token's
+// lifetime: 30 minutes here, 12 hours with the chart's default), and every ADD that
+// asked the API server failed meanwhile.
+func TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	pod := c.agentPod(t, ctx, "istio-cni-node-a")
+	p := c.start(t, pod)
+	p.waitLog(t, "the agent watches the plugin's ServiceAccount", `watching the plugin's ServiceAccount`)
+
+	// What the plugin does with the kubeconfig on the node: get a pod with its token.
+	kubeconfigWorks := func() error {
+		plugin, _ := c.pluginClient(t)
+		_, err := plugin.CoreV1().Pods("istio-system").Get(ctx, pod.Name, metav1.GetOptions{})
+		return err
+	}
+	if err := kubeconfigWorks(); err != nil {
+		t.Fatalf("the plugin's kubeconfig cannot get a pod: %v", err)
+	}
+	accounts := c.admin.CoreV1().ServiceAccounts("istio-system")
+	create := func() time.Time {
+		t.Helper()
+		if _, err := accounts.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-plugin"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	remove := func() {
+		t.Helper()
+		if err := accounts.Delete(ctx, "istio-cni-plugin", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const refusedLine = `msg="the API server refuses the plugin's token`
+
+	// Deleted: the token is refused, and the agent says so. (The API server keeps a
+	// token's authentication for 10 s: refused only then.)
+	remove()
+	eventually(t, 5*time.Second, "/readyz is 503 naming the deleted ServiceAccount", func() bool {
+		code, body := p.readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "ServiceAccount istio-system/istio-cni-plugin was deleted")
+	})
+	_, body := p.readyz()
+	t.Logf("while deleted: %s", strings.TrimSpace(body))
+	eventually(t, 30*time.Second, "the API server refuses the kubeconfig's token", func() bool { return apierrors.IsUnauthorized(kubeconfigWorks()) })
+	// Checked many times (the probes above, every 2 ms): said once.
+	if n := strings.Count(p.stderr.String(), refusedLine); n != 1 {
+		t.Errorf("the refusal is logged %d times, want once:\n%s", n, p.stderr.String())
+	}
+
+	// Created again: a new token at once.
+	created := create()
+	eventually(t, tokenRequestTimeout, "the kubeconfig on the node works again", func() bool { return kubeconfigWorks() == nil })
+	worked := time.Since(created)
+	eventually(t, tokenRequestTimeout, "the agent is ready again", p.ready)
+	t.Logf("created again: the kubeconfig works after %v, the agent is ready after %v", worked.Round(time.Millisecond), time.Since(created).Round(time.Millisecond))
+
+	// Replaced at once: no moment without the account, its tokens refused all the same.
+	_, before := c.pluginClient(t)
+	remove()
+	replaced := create()
+	eventually(t, tokenRequestTimeout, "the kubeconfig on the node holds a new token that works", func() bool {
+		_, token := c.pluginClient(t)
+		return token != before && kubeconfigWorks() == nil
+	})
+	worked = time.Since(replaced)
+	eventually(t, tokenRequestTimeout, "the agent is ready", p.ready)
+	t.Logf("replaced: the kubeconfig works after %v", worked.Round(time.Millisecond))
+
+	if strings.Contains(p.stderr.String(), "cannot watch the plugin's ServiceAccount") {
+		t.Errorf("the chart's grants do not let the agent watch the plugin's ServiceAccount:\n%s", p.stderr.String())
+	}
+	p.stop(t)
+}
