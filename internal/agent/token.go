@@ -37,7 +37,8 @@ import (
 //     at least tokenRenewMin), so the plugin keeps working for at least half a
 //     lifetime (12 h by default) with no agent running;
 //   - each request: tokenRequestTimeout; failures are retried after 1 s, doubling up
-//     to tokenRetryMax, while the kubeconfig keeps the previous token;
+//     to tokenRetryMax, while the kubeconfig keeps the previous token; a failure is
+//     logged when its error differs from the last one's (the metric counts each);
 //   - a node suspended or hibernated (a laptop's kind or minikube, a VM's suspend):
 //     Go's timers run on the monotonic clock, which stands still meanwhile, while
 //     the token's expiry is by the wall clock, which does not; so the wait for a
@@ -252,6 +253,9 @@ func (t *tokenSource) failed(err error, retry time.Duration) {
 	t.failures++
 	if t.m != nil {
 		t.m.tokenFailures.Inc()
+	}
+	if err.Error() == t.lastFailure {
+		return
 	}
 	t.lastFailure = err.Error()
 	attrs := []any{"serviceAccount", t.namespace + "/" + t.account, "error", err, "retryIn", retry}

@@ -187,6 +187,26 @@ func TestATokenPastItsExpiryIsRefusedWhenItsRenewalsFail(t *testing.T) {
 	}
 }
 
+// TestAFailedTokenRequestIsLoggedOncePerError: while renewals keep failing with
+// the same error (the API server down for an hour: a request every 30 s), the
+// error is logged once, and again only when it changes; each failure is counted.
+func TestAFailedTokenRequestIsLoggedOncePerError(t *testing.T) {
+	var log logbuf.Buffer
+	s := Settings{PodNamespace: "istio-system", PluginServiceAccount: "istio-cni-plugin", NodeName: "node-a", PluginTokenLifetime: time.Hour}
+	ts := newTokenSource(nil, &s, slog.New(slog.NewTextHandler(&log, nil)))
+	ts.m = newMetrics()
+	down := errors.New("connect: connection refused")
+	for _, err := range []error{down, down, down, errors.New("context deadline exceeded"), down} {
+		ts.failed(err, time.Second)
+	}
+	if n := strings.Count(log.String(), "plugin token request failed"); n != 3 {
+		t.Errorf("%d failure lines for 5 failures with 3 changes of error, want 3:\n%s", n, log.String())
+	}
+	if got := gathered(t, ts.m, "istio_cni_plugin_token_request_failures_total", "", ""); got != 5 {
+		t.Errorf("token request failures %v, want 5", got)
+	}
+}
+
 // TestAnAgentThatMayNotWatchThePluginsServiceAccountSaysSoOnce: without list and
 // watch on the plugin's ServiceAccount (an older chart's grants, a hand-made Role),
 // the agent says once what it cannot notice and which grant it needs, not at each
