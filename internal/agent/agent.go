@@ -725,15 +725,21 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 		return true
 	}
 	if errors.Is(err, errTokenRefused) {
-		// The kubeconfig holds the only token there is, which the API server refuses:
-		// not ready while it does. The token source logged it, requests a new one and
-		// wakes the loop when anything changes; nothing to try again here.
-		a.kubeOK = false
+		// The kubeconfig holds the only token there is, which the API server refuses.
+		// The token source logged it, requests a new one and wakes the loop when
+		// anything changes; nothing to try again here. Not ready while it does only
+		// where the plugin has no other way to its pods: with the pod cache, only
+		// the ADDs the cache cannot answer need the token, and a node not ready is
+		// tainted (TAINT_ENABLED), every node at once when the ServiceAccount is
+		// deleted, which would stop every node's pods for the few that would fail.
+		a.kubeOK = a.s.PodCache
+		a.m.tokenRefused.Set(1)
 		a.clearReport("kubeconfig")
 		a.clearReport("plugin token")
 		a.report(keyTokenRefused, err, "")
 		return false
 	}
+	a.m.tokenRefused.Set(0)
 	if err != nil {
 		a.kubeOK = false
 		a.m.installFailed(installKubeconfigFailed)

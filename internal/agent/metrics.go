@@ -59,6 +59,7 @@ type metrics struct {
 	addFailures      *prometheus.CounterVec
 	tokenExpiry      prometheus.Gauge
 	tokenFailures    prometheus.Counter
+	tokenRefused     prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -98,6 +99,8 @@ func newMetrics() *metrics {
 			"When the plugin's current token (PLUGIN_SERVICE_ACCOUNT's, in its kubeconfig) expires, in seconds since the epoch; 0 before this agent's first token. Renewed at half its lifetime: an expiry less than that away means renewals are failing."),
 		tokenFailures: counter("istio_cni_plugin_token_request_failures_total",
 			"Failed TokenRequests for the plugin's token (its first and its renewals), each retried after 1 s doubling to 30 s."),
+		tokenRefused: gauge("istio_cni_plugin_token_refused",
+			"1 while the API server is known to refuse the plugin's token (its ServiceAccount deleted or created again, or the token expired after failed renewals): the plugin's ADDs that ask the API server fail meanwhile."),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "istio_build",
@@ -109,7 +112,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals, m.featureRestarts,
-		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures, m.tokenExpiry, m.tokenFailures,
+		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures, m.tokenExpiry, m.tokenFailures, m.tokenRefused,
 	)
 	// Every series an operator alerts on exists from the start at 0: a counter that
 	// is absent cannot be told from a broken scrape.

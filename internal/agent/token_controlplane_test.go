@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -24,10 +25,30 @@ import (
 // agent stayed ready with the dead token until its next renewal (half the token's
 // lifetime: 30 minutes here, 12 hours with the chart's default), and every ADD that
 // asked the API server failed meanwhile.
+//
+// With the pod cache (POD_CACHE_ENABLED, the chart's default) the agent stays ready
+// meanwhile and says it by istio_cni_plugin_token_refused: only the ADDs the cache
+// cannot answer need the token, and a node not ready is tainted, every node at once
+// when the ServiceAccount is deleted.
 func TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated(t *testing.T) {
+	for _, podCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without the pod cache", true: "with the pod cache"}[podCache], func(t *testing.T) {
+			testTokenRenewedWhenItsServiceAccountIsRecreated(t, podCache)
+		})
+	}
+}
+
+func testTokenRenewedWhenItsServiceAccountIsRecreated(t *testing.T, podCache bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	c := newExitCluster(t, ctx)
+	var extra []rbacv1.PolicyRule
+	if podCache {
+		extra = append(extra, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})
+	}
+	c := newExitCluster(t, ctx, extra...)
+	if podCache {
+		c.env = append(c.env, "POD_CACHE_ENABLED=true")
+	}
 	pod := c.agentPod(t, ctx, "istio-cni-node-a")
 	p := c.start(t, pod)
 	p.waitLog(t, "the agent watches the plugin's ServiceAccount", `watching the plugin's ServiceAccount`)
@@ -60,12 +81,19 @@ func TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated(t *tes
 	// Deleted: the token is refused, and the agent says so. (The API server keeps a
 	// token's authentication for 10 s: refused only then.)
 	remove()
-	eventually(t, 5*time.Second, "/readyz is 503 naming the deleted ServiceAccount", func() bool {
-		code, body := p.readyz()
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "ServiceAccount istio-system/istio-cni-plugin was deleted")
-	})
-	_, body := p.readyz()
-	t.Logf("while deleted: %s", strings.TrimSpace(body))
+	if podCache {
+		eventually(t, 5*time.Second, "istio_cni_plugin_token_refused is 1", func() bool { return p.metric(t, "istio_cni_plugin_token_refused") == 1 })
+		if code, body := p.readyz(); code != http.StatusOK {
+			t.Errorf("with the pod cache, /readyz while the token is refused = %d %s, want 200", code, body)
+		}
+	} else {
+		eventually(t, 5*time.Second, "/readyz is 503 naming the deleted ServiceAccount", func() bool {
+			code, body := p.readyz()
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "ServiceAccount istio-system/istio-cni-plugin was deleted")
+		})
+		_, body := p.readyz()
+		t.Logf("while deleted: %s", strings.TrimSpace(body))
+	}
 	eventually(t, 30*time.Second, "the API server refuses the kubeconfig's token", func() bool { return apierrors.IsUnauthorized(kubeconfigWorks()) })
 	// Checked many times (the probes above, every 2 ms): said once.
 	if n := strings.Count(p.stderr.String(), refusedLine); n != 1 {
@@ -77,6 +105,7 @@ func TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated(t *tes
 	eventually(t, tokenRequestTimeout, "the kubeconfig on the node works again", func() bool { return kubeconfigWorks() == nil })
 	worked := time.Since(created)
 	eventually(t, tokenRequestTimeout, "the agent is ready again", p.ready)
+	eventually(t, tokenRequestTimeout, "istio_cni_plugin_token_refused is 0 again", func() bool { return p.metric(t, "istio_cni_plugin_token_refused") == 0 })
 	t.Logf("created again: the kubeconfig works after %v, the agent is ready after %v", worked.Round(time.Millisecond), time.Since(created).Round(time.Millisecond))
 
 	// Replaced at once: no moment without the account, its tokens refused all the same.

@@ -131,7 +131,8 @@ func TestATokenPastItsExpiryIsRefusedWhenItsRenewalsFail(t *testing.T) {
 	})
 	sa := t.TempDir()
 	writeFile(t, filepath.Join(sa, "ca.crt"), testCA(t), 0o644)
-	s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin", "POD_NAMESPACE": "istio-system"})
+	s := mustParse(t, map[string]string{"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SERVICE_ACCOUNT": "istio-cni-plugin", "POD_NAMESPACE": "istio-system",
+		"POD_CACHE_ENABLED": "false"}) // the plugin's lookups all need the token
 	s.RunDir = t.TempDir()
 	var log logbuf.Buffer
 	a := newAgent(&s, slog.New(slog.NewTextHandler(&log, nil)))
@@ -171,6 +172,20 @@ func TestATokenPastItsExpiryIsRefusedWhenItsRenewalsFail(t *testing.T) {
 	a.reconcile(dirtyKubeconfig)
 	if why := kubeconfigReason(); a.kubeOK || !strings.HasPrefix(why, "the plugin's kubeconfig "+s.KubeconfigPath()+" is written, but the API server refuses the plugin's token: it expired at") {
 		t.Errorf("the kubeconfig step is done (%v) with an expired token, reason %q", a.kubeOK, why)
+	}
+	if got := gathered(t, a.m, "istio_cni_plugin_token_refused", "", ""); got != 1 {
+		t.Errorf("istio_cni_plugin_token_refused = %v with an expired token, want 1", got)
+	}
+	// With the pod cache the plugin needs the token only for the pods the cache
+	// cannot answer: the step stays done (the node is not tainted for it), the
+	// refusal said by the metric and the log.
+	s.PodCache = true
+	a.reconcile(dirtyKubeconfig)
+	if !a.kubeOK || kubeconfigReason() != "" {
+		t.Errorf("with the pod cache, the kubeconfig step is not done (%v) with an expired token: %q", a.kubeOK, kubeconfigReason())
+	}
+	if got := gathered(t, a.m, "istio_cni_plugin_token_refused", "", ""); got != 1 {
+		t.Errorf("with the pod cache, istio_cni_plugin_token_refused = %v with an expired token, want 1", got)
 	}
 	if kc, err := os.ReadFile(s.KubeconfigPath()); err != nil || len(kc) == 0 {
 		t.Errorf("the kubeconfig is gone: %v", err)
