@@ -159,8 +159,8 @@ type exitDecision struct {
 //     matches agentSelector, TAINT_AGENT_LABEL_SELECTOR) still runs on the node, as
 //     daemonset.AgentOn answers it for the node readiness controller, its agent
 //     needs the plugin: a canary DaemonSet deleted beside the main one is no
-//     removal. Listing them needs list on DaemonSets (the chart grants it with
-//     the readiness taint); a 401 or 403 then leaves the removal, any other
+//     removal. Listing them needs list on DaemonSets (the chart grants it, in
+//     the release namespace); a 401 or 403 then leaves the removal, any other
 //     failure keeps everything, as below;
 //   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
 //     down), the entry, binaries and kubeconfig stay so that pods keep being captured
@@ -169,7 +169,9 @@ type exitDecision struct {
 // The API server answering 401 or 403 is a removal too: helm uninstall deletes the
 // ServiceAccount and RBAC objects of the chart together with the DaemonSet, so by
 // the time this agent is asked to stop its identity may already be gone; the chart
-// always grants what is read here, so a refusal means the grant was taken away.
+// always grants what is read here (get and list of any DaemonSet in the release
+// namespace, so that a canary DaemonSet's agent reads its own), so a refusal means
+// the grant was taken away.
 // But a 401 is also all that is left of a pod deleted at once (kubectl delete pod
 // --force --grace-period=0) while its DaemonSet still runs here: its projected
 // token is bound to it. So a 401 is asked again with plugin, the plugin's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,22 +23,25 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/istio-cni/istio-cni/test/harness/chartrender"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 )
 
-// chartAgentExitRules are the chart's grants for the exit decision and the plugin's
-// token and its ServiceAccount's watch (clusterrole.yaml and role.yaml), here in one
-// ClusterRole.
-var chartAgentExitRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get"}},
-	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node"}, Verbs: []string{"get"}},
-	{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
-	{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"list", "watch"}},
+// taintRules are what the node readiness taint adds to the chart's default grants
+// (taint.enabled; test/scale.AgentRules holds the chart's own, checked by test/chart).
+var taintRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+	{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 }
 
-// exitCluster is a real API server holding what a DaemonSet's agent sees: the node,
-// the DaemonSet, and agent pods it controls (no controller manager runs: the test
-// creates and deletes the pods a DaemonSet controller would).
+// exitCluster is a real API server holding what a DaemonSet's agent sees: the
+// chart's ServiceAccounts, RBAC and DaemonSet as a default install renders them
+// (chartrender: the reviewed render test/chart keeps equal to helm's), the node, and
+// agent pods the DaemonSet controls (no controller manager runs: the test creates
+// and deletes the pods a DaemonSet controller would). The agent runs as the chart's
+// ServiceAccount, with the chart's grants and no others.
 type exitCluster struct {
 	cp    *controlplane.ControlPlane
 	admin kubernetes.Interface
@@ -46,41 +50,48 @@ type exitCluster struct {
 	env   []string
 }
 
+// ns is the release namespace of the chart's render.
+const ns = chartrender.Namespace
+
+// newExitCluster starts the API server and applies the chart; extraRules, when
+// given, are granted to the agent's ServiceAccount beside the chart's (a feature
+// the default install leaves off).
 func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.PolicyRule) *exitCluster {
 	t.Helper()
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	c := &exitCluster{cp: cp, admin: cp.AdminClient()}
-	if _, err := cp.ServiceAccountKubeconfig(ctx, "istio-system", "istio-cni-plugin",
-		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}); err != nil {
+	chart, err := chartrender.Load("default")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := chart.ApplyRBAC(ctx, c.admin); err != nil {
+		t.Fatal(err)
+	}
+	if len(extraRules) > 0 {
+		if _, err := cp.ServiceAccountKubeconfig(ctx, ns, "istio-cni", extraRules); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a",
 		Labels: map[string]string{"kubernetes.io/os": "linux"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{"k8s-app": "istio-cni-node"}
-	ds, err := c.admin.AppsV1().DaemonSets("istio-system").Create(ctx, &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-system"},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				// It tolerates the GPU pool's taint a test gives the node: one it did not
-				// tolerate would keep a new agent off the node.
-				Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
-					Containers:  []corev1.Container{{Name: "install-cni", Image: "install-cni"}},
-					Tolerations: []corev1.Toleration{{Key: "example.com/gpu", Operator: corev1.TolerationOpExists}}},
-			},
-		},
-	}, metav1.CreateOptions{})
+	ds, err := chart.DaemonSet()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ds = ds
-	var apiEnv []string
-	c.n, apiEnv = newNodeAs(t, ctx, cp, append(append([]rbacv1.PolicyRule{}, chartAgentExitRules...), extraRules...))
-	c.env = append(apiEnv, "CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=istio-system", "NODE_NAME=node-a",
-		"UNINSTALL_ON_EXIT=auto", "PLUGIN_SERVICE_ACCOUNT=istio-cni-plugin", "PLUGIN_TOKEN_LIFETIME=1h")
+	if c.ds, err = c.admin.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.n = newNode(t)
+	writeFile(t, filepath.Join(c.n.saDir, "ca.crt"), cp.CAData(), 0o644)
+	u, err := url.Parse(cp.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.env = []string{"KUBERNETES_SERVICE_HOST=" + u.Hostname(), "KUBERNETES_SERVICE_PORT=" + u.Port(),
+		"CHAINED_CNI_PLUGIN=false", "POD_NAMESPACE=" + ns, "NODE_NAME=node-a",
+		"UNINSTALL_ON_EXIT=auto", "PLUGIN_SERVICE_ACCOUNT=istio-cni-plugin", "PLUGIN_TOKEN_LIFETIME=1h"}
 	return c
 }
 
@@ -88,8 +99,8 @@ func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.Poli
 // pod's projected token, bound to the pod as the kubelet's is.
 func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *corev1.Pod {
 	t.Helper()
-	pod, err := c.admin.CoreV1().Pods("istio-system").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", Labels: c.ds.Spec.Template.Labels,
+	pod, err := c.admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: c.ds.Spec.Template.Labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: c.ds.Name, UID: c.ds.UID,
 				Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "istio-cni",
@@ -99,7 +110,7 @@ func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *
 		t.Fatal(err)
 	}
 	secs := int64(3600)
-	tr, err := c.admin.CoreV1().ServiceAccounts("istio-system").CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
+	tr, err := c.admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
 	}, metav1.CreateOptions{})
@@ -196,17 +207,17 @@ func TestAgentKeepsThePluginAcrossARestartAndItsTokenOutlivesThePod(t *testing.T
 
 	plugin, token := c.pluginClient(t)
 	cl := claims(t, token)
-	if sub := cl["sub"]; sub != "system:serviceaccount:istio-system:istio-cni-plugin" {
+	if sub := cl["sub"]; sub != "system:serviceaccount:"+ns+":istio-cni-plugin" {
 		t.Errorf("the plugin's token is for %v, want the plugin's own ServiceAccount", sub)
 	}
 	k8s, _ := cl["kubernetes.io"].(map[string]any)
 	if nodeClaim, _ := k8s["node"].(map[string]any); nodeClaim["name"] != "node-a" {
 		t.Errorf("the plugin's token is not bound to node-a: kubernetes.io claims %v", k8s)
 	}
-	if _, err := plugin.CoreV1().Pods("istio-system").Get(ctx, old.Name, metav1.GetOptions{}); err != nil {
+	if _, err := plugin.CoreV1().Pods(ns).Get(ctx, old.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the plugin's token cannot get a pod: %v", err)
 	}
-	if _, err := plugin.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := plugin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the plugin's token may list pods (%v): it must only get them", err)
 	}
 	confPath := filepath.Join(c.n.confDir, DefaultStandaloneName)
@@ -222,15 +233,15 @@ func TestAgentKeepsThePluginAcrossARestartAndItsTokenOutlivesThePod(t *testing.T
 	}
 
 	// The DaemonSet controller deletes the old pod: its bound token dies with it.
-	if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	if err := c.admin.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	oldClient := c.agentClient(t)
 	eventually(t, 20*time.Second, "the deleted pod's own token is refused", func() bool {
-		_, err := oldClient.CoreV1().Pods("istio-system").Get(ctx, "anything", metav1.GetOptions{})
+		_, err := oldClient.CoreV1().Pods(ns).Get(ctx, "anything", metav1.GetOptions{})
 		return apierrors.IsUnauthorized(err)
 	})
-	if _, err := plugin.CoreV1().Pods("istio-system").Get(ctx, "istio-cni-node-old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := plugin.CoreV1().Pods(ns).Get(ctx, "istio-cni-node-old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("with no agent running and its pod gone, the plugin's token: %v, want a normal answer (not found)", err)
 	}
 
@@ -264,43 +275,49 @@ func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
 		reason string
 	}{
 		{"the DaemonSet no longer selects the node", func(t *testing.T, ctx context.Context, c *exitCluster) {
-			ds, err := c.admin.AppsV1().DaemonSets("istio-system").Get(ctx, c.ds.Name, metav1.GetOptions{})
+			ds, err := c.admin.AppsV1().DaemonSets(ns).Get(ctx, c.ds.Name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ds.Spec.Template.Spec.NodeSelector["pool"] = "mesh"
-			if _, err := c.admin.AppsV1().DaemonSets("istio-system").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+			if _, err := c.admin.AppsV1().DaemonSets(ns).Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}, `uninstalling.*no longer runs on node node-a: its node selector`},
 		{"the DaemonSet is deleted (helm uninstall)", func(t *testing.T, ctx context.Context, c *exitCluster) {
-			if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
+			if err := c.admin.AppsV1().DaemonSets(ns).Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-		}, `uninstalling.*DaemonSet istio-system/istio-cni-node is deleted`},
-		{"the agent's grants are deleted first (helm uninstall deletes them with the DaemonSet)", func(t *testing.T, ctx context.Context, c *exitCluster) {
-			if err := c.admin.RbacV1().ClusterRoleBindings().Delete(ctx, "controlplane:istio-system:istio-cni", metav1.DeleteOptions{}); err != nil {
+		}, `uninstalling.*DaemonSet ` + ns + `/istio-cni-node is deleted`},
+		// helm uninstall deletes the DaemonSet, then the bindings: the DaemonSet is kept
+		// here so that only the refusal decides.
+		{"the agent's grants are deleted (helm uninstall deletes them with the DaemonSet)", func(t *testing.T, ctx context.Context, c *exitCluster) {
+			if err := c.admin.RbacV1().RoleBindings(ns).Delete(ctx, "istio-cni-agent", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.admin.RbacV1().ClusterRoleBindings().Delete(ctx, "istio-cni", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			agent := c.agentClient(t)
 			eventually(t, 20*time.Second, "the agent's reads are refused", func() bool {
-				_, err := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
-				return apierrors.IsForbidden(err)
+				_, err := agent.AppsV1().DaemonSets(ns).Get(ctx, c.ds.Name, metav1.GetOptions{})
+				_, nerr := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+				return apierrors.IsForbidden(err) && apierrors.IsForbidden(nerr)
 			})
-		}, `uninstalling.*refuses this agent's identity`},
+		}, `uninstalling.*refuses this agent's identity \(HTTP 403 Forbidden\)`},
 		{"the ServiceAccounts are deleted (helm uninstall), the agent's pod with them", func(t *testing.T, ctx context.Context, c *exitCluster) {
 			for _, sa := range []string{"istio-cni", "istio-cni-plugin"} {
-				if err := c.admin.CoreV1().ServiceAccounts("istio-system").Delete(ctx, sa, metav1.DeleteOptions{}); err != nil {
+				if err := c.admin.CoreV1().ServiceAccounts(ns).Delete(ctx, sa, metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, "istio-cni-node-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			if err := c.admin.CoreV1().Pods(ns).Delete(ctx, "istio-cni-node-a", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 				t.Fatal(err)
 			}
 			plugin, _ := c.pluginClient(t)
 			agent := c.agentClient(t)
 			eventually(t, 20*time.Second, "the agent's and the plugin's tokens are refused", func() bool {
-				_, err := plugin.CoreV1().Pods("istio-system").Get(ctx, "anything", metav1.GetOptions{})
+				_, err := plugin.CoreV1().Pods(ns).Get(ctx, "anything", metav1.GetOptions{})
 				_, aerr := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
 				return apierrors.IsUnauthorized(err) && apierrors.IsUnauthorized(aerr)
 			})
@@ -328,12 +345,6 @@ func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
 // uninstalls, and leaves the node's other taints; one that restarts (the DaemonSet
 // still runs there) leaves it, as the next agent will be there to lift it.
 func TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack(t *testing.T) {
-	taintRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch", "patch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-	}
 	for _, removal := range []bool{false, true} {
 		t.Run(map[bool]string{false: "restart keeps it", true: "DaemonSet deleted removes it"}[removal], func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -341,8 +352,8 @@ func TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack(t *testing.T) {
 			c := newExitCluster(t, ctx, taintRules...)
 			// Another agent leads, for an hour: this one stays a standby.
 			now := metav1.NewMicroTime(time.Now())
-			if _, err := c.admin.CoordinationV1().Leases("istio-system").Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-taint", Namespace: "istio-system"},
+			if _, err := c.admin.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-taint", Namespace: ns},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("istio-cni-node-elsewhere"), LeaseDurationSeconds: ptr.To[int32](3600),
 					AcquireTime: &now, RenewTime: &now},
 			}, metav1.CreateOptions{}); err != nil {
@@ -360,7 +371,7 @@ func TestAgentRemovesItsNodesTaintWhenNoAgentWillComeBack(t *testing.T) {
 			c.env = append(c.env, "TAINT_ENABLED=true", "TAINT_LEASE_DURATION=2s", "TAINT_RENEW_DEADLINE=1500ms", "TAINT_RETRY_PERIOD=200ms")
 			p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-a"))
 			if removal {
-				if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
+				if err := c.admin.AppsV1().DaemonSets(ns).Delete(ctx, c.ds.Name, metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -407,7 +418,7 @@ func TestAgentKeepsThePluginWhenItsPodIsForceDeleted(t *testing.T) {
 	c := newExitCluster(t, ctx)
 	pod := c.agentPod(t, ctx, "istio-cni-node-a")
 	p := c.start(t, pod)
-	if err := c.admin.CoreV1().Pods("istio-system").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	if err := c.admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	own := c.agentClient(t)
@@ -422,39 +433,66 @@ func TestAgentKeepsThePluginWhenItsPodIsForceDeleted(t *testing.T) {
 	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*refuses this agent's identity.*not the plugin's \(HTTP 404`)
 }
 
-// TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent: a
-// canary DaemonSet of the agent (another image, the agent's labels) runs beside the
-// main one on node-a and is deleted. Its agent gets SIGTERM with its own DaemonSet
-// gone, but the main DaemonSet still runs an agent on the node, which needs the
-// entry, the binary and the kubeconfig: the taint controller counts that node as
-// one an agent runs on (daemonset.AgentOn), and so must the exit decision. Removed,
-// pods starting until the main agent puts them back would not be redirected.
-func TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	// What the canary's agent needs beyond the chart's grants: its own DaemonSet, and
-	// the DaemonSets of the namespace (the chart's taint Role grants list).
-	c := newExitCluster(t, ctx,
-		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node-canary"}, Verbs: []string{"get"}},
-		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}})
+// canaryDaemonSet creates a canary DaemonSet of the agent beside the chart's (another
+// image, the agent's labels and one of its own, the chart's ServiceAccount, as one
+// copies the chart's to try an image on some nodes) and makes it the DaemonSet of
+// the agent pods c creates.
+func (c *exitCluster) canaryDaemonSet(t *testing.T, ctx context.Context) *appsv1.DaemonSet {
+	t.Helper()
 	canary := c.ds.DeepCopy()
-	canary.ObjectMeta = metav1.ObjectMeta{Name: "istio-cni-node-canary", Namespace: "istio-system"}
+	canary.ObjectMeta = metav1.ObjectMeta{Name: "istio-cni-node-canary", Namespace: ns}
 	labels := map[string]string{"k8s-app": "istio-cni-node", "track": "canary"}
 	canary.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
 	canary.Spec.Template.Labels = labels
 	canary.Spec.Template.Spec.Containers[0].Image = "install-cni:canary"
-	canary, err := c.admin.AppsV1().DaemonSets("istio-system").Create(ctx, canary, metav1.CreateOptions{})
+	canary, err := c.admin.AppsV1().DaemonSets(ns).Create(ctx, canary, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ds = canary // the agent's pod is the canary's
+	c.ds = canary
+	return canary
+}
+
+// TestACanaryDaemonSetsAgentKeepsThePluginAcrossARestart: the agent of a canary
+// DaemonSet (not named istio-cni-node) restarts while its DaemonSet still runs on
+// the node. It reads its own DaemonSet with the chart's grants, as the main
+// DaemonSet's agent does, and keeps the plugin. (When the chart granted only the
+// DaemonSet istio-cni-node, the read was refused, the 403 taken for helm uninstall,
+// and every exit of a canary's agent uninstalled the plugin.)
+func TestACanaryDaemonSetsAgentKeepsThePluginAcrossARestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	c.canaryDaemonSet(t, ctx)
 	p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-canary-a"))
-	if err := c.admin.AppsV1().DaemonSets("istio-system").Delete(ctx, canary.Name, metav1.DeleteOptions{}); err != nil {
+	p.stop(t)
+	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
+		t.Errorf("the canary's agent restarting left: config %v, binary %v, kubeconfig %v; want all kept", conf, bin, kc)
+	}
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*DaemonSet `+ns+`/istio-cni-node-canary still runs on node node-a`)
+}
+
+// TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent: a
+// canary DaemonSet of the agent runs beside the main one on node-a and is deleted.
+// Its agent gets SIGTERM with its own DaemonSet gone, but the main DaemonSet still
+// runs an agent on the node, which needs the entry, the binary and the kubeconfig:
+// the taint controller counts that node as one an agent runs on
+// (daemonset.AgentOn), and so must the exit decision. Removed, pods starting until
+// the main agent puts them back would not be redirected. The canary's agent runs as
+// the chart's ServiceAccount with the chart's default grants (no taint): listing the
+// DaemonSets is among them.
+func TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	canary := c.canaryDaemonSet(t, ctx)
+	p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-canary-a"))
+	if err := c.admin.AppsV1().DaemonSets(ns).Delete(ctx, canary.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p.stop(t)
 	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
 		t.Errorf("the canary's agent left: config %v, binary %v, kubeconfig %v; want all kept for the main DaemonSet's agent", conf, bin, kc)
 	}
-	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*istio-cni-node-canary is deleted, but DaemonSet istio-system/istio-cni-node still runs an agent on node node-a`)
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*istio-cni-node-canary is deleted, but DaemonSet `+ns+`/istio-cni-node still runs an agent on node node-a`)
 }

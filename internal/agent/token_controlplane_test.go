@@ -56,13 +56,13 @@ func testTokenRenewedWhenItsServiceAccountIsRecreated(t *testing.T, podCache boo
 	// What the plugin does with the kubeconfig on the node: get a pod with its token.
 	kubeconfigWorks := func() error {
 		plugin, _ := c.pluginClient(t)
-		_, err := plugin.CoreV1().Pods("istio-system").Get(ctx, pod.Name, metav1.GetOptions{})
+		_, err := plugin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		return err
 	}
 	if err := kubeconfigWorks(); err != nil {
 		t.Fatalf("the plugin's kubeconfig cannot get a pod: %v", err)
 	}
-	accounts := c.admin.CoreV1().ServiceAccounts("istio-system")
+	accounts := c.admin.CoreV1().ServiceAccounts(ns)
 	create := func() time.Time {
 		t.Helper()
 		if _, err := accounts.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-plugin"}}, metav1.CreateOptions{}); err != nil {
@@ -89,7 +89,7 @@ func testTokenRenewedWhenItsServiceAccountIsRecreated(t *testing.T, podCache boo
 	} else {
 		eventually(t, 5*time.Second, "/readyz is 503 naming the deleted ServiceAccount", func() bool {
 			code, body := p.readyz()
-			return code == http.StatusServiceUnavailable && strings.Contains(body, "ServiceAccount istio-system/istio-cni-plugin was deleted")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "ServiceAccount "+ns+"/istio-cni-plugin was deleted")
 		})
 		_, body := p.readyz()
 		t.Logf("while deleted: %s", strings.TrimSpace(body))

@@ -651,11 +651,13 @@ func grantsOf(t *testing.T, m *manifest, account string) []string {
 // TestRBACGrantsExactlyWhatEnabledFeaturesNeed: the agent's permissions, as a flat list
 // of scope/group/resource/name/verb, for each combination of features.
 func TestRBACGrantsExactlyWhatEnabledFeaturesNeed(t *testing.T) {
-	// Always: on exit the agent reads its pod, its DaemonSet and the node (restart or
-	// removal), and it requests the plugin's token, watching the plugin's
-	// ServiceAccount (deleted or created again, the token is refused).
+	// Always: on exit the agent reads its pod, its DaemonSet (any name: a canary
+	// DaemonSet's agent reads its own) and the node, and lists the DaemonSets of its
+	// namespace (another of the agent still on the node keeps the plugin), and it
+	// requests the plugin's token, watching the plugin's ServiceAccount (deleted or
+	// created again, the token is refused).
 	podGet := "cluster  pods * get"
-	always := []string{podGet, "cluster  nodes * get", "kube-system apps daemonsets istio-cni-node get",
+	always := []string{podGet, "cluster  nodes * get", "kube-system apps daemonsets * get", "kube-system apps daemonsets * list",
 		"kube-system  serviceaccounts/token istio-cni-plugin create",
 		"kube-system  serviceaccounts istio-cni-plugin list", "kube-system  serviceaccounts istio-cni-plugin watch"}
 	watchPods := []string{"cluster  pods * list", "cluster  pods * watch"}
