@@ -258,7 +258,8 @@ func (a *agent) decideExit(client *apiClient) exitDecision {
 }
 
 // learnOwner reads this agent's pod until it has its DaemonSet (retrying every
-// few seconds while the API server does not answer), for the exit decision.
+// few seconds while the API server does not answer), for the exit decision, and
+// then checks the exit decision's other reads (checkExitGrants).
 func (a *agent) learnOwner(ctx context.Context, client *apiClient) error {
 	var reported string
 	for {
@@ -280,6 +281,7 @@ func (a *agent) learnOwner(ctx context.Context, client *apiClient) error {
 			} else {
 				a.log.Info("the exit decision watches this agent's DaemonSet", "daemonSet", a.s.PodNamespace+"/"+o.daemonSet.Name)
 			}
+			a.checkExitGrants(ctx, client, o)
 			return nil
 		}
 		t := time.NewTimer(5 * time.Second)

@@ -131,6 +131,35 @@ func (a *agent) pluginIdentity() pluginIdentity {
 	}
 }
 
+// exitRead is one request of the exit decision, spelt as the RBAC rule that grants
+// it: a refusal (403) names it.
+type exitRead struct {
+	verb, resource, name, namespace string // resource with its API group, as kubectl spells it
+}
+
+func (r exitRead) String() string {
+	s := r.verb + " " + r.resource
+	if r.name != "" {
+		s += " " + r.name
+	}
+	if r.namespace != "" {
+		s += " in namespace " + r.namespace
+	}
+	return s
+}
+
+func podRead(namespace, name string) exitRead { return exitRead{"get", "pods", name, namespace} }
+
+func daemonSetRead(namespace, name string) exitRead {
+	return exitRead{"get", "daemonsets.apps", name, namespace}
+}
+
+func nodeRead(name string) exitRead { return exitRead{"get", "nodes", name, ""} }
+
+func daemonSetsList(namespace string) exitRead {
+	return exitRead{"list", "daemonsets.apps", "", namespace}
+}
+
 // exitDecision is whether to uninstall on exit, and why (logged).
 type exitDecision struct {
 	Uninstall bool
@@ -159,20 +188,25 @@ type exitDecision struct {
 //     matches agentSelector, TAINT_AGENT_LABEL_SELECTOR) still runs on the node, as
 //     daemonset.AgentOn answers it for the node readiness controller, its agent
 //     needs the plugin: a canary DaemonSet deleted beside the main one is no
-//     removal. Listing them needs list on DaemonSets (the chart grants it, in
-//     the release namespace); a 401 or 403 then leaves the removal, any other
-//     failure keeps everything, as below;
+//     removal;
 //   - otherwise: restart (a rolling update, a crash, an eviction, the node shutting
 //     down), the entry, binaries and kubeconfig stay so that pods keep being captured
 //     while no agent runs.
 //
-// The API server answering 401 or 403 is a removal too: helm uninstall deletes the
-// ServiceAccount and RBAC objects of the chart together with the DaemonSet, so by
-// the time this agent is asked to stop its identity may already be gone; the chart
-// always grants what is read here (get and list of any DaemonSet in the release
-// namespace, so that a canary DaemonSet's agent reads its own), so a refusal means
-// the grant was taken away.
-// But a 401 is also all that is left of a pod deleted at once (kubectl delete pod
+// A 403 on any of these reads is a removal: the chart grants every one of them
+// (get pods and nodes; in the release namespace get and list daemonsets, by any
+// name, so that a canary DaemonSet's agent reads its own), and helm uninstall
+// deletes the grants right after the DaemonSet, so by the time this agent is asked
+// to stop they may be gone. The reason names the read refused, as the RBAC rule
+// that grants it: an agent deployed without it uninstalls on every exit, and
+// learnOwner warns of that at start. Keeping instead would be the worse mistake
+// after a real uninstall: the entry would stay with a kubeconfig whose
+// ServiceAccount helm deletes, and every ADD on the node would fail until someone
+// removed the entry by hand; a removal that was a restart costs the seconds until
+// the next agent installs again, as every restart does with Istio's sidecar-mode
+// installer.
+//
+// A 401 is also all that is left of a pod deleted at once (kubectl delete pod
 // --force --grace-period=0) while its DaemonSet still runs here: its projected
 // token is bound to it. So a 401 is asked again with plugin, the plugin's
 // credential, whose ServiceAccount helm uninstall deletes too but which no pod
@@ -183,7 +217,9 @@ type exitDecision struct {
 // a kubeconfig to ask with, a 401 is a removal.
 //
 // Any other failure (timeout, refused, 5xx) keeps everything: a node left with the
-// plugin installed keeps capturing pods, a node left without it does not.
+// plugin installed keeps capturing pods, a node left without it does not; helm
+// uninstall has just been answered by the API server, a node that cannot reach it
+// now is more likely in an outage than being uninstalled.
 func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owner, namespace, podName, nodeName, readinessTaint, agentSelector string) exitDecision {
 	keep := func(format string, args ...any) exitDecision {
 		return exitDecision{Reason: fmt.Sprintf(format, args...)}
@@ -191,8 +227,15 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 	remove := func(format string, args ...any) exitDecision {
 		return exitDecision{Uninstall: true, NoAgentFollows: true, Reason: fmt.Sprintf(format, args...)}
 	}
-	refused := func(err error) exitDecision {
-		if !apierrors.IsUnauthorized(err) || plugin == nil {
+	forbidden := func(prefix string, r exitRead, err error) exitDecision {
+		return remove("%sthe API server forbids this agent to %s (%v): taken for helm uninstall, which deletes the chart's grants with the DaemonSet "+
+			"(the chart grants every read of the exit decision; an agent not granted this one uninstalls on every exit)", prefix, r, shortAPIError(err))
+	}
+	refused := func(r exitRead, err error) exitDecision {
+		if apierrors.IsForbidden(err) {
+			return forbidden("", r, err)
+		}
+		if plugin == nil {
 			return remove("the API server refuses this agent's identity (%v): the chart is being uninstalled", shortAPIError(err))
 		}
 		perr := plugin(ctx)
@@ -222,7 +265,7 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 		pod, err := c.getPod(ctx, namespace, podName)
 		switch {
 		case identityGone(err):
-			return refused(err)
+			return refused(podRead(namespace, podName), err)
 		case err != nil:
 			return keep("cannot read this agent's pod %s/%s (%v): keeping the plugin installed", namespace, podName, shortAPIError(err))
 		}
@@ -238,7 +281,7 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 		set, err = c.getDaemonSet(ctx, namespace, ds.Name)
 		switch {
 		case identityGone(err):
-			return refused(err)
+			return refused(daemonSetRead(namespace, ds.Name), err)
 		case apierrors.IsNotFound(err):
 			gone = fmt.Sprintf("DaemonSet %s/%s is deleted", namespace, ds.Name)
 		case err != nil:
@@ -250,7 +293,7 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 	node, err := c.getNode(ctx, nodeName)
 	switch {
 	case identityGone(err):
-		return refused(err)
+		return refused(nodeRead(nodeName), err)
 	case apierrors.IsNotFound(err):
 		return remove("node %s is deleted", nodeName)
 	case err != nil:
@@ -275,8 +318,10 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 		}
 		sets, err := c.listDaemonSets(ctx, namespace)
 		switch {
-		case identityGone(err):
-			return remove("%s", gone)
+		case apierrors.IsForbidden(err):
+			return forbidden(gone+"; ", daemonSetsList(namespace), err)
+		case apierrors.IsUnauthorized(err):
+			return remove("%s; the API server refuses this agent's identity (%v) to list the DaemonSets of %s", gone, shortAPIError(err), namespace)
 		case err != nil:
 			return keep("%s, and listing the DaemonSets of %s failed (%v): keeping the plugin installed", gone, namespace, shortAPIError(err))
 		}
@@ -290,6 +335,49 @@ func decideExit(ctx context.Context, c exitClient, plugin pluginIdentity, o owne
 		return remove("%s", gone)
 	}
 	return keep("DaemonSet %s/%s still runs on node %s: a new agent takes over, the plugin stays installed", namespace, ds.Name, nodeName)
+}
+
+// checkExitGrants makes, once, each read the exit decision may make on exit but
+// this agent's pod (read already), and warns of each the API server forbids: on
+// exit a 403 is taken for helm uninstall (decideExit), so an agent deployed
+// without the grant uninstalls when it should keep, and pods that start on the
+// node before the next agent has installed the plugin again are not redirected.
+// Each read within ExitLookupBound; an answer other than 403 says nothing here.
+func (a *agent) checkExitGrants(ctx context.Context, client *apiClient, o owner) {
+	ns := a.s.PodNamespace
+	type check struct {
+		read exitRead
+		do   func(context.Context) error
+		// then is what the exit does without the grant.
+		then string
+	}
+	const everyExit = "every exit of this agent uninstalls the plugin, a restart or an upgrade too"
+	var checks []check
+	if o.daemonSet != nil {
+		checks = append(checks, check{daemonSetRead(ns, o.daemonSet.Name), func(ctx context.Context) error {
+			_, err := client.getDaemonSet(ctx, ns, o.daemonSet.Name)
+			return err
+		}, everyExit})
+	}
+	checks = append(checks,
+		check{nodeRead(a.s.NodeName), func(ctx context.Context) error {
+			_, err := client.getNode(ctx, a.s.NodeName)
+			return err
+		}, everyExit},
+		check{daemonSetsList(ns), func(ctx context.Context) error {
+			_, err := client.apps.DaemonSets(ns).List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}, "when this agent's DaemonSet leaves the node, the plugin is uninstalled even while another DaemonSet of the agent (a canary, the main one) runs an agent there"})
+	for _, c := range checks {
+		rctx, cancel := context.WithTimeout(ctx, ExitLookupBound)
+		err := c.do(rctx)
+		cancel()
+		if apierrors.IsForbidden(err) {
+			a.log.Warn("the exit decision is not granted a read it makes: on exit a refusal is taken for helm uninstall (which deletes the chart's grants), so "+
+				c.then+"; grant it (the chart does, in the release namespace's Role and the ClusterRole)",
+				"missing", c.read.String(), "error", shortAPIError(err))
+		}
+	}
 }
 
 // owner is the DaemonSet that runs this agent, as read at start.

@@ -304,7 +304,7 @@ func TestAgentUninstallsWhenNoAgentWillComeBack(t *testing.T) {
 				_, nerr := agent.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
 				return apierrors.IsForbidden(err) && apierrors.IsForbidden(nerr)
 			})
-		}, `uninstalling.*refuses this agent's identity \(HTTP 403 Forbidden\)`},
+		}, `uninstalling.*the API server forbids this agent to get daemonsets.apps istio-cni-node in namespace ` + ns + ` \(HTTP 403 Forbidden\)`},
 		{"the ServiceAccounts are deleted (helm uninstall), the agent's pod with them", func(t *testing.T, ctx context.Context, c *exitCluster) {
 			for _, sa := range []string{"istio-cni", "istio-cni-plugin"} {
 				if err := c.admin.CoreV1().ServiceAccounts(ns).Delete(ctx, sa, metav1.DeleteOptions{}); err != nil {
@@ -470,6 +470,9 @@ func TestACanaryDaemonSetsAgentKeepsThePluginAcrossARestart(t *testing.T) {
 		t.Errorf("the canary's agent restarting left: config %v, binary %v, kubeconfig %v; want all kept", conf, bin, kc)
 	}
 	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*DaemonSet `+ns+`/istio-cni-node-canary still runs on node node-a`)
+	if strings.Contains(p.stderr.String(), "exit decision is not granted") {
+		t.Errorf("the agent warned of a grant the chart lacks:\n%s", p.stderr.String())
+	}
 }
 
 // TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAgent: a
@@ -495,4 +498,45 @@ func TestAgentWhoseCanaryDaemonSetIsDeletedKeepsThePluginForTheMainDaemonSetsAge
 		t.Errorf("the canary's agent left: config %v, binary %v, kubeconfig %v; want all kept for the main DaemonSet's agent", conf, bin, kc)
 	}
 	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*istio-cni-node-canary is deleted, but DaemonSet `+ns+`/istio-cni-node still runs an agent on node node-a`)
+}
+
+// TestAnAgentNotGrantedAReadOfTheExitDecisionWarnsAtStartAndNamesItOnExit: a
+// canary DaemonSet's agent under the Role an earlier chart gave (get of the
+// DaemonSet istio-cni-node only). At start it warns of each read the exit decision
+// would be refused, as the rule to grant; on exit the refusal is taken for helm
+// uninstall, as the chart grants every read, and the reason names the read.
+func TestAnAgentNotGrantedAReadOfTheExitDecisionWarnsAtStartAndNamesItOnExit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	role, err := c.admin.RbacV1().Roles(ns).Get(ctx, "istio-cni-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, ResourceNames: []string{"istio-cni-node"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"istio-cni-plugin"}, Verbs: []string{"create"}},
+	}
+	if _, err := c.admin.RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.canaryDaemonSet(t, ctx)
+	pod := c.agentPod(t, ctx, "istio-cni-node-canary-a")
+	agent := c.agentClient(t)
+	eventually(t, 20*time.Second, "the earlier Role is in force", func() bool {
+		_, err := agent.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+		return apierrors.IsForbidden(err)
+	})
+	p := c.start(t, pod)
+	for _, missing := range []string{"get daemonsets.apps istio-cni-node-canary in namespace " + ns, "list daemonsets.apps in namespace " + ns} {
+		p.waitLog(t, "the agent warned of "+missing, `WARN.*exit decision is not granted a read it makes.*missing="`+missing+`"`)
+	}
+	if strings.Contains(p.stderr.String(), `missing="get nodes`) {
+		t.Errorf("the agent warned of the node's read, which the chart grants:\n%s", p.stderr.String())
+	}
+	p.stop(t)
+	p.waitLog(t, "the agent named the read refused", `uninstalling.*forbids this agent to get daemonsets.apps istio-cni-node-canary in namespace `+ns+` \(HTTP 403 Forbidden\): taken for helm uninstall`)
+	if conf, _, kc := c.n.installed(); conf || kc {
+		t.Errorf("after a refused read: config %v, kubeconfig %v; want both removed, as on helm uninstall", conf, kc)
+	}
 }

@@ -16,7 +16,7 @@ import (
 
 // fakeExit answers the exit decision's reads from fixed objects or errors.
 // The decision's contract with the real API server is tested in
-// controlplane_test.go; this table covers every branch.
+// exit_controlplane_test.go; this table covers every branch.
 type fakeExit struct {
 	pod                       *corev1.Pod
 	ds                        *appsv1.DaemonSet
@@ -123,7 +123,14 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 			fakeExit{dsErr: unauthorized}, pluginSays(context.DeadlineExceeded), false, "asking with the plugin's failed"},
 		{"helm uninstall deleted the RBAC first", owner{},
 			fakeExit{podErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", nil)},
-			func(context.Context) error { panic("a 403 is not asked again") }, true, "HTTP 403"},
+			func(context.Context) error { panic("a 403 is not asked again") }, true,
+			"forbids this agent to get pods istio-cni-node-x in namespace kube-system (HTTP 403 Forbidden): taken for helm uninstall"},
+		{"the agent's DaemonSet may not be read (helm uninstall, or a grant missing)", known,
+			fakeExit{dsErr: apierrors.NewForbidden(gr, "istio-cni-node", nil)}, pluginSays(nil), true,
+			"forbids this agent to get daemonsets.apps istio-cni-node in namespace kube-system (HTTP 403 Forbidden)"},
+		{"the node may not be read", known,
+			fakeExit{ds: daemonSet(nil), nodeErr: apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "node-a", nil)}, nil, true,
+			"forbids this agent to get nodes node-a (HTTP 403 Forbidden)"},
 		{"the node selector no longer matches", known,
 			fakeExit{ds: daemonSet(func(s *corev1.PodSpec) { s.NodeSelector["pool"] = "other" }), node: node}, nil, true, "node selector"},
 		{"required node affinity no longer matches", known,
@@ -172,8 +179,12 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 		{"the other DaemonSet is not the agent's", known,
 			fakeExit{dsErr: notFound, node: node, others: main(func(ds *appsv1.DaemonSet) { ds.Spec.Template.Labels = map[string]string{"app": "other"} })}, nil, true,
 			"is deleted"},
-		{"listing the DaemonSets is not granted (no readiness taint), or no longer (helm uninstall)", known,
-			fakeExit{dsErr: notFound, node: node, listErr: apierrors.NewForbidden(gr, "", nil)}, nil, true, "is deleted"},
+		{"listing the DaemonSets is no longer granted (helm uninstall)", known,
+			fakeExit{dsErr: notFound, node: node, listErr: apierrors.NewForbidden(gr, "", nil)}, nil, true,
+			"is deleted; the API server forbids this agent to list daemonsets.apps in namespace kube-system (HTTP 403 Forbidden)"},
+		{"listing the DaemonSets with a refused identity", known,
+			fakeExit{dsErr: notFound, node: node, listErr: unauthorized}, pluginSays(nil), true,
+			"is deleted; the API server refuses this agent's identity (HTTP 401 Unauthorized) to list"},
 		{"listing the DaemonSets times out: keep", known,
 			fakeExit{dsErr: notFound, node: node, listErr: context.DeadlineExceeded}, nil, false, "listing the DaemonSets of kube-system failed"},
 		{"API server down: keep", known,
