@@ -200,14 +200,17 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	a.reconcile(dirtyAll)
 	a.loop(ctx, w)
 	w.Close()
-	// The features stop before the exit's decision and the uninstall: repair must
-	// not judge pods that start while the entry is taken out, nor the taint
-	// controller act on the node meanwhile. Within controllerStopWait.
+	// The exit decision's requests are made while the features stop, each within its
+	// bound (ExitLookupBound, controllerStopWait): ExitBound in all. The features
+	// stop before the uninstall: repair must not judge pods that start while the
+	// entry is taken out, nor the taint controller act on the node meanwhile.
+	decided := make(chan exitDecision, 1)
+	go func() { decided <- a.decideExit(client) }()
 	stopControllers()
 
 	// Uninstall: the watch is closed first so that our own removals are not undone.
 	a.setReady("the agent is stopping")
-	d := a.decideExit(client)
+	d := <-decided
 	if !d.Uninstall {
 		log.Info("exiting with the plugin installed: pods keep being captured until the next agent takes over", "reason", d.Reason,
 			"uninstallOnExit", s.UninstallOnExit)

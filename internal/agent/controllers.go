@@ -30,7 +30,8 @@ import (
 // controllerStopWait bounds how long shutdown waits for the controllers: the taint
 // and Multus controllers release their leases with an API call that an unreachable API server
 // would hold up, and the node's files must still be cleaned up within the pod's
-// grace period.
+// grace period. The exit decision's requests are made meanwhile, so it is no
+// longer than ExitLookupBound (see ExitBound).
 const controllerStopWait = 3 * time.Second
 
 // The wait before a feature that stopped with an error is started again: from

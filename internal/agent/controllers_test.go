@@ -12,6 +12,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/test/harness/chartrender"
 	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
@@ -91,33 +92,57 @@ func TestRestConfigUsesTheAgentsSettings(t *testing.T) {
 
 // TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown: with every API server feature
 // on and an API server that accepts connections but never answers (the worst case: no
-// quick refusal), the agent still installs and becomes ready, and SIGTERM still
-// uninstalls and exits 0 in bounded time, although the taint controller cannot release
-// its lease and the informers never sync.
+// quick refusal), the agent still installs and becomes ready, and SIGTERM still ends
+// in an exit 0 within the chart's grace period (terminationGracePeriodSeconds, after
+// which the kubelet kills the agent), although the taint controller cannot release
+// its lease, the informers never sync and the exit decision gets no answer: with
+// UNINSTALL_ON_EXIT=always the agent uninstalls; with auto it keeps the plugin, as
+// for any API server that does not answer, and says why.
 func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
-	_, port, _ := net.SplitHostPort(silent.Listen(t, "tcp", "127.0.0.1:0").Addr.String())
+	chart, err := chartrender.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := chart.DaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	for _, mode := range []ExitMode{ExitAlways, ExitAuto} {
+		t.Run(string(mode), func(t *testing.T) {
+			_, port, _ := net.SplitHostPort(silent.Listen(t, "tcp", "127.0.0.1:0").Addr.String())
 
-	n := newNode(t)
-	n.writeCalico(t)
-	before := snapshot(t, n.confDir)
-	p := n.startAgent(t, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
-		"NODE_NAME=node-a", "POD_NAME=istio-cni-node-a", "POD_NAMESPACE=istio-system",
-		"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAIR_PROC_DIR=/proc", "TAINT_ENABLED=true")
-	p.waitReady(t)
-	p.waitLog(t, "the features start", `API server features started.*podCache=true repair=true taint=true`)
-	if v := p.metric(t, "istio_cni_pod_cache_synced"); v != 0 {
-		t.Errorf("istio_cni_pod_cache_synced = %v with a silent API server, want 0", v)
-	}
-	start := time.Now()
-	p.stop(t)
-	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("shutdown took %s, want it well inside the pod's 30 s grace period", took)
-	}
-	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
-		t.Errorf("conf dir after SIGTERM differs (-before +after):\n%s", diff)
-	}
-	if _, err := os.Stat(filepath.Join(n.runDir, plugin.PodCacheSocketName)); !os.IsNotExist(err) {
-		t.Errorf("pods.sock left behind: %v", err)
+			n := newNode(t)
+			n.writeCalico(t)
+			before := snapshot(t, n.confDir)
+			p := n.startAgent(t, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
+				"NODE_NAME=node-a", "POD_NAME=istio-cni-node-a", "POD_NAMESPACE=istio-system",
+				"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAIR_PROC_DIR=/proc", "TAINT_ENABLED=true",
+				"UNINSTALL_ON_EXIT="+string(mode))
+			p.waitReady(t)
+			p.waitLog(t, "the features start", `API server features started.*podCache=true repair=true taint=true`)
+			if v := p.metric(t, "istio_cni_pod_cache_synced"); v != 0 {
+				t.Errorf("istio_cni_pod_cache_synced = %v with a silent API server, want 0", v)
+			}
+			start := time.Now()
+			p.stop(t)
+			if took := time.Since(start); took >= grace {
+				t.Errorf("shutdown took %s, want it within the chart's grace period, %s", took, grace)
+			}
+			if mode == ExitAlways {
+				if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+					t.Errorf("conf dir after SIGTERM differs (-before +after):\n%s", diff)
+				}
+			} else {
+				p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*cannot read this agent's pod istio-system/istio-cni-node-a`)
+				if !hasEntryLast(filepath.Join(n.confDir, "10-calico.conflist")) {
+					t.Errorf("the entry is gone after an exit the API server did not answer")
+				}
+			}
+			if _, err := os.Stat(filepath.Join(n.runDir, plugin.PodCacheSocketName)); !os.IsNotExist(err) {
+				t.Errorf("pods.sock left behind: %v", err)
+			}
+		})
 	}
 }
 

@@ -49,8 +49,8 @@ func parseExitMode(v string) (ExitMode, error) {
 }
 
 // ExitLookupBound bounds the API requests behind an exit decision, all of them
-// together: the agent has terminationGracePeriodSeconds (5 s in the chart) to
-// decide and, when it must, uninstall.
+// together. They are made while the features stop, which takes no longer
+// (controllerStopWait): see ExitBound.
 const ExitLookupBound = 3 * time.Second
 
 // ExitPluginIdentityBound bounds the request that, when the API server refuses this
@@ -59,9 +59,17 @@ const ExitLookupBound = 3 * time.Second
 const ExitPluginIdentityBound = time.Second
 
 // ExitUntaintBound bounds the removal of the node's readiness taint on a removal
-// (read the node, patch it; again on a conflict): with ExitLookupBound, 4 s of the
-// chart's 5 s grace period, the rest for removing the files.
+// (read the node, patch it; again on a conflict), after the decision.
 const ExitUntaintBound = time.Second
+
+// ExitBound bounds what the agent waits for between SIGTERM and removing the files
+// on a removal: the exit decision's requests (ExitLookupBound), made while the
+// features stop (controllerStopWait, no longer), then the taint's removal
+// (ExitUntaintBound). The chart's terminationGracePeriodSeconds (5 s) leaves 1 s
+// more for the files; the kubelet kills the agent at its end, and a decision cut
+// short uninstalls nothing. What follows the files (the HTTP servers' shutdown,
+// at most 2 s) loses nothing when it is cut short.
+const ExitBound = ExitLookupBound + ExitUntaintBound
 
 // exitClient is what the exit decision reads.
 type exitClient interface {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/test/harness/chartrender"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
 // taintRules are what the node readiness taint adds to the chart's default grants
@@ -538,5 +540,51 @@ func TestAnAgentNotGrantedAReadOfTheExitDecisionWarnsAtStartAndNamesItOnExit(t *
 	p.waitLog(t, "the agent named the read refused", `uninstalling.*forbids this agent to get daemonsets.apps istio-cni-node-canary in namespace `+ns+` \(HTTP 403 Forbidden\): taken for helm uninstall`)
 	if conf, _, kc := c.n.installed(); conf || kc {
 		t.Errorf("after a refused read: config %v, kubeconfig %v; want both removed, as on helm uninstall", conf, kc)
+	}
+}
+
+// TestTheExitStaysWithinTheGracePeriodWhenTheAPIServerStopsAnswering: the agent
+// leads the node readiness taint (it holds the Lease) and knows its DaemonSet; then
+// the API server stops answering (the proxy between them stalls: no refusal, no
+// reply). On SIGTERM the taint controller cannot release its Lease and the exit
+// decision gets no answer. The agent waits for each at most its bound, both at
+// once, and exits within the chart's grace period (after which the kubelet kills
+// it), keeping the plugin as for any exit the API server does not answer, and
+// saying why.
+func TestTheExitStaysWithinTheGracePeriodWhenTheAPIServerStopsAnswering(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	chart, err := chartrender.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := chart.DaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	c := newExitCluster(t, ctx, taintRules...)
+	u, err := url.Parse(c.cp.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := silent.StallingProxy(t, u.Host)
+	_, port, _ := net.SplitHostPort(proxy.Addr.String())
+	c.env = append(c.env, "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
+		"TAINT_ENABLED=true", "TAINT_LEASE_DURATION=20s", "TAINT_RENEW_DEADLINE=15s", "TAINT_RETRY_PERIOD=200ms")
+	p := c.start(t, c.agentPod(t, ctx, "istio-cni-node-a"))
+	eventually(t, 20*time.Second, "the agent leads the taint", func() bool {
+		l, err := c.admin.CoordinationV1().Leases(ns).Get(ctx, "istio-cni-taint", metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "istio-cni-node-a"
+	})
+	proxy.Stall()
+	start := time.Now()
+	p.stop(t)
+	if took := time.Since(start); took >= grace {
+		t.Errorf("the exit took %s, want it within the chart's grace period, %s (ExitBound %s)", took, grace, ExitBound)
+	}
+	p.waitLog(t, "the agent said why it kept the plugin", `exiting with the plugin installed.*cannot read DaemonSet `+ns+`/istio-cni-node`)
+	if conf, bin, kc := c.n.installed(); !conf || !bin || !kc {
+		t.Errorf("after an exit the API server did not answer: config %v, binary %v, kubeconfig %v; want all kept", conf, bin, kc)
 	}
 }

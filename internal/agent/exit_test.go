@@ -208,3 +208,12 @@ func TestExitTellsARestartFromARemoval(t *testing.T) {
 		})
 	}
 }
+
+// TestTheFeaturesStopWithinTheExitDecisionsBound: the exit decision's requests are
+// made while the features stop, and the uninstall waits for both: ExitBound holds
+// only while the features take no longer than the decision.
+func TestTheFeaturesStopWithinTheExitDecisionsBound(t *testing.T) {
+	if controllerStopWait > ExitLookupBound {
+		t.Errorf("controllerStopWait %s > ExitLookupBound %s: the exit can wait longer than ExitBound (%s)", controllerStopWait, ExitLookupBound, ExitBound)
+	}
+}

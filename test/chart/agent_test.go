@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -220,4 +221,17 @@ func roleGrantsLeaseIn(t *testing.T, m *manifest, role, lease string) bool {
 		}
 	}
 	return verbs["get"] && verbs["update"] && verbs["create"]
+}
+
+// TestTheGracePeriodCoversTheAgentsExit: between SIGTERM and removing the files of a
+// removal the agent waits at most agent.ExitBound (the exit decision's requests
+// while the features stop, then the readiness taint's removal); the DaemonSet's
+// terminationGracePeriodSeconds leaves at least 1 s more for the files, or the
+// kubelet could kill the agent in the middle of an uninstall.
+func TestTheGracePeriodCoversTheAgentsExit(t *testing.T) {
+	ds := mustRender(t).daemonSet(t)
+	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	if grace < agent.ExitBound+time.Second {
+		t.Errorf("terminationGracePeriodSeconds %s, want at least agent.ExitBound (%s) + 1s", grace, agent.ExitBound)
+	}
 }
