@@ -719,9 +719,11 @@ func TestAPutBackAfterARestartIsCountedAsAReinsert(t *testing.T) {
 			if got := p.metric(t, "istio_cni_config_reinserts_total"); got != 1 {
 				t.Errorf("istio_cni_config_reinserts_total = %v after the entry was put back once, want 1", got)
 			}
-			if !strings.Contains(p.stderr.String(), "put the istio-cni entry back into the CNI config") {
-				t.Error(`the put-back was not logged ("put the istio-cni entry back into the CNI config")`)
-			}
+			// The agent's stderr reaches the test through a pipe: the line may come a
+			// moment after the metric.
+			eventually(t, 5*time.Second, `the put-back is logged ("put the istio-cni entry back into the CNI config")`, func() bool {
+				return strings.Contains(p.stderr.String(), "put the istio-cni entry back into the CNI config")
+			})
 		})
 	}
 }
