@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -78,4 +79,43 @@ func Run(t testing.TB, ns string, cmd *exec.Cmd) string {
 		t.Fatalf("%s in %s: %v: %s", strings.Join(cmd.Args, " "), ns, err, out)
 	}
 	return string(out)
+}
+
+// UserNamespaceBase is where the uids and gids of a namespace made by
+// NewInUserNamespace start on the node: its uid 0 is the node's 100000, so a
+// proxy's 1337 there is the node's 101337.
+const UserNamespaceBase = 100000
+
+// NewInUserNamespace makes the network namespace of a pod with hostUsers: false
+// as containerd 2 and CRI-O make it: created inside a user namespace of its own,
+// which maps its uids and gids 0-65535 to the node's from UserNamespaceBase on.
+// lo is up. A sleeping process of that namespace holds it until the test ends;
+// the namespace is named as cri-dockerd names a pod's, /proc/PID/ns/net. It
+// needs root.
+func NewInUserNamespace(t testing.TB) string {
+	t.Helper()
+	holder := exec.Command("sleep", "3600")
+	holder.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: UserNamespaceBase, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: UserNamespaceBase, Size: 65536}},
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatalf("start a process in a user and network namespace of its own: %v", err)
+	}
+	t.Cleanup(func() {
+		holder.Process.Kill()
+		holder.Wait()
+	})
+	ns := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
+	if err := netns.Do(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("bring lo up in %s: %v", ns, err)
+	}
+	return ns
 }
