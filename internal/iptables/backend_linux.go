@@ -170,9 +170,48 @@ const (
 // runtime's own timeout. One bound for every tool the plugin runs: nft's.
 const RunWaitDelay = nftables.RunWaitDelay
 
-func (b *Backend) run(ctx context.Context, bin string, stdin string, args ...string) (string, error) {
-	return b.runMasked(ctx, masking{}, bin, stdin, args...)
+func (b *Backend) run(ctx context.Context, u userNS, bin string, stdin string, args ...string) (string, error) {
+	return b.runMasked(ctx, u, masking{}, bin, stdin, args...)
 }
+
+// userNS is the user namespace the tools of one operation run in: ownUserNS, this
+// process's, or a descriptor of the one that owns the calling thread's network
+// namespace (podUserNamespace).
+type userNS int
+
+const ownUserNS userNS = -1
+
+// podUserNamespace is the user namespace the tools must run in to write the calling
+// thread's network namespace: ownUserNS, but for a pod with hostUsers: false,
+// whose network namespace containerd 2 and CRI-O make inside the pod's own user
+// namespace. There the kernel's owner match (xt_owner, under iptables-nft too)
+// refuses a uid or gid rule written from any other user namespace ("Invalid
+// argument"), and reads the rule's ids as the pod's: the proxy's 1337 is the
+// pod's 1337, which is what the plan holds. So for such a pod every tool runs in
+// the pod's user namespace (netns.RunInUserNamespace), save as well as restore,
+// for the ADD, the CHECK and the DEL alike. It is one open, one ioctl and one
+// stat per operation (netns.ForeignOwner); when the owner cannot be told (a
+// kernel before 4.9), the tools run as before. The caller closes it.
+func podUserNamespace() userNS {
+	fd, err := netns.ForeignOwner("/proc/thread-self/ns/net")
+	if err != nil || fd < 0 {
+		return ownUserNS
+	}
+	return userNS(fd)
+}
+
+func (u userNS) close() {
+	if u != ownUserNS {
+		unix.Close(int(u))
+	}
+}
+
+// toolCaps are the capabilities a tool keeps in a pod's user namespace: NET_ADMIN
+// to read and write the tables (nftables' netlink, legacy's socket options),
+// NET_RAW for the raw socket legacy iptables opens. They count in the pod's
+// namespaces only; its uid stays the plugin's (the node's root, not the pod's),
+// so it opens the lock files and the masks as a tool in the node's namespace does.
+var toolCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_NET_RAW}
 
 // masking says which of the node's files a tool runs without (runWithMasks).
 type masking struct {
@@ -183,8 +222,9 @@ type masking struct {
 	nsswitch bool
 }
 
-// runMasked is run, in a mount namespace of its own when m masks anything.
-func (b *Backend) runMasked(ctx context.Context, m masking, bin string, stdin string, args ...string) (string, error) {
+// runMasked is run, in a mount namespace of its own when m masks anything, and in
+// the user namespace u when it is not this process's.
+func (b *Backend) runMasked(ctx context.Context, u userNS, m masking, bin string, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
@@ -203,8 +243,19 @@ func (b *Backend) runMasked(ctx context.Context, m masking, bin string, stdin st
 		masks = append(masks, fileMask{src: os.DevNull, dst: nsswitchConf, readOnly: true})
 	}
 	runCmd := cmd.Run
+	if u != ownUserNS {
+		runCmd = func() error {
+			err := netns.RunInUserNamespace(ctx, int(u), toolCaps, cmd)
+			if _, exited := err.(*exec.ExitError); err != nil && !exited && ctx.Err() == nil {
+				err = fmt.Errorf("%w (it runs in the user namespace that owns the network namespace, a pod's with hostUsers: false, "+
+					"where the kernel takes the proxy's uid and gid rules only from inside: the nftables backend, native_nftables: true, captures such a pod without it)", err)
+			}
+			return err
+		}
+	}
 	if len(masks) > 0 {
-		runCmd = func() error { return runWithMasks(cmd, masks) }
+		run := runCmd
+		runCmd = func() error { return runWithMasks(run, masks) }
 	}
 	if err := runCmd(); err != nil {
 		if stdout.over {
@@ -213,7 +264,11 @@ func (b *Backend) runMasked(ctx context.Context, m masking, bin string, stdin st
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			err = fmt.Errorf("%w, stopped when its bound ran out: %w", err, ctxErr)
 		}
-		return "", fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		tool := strings.Join(append([]string{filepath.Base(bin)}, args...), " ")
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return "", fmt.Errorf("%s: %w: %s", tool, err, msg)
+		}
+		return "", fmt.Errorf("%s: %w", tool, err)
 	}
 	return stdout.String(), nil
 }
@@ -258,8 +313,8 @@ func (b *Backend) lockFile() string {
 	return filepath.Join(b.lockDir, fmt.Sprintf("xtables-%d.lock", id))
 }
 
-func (b *Backend) save(ctx context.Context, f redirect.Family) (map[redirect.Table]*liveTable, error) {
-	out, err := b.run(ctx, b.tools[f].save, "")
+func (b *Backend) save(ctx context.Context, u userNS, f redirect.Family) (map[redirect.Table]*liveTable, error) {
+	out, err := b.run(ctx, u, b.tools[f].save, "")
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +330,7 @@ func (b *Backend) save(ctx context.Context, f redirect.Family) (map[redirect.Tab
 // through NSS, in the pod's network namespace: where the node's passwd or group
 // sources may ask a server, it runs with nsswitch.conf masked. (iptables-save
 // prints ids as numbers and looks nothing up.)
-func (b *Backend) restore(ctx context.Context, f redirect.Family, text string) error {
+func (b *Backend) restore(ctx context.Context, u userNS, f redirect.Family, text string) error {
 	args := []string{"--noflush"}
 	m := masking{nsswitch: !nssIsLocal()}
 	if b.mode == ModeLegacy {
@@ -285,7 +340,7 @@ func (b *Backend) restore(ctx context.Context, f redirect.Family, text string) e
 		args = append(args, "--wait")
 		m.nodeLock = b.masksNodeLock()
 	}
-	_, err := b.runMasked(ctx, m, b.tools[f].restore, text, args...)
+	_, err := b.runMasked(ctx, u, m, b.tools[f].restore, text, args...)
 	return err
 }
 
@@ -330,9 +385,8 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 // native writer does not translate is restored under the lock.
 func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error) {
 	release = func() {}
-	if own, err := netns.InOwnUserNamespace("/proc/thread-self/ns/net"); err == nil && !own {
-		return false, release, errOtherUserNamespace
-	}
+	u := podUserNamespace()
+	defer u.close()
 	layouts, err := planLayouts(plan)
 	if err != nil {
 		return false, release, err
@@ -350,7 +404,10 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 		timing.Mark(ctx, "iptables-apply-lock")
 		return nil
 	}
-	native := b.nativeAllowed()
+	// The native batch goes from this process's user namespace, where the kernel
+	// refuses the owner matches of a pod with hostUsers: false (podUserNamespace):
+	// such a pod's rules are restored in its own.
+	native := b.nativeAllowed() && u == ownUserNS
 	if !native {
 		// Every write is a read and a restore: lock before looking.
 		if err := lock(); err != nil {
@@ -389,7 +446,7 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 		}
 		var live map[redirect.Table]*liveTable
 		if held[f] {
-			live, err = b.save(ctx, f)
+			live, err = b.save(ctx, u, f)
 			timing.Mark(ctx, "iptables-save-"+f.String())
 			if err != nil {
 				if !planned {
@@ -401,7 +458,7 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 		if len(diffTables(f, want, live)) == 0 {
 			continue
 		}
-		err := b.restore(ctx, f, restoreText(want, live))
+		err := b.restore(ctx, u, f, restoreText(want, live))
 		timing.Mark(ctx, "iptables-restore-"+f.String())
 		if err != nil {
 			if nativeErr != nil {
@@ -416,17 +473,6 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 	}
 	return changed, release, nil
 }
-
-// errOtherUserNamespace refuses a namespace that belongs to another user namespace
-// than this process's: a pod's with hostUsers: false, which containerd 2 and CRI-O
-// make inside the pod's user namespace. The kernel's owner match (xt_owner, also
-// under iptables-nft) refuses a uid or gid rule written from outside the
-// namespace's user namespace, so the restore would fail on the proxy's uid rule
-// with a bare "Invalid argument". The nftables backend's skuid and skgid matches
-// have no such limit, and read the uids as the pod sees them.
-var errOtherUserNamespace = errors.New("the network namespace belongs to a user namespace of its own (a pod with hostUsers: false), " +
-	"where the kernel refuses iptables owner matches (the proxy's uid and gid) written from the node's user namespace: " +
-	"the nftables backend (native_nftables: true) captures such a pod")
 
 // lockApply takes the namespace's apply lock (see ApplyHeld) and returns its
 // release. It is a file of its own beside the namespace's xtables lock, never
@@ -491,10 +537,12 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	u := podUserNamespace()
+	defer u.close()
 	var diffs []string
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		want, planned := layouts[f]
-		live, err := b.save(ctx, f)
+		live, err := b.save(ctx, u, f)
 		if err != nil {
 			if !planned {
 				continue
@@ -510,9 +558,11 @@ func (b *Backend) Verify(ctx context.Context, plan *redirect.Plan) ([]string, er
 // capture.Check. A family whose rules cannot be read is left out but for IPv4:
 // ip6tables may be missing where no pod has IPv6.
 func (b *Backend) Chains(ctx context.Context) ([]redirect.LiveChain, error) {
+	u := podUserNamespace()
+	defer u.close()
 	var chains []redirect.LiveChain
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
-		live, err := b.save(ctx, f)
+		live, err := b.save(ctx, u, f)
 		if err != nil {
 			if f == redirect.IPv4 {
 				return nil, err
@@ -551,8 +601,14 @@ func (b *Backend) Chains(ctx context.Context) ([]redirect.LiveChain, error) {
 // other rule alone. Where the ADD writes a new
 // namespace natively (nft mode, a known iptables-nft: nativeAllowed), the removal is
 // one netlink transaction instead (cleanupNative), and the restore only its fallback.
+// The transaction goes from this process's user namespace for a pod with
+// hostUsers: false too: the kernel checks the writer's user namespace when an
+// owner match is added, not when it is deleted. The save and the restore run in
+// the pod's (podUserNamespace), as for the ADD.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	var errs []error
+	u := podUserNamespace()
+	defer u.close()
 	held := b.tablesHeld()
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		if !held[f] {
@@ -571,7 +627,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 				*into = append(*into, fmt.Errorf("%s rules: the native removal was refused, the restore removes them: %w", f, nativeErr))
 			}
 		}
-		live, err := b.save(ctx, f)
+		live, err := b.save(ctx, u, f)
 		timing.Mark(ctx, "iptables-save-"+f.String())
 		if err != nil {
 			if f == redirect.IPv4 {
@@ -582,7 +638,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		if len(live) == 0 {
 			continue
 		}
-		err = b.restore(ctx, f, restoreText(nil, live))
+		err = b.restore(ctx, u, f, restoreText(nil, live))
 		timing.Mark(ctx, "iptables-restore-"+f.String())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("remove %s rules: %w", f, err))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/capture"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
@@ -165,29 +166,65 @@ func eachModeAndCase(t *testing.T, f func(t *testing.T, mode Mode, tc backendCas
 	}
 }
 
+// runWays are the two ways run starts a tool: in this process's user namespace,
+// and in a pod's that owns the network namespace (hostUsers: false), each from a
+// thread in that network namespace. run calls fn there with the user namespace.
+var runWays = []struct {
+	name string
+	run  func(t *testing.T, fn func(u userNS))
+}{
+	{"the node's user namespace", func(t *testing.T, fn func(u userNS)) { fn(ownUserNS) }},
+	{"a pod's user namespace", func(t *testing.T, fn func(u userNS)) {
+		root.Require(t)
+		ns := testns.NewInUserNamespace(t)
+		if err := netns.Do(ns, func() error {
+			u := podUserNamespace()
+			defer u.close()
+			if u == ownUserNS {
+				return fmt.Errorf("%s: podUserNamespace found it owned by this process's user namespace", ns)
+			}
+			fn(u)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}},
+}
+
 // TestRunBoundsWhatItReads: an iptables tool whose output passes MaxOutputBytes
-// fails naming the bound; its stderr is kept to its first maxStderrBytes.
+// fails naming the bound; its stderr is kept to its first maxStderrBytes. The
+// same in a pod's user namespace.
 func TestRunBoundsWhatItReads(t *testing.T) {
-	b, err := NewBackend(Config{LockDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	out, err := b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes))
-	if err != nil || len(out) != MaxOutputBytes {
-		t.Fatalf("output of exactly the bound: %d bytes, %v; want it whole", len(out), err)
-	}
-	_, err = b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes+1))
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("output is over %d bytes", MaxOutputBytes)) {
-		t.Fatalf("output over the bound: %v; want an error naming the bound", err)
-	}
-	_, err = b.run(ctx, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x >&2; exit 3", 4*maxStderrBytes))
-	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatalf("failing tool: %v; want its exit status", err)
-	}
-	msg := err.Error()
-	if n := len(msg[strings.LastIndex(msg, ": ")+2:]); n != maxStderrBytes {
-		t.Errorf("stderr kept in the error: %d bytes, want the first %d", n, maxStderrBytes)
+	for _, way := range runWays {
+		t.Run(way.name, func(t *testing.T) {
+			b, err := NewBackend(Config{LockDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			way.run(t, func(u userNS) {
+				out, err := b.run(ctx, u, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes))
+				if err != nil || len(out) != MaxOutputBytes {
+					t.Fatalf("output of exactly the bound: %d bytes, %v; want it whole", len(out), err)
+				}
+				_, err = b.run(ctx, u, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero", MaxOutputBytes+1))
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("output is over %d bytes", MaxOutputBytes)) {
+					t.Fatalf("output over the bound: %v; want an error naming the bound", err)
+				}
+				_, err = b.run(ctx, u, "/bin/sh", "", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x >&2; exit 3", 4*maxStderrBytes))
+				if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+					t.Fatalf("failing tool: %v; want its exit status", err)
+				}
+				msg := err.Error()
+				if n := len(msg[strings.LastIndex(msg, ": ")+2:]); n != maxStderrBytes {
+					t.Errorf("stderr kept in the error: %d bytes, want the first %d", n, maxStderrBytes)
+				}
+				out, err = b.run(ctx, u, "/bin/sh", "line one\nline two\n", "-c", "wc -l")
+				if err != nil || strings.TrimSpace(out) != "2" {
+					t.Errorf("a tool reading its stdin: %q, %v; want it to count 2 lines", out, err)
+				}
+			})
+		})
 	}
 }
 
@@ -196,27 +233,55 @@ func TestRunBoundsWhatItReads(t *testing.T) {
 // exec) and hangs is killed when the context ends, but its child keeps the
 // output pipe open; run still returns within RunWaitDelay of the end, with an
 // error, rather than waiting for the child (the plugin's ADD would outlive the
-// runtime's timeout and leak).
+// runtime's timeout and leak). The same in a pod's user namespace.
 func TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) {
+	for _, way := range runWays {
+		t.Run(way.name, func(t *testing.T) {
+			b, err := NewBackend(Config{LockDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			way.run(t, func(u userNS) {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				// The child outlives the test's bound below, then exits by itself.
+				_, err := b.run(ctx, u, "/bin/sh", "", "-c", "sleep 10 & wait")
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("a tool killed at its context's end: %v, want an error saying the context ended", err)
+				}
+				if took := time.Since(start); took > 100*time.Millisecond+RunWaitDelay+time.Second {
+					t.Errorf("run took %v, want at most the context's 100ms and RunWaitDelay (%v)", took, RunWaitDelay)
+				}
+			})
+		})
+	}
+}
+
+// TestRunThatCannotJoinThePodsUserNamespaceSaysWhyAndNamesNativeNftables: when
+// the tool cannot join the pod's user namespace (a policy on the node forbids
+// it; here the descriptor given is a network namespace, which setns refuses),
+// the error names the step, the kernel's error, and the backend that needs no
+// user namespace.
+func TestRunThatCannotJoinThePodsUserNamespaceSaysWhyAndNamesNativeNftables(t *testing.T) {
+	root.Require(t)
+	ns := testns.NewInUserNamespace(t)
 	b, err := NewBackend(Config{LockDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	errc := make(chan error, 1)
-	start := time.Now()
-	// The child outlives the test's bound below, then exits by itself.
-	go func() { _, err := b.run(ctx, "/bin/sh", "", "-c", "sleep 30 & wait"); errc <- err }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("a tool killed at its context's end: %v, want an error saying the context ended", err)
+	notUser, err := os.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notUser.Close()
+	err = netns.Do(ns, func() error {
+		_, err := b.run(context.Background(), userNS(notUser.Fd()), "/bin/true", "")
+		return err
+	})
+	for _, want := range []string{"true: fork/exec /bin/true: join the user namespace (setns): invalid argument (", "hostUsers: false", "native_nftables: true"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a tool that cannot join the pod's user namespace: %v; want it to say %q", err, want)
 		}
-		if took := time.Since(start); took > 100*time.Millisecond+RunWaitDelay+time.Second {
-			t.Errorf("run took %v, want at most the context's 100ms and RunWaitDelay (%v)", took, RunWaitDelay)
-		}
-	case <-time.After(100*time.Millisecond + RunWaitDelay + 5*time.Second):
-		t.Fatal("run still waits for the killed tool's child, which holds its output")
 	}
 }

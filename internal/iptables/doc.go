@@ -7,5 +7,8 @@
 // chains (istioforms.go) and nothing else. In nft mode, rules for a namespace that holds no
 // table yet (a pod's new one, every ADD) are sent as the netlink batch
 // iptables-nft-restore would send, without its process (native_linux.go); what
-// that translation does not cover is restored.
+// that translation does not cover is restored. For a pod with hostUsers: false,
+// whose network namespace belongs to its own user namespace, every tool runs in
+// that user namespace too (podUserNamespace): the kernel takes owner matches only
+// from there.
 package iptables

@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"fmt"
-	"os/exec"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -41,20 +40,21 @@ type fileMask struct {
 	readOnly bool
 }
 
-// runWithMasks runs cmd in the calling thread's network namespace with each
-// mask's src bind-mounted over its dst, in a mount namespace of its own: for
-// legacy iptables before 1.8.6 the namespace's lock over the node's (as Istio's
-// plugin runs them), so the tool takes the namespace's lock, as later releases
-// do by XTABLES_LOCKFILE, and does not wait for the node's writers; and
-// /dev/null over nsswitch.conf where the node's user and group lookups may
-// leave the machine (nssIsLocal), as Istio's plugin runs every iptables. The
-// mounts are never seen outside that namespace, which lives on one thread that
-// the runtime ends after the tool. If the mount namespace cannot be set up, cmd
-// runs as before; a mask that cannot be mounted leaves the tool the node's file.
-func runWithMasks(cmd *exec.Cmd, masks []fileMask) error {
+// runWithMasks runs run (a tool's start and wait: cmd.Run, or its run in a pod's
+// user namespace) in the calling thread's network namespace with each mask's src
+// bind-mounted over its dst, in a mount namespace of its own: for legacy iptables
+// before 1.8.6 the namespace's lock over the node's (as Istio's plugin runs
+// them), so the tool takes the namespace's lock, as later releases do by
+// XTABLES_LOCKFILE, and does not wait for the node's writers; and /dev/null over
+// nsswitch.conf where the node's user and group lookups may leave the machine
+// (nssIsLocal), as Istio's plugin runs every iptables. The mounts are never seen
+// outside that namespace, which lives on one thread that the runtime ends after
+// the tool. If the mount namespace cannot be set up, the tool runs as before; a
+// mask that cannot be mounted leaves the tool the node's file.
+func runWithMasks(run func() error, masks []fileMask) error {
 	net, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return cmd.Run()
+		return run()
 	}
 	defer unix.Close(net)
 	masked := make(chan error, 1)
@@ -71,10 +71,10 @@ func runWithMasks(cmd *exec.Cmd, masks []fileMask) error {
 			_ = m.mount()
 		}
 		masked <- nil
-		done <- cmd.Run()
+		done <- run()
 	}()
 	if err := <-masked; err != nil {
-		return cmd.Run() // on the calling thread, in its namespaces
+		return run() // on the calling thread, in its namespaces
 	}
 	return <-done
 }

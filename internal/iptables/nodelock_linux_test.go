@@ -14,6 +14,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // TestLegacyIptablesBefore186WaitsOnlyForItsNamespacesLock: legacy
@@ -25,33 +26,44 @@ import (
 // (and as Istio's plugin does for them, by a bind mount in a mount namespace of
 // the tool's own), and not wait for the node's writers. The tool here is such a
 // release: a wrapper that answers --version as 1.8.4 and locks the build's lock
-// (a file of the test's in place of /run/xtables.lock) before it restores.
+// (a file of the test's in place of /run/xtables.lock) before it restores. The
+// same for a pod with hostUsers: false, whose tools run in the pod's user
+// namespace and still open the namespace's lock, mounted in the mount namespace
+// the restore runs in.
 func TestLegacyIptablesBefore186WaitsOnlyForItsNamespacesLock(t *testing.T) {
 	root.Require(t)
 	nodeLock := fakeLegacy184(t)
-	dir := t.TempDir()
-	b, err := NewBackend(Config{Mode: ModeLegacy, LockDir: dir, NativeStateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.nodeLock = nodeLock
-
 	// Another iptables user on the node holds the node's lock meanwhile.
 	holdLock(t, nodeLock)
-
-	ns := newNS(t)
-	plan := specs.Sidecar().Plan(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	start := time.Now()
-	if _, err := capture.Apply(ctx, ns, b, plan); err != nil {
-		t.Fatalf("the pod's rules waited for the node's xtables lock (%v): %v", time.Since(start).Round(time.Millisecond), err)
-	}
-	if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
-		t.Fatalf("verify after apply: %v %q", err, diffs)
-	}
-	if got := runIn(t, ns, "iptables-legacy-save"); !strings.Contains(got, "-j ISTIO_OUTPUT") {
-		t.Errorf("the pod's rules are not in place:\n%s", got)
+	for _, pod := range []struct {
+		name  string
+		netns func(t *testing.T) string
+	}{
+		{"a pod of the node's user namespace", newNS},
+		{"a pod with hostUsers: false", func(t *testing.T) string { return testns.NewInUserNamespace(t) }},
+	} {
+		t.Run(pod.name, func(t *testing.T) {
+			dir := t.TempDir()
+			b, err := NewBackend(Config{Mode: ModeLegacy, LockDir: dir, NativeStateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.nodeLock = nodeLock
+			ns := pod.netns(t)
+			plan := specs.Sidecar().Plan(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			if _, err := capture.Apply(ctx, ns, b, plan); err != nil {
+				t.Fatalf("the pod's rules waited for the node's xtables lock (%v): %v", time.Since(start).Round(time.Millisecond), err)
+			}
+			if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
+				t.Fatalf("verify after apply: %v %q", err, diffs)
+			}
+			if got := runIn(t, ns, "iptables-legacy-save"); !strings.Contains(got, "-j ISTIO_OUTPUT") {
+				t.Errorf("the pod's rules are not in place:\n%s", got)
+			}
+		})
 	}
 }
 

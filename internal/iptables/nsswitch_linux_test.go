@@ -234,7 +234,7 @@ func BenchmarkRestoreSandbox(b *testing.B) {
 				cmd := exec.Command(tool)
 				run := cmd.Run
 				if tc.masks != nil {
-					run = func() error { return runWithMasks(cmd, tc.masks) }
+					run = func() error { return runWithMasks(cmd.Run, tc.masks) }
 				}
 				if err := run(); err != nil {
 					b.Fatal(err)

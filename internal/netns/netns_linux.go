@@ -81,29 +81,3 @@ func ID(path string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
-
-// InOwnUserNamespace reports whether the network namespace at path belongs to this
-// process's user namespace. The runtimes make the network namespace of a pod with
-// hostUsers: false inside the pod's own user namespace (containerd 2, CRI-O). An
-// error means it cannot be told: a kernel before 4.9 (no NS_GET_USERNS), or an
-// owner outside this process's view.
-func InOwnUserNamespace(path string) (bool, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return false, fmt.Errorf("open network namespace %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	owner, err := unix.IoctlRetInt(fd, unix.NS_GET_USERNS)
-	if err != nil {
-		return false, fmt.Errorf("user namespace of %s: %w", path, err)
-	}
-	defer unix.Close(owner)
-	var ownerSt, ownSt unix.Stat_t
-	if err := unix.Fstat(owner, &ownerSt); err != nil {
-		return false, fmt.Errorf("user namespace of %s: %w", path, err)
-	}
-	if err := unix.Stat("/proc/self/ns/user", &ownSt); err != nil {
-		return false, fmt.Errorf("own user namespace: %w", err)
-	}
-	return ownerSt.Dev == ownSt.Dev && ownerSt.Ino == ownSt.Ino, nil
-}

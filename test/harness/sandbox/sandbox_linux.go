@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -34,6 +35,9 @@ var (
 // pod's default routes go through the peer.
 type Topology struct {
 	Pod, Peer string
+	// podHeld: Pod is held by a process until the test ends
+	// (NewUserNamespaced), not mounted.
+	podHeld bool
 }
 
 // New builds a topology with its namespaces mounted under dir as PREFIXpod and
@@ -44,6 +48,22 @@ func New(dir, prefix string) (*Topology, error) {
 	if tp.Pod, err = testns.New(dir, prefix+"pod"); err != nil {
 		return nil, err
 	}
+	return tp.join(dir, prefix)
+}
+
+// NewUserNamespaced is New with the pod's network namespace made as the one of a
+// pod with hostUsers: false (testns.NewInUserNamespace): owned by a user
+// namespace of its own, which maps the pod's uids and gids 0-65535 to the node's
+// from testns.UserNamespaceBase on. It lives until the test ends; Close removes
+// the peer's.
+func NewUserNamespaced(t testing.TB, dir, prefix string) (*Topology, error) {
+	tp := &Topology{Pod: testns.NewInUserNamespace(t), podHeld: true}
+	return tp.join(dir, prefix)
+}
+
+// join makes the peer's namespace and joins it to the pod's.
+func (tp *Topology) join(dir, prefix string) (*Topology, error) {
+	var err error
 	if tp.Peer, err = testns.New(dir, prefix+"peer"); err != nil {
 		tp.Close()
 		return nil, err
@@ -86,11 +106,12 @@ func New(dir, prefix string) (*Topology, error) {
 	return tp, nil
 }
 
-// Close removes both namespaces (and with them the veth pair).
+// Close removes both namespaces (and with them the veth pair), or the peer's
+// alone when the pod's is held by a process (NewUserNamespaced).
 func (tp *Topology) Close() error {
 	var first error
 	for _, p := range []string{tp.Pod, tp.Peer} {
-		if p == "" {
+		if p == "" || p == tp.Pod && tp.podHeld {
 			continue
 		}
 		if err := testns.Delete(p); err != nil && first == nil {
