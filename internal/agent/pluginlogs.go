@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,18 +130,29 @@ func oneLine(rec []byte, truncated bool) []byte {
 	return line
 }
 
+// PluginLogDrainBound bounds the agent's stop of its plugin log servers, all
+// together: what plugins sent before it is read and printed (connections in a
+// socket's queue, datagrams queued, each served connection read to its end, an
+// HTTP post answered), and what is still unread then is dropped. The agent stops
+// them last of its exit, within the chart's 5 s grace period.
+const PluginLogDrainBound = time.Second
+
 // servePluginLogs serves this project's plugin's log sockets until stop is called:
-// SOCK_SEQPACKET at packetPath, datagrams at datagramPath. stop closes them and
-// every connection, waits for their goroutines, and removes the sockets.
-func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
+// SOCK_SEQPACKET at packetPath, datagrams at datagramPath. stop removes the
+// sockets (no plugin connects any more), reads what plugins sent before (each
+// connection in the socket's queue, each one served, to its end; the datagrams
+// queued) until deadline, then closes them and every connection and waits for
+// their goroutines.
+func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *slog.Logger) (stop func(deadline time.Time), err error) {
 	const what, whatDgram = "plugin log socket", "plugin datagram log socket"
 	// Writable by root alone: the runtime running the plugin is root, and nobody
 	// else may inject records. stop removes each, if the path is still ours
 	// (ownfile).
-	ln, err := unixsock.Listen("unixpacket", packetPath, 0o600)
+	l, err := unixsock.Listen("unixpacket", packetPath, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	ln := unixsock.NewDrainListener(l)
 	packetFile, _ := os.Lstat(packetPath)
 	dgram, err := unixsock.ListenPacket(datagramPath, 0o600)
 	if err != nil {
@@ -152,18 +162,24 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 	datagramFile, _ := os.Lstat(datagramPath)
 
 	var (
-		wg    sync.WaitGroup
+		wg    sync.WaitGroup // the accept loop and the readers
 		mu    sync.Mutex
 		conns = map[net.Conn]bool{}
-		ended bool // under mu: stop has closed conns; a later one is closed at once
-		slots = make(chan struct{}, MaxPluginConns)
-		done  = make(chan struct{})
+		// Under mu: stop's deadline, zero until stop; each connection is read
+		// until then at most.
+		drainBy time.Time
+		ended   bool // under mu: stop has closed conns; a later one is closed at once
+		slots   = make(chan struct{}, MaxPluginConns)
+		done    = make(chan struct{}) // closed when the drain's time is up
+		drain   = make(chan struct{}) // closed when stop begins
+		dgramWG sync.WaitGroup
 	)
-	wg.Add(2)
+	dgramWG.Add(1)
 	go func() {
-		defer wg.Done()
-		readDatagrams(dgram, done, sink, log.With("socket", whatDgram))
+		defer dgramWG.Done()
+		readDatagrams(dgram, drain, sink, log.With("socket", whatDgram))
 	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var backoff time.Duration
@@ -175,7 +191,7 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 			}
 			c, err := ln.Accept()
 			if errors.Is(err, net.ErrClosed) {
-				return
+				return // closed, or drained: the queue is empty
 			}
 			if err != nil {
 				// Out of descriptors (EMFILE, ENFILE) or kernel memory: the
@@ -194,6 +210,11 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 			if ended {
 				c.Close() // its reader returns at once
 			}
+			if drainBy.IsZero() {
+				c.SetReadDeadline(time.Now().Add(pluginConnBound))
+			} else {
+				c.SetReadDeadline(drainBy)
+			}
 			mu.Unlock()
 			wg.Add(1)
 			go func() {
@@ -205,7 +226,6 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 					<-slots
 					wg.Done()
 				}()
-				c.SetReadDeadline(time.Now().Add(pluginConnBound))
 				buf := make([]byte, maxRecord+1) // as for datagrams: a cut message fills it
 				for {
 					n, err := c.Read(buf)
@@ -217,22 +237,66 @@ func servePluginLogs(packetPath, datagramPath string, sink *pluginLogSink, log *
 			}()
 		}
 	}()
-	return func() {
-		close(done)
-		ln.Close()
-		dgram.Close()
-		mu.Lock()
-		ended = true
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+	return func(deadline time.Time) {
 		// Another agent sharing the run dir (an upgrade, a switch between Istio's
-		// DaemonSet and this one) may have replaced them since: its live sockets stay.
+		// DaemonSet and this one) may have replaced them since: its live sockets
+		// stay. Removed first: what reaches this agent's sockets from now on is
+		// what plugins sent before.
 		_ = ownfile.Remove(packetPath, packetFile)
 		_ = ownfile.Remove(datagramPath, datagramFile)
+		close(drain)
+		ln.Drain()
+		mu.Lock()
+		drainBy = deadline
+		for c := range conns {
+			c.SetReadDeadline(deadline)
+		}
+		mu.Unlock()
+		// The datagrams: the reader stops, the queue is read without waiting.
+		dgram.SetReadDeadline(time.Unix(1, 0))
+		dgramWG.Wait()
+		buf := make([]byte, maxRecord+1)
+		if _, err := unixsock.DrainDatagrams(dgram, buf, func(b []byte, n int) {
+			sink.record(b[:min(len(b), maxRecord)], protocolDatagram, n > maxRecord)
+		}); err != nil {
+			log.Warn("the datagrams queued at stop were not all read", "socket", whatDgram, "error", err)
+		}
+		dgram.Close()
+		// The connections: each queued one accepted, each read to its end.
+		if !waitUntil(&wg, deadline) {
+			close(done)
+			mu.Lock()
+			ended = true
+			left := len(conns)
+			for c := range conns {
+				c.Close()
+			}
+			mu.Unlock()
+			if left > 0 {
+				log.Warn("plugin log connections still open at the end of the stop's bound closed: what their plugins log later reaches their stderr and log file only",
+					"socket", what, "connections", left, "bound", PluginLogDrainBound)
+			}
+		}
+		ln.Close()
+		wg.Wait()
 	}, nil
+}
+
+// waitUntil waits for wg until deadline, and says whether it was done by then.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-finished:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // pluginLogServers are the plugin log sockets the agent serves: this plugin's
@@ -247,29 +311,32 @@ type pluginLogServers struct {
 }
 
 // logServer is one of them: what it is, the paths it listens on, how it starts,
-// and the stop of the running one.
+// and the stop of the running one, which reads what plugins sent before it until
+// deadline.
 type logServer struct {
 	what  string
 	paths []string
-	start func() (stop func(), err error)
-	stop  func()
+	start func() (stop func(deadline time.Time), err error)
+	stop  func(deadline time.Time)
 }
 
 // serve takes the sockets over: a socket at a path is a previous agent's.
 func (p *pluginLogServers) serve() error {
 	p.servers = []*logServer{
 		{what: "the plugin log sockets", paths: []string{p.s.LogSocketPath(), p.s.DatagramLogSocketPath()},
-			start: func() (func(), error) {
+			start: func() (func(time.Time), error) {
 				return servePluginLogs(p.s.LogSocketPath(), p.s.DatagramLogSocketPath(), p.sink, p.log)
 			}},
 		{what: "Istio's plugin log socket", paths: []string{p.s.IstioLogSocketPath()},
-			start: func() (func(), error) { return serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log) }},
+			start: func() (func(time.Time), error) {
+				return serveIstioPluginLogs(p.s.IstioLogSocketPath(), p.sink, p.log)
+			}},
 	}
 	for i, srv := range p.servers {
 		stop, err := srv.start()
 		if err != nil {
 			for _, started := range p.servers[:i] {
-				started.stop()
+				started.stop(time.Now())
 			}
 			return err
 		}
@@ -280,7 +347,8 @@ func (p *pluginLogServers) serve() error {
 
 // retake serves anew the sockets whose path is gone (another agent that had taken
 // them over removed them), then stops the servers they replace, which leave the
-// new sockets in place (ownfile): a plugin never finds no socket from then on.
+// new sockets in place (ownfile): a plugin never finds no socket from then on. A
+// replaced server reads what plugins sent it before, within PluginLogDrainBound.
 func (p *pluginLogServers) retake() error {
 	var errs []error
 	for _, srv := range p.servers {
@@ -292,17 +360,22 @@ func (p *pluginLogServers) retake() error {
 			errs = append(errs, fmt.Errorf("make %s again: %w", srv.what, err))
 			continue
 		}
-		srv.stop()
+		srv.stop(time.Now().Add(PluginLogDrainBound))
 		srv.stop = stop
 		p.log.Info("made "+srv.what+" again: another agent on this node had taken them over and removed them when it stopped", "socket", srv.paths[0])
 	}
 	return errors.Join(errs...)
 }
 
+// stop stops every server at once, each reading what plugins sent it before,
+// within PluginLogDrainBound for all.
 func (p *pluginLogServers) stop() {
-	for i := len(p.servers) - 1; i >= 0; i-- {
-		p.servers[i].stop()
+	deadline := time.Now().Add(PluginLogDrainBound)
+	var wg sync.WaitGroup
+	for _, srv := range p.servers {
+		wg.Go(func() { srv.stop(deadline) })
 	}
+	wg.Wait()
 }
 
 // pathGone reports whether nothing is at path.
@@ -330,11 +403,12 @@ type datagramReader interface {
 	ReadFromUnix(b []byte) (int, *net.UnixAddr, error)
 }
 
-// readDatagrams records each datagram from r until r is closed or done is.
-// Any other read error (ENOBUFS, ENOMEM: the kernel short of memory for a
-// moment) is logged and the read tried again after a wait, doubling from
-// acceptRetryMin to acceptRetryMax as for the accept loop: returning would leave
-// every later plugin's datagram records unread while the agent stays ready.
+// readDatagrams records each datagram from r until r is closed, or a read fails
+// once done is closed (stop wakes the read with a deadline, then reads what is
+// queued itself). Any other read error (ENOBUFS, ENOMEM: the kernel short of
+// memory for a moment) is logged and the read tried again after a wait, doubling
+// from acceptRetryMin to acceptRetryMax as for the accept loop: returning would
+// leave every later plugin's datagram records unread while the agent stays ready.
 func readDatagrams(r datagramReader, done <-chan struct{}, sink *pluginLogSink, log *slog.Logger) {
 	// One byte more than a record may have: a longer datagram arrives cut, and
 	// that byte tells.
@@ -346,6 +420,11 @@ func readDatagrams(r datagramReader, done <-chan struct{}, sink *pluginLogSink, 
 			return
 		}
 		if err != nil {
+			select {
+			case <-done:
+				return
+			default:
+			}
 			if !waitToRetry(&backoff, done, log, "read failed", err) {
 				return
 			}
@@ -386,13 +465,15 @@ const MaxIstioLogBody = 1 << 20
 const istioLogTimeout = 5 * time.Second
 
 // serveIstioPluginLogs serves Istio's plugin log protocol on a unix stream socket
-// at path until stop is called.
-func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (stop func(), err error) {
+// at path until stop is called. stop removes the socket, answers the posts in its
+// queue and those being read, until deadline, then closes every connection.
+func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (stop func(deadline time.Time), err error) {
 	const what = "Istio plugin log socket"
-	l, err := unixsock.Listen("unix", path, 0o600) // stop removes it, if still ours (ownfile)
+	ul, err := unixsock.Listen("unix", path, 0o600) // stop removes it, if still ours (ownfile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	l := unixsock.NewDrainListener(ul)
 	own, _ := os.Lstat(path)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pluginlog.IstioLogPath, func(w http.ResponseWriter, r *http.Request) {
@@ -412,21 +493,72 @@ func serveIstioPluginLogs(path string, sink *pluginLogSink, log *slog.Logger) (s
 			sink.writeLine(line)
 		}
 	})
+	// The connections that are new or active: a request not read yet, or being
+	// answered. http.Server.Shutdown drops a request it reads after it began, so
+	// stop waits for these itself.
+	var (
+		busyMu  sync.Mutex
+		busy    = map[net.Conn]bool{}
+		changed = make(chan struct{}, 1)
+	)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: istioLogTimeout, ReadTimeout: istioLogTimeout,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			busyMu.Lock()
+			if st == http.StateNew || st == http.StateActive {
+				busy[c] = true
+			} else {
+				delete(busy, c)
+			}
+			busyMu.Unlock()
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		// net.ErrClosed: stop drained the queue (DrainListener).
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			log.Error(what, "error", err)
 		}
 	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
+	return func(deadline time.Time) {
 		_ = ownfile.Remove(path, own)
+		l.Drain()
+		wait := time.NewTimer(time.Until(deadline))
+		defer wait.Stop()
+		// Serve returns once it has accepted every queued connection (an accept
+		// failing for want of descriptors is retried until the deadline), each
+		// one counted busy before.
+		expired := false
+		select {
+		case <-done:
+		case <-wait.C:
+			expired = true
+		}
+		for {
+			busyMu.Lock()
+			left := len(busy)
+			busyMu.Unlock()
+			if left == 0 {
+				break
+			}
+			if !expired {
+				select {
+				case <-changed:
+					continue
+				case <-wait.C:
+				}
+			}
+			log.Warn("Istio plugin log connections still open at the end of the stop's bound closed", "socket", what,
+				"connections", left, "bound", PluginLogDrainBound)
+			break
+		}
+		// Every post read is answered: what is left is idle (kept alive).
+		_ = srv.Close()
+		<-done
 	}, nil
 }
 

@@ -43,7 +43,7 @@ func TestNoPluginRecordIsLostInABurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	defer stop(time.Now().Add(PluginLogDrainBound))
 
 	const burst, earlier = 500, 50
 	var wg sync.WaitGroup
@@ -156,7 +156,7 @@ func TestPluginRecordsPrintAsOneJSONLineEach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	defer stop(time.Now().Add(PluginLogDrainBound))
 	big, _ := json.Marshal(map[string]string{"level": "INFO", "msg": "ADD: big", "blob": strings.Repeat("x", 70<<10)})
 	sent := []struct {
 		msg  string
@@ -218,7 +218,10 @@ func TestStoppingLeavesAnotherAgentsSocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return func() { stopPlugin(); stopIstio() }
+		return func() {
+			stopPlugin(time.Now().Add(PluginLogDrainBound))
+			stopIstio(time.Now().Add(PluginLogDrainBound))
+		}
 	}
 	stopOld := serve()
 	stopNew := serve() // takes the paths over
@@ -262,7 +265,7 @@ func TestPluginLogsAreServedAfterTheAgentRanOutOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	defer stop(time.Now().Add(PluginLogDrainBound))
 
 	// The plugin's socket is made before the process runs out: its connection
 	// takes no descriptor, and the agent's accept has none.
