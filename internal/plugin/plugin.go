@@ -92,9 +92,6 @@ func (p *Plugin) refused(cmd string, args *cnicmd.CmdArgs, cerr *types.Error) {
 // package podcache, which serves it).
 const PodCacheSocketName = "pods.sock"
 
-// errPluginNotAvailable is CNI 1.1's STATUS error "plugin not available" (50).
-const errPluginNotAvailable = 50
-
 // SupportedVersions are the CNI spec versions the plugin speaks, the ones
 // test/e2e runs a chain with: 0.3.0 and later, whose results name interfaces and
 // carry IPv6. A config of 0.1.0 or 0.2.0 is refused by name (the runtime reports
@@ -160,6 +157,14 @@ func (c *Config) logOptions() pluginlog.Options {
 // JSON at all), else the defaults; no log file, whose path may be as wrong as the
 // rest. At info level.
 func invalidConfigLogOptions(data []byte) pluginlog.Options {
+	runDir, sock := invalidConfigPaths(data)
+	return pluginlog.Options{Socket: sock, DatagramSocket: filepath.Join(runDir, DatagramLogSocketName),
+		IstioSocket: filepath.Join(runDir, IstioLogSocketName)}
+}
+
+// invalidConfigPaths are the run directory and the agent's log socket of a config
+// that does not parse, as invalidConfigLogOptions takes them.
+func invalidConfigPaths(data []byte) (runDir, logSocket string) {
 	var r struct {
 		RunDir        any `json:"cni_agent_run_dir"`
 		LogSocket     any `json:"log_socket"`
@@ -180,8 +185,7 @@ func invalidConfigLogOptions(data []byte) pluginlog.Options {
 	} else if s, ok := abs(r.LogUDSAddress); ok && r.LogSocket == nil {
 		sock = s
 	}
-	return pluginlog.Options{Socket: sock, DatagramSocket: filepath.Join(runDir, DatagramLogSocketName),
-		IstioSocket: filepath.Join(runDir, IstioLogSocketName)}
+	return runDir, sock
 }
 
 // withConfig runs a command's work with the config and its log, closing the log
@@ -830,29 +834,6 @@ func (p *Plugin) check(args *cnicmd.CmdArgs, cfg *Config, log *pluginlog.Logger)
 	}
 	log.Debug("CHECK: rules match")
 	return nil
-}
-
-// Status reports whether the plugin can work on this node. A runtime that calls
-// STATUS (containerd 2.x, for a config list of CNI 1.1.0) reports its failure as
-// NetworkReady=false, which makes the kubelet mark the node NotReady; so it fails
-// only when every ADD outside the excluded namespaces would fail closed: the
-// plugin's config is invalid, or its kubeconfig is missing, unreadable or invalid.
-// It never calls the API server: a slow or unreachable API server fails (or
-// delays, within their bound) the ADDs that need it, not the node's readiness.
-func (p *Plugin) Status(args *cnicmd.CmdArgs) error {
-	return p.withConfig(args, "STATUS", func(cfg *Config, log *pluginlog.Logger) error {
-		rememberIptablesVersion(cfg, log)
-		kc, err := cfg.loadKubeconfig()
-		if err == nil {
-			_, err = kube.NewClient(kc, time.Second)
-		}
-		if err != nil {
-			log.Warn("STATUS: not ready", "error", err)
-			return types.NewError(errPluginNotAvailable, fmt.Sprintf("istio-cni cannot look pods up: %v (is the istio-cni node agent running on this node?)", err), "")
-		}
-		log.Debug("STATUS: ready", "kubeconfig", cfg.Kubeconfig)
-		return nil
-	})
 }
 
 // loadKubeconfig reads the plugin's kubeconfig as the lookup uses it: with its

@@ -2,8 +2,10 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +184,93 @@ func TestARefusedADDIsToldWithItsReason(t *testing.T) {
 				t.Errorf("the record lacks ADD failed, %s or the error:\n%s", tc.want, got)
 			}
 		})
+	}
+}
+
+// TestStatusLogsAChangeOnceNotEveryCall: the runtime runs STATUS every few seconds
+// (the kubelet's runtime status every 5 s), and a node whose agent is down logged
+// "not ready" at each: thousands of lines a day in the runtime's journal and the
+// plugin's log file. Each change of state is logged once, with its reason: not
+// ready, not ready for another reason, ready again; each failure is still the
+// spec's STATUS error 50, naming the cause.
+func TestStatusLogsAChangeOnceNotEveryCall(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, KubeconfigName)
+	logFile := filepath.Join(dir, "plugin.log")
+	conf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","native_nftables":true,"cni_agent_run_dir":%q,"log_socket":"","log_file":%q}`, dir, logFile))
+	valid := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.96.0.1:443\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user:\n    token: t\n"
+	var stderr bytes.Buffer
+	p := &Plugin{Stdout: io.Discard, Stderr: &stderr, Timeout: 5 * time.Second}
+	status := func() error { return p.Status(&cnicmd.CmdArgs{StdinData: conf}) }
+	for _, step := range []struct {
+		name      string
+		change    func() error
+		wantCause string // "" for ready
+		wantLog   string // the one record the five runs leave at info level and above, "" for none
+	}{
+		{"ready from the start", func() error { return os.WriteFile(kubeconfig, []byte(valid), 0o600) }, "", ""},
+		{"the agent down, its kubeconfig gone", func() error { return os.Remove(kubeconfig) }, "no such file", "STATUS: not ready"},
+		{"another cause", func() error { return os.WriteFile(kubeconfig, []byte("current-context: nowhere\n"), 0o600) }, "nowhere", "STATUS: not ready"},
+		{"the agent back", func() error { return os.WriteFile(kubeconfig, []byte(valid), 0o600) }, "", "STATUS: ready again"},
+		{"down again", func() error { return os.Remove(kubeconfig) }, "no such file", "STATUS: not ready"},
+	} {
+		if err := step.change(); err != nil {
+			t.Fatal(err)
+		}
+		stderr.Reset()
+		before, _ := os.ReadFile(logFile)
+		for range 5 {
+			err := status()
+			var cerr *types.Error
+			switch {
+			case step.wantCause == "" && err != nil:
+				t.Errorf("%s: STATUS %v, want ready", step.name, err)
+			case step.wantCause != "" && (!errors.As(err, &cerr) || cerr.Code != types.ErrPluginNotAvailable || !strings.Contains(cerr.Msg, step.wantCause)):
+				t.Errorf("%s: STATUS %v, want error 50 (plugin not available) naming %q", step.name, err, step.wantCause)
+			}
+		}
+		after, _ := os.ReadFile(logFile)
+		for out, got := range map[string]string{"stderr": stderr.String(), "the log file": strings.TrimPrefix(string(after), string(before))} {
+			lines := strings.Split(strings.TrimSpace(got), "\n")
+			if got == "" {
+				lines = nil
+			}
+			switch {
+			case step.wantLog == "" && len(lines) != 0:
+				t.Errorf("%s: five STATUS runs logged to %s:\n%s\nwant nothing at info level", step.name, out, got)
+			case step.wantLog != "" && (len(lines) != 1 || !strings.Contains(got, step.wantLog) || step.wantCause != "" && !strings.Contains(got, step.wantCause)):
+				t.Errorf("%s: five STATUS runs logged to %s:\n%s\nwant one record %q naming %q", step.name, out, got, step.wantLog, step.wantCause)
+			}
+		}
+	}
+	// Ready again: nothing of the state is left in the run dir.
+	if err := os.WriteFile(kubeconfig, []byte(valid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := status(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, NotReadyStateName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ready again, the run dir still holds %s (stat: %v)", NotReadyStateName, err)
+	}
+}
+
+// TestStatusOfAnInvalidConfigIsPluginNotAvailable: a config STATUS cannot read is
+// the spec's STATUS error 50 (the plugin cannot serve ADDs), not the ADD's 7,
+// naming the key; it too is logged once, in the run dir the config names.
+func TestStatusOfAnInvalidConfigIsPluginNotAvailable(t *testing.T) {
+	dir := t.TempDir()
+	conf := []byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"istio-cni","cni_agent_run_dir":%q,"log_socket":"","ambient_enabled":true}`, dir))
+	var stderr bytes.Buffer
+	p := &Plugin{Stdout: io.Discard, Stderr: &stderr, Timeout: 5 * time.Second}
+	for range 3 {
+		err := p.Status(&cnicmd.CmdArgs{StdinData: conf})
+		var cerr *types.Error
+		if !errors.As(err, &cerr) || cerr.Code != types.ErrPluginNotAvailable || !strings.Contains(cerr.Msg, `"ambient_enabled"`) {
+			t.Errorf("STATUS = %v, want error 50 naming ambient_enabled", err)
+		}
+	}
+	if got := strings.Count(stderr.String(), "STATUS: not ready"); got != 1 {
+		t.Errorf("three STATUS runs logged %d not-ready records, want 1:\n%s", got, stderr.String())
 	}
 }

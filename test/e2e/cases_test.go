@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -405,19 +406,53 @@ func TestFiftyPodsInParallel(t *testing.T) {
 	}
 }
 
-// TestStatusReportsAMissingKubeconfig: STATUS says whether the plugin can work.
+// TestStatusReportsAMissingKubeconfig: STATUS says whether the plugin can work,
+// with the spec's STATUS error 50 (plugin not available) when it cannot. The
+// runtime runs it every few seconds: its log file gets the change of state once,
+// not a record per run, and the record of its return. (libcni keeps a failed
+// plugin's stderr from the caller: TestStatusLogsAChangeOnceNotEveryCall checks
+// stderr.)
 func TestStatusReportsAMissingKubeconfig(t *testing.T) {
 	n := newNode(t, shared)
 	list := n.chain(n.istioEntry(nil))
+	logFile := filepath.Join(n.runDir, plugin.LogFileName)
+	count := func(msg string) int {
+		data, _ := os.ReadFile(logFile)
+		return strings.Count(string(data), `"msg":"`+msg)
+	}
 	if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
 		t.Errorf("STATUS with a kubeconfig: %v", err)
+	}
+	kubeconfig, err := os.ReadFile(n.runDir + "/istio-cni-kubeconfig")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Remove(n.runDir + "/istio-cni-kubeconfig"); err != nil {
 		t.Fatal(err)
 	}
-	err := n.cni.GetStatusNetworkList(t.Context(), list)
-	if err == nil || !strings.Contains(err.Error(), "kubeconfig") {
-		t.Errorf("STATUS without a kubeconfig = %v, want an error about it", err)
+	for range 5 {
+		err := n.cni.GetStatusNetworkList(t.Context(), list)
+		var cerr *types.Error
+		if !errors.As(err, &cerr) || cerr.Code != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "kubeconfig") {
+			t.Errorf("STATUS without a kubeconfig = %v, want error 50 (plugin not available) about it", err)
+		}
+	}
+	if got := count("STATUS: not ready:"); got != 1 {
+		t.Errorf("five STATUS runs without a kubeconfig logged %d not-ready records, want 1", got)
+	}
+	if err := os.WriteFile(n.runDir+"/istio-cni-kubeconfig", kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := n.cni.GetStatusNetworkList(t.Context(), list); err != nil {
+			t.Errorf("STATUS with the kubeconfig back: %v", err)
+		}
+	}
+	if got := count("STATUS: ready again"); got != 1 {
+		t.Errorf("three STATUS runs with the kubeconfig back logged %d ready-again records, want 1", got)
+	}
+	if exists(filepath.Join(n.runDir, plugin.NotReadyStateName)) {
+		t.Errorf("ready again, the run dir still holds %s", plugin.NotReadyStateName)
 	}
 }
 
