@@ -4,15 +4,21 @@
 // plugin's function for the command, and prints an error as the runtime expects it
 // (JSON on stdout, exit status 1).
 //
-// It does what the CNI library's skel package does, with three differences that
-// matter to a plugin exec'd once per pod:
+// It does what the CNI library's skel package does, with these differences, the
+// first three for a plugin exec'd once per pod, the last two as the CNI spec
+// (1.1.0) says:
 //   - no regular expression: skel's validation package compiles one at every start
 //     of the process (with the regexp and unicode tables' initialisation, about
 //     0.1 ms of every ADD, measured);
 //   - the configuration is decoded once for its name and version;
 //   - a command is refused before it runs, not after, when CNI_NETNS is the
 //     plugin's own network namespace (skel checks after ADD and DEL, when the
-//     rules would already be in the host's namespace).
+//     rules would already be in the host's namespace);
+//   - a DEL that the dispatch refuses (the config's name or version, CNI_NETNS the
+//     plugin's own namespace) succeeds without running: the ADD was refused the
+//     same way, and DEL must succeed when what it would remove is missing;
+//   - CNI_PATH is required for GC only (the spec makes it optional for the other
+//     commands; skel requires it for all).
 //
 // The environment, stdin and stdout are parameters (Env), so the same dispatch
 // runs in a test or in another process than the plugin's own.
@@ -163,6 +169,14 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 		if funcs.Refused != nil {
 			funcs.Refused(cmd, args, err)
 		}
+		if cmd == "DEL" {
+			// The ADD of this config, or into this namespace, was refused the same
+			// way, so nothing of it is there to remove, and the spec asks DEL to
+			// succeed then. A failed DEL would also stop the runtime's DEL of the
+			// chain here, before the plugins ahead of this one release the pod's
+			// address, and leave the sandbox undeletable.
+			return nil
+		}
 		return err
 	}
 	var fn func(*CmdArgs) error
@@ -238,7 +252,9 @@ func argsFromEnv(env Env, cmd string) (*CmdArgs, *types.Error) {
 		{"CNI_CONTAINERID", args.ContainerID, forAdd | forCheck | forDel, ValidateContainerID},
 		{"CNI_NETNS", args.Netns, forAdd | forCheck, nil},
 		{"CNI_IFNAME", args.IfName, forAdd | forCheck | forDel, ValidateInterfaceName},
-		{"CNI_PATH", args.Path, forAdd | forCheck | forDel | forGC | forStatus, nil},
+		// Required for GC alone, as the spec says (skel requires it for every
+		// command): this plugin runs no other plugin.
+		{"CNI_PATH", args.Path, forGC, nil},
 	}
 	var missing []string
 	for _, v := range vars {

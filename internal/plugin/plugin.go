@@ -62,10 +62,12 @@ func (p *Plugin) Funcs() cnicmd.Funcs {
 // refused tells the log and the agent of an ADD that the dispatch refused before
 // Add ran (cnicmd.Funcs.Refused): such an ADD fails as every other does, and the
 // agent counts it (istio_cni_plugin_add_failures_total), by reason config, or
-// environment for a CNI_NETNS that is the plugin's own namespace. Other commands
-// are refused with the runtime's error alone, as before.
+// environment for a CNI_NETNS that is the plugin's own namespace. A DEL refused
+// so succeeds without running (cnicmd.Run: its ADD was refused the same way) and
+// is logged at debug, as DEL's other "nothing to do" outcomes. Other commands are
+// refused with the runtime's error alone, as before.
 func (p *Plugin) refused(cmd string, args *cnicmd.CmdArgs, cerr *types.Error) {
-	if cmd != "ADD" {
+	if cmd != "ADD" && cmd != "DEL" {
 		return
 	}
 	reason := pluginlog.ReasonConfig
@@ -77,6 +79,12 @@ func (p *Plugin) refused(cmd string, args *cnicmd.CmdArgs, cerr *types.Error) {
 		log = pluginlog.New(p.Stderr, cfg.logOptions())
 	} else {
 		log = pluginlog.New(p.Stderr, invalidConfigLogOptions(args.StdinData))
+	}
+	if cmd == "DEL" {
+		log.Debug("DEL: nothing to do: the ADD of this config or namespace is refused the same way", "command", cmd,
+			"containerID", shortID(args.ContainerID), "netns", args.Netns, "refusal", cerr.Error(), "code", cerr.Code)
+		log.Close()
+		return
 	}
 	log.Error("ADD failed", "command", cmd, "containerID", shortID(args.ContainerID), "netns", args.Netns,
 		"error", cerr.Msg, "details", cerr.Details, "code", cerr.Code, "reason", reason)
