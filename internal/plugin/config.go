@@ -245,14 +245,14 @@ func decodeConfig(data []byte) (rawConfig, error) {
 		if err := checkSchema(raw.ConfigSchema); err != nil {
 			return rawConfig{}, err
 		}
-		return rawConfig{}, configJSONError(err)
+		return rawConfig{}, withCode(types.ErrDecodingFailure, configJSONError(err))
 	}
 	if err := checkSchema(raw.ConfigSchema); err != nil {
 		return rawConfig{}, err
 	}
 	if k := raw.Kubernetes; k != nil && k.InterceptType != nil {
 		if t := *k.InterceptType; t != "" && t != "iptables" {
-			return rawConfig{}, fmt.Errorf(`plugin config: "kubernetes.intercept_type": %q is not an intercept type (iptables)`, t)
+			return rawConfig{}, withCode(types.ErrUnsupportedField, fmt.Errorf(`plugin config: "kubernetes.intercept_type": %q is not an intercept type (iptables)`, t))
 		}
 	}
 	if p := raw.PodLookup; p != nil && p.Interval != nil {
@@ -263,6 +263,35 @@ func decodeConfig(data []byte) (rawConfig, error) {
 		raw.podLookupDelay = &d
 	}
 	return raw, nil
+}
+
+// codedError is an error that the runtime gets with a CNI error code of its own
+// (cniError), where the code its caller would give is not the right one.
+type codedError struct {
+	code uint
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func withCode(code uint, err error) error { return &codedError{code: code, err: err} }
+
+// ConfigErrorCode is the CNI error code of an error of ParseConfig: the spec's 6
+// (failed to decode) for JSON that is not a config or a key of the wrong type, 2
+// (unsupported field) for a setting this plugin does not support, 11 (try again
+// later) for a config of a newer schema, whose binary the agent is installing,
+// and 7 (invalid network config) for any other value. With several problems,
+// the first that has a code of its own decides.
+func ConfigErrorCode(err error) uint {
+	var coded *codedError
+	switch {
+	case errors.As(err, &coded):
+		return coded.code
+	case errors.Is(err, ErrNewerConfig):
+		return types.ErrTryAgainLater
+	}
+	return types.ErrInvalidNetworkConfig
 }
 
 // ConfigSchema is the version of the plugin config this binary understands. The
@@ -468,7 +497,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.AmbientEnabled {
-		bad("ambient_enabled", "true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)")
+		errs = append(errs, withCode(types.ErrUnsupportedField, fmt.Errorf("plugin config: %q: %s", "ambient_enabled",
+			"true is not supported: this istio-cni captures sidecar pods only and has no ambient mode (remove the setting or set it to false)")))
 	}
 	absPath(c.key("AgentRunDir", "cni_agent_run_dir"), c.AgentRunDir, false)
 	// Paths derived from a bad run dir would only repeat its error.

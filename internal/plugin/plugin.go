@@ -107,11 +107,16 @@ const PodCacheSocketName = "pods.sock"
 var SupportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 // cniError turns err into a CNI error with code, keeping a message a person can act
-// on. Errors that already are CNI errors keep their code.
+// on. Errors that already are CNI errors keep their code; one marked with a code
+// of its own (withCode) gets that code, with err's whole message.
 func cniError(code uint, err error) error {
 	var te *types.Error
 	if errors.As(err, &te) {
 		return te
+	}
+	var coded *codedError
+	if errors.As(err, &coded) {
+		code = coded.code
 	}
 	return types.NewError(code, err.Error(), "")
 }
@@ -137,12 +142,7 @@ func (p *Plugin) setup(args *cnicmd.CmdArgs, command string, rec *timing.Recorde
 		// reason config): its sockets are where what decodes of the config says.
 		l := pluginlog.New(p.Stderr, invalidConfigLogOptions(args.StdinData))
 		l.Error("invalid plugin config", "command", command, "containerID", args.ContainerID, "error", err)
-		code := uint(types.ErrInvalidNetworkConfig)
-		if errors.Is(err, ErrNewerConfig) {
-			// The agent is about to install the matching binary: worth a retry.
-			code = types.ErrTryAgainLater
-		}
-		return nil, l, cniError(code, err)
+		return nil, l, cniError(ConfigErrorCode(err), err)
 	}
 	l := pluginlog.New(p.Stderr, cfg.logOptions())
 	l.Logger = l.With("command", command, "containerID", shortID(args.ContainerID), "netns", args.Netns)
@@ -868,8 +868,10 @@ func (cfg *Config) OverrideServer(kc *kube.Kubeconfig) error {
 		return nil
 	}
 	if strings.HasPrefix(strings.ToLower(kc.Server), "https://") && !strings.HasPrefix(strings.ToLower(cfg.K8sAPIRoot), "https://") {
-		return fmt.Errorf("kubernetes.k8s_api_root %s: the kubeconfig's server %s is https, and the override would send its credentials without TLS; use an https URL or leave k8s_api_root out",
-			kube.RedactURL(cfg.K8sAPIRoot), kube.RedactURL(kc.Server))
+		// The plugin's config is at fault, whatever the lookup's retries: not a
+		// "try again later".
+		return withCode(types.ErrInvalidNetworkConfig, fmt.Errorf("kubernetes.k8s_api_root %s: the kubeconfig's server %s is https, and the override would send its credentials without TLS; use an https URL or leave k8s_api_root out",
+			kube.RedactURL(cfg.K8sAPIRoot), kube.RedactURL(kc.Server)))
 	}
 	kc.Server = cfg.K8sAPIRoot
 	return nil

@@ -1,15 +1,150 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/istio-cni/istio-cni/test/harness/testns"
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
+
+// execIstio runs the plugin's binary alone for cmd, as libcni runs one plugin of a
+// chain: conf is its entry with the list's cniVersion and name (and prevResult),
+// the sandbox's identity in the environment (none for STATUS and GC).
+func (n *node) execIstio(cmd string, conf map[string]any, sb *sandboxPod) error {
+	stdin, err := json.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	args := &invoke.Args{Command: cmd, Path: pluginDir}
+	if sb != nil {
+		rt := n.runtimeConf(sb)
+		args.ContainerID, args.NetNS, args.IfName, args.PluginArgs = rt.ContainerID, rt.NetNS, rt.IfName, rt.Args
+	}
+	return invoke.ExecPluginWithoutResult(context.Background(), filepath.Join(pluginDir, "istio-cni"), stdin, args, &pluginExec{RawExec: &invoke.RawExec{Stderr: n.stderr}})
+}
+
+// TestEveryErrorCarriesTheSpecsCode: each way the plugin's binary fails reaches
+// the runtime with the CNI spec's (1.1.0) well-known code for it, and a message
+// naming the field and the value; each way the spec asks a command to succeed, it
+// does. Before: a key of the wrong type and an unsupported setting were "invalid
+// network config" (7) like any bad value, an http API root for an https
+// kubeconfig was "try again later" (11) though no retry could cure it, STATUS of
+// an invalid config was 7 instead of STATUS's "plugin not available" (50), and a
+// DEL of a config whose ADD had been refused failed too, stopping the runtime's
+// DEL of the chain before the primary plugin released the pod's address.
+func TestEveryErrorCarriesTheSpecsCode(t *testing.T) {
+	n := newNode(t, shared)
+	good := n.newSandbox(createPod(t, shared, meshedPod("codes", "web", nil)))
+	badAnnotation := n.newSandbox(createPod(t, shared, meshedPod("codes", "bad", map[string]string{"traffic.sidecar.istio.io/includeInboundPorts": "80,70000"})))
+	missing := n.newSandbox(meshedPod("codes", "never-created", nil))
+	prev := map[string]any{"cniVersion": "1.1.0", "ips": []any{map[string]any{"address": "10.250.0.5/24"}}}
+	for _, tc := range []struct {
+		name       string
+		cmd        string
+		cniVersion string // "" for 1.1.0
+		extra      map[string]any
+		sb         *sandboxPod
+		wantCode   uint // 0: success
+		mentions   []string
+	}{
+		{"ADD, a key of the wrong type: failed to decode (6)", "ADD", "", map[string]any{"native_nftables": "yes"}, good,
+			types.ErrDecodingFailure, []string{`"native_nftables"`, "string", "true or false"}},
+		{"ADD, ambient mode: unsupported field (2)", "ADD", "", map[string]any{"ambient_enabled": true}, good,
+			types.ErrUnsupportedField, []string{`"ambient_enabled"`, "true is not supported"}},
+		{"ADD, another intercept type: unsupported field (2)", "ADD", "", map[string]any{"kubernetes": map[string]any{"intercept_type": "ebpf"}}, good,
+			types.ErrUnsupportedField, []string{`"kubernetes.intercept_type"`, `"ebpf"`}},
+		{"ADD, a bad value: invalid network config (7)", "ADD", "", map[string]any{"plugin_log_level": "loud"}, good,
+			types.ErrInvalidNetworkConfig, []string{`"plugin_log_level"`, `"loud"`}},
+		{"ADD, an http API root for an https kubeconfig: invalid network config (7), not try again later", "ADD", "",
+			map[string]any{"kubernetes": map[string]any{"k8s_api_root": "http://127.0.0.1:1"}}, good,
+			types.ErrInvalidNetworkConfig, []string{"kubernetes.k8s_api_root", "http://127.0.0.1:1"}},
+		{"ADD, a config of a newer schema: try again later (11)", "ADD", "", map[string]any{"config_schema": 99}, good,
+			types.ErrTryAgainLater, []string{`"config_schema" is 99`}},
+		{"ADD, a 0.2.0 config: incompatible CNI version (1)", "ADD", "0.2.0", nil, good,
+			types.ErrIncompatibleCNIVersion, []string{"incompatible CNI versions", "0.2.0"}},
+		{"ADD, an invalid annotation: invalid network config (7)", "ADD", "", nil, badAnnotation,
+			types.ErrInvalidNetworkConfig, []string{"codes/bad", "traffic.sidecar.istio.io/includeInboundPorts", `"70000"`}},
+		{"ADD, a pod the API server does not have: try again later (11)", "ADD", "", nil, missing,
+			types.ErrTryAgainLater, []string{"codes/never-created", "lookup failed after 3 tries", "does not exist"}},
+		{"CHECK, a 0.3.1 config: incompatible CNI version (1)", "CHECK", "0.3.1", nil, good,
+			types.ErrIncompatibleCNIVersion, []string{"config version does not allow CHECK"}},
+		{"DEL, a 0.2.0 config: success, its ADD was refused", "DEL", "0.2.0", nil, good, 0, nil},
+		{"DEL, a config of no version (0.1.0): success", "DEL", "-", nil, good, 0, nil},
+		{"DEL, an invalid config: success", "DEL", "", map[string]any{"plugin_log_level": "loud"}, good, 0, nil},
+		{"STATUS, an invalid config: plugin not available (50)", "STATUS", "", map[string]any{"ambient_enabled": true}, nil,
+			types.ErrPluginNotAvailable, []string{`"ambient_enabled"`}},
+		{"STATUS, a 1.0.0 config: incompatible CNI version (1)", "STATUS", "1.0.0", nil, nil,
+			types.ErrIncompatibleCNIVersion, []string{"config version does not allow STATUS"}},
+		{"GC, an invalid config: invalid network config (7)", "GC", "", map[string]any{"plugin_log_level": "loud"}, nil,
+			types.ErrInvalidNetworkConfig, []string{`"loud"`}},
+		{"GC: success", "GC", "", map[string]any{"cni.dev/valid-attachments": []any{map[string]any{"containerID": good.containerID, "ifname": "eth0"}}}, nil, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conf := n.istioEntry(tc.extra)
+			conf["name"] = "k8s-pod-network"
+			switch tc.cniVersion {
+			case "":
+				conf["cniVersion"] = "1.1.0"
+			case "-": // none
+			default:
+				conf["cniVersion"] = tc.cniVersion
+			}
+			if tc.cmd == "ADD" || tc.cmd == "CHECK" {
+				conf["prevResult"] = prev
+			}
+			err := n.execIstio(tc.cmd, conf, tc.sb)
+			if tc.wantCode == 0 {
+				if err != nil {
+					t.Fatalf("%s: %v, want success", tc.cmd, err)
+				}
+				return
+			}
+			var cerr *types.Error
+			if !errors.As(err, &cerr) || cerr.Code != tc.wantCode {
+				t.Fatalf("%s: %#v, want error code %d", tc.cmd, err, tc.wantCode)
+			}
+			wanterr.Mentions(t, err, tc.mentions...)
+			if tc.sb != nil {
+				wantNoRules(t, tc.sb, "a failed "+tc.cmd)
+			}
+		})
+	}
+}
+
+// TestCheckOfAGoneNetnsNamesIt: CHECK of a pod whose network namespace is gone
+// fails with "invalid environment variables" (4) naming CNI_NETNS, and DEL of it
+// still succeeds, twice (the spec's idempotent DEL).
+func TestCheckOfAGoneNetnsNamesIt(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	sb, res := n.addPod(t, list, createPod(t, shared, meshedPod("codes", "gone", nil)))
+	if err := testns.Delete(sb.netns); err != nil {
+		t.Fatal(err)
+	}
+	conf := n.istioEntry(nil)
+	conf["name"], conf["cniVersion"], conf["prevResult"] = "k8s-pod-network", "1.1.0", res
+	err := n.execIstio("CHECK", conf, sb)
+	var cerr *types.Error
+	if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(cerr.Msg, "CNI_NETNS "+sb.netns) {
+		t.Errorf("CHECK of a gone namespace: %v, want code 4 naming CNI_NETNS %s", err, sb.netns)
+	}
+	for i := range 2 {
+		if err := n.execIstio("DEL", conf, sb); err != nil {
+			t.Errorf("DEL %d of a gone namespace: %v", i+1, err)
+		}
+	}
+}
 
 // TestADELOfARefusedConfigLetsThePrimaryReleaseTheAddress: in a chain whose config
 // the plugin refuses (0.2.0, which an admin may have put it in by hand), the ADD
