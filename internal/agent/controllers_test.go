@@ -12,7 +12,6 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
-	"github.com/istio-cni/istio-cni/test/harness/chartrender"
 	"github.com/istio-cni/istio-cni/test/harness/silent"
 )
 
@@ -99,15 +98,7 @@ func TestRestConfigUsesTheAgentsSettings(t *testing.T) {
 // UNINSTALL_ON_EXIT=always the agent uninstalls; with auto it keeps the plugin, as
 // for any API server that does not answer, and says why.
 func TestAPIServerFeaturesNeverHoldBackReadinessOrShutdown(t *testing.T) {
-	chart, err := chartrender.Load("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := chart.DaemonSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	grace := chartGracePeriod(t)
 	for _, mode := range []ExitMode{ExitAlways, ExitAuto} {
 		t.Run(string(mode), func(t *testing.T) {
 			_, port, _ := net.SplitHostPort(silent.Listen(t, "tcp", "127.0.0.1:0").Addr.String())

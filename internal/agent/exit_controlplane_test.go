@@ -97,6 +97,21 @@ func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.Poli
 	return c
 }
 
+// chartGracePeriod is the terminationGracePeriodSeconds of the chart's DaemonSet as
+// a default install renders it: the time the kubelet gives the agent to exit.
+func chartGracePeriod(t *testing.T) time.Duration {
+	t.Helper()
+	chart, err := chartrender.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := chart.DaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+}
+
 // agentPod creates the pod the DaemonSet controller would, and gives the agent that
 // pod's projected token, bound to the pod as the kubelet's is.
 func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *corev1.Pod {
@@ -554,15 +569,7 @@ func TestAnAgentNotGrantedAReadOfTheExitDecisionWarnsAtStartAndNamesItOnExit(t *
 func TestTheExitStaysWithinTheGracePeriodWhenTheAPIServerStopsAnswering(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	chart, err := chartrender.Load("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := chart.DaemonSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	grace := chartGracePeriod(t)
 	c := newExitCluster(t, ctx, taintRules...)
 	u, err := url.Parse(c.cp.Host())
 	if err != nil {
