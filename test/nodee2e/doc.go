@@ -4,6 +4,8 @@
 // the capture and its connections go through the istio-proxy stand-in both ways, a
 // pod in an excluded namespace is left alone, helm upgrade rewrites the config,
 // the agent puts its entry back when the primary CNI rewrites its file, standalone
-// mode writes its own file, and helm uninstall leaves the CNI dirs as they were.
+// mode writes its own file, pods with hostUsers: false (a user namespace of their
+// own) are captured by both backends, and helm uninstall leaves the CNI dirs as
+// they were.
 // The tests need root and fail without it.
 package nodee2e
