@@ -46,12 +46,7 @@ func TestForeignOwnerOpensTheUserNamespaceOfAPodsNetnsOnly(t *testing.T) {
 			t.Errorf("ForeignOwner(%s) = %d, %v; want -1 (this process's user namespace)", ns, owner, err)
 		}
 	}
-	pod := testns.NewInUserNamespace(t)
-	owner, err := netns.ForeignOwner(pod)
-	if err != nil || owner < 0 {
-		t.Fatalf("ForeignOwner(%s) = %d, %v; want the pod's user namespace", pod, owner, err)
-	}
-	defer unix.Close(owner)
+	pod, owner := podWithOwner(t)
 	if got, want := fmt.Sprintf("user:[%d]", fstatIno(t, owner)), userNamespaceOf(t, pod); got != want {
 		t.Errorf("ForeignOwner(%s) opened %s, want %s", pod, got, want)
 	}
@@ -74,12 +69,7 @@ func fstatIno(t *testing.T, fd int) uint64 {
 // the ordinary way from the same thread stays in the node's user namespace.
 func TestRunInUserNamespaceRunsInThePodsNamespacesWithTheGivenCapabilities(t *testing.T) {
 	root.Require(t)
-	pod := testns.NewInUserNamespace(t)
-	owner, err := netns.ForeignOwner(pod)
-	if err != nil || owner < 0 {
-		t.Fatalf("ForeignOwner(%s) = %d, %v", pod, owner, err)
-	}
-	defer unix.Close(owner)
+	pod, owner := podWithOwner(t)
 	podNet, err := os.Readlink(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +113,7 @@ func TestRunInUserNamespaceRunsInThePodsNamespacesWithTheGivenCapabilities(t *te
 // holds its output open is waited for no longer than WaitDelay.
 func TestRunInUserNamespaceFailsNamingTheStep(t *testing.T) {
 	root.Require(t)
-	pod := testns.NewInUserNamespace(t)
-	owner, err := netns.ForeignOwner(pod)
-	if err != nil || owner < 0 {
-		t.Fatalf("ForeignOwner(%s) = %d, %v", pod, owner, err)
-	}
-	defer unix.Close(owner)
+	pod, owner := podWithOwner(t)
 	notUser, err := unix.Open(pod, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -165,4 +150,18 @@ func TestRunInUserNamespaceFailsNamingTheStep(t *testing.T) {
 	if took := time.Since(start); took > 100*time.Millisecond+cmd.WaitDelay+2*time.Second {
 		t.Errorf("a command whose child holds its output returned after %v, want at most the context's 100ms and WaitDelay's %v", took, cmd.WaitDelay)
 	}
+}
+
+// podWithOwner makes a network namespace inside a user namespace of its own, as
+// a pod with hostUsers: false has, and opens that user namespace (ForeignOwner,
+// closed at the test's end).
+func podWithOwner(t *testing.T) (pod string, owner int) {
+	t.Helper()
+	pod = testns.NewInUserNamespace(t)
+	owner, err := netns.ForeignOwner(pod)
+	if err != nil || owner < 0 {
+		t.Fatalf("ForeignOwner(%s) = %d, %v; want the pod's user namespace", pod, owner, err)
+	}
+	t.Cleanup(func() { unix.Close(owner) })
+	return pod, owner
 }
