@@ -1,6 +1,9 @@
 package chart
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -233,5 +236,27 @@ func TestTheGracePeriodCoversTheAgentsExit(t *testing.T) {
 	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 	if grace < agent.ExitBound+time.Second {
 		t.Errorf("terminationGracePeriodSeconds %s, want at least agent.ExitBound (%s) + 1s", grace, agent.ExitBound)
+	}
+	// A lower value is refused at install: the schema's minimum is the same bound.
+	raw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Grace struct {
+				Minimum *float64 `json:"minimum"`
+			} `json:"terminationGracePeriodSeconds"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	want := (agent.ExitBound + time.Second).Seconds()
+	switch m := schema.Properties.Grace.Minimum; {
+	case m == nil:
+		t.Errorf("values.schema.json: terminationGracePeriodSeconds has no minimum, want %v (agent.ExitBound %s + 1s)", want, agent.ExitBound)
+	case *m != want:
+		t.Errorf("values.schema.json: terminationGracePeriodSeconds minimum %v, want %v (agent.ExitBound %s + 1s)", *m, want, agent.ExitBound)
 	}
 }

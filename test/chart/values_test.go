@@ -978,6 +978,7 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		{"scrape interval not a duration", []string{"--set-string", "monitoring.serviceMonitor.interval=30"}, []string{"/monitoring/serviceMonitor/interval", "'30'"}},
 		{"misspelt monitor key", []string{"--set", "monitoring.podMonitor.enable=true"}, []string{"/monitoring/podMonitor", "'enable'"}},
 		{"negative grace period", []string{"--set", "terminationGracePeriodSeconds=-5"}, []string{"/terminationGracePeriodSeconds", "got -5"}},
+		{"grace period shorter than the agent's exit", []string{"--set", "terminationGracePeriodSeconds=2"}, []string{"/terminationGracePeriodSeconds", "got 2"}},
 		{"negative maxUnavailable", []string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=-1"}, []string{"/updateStrategy/rollingUpdate/maxUnavailable", "got -1"}},
 		{"surge pod beside the old one", []string{"--set", "updateStrategy.rollingUpdate.maxSurge=1", "--set", "updateStrategy.rollingUpdate.maxUnavailable=0"},
 			[]string{"updateStrategy.rollingUpdate.maxSurge is 1", "host network", "15014", "8000", "hang"}},
