@@ -61,21 +61,32 @@ func TestNativeNftablesModeCapturesWithNftTables(t *testing.T) {
 // Repair in place runs inside the agent's container with the image's own iptables
 // (in the flavour the node's plugin uses) or, with native nftables, through
 // netlink: a pod started before the agent, whose validation failed, passes it on its
-// next try as the same pod (same UID), with the capture in its namespace.
+// next try as the same pod (same UID), with the capture in its namespace. A pod
+// with hostUsers: false is repaired too: in iptables mode the image's tools run in
+// the pod's user namespace, joined from the agent's container under the chart's
+// capabilities and its RuntimeDefault seccomp profile.
 func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		values  []string
-		backend string // as the agent logs it: the node's flavour (this machine's plugin picks nft)
-		rules   func(testing.TB, *corev1.Pod) string
+		name      string
+		values    []string
+		backend   string // as the agent logs it: the node's flavour (this machine's plugin picks nft)
+		rules     func(testing.TB, *corev1.Pod) string
+		owner     string // the proxy's owner match, as rules shows it
+		hostUsers bool
 	}{
-		{"iptables", nil, "iptables-nft", func(t testing.TB, p *corev1.Pod) string { return podExec(t, p, "iptables-nft-save", "-t", "nat") }},
-		{"nftables", []string{"--set", "nativeNftables=true"}, "nftables", nftRuleset},
+		{"iptables", nil, "iptables-nft", iptablesNat, "--uid-owner 1337", true},
+		{"nftables", []string{"--set", "nativeNftables=true"}, "nftables", nftRuleset, "skuid 1337", true},
+		{"iptables-hostusers-false", nil, "iptables-nft", iptablesNat, "--uid-owner 1337", false},
+		{"nftables-hostusers-false", []string{"--set", "nativeNftables=true"}, "nftables", nftRuleset, "skuid 1337", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := session(t)
 			ns := "inplace-" + tc.name
-			deployment(t, ns, "early", 1)
+			var edits []func(*corev1.Pod) *corev1.Pod
+			if !tc.hostUsers {
+				edits = append(edits, withoutHostUsers)
+			}
+			deployment(t, ns, "early", 1, edits...)
 			broken := waitValidationFailed(t, ns, "early")
 			ensureSharedNetnsDir(t)
 			agent := install(t, s, values(t, append(tc.values, "--set", "repair.repairPods=true")...))
@@ -92,11 +103,19 @@ func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 			if fixed.UID != broken.UID {
 				t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
 			}
-			if rules := tc.rules(t, fixed); !strings.Contains(rules, "15001") {
-				t.Errorf("repaired pod %s has no capture:\n%s", fixed.Name, rules)
+			if !tc.hostUsers {
+				checkOwnUserNamespace(t, fixed)
+			}
+			if rules := tc.rules(t, fixed); !strings.Contains(rules, "15001") || !strings.Contains(rules, tc.owner) {
+				t.Errorf("repaired pod %s has no capture (with %q):\n%s", fixed.Name, tc.owner, rules)
 			}
 		})
 	}
+}
+
+// iptablesNat is the pod's nat table as iptables-nft-save in its namespace shows it.
+func iptablesNat(t testing.TB, p *corev1.Pod) string {
+	return podExec(t, p, "iptables-nft-save", "-t", "nat")
 }
 
 // ensureSharedNetnsDir makes the mount holding /var/run/netns shared for the

@@ -16,13 +16,16 @@ import (
 )
 
 // deployment runs replicas of the meshed pod with the validation init container.
-func deployment(t testing.TB, namespace, name string, replicas int32) {
+func deployment(t testing.TB, namespace, name string, replicas int32, edits ...func(*corev1.Pod) *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	if err := meshnode.EnsureNamespace(ctx, theNode, namespace); err != nil {
 		t.Fatal(err)
 	}
 	pod := meshnode.WithValidation(meshnode.MeshedPod(namespace, name))
+	for _, edit := range edits {
+		pod = edit(pod)
+	}
 	pod.Labels["app"] = name
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
