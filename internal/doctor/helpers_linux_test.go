@@ -94,6 +94,25 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 	return ps
 }
 
+// newPodSandboxInUserNamespace is newPodSandbox for a pod with hostUsers: false: its
+// network namespace belongs to a user namespace of its own (testns.NewInUserNamespace:
+// the pod's ids 0-65535 are the node's from testns.UserNamespaceBase on), held by
+// the process inside.
+func newPodSandboxInUserNamespace(t testing.TB, ip netip.Addr) *podSandbox {
+	t.Helper()
+	path := testns.NewInUserNamespace(t)
+	err := netns.Do(path, func() error {
+		if err := sandbox.LoopbackAddr(ip); err != nil {
+			return err
+		}
+		return sandbox.LoopedDefaultRoute()
+	})
+	if err != nil {
+		t.Fatalf("pod namespace: %v", err)
+	}
+	return &podSandbox{path: path}
+}
+
 type podOpt = pods.Option
 
 func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }

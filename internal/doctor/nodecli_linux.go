@@ -245,6 +245,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		if *appUID == 0 {
 			o.AppUID = defaultAppUID(t.pod)
 		}
+		o.Proc = t.ns.Proc
 		res, err := Probe(ctx, t.pod.Key(), t.ns.Path, t.ns.Source, spec, o)
 		if err != nil {
 			fmt.Fprintf(stderr, "probe: %v\n", err)

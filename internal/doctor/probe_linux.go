@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/probe"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 )
@@ -30,6 +31,10 @@ type ProbeOptions struct {
 	ProbePort uint16
 	// Timeout bounds each connection.
 	Timeout time.Duration
+	// Proc is the /proc directory of a process of the pod (repair.Netns.Proc): a pod
+	// with hostUsers: false has a user namespace of its own, whose id maps, read
+	// there, turn the pod's uids and gids into the node's the probe connects as.
+	Proc string
 }
 
 // Default outbound probe targets: documentation addresses (RFC 5737, RFC 3849),
@@ -57,6 +62,10 @@ type Flow struct {
 	UID    uint32 `json:"uid"`
 	GID    uint32 `json:"gid"`
 	Target string `json:"target"`
+	// NodeUID and NodeGID are UID and GID as the node sees them, when the pod has a
+	// user namespace of its own (hostUsers: false): the ids the probe connects as.
+	NodeUID *uint32 `json:"nodeUid,omitempty"`
+	NodeGID *uint32 `json:"nodeGid,omitempty"`
 	// Want is the capture port the flow must land on.
 	Want       uint16 `json:"want"`
 	Redirected bool   `json:"redirected"`
@@ -91,6 +100,10 @@ type probeFamily struct {
 // them, the connection's fate is read from conntrack instead.
 func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o ProbeOptions) (*ProbeResult, error) {
 	res := &ProbeResult{Pod: pod, Netns: where, Redirected: true}
+	ids, err := podIdentities(nsPath, o.Proc)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: %w", pod, err)
+	}
 	var families []probeFamily
 	for _, f := range probe.Families(spec.IPv6) {
 		outbound := o.OutboundV4
@@ -156,6 +169,9 @@ func Probe(ctx context.Context, pod, nsPath, where string, spec redirect.Spec, o
 			if fl.UID == proxyUID {
 				src = f.Loopback // the validation binds the loopback source, as Istio's does
 			}
+			if err := ids.toNode(&fl); err != nil {
+				return nil, fmt.Errorf("probe %s: %w", pod, err)
+			}
 			fl, tells := probeFlow(ctx, f, fl, src, o, res.Listeners)
 			res.Redirected = res.Redirected && (fl.Redirected || !tells)
 			res.Flows = append(res.Flows, fl)
@@ -176,7 +192,11 @@ func probeFlow(ctx context.Context, f probeFamily, fl Flow, src netip.Addr, o Pr
 		fl.Result = fmt.Sprintf("cannot tell: the pod has no route to %s (pass --outbound-target with an address it routes)", target)
 		return fl, false
 	}
-	out, err := f.catcher.Send(ctx, probe.Conn{Target: target, Source: src, As: &probe.Identity{UID: fl.UID, GID: fl.GID},
+	as := probe.Identity{UID: fl.UID, GID: fl.GID}
+	if fl.NodeUID != nil {
+		as = probe.Identity{UID: *fl.NodeUID, GID: *fl.NodeGID}
+	}
+	out, err := f.catcher.Send(ctx, probe.Conn{Target: target, Source: src, As: &as,
 		Timeout: o.Timeout, Conntrack: true})
 	if err != nil {
 		fl.Result = "cannot probe: " + err.Error()
@@ -262,7 +282,11 @@ func (r *ProbeResult) Text() string {
 	}
 	b.WriteString("\n")
 	for _, f := range r.Flows {
-		fmt.Fprintf(&b, "%s %s, uid %d gid %d -> %s: %s\n", strings.SplitN(f.Name, " ", 2)[0], f.Family, f.UID, f.GID, f.Target, f.Result)
+		ids := fmt.Sprintf("uid %d gid %d", f.UID, f.GID)
+		if f.NodeUID != nil {
+			ids += fmt.Sprintf(" (the node's %d and %d)", *f.NodeUID, *f.NodeGID)
+		}
+		fmt.Fprintf(&b, "%s %s, %s -> %s: %s\n", strings.SplitN(f.Name, " ", 2)[0], f.Family, ids, f.Target, f.Result)
 		if rest := strings.SplitN(f.Name, " ", 2); len(rest) == 2 {
 			fmt.Fprintf(&b, "  %s\n", strings.Trim(rest[1], "()"))
 		}
@@ -275,4 +299,51 @@ func (r *ProbeResult) Text() string {
 			"and app traffic bypasses the sidecar; run `istio-cni-doctor inspect` on the pod to see which rules are missing.\n")
 	}
 	return b.String()
+}
+
+// podIdentities maps the pod's uids and gids to the node's. Netfilter's owner match
+// (and nftables' skuid and skgid) reads a socket's ids in the user namespace that
+// owns the pod's network namespace: for a pod with hostUsers: false that is the
+// pod's own, where the node's uid 1337 is not the proxy's 1337 (it is unmapped
+// there). The probe must connect as the node's id that the pod's maps make the
+// pod's. A pod in the node's user namespace needs no mapping; an owner that cannot
+// be told (a kernel before 4.9) is taken as the node's, as the plugin takes it.
+func podIdentities(nsPath, proc string) (*idMapping, error) {
+	owner, err := netns.ForeignOwner(nsPath)
+	if err != nil || owner < 0 {
+		return &idMapping{}, nil
+	}
+	defer unix.Close(owner)
+	if proc == "" {
+		return nil, errors.New("the pod's network namespace belongs to a user namespace of its own (hostUsers: false), " +
+			"and no process of the pod was found to read that namespace's uid and gid maps")
+	}
+	uid, gid, err := netns.ReadIDMaps(proc, owner)
+	if err != nil {
+		return nil, fmt.Errorf("the pod has a user namespace of its own (hostUsers: false): %w", err)
+	}
+	return &idMapping{foreign: true, uid: uid, gid: gid}, nil
+}
+
+// idMapping turns a pod's ids into the node's; the zero value is the identity.
+type idMapping struct {
+	foreign  bool
+	uid, gid netns.IDMap
+}
+
+// toNode sets fl's NodeUID and NodeGID from its UID and GID.
+func (m *idMapping) toNode(fl *Flow) error {
+	if !m.foreign {
+		return nil
+	}
+	u, ok := m.uid.Outside(fl.UID)
+	if !ok {
+		return fmt.Errorf("uid %d is not mapped in the pod's user namespace (uid_map %v)", fl.UID, m.uid)
+	}
+	g, ok := m.gid.Outside(fl.GID)
+	if !ok {
+		return fmt.Errorf("gid %d is not mapped in the pod's user namespace (gid_map %v)", fl.GID, m.gid)
+	}
+	fl.NodeUID, fl.NodeGID = &u, &g
+	return nil
 }

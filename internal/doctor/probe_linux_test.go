@@ -29,6 +29,11 @@ func TestProbeReportsWhereTrafficLands(t *testing.T) {
 		netip.MustParseAddr("10.251.8.4"))
 	runCapturedPod(t, cp, e.cfg, injectedPod("no-outbound", withAnnotation("traffic.sidecar.istio.io/includeOutboundIPRanges", "")),
 		netip.MustParseAddr("10.251.8.5"))
+	// A pod with hostUsers: false: its capture's owner match reads the pod's ids,
+	// so the probe connects as the node's ids its maps make 1337 and 1000.
+	usernsIP := netip.MustParseAddr("10.251.8.6")
+	usernsPod := createPod(t, cp, injectedPod("userns"), usernsIP)
+	applyCapture(t, e.cfg, usernsPod, newPodSandboxInUserNamespace(t, usernsIP).path)
 	proxy, err := sandbox.Serve(withProxyNS.path, 1337, "proxy-outbound", "tcp4", "0.0.0.0:15001", false)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +56,9 @@ func TestProbeReportsWhereTrafficLands(t *testing.T) {
 		{"captured", "app/captured", nil, 0, []string{
 			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: redirected to 15006 (original destination preserved)",
 			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: redirected to 15001 (original destination preserved)"}},
+		{"user-namespace", "app/userns", nil, 0, []string{
+			"inbound ipv4, uid 1337 gid 1337 (the node's 101337 and 101337) -> 127.0.0.6:15002: redirected to 15006 (original destination preserved)",
+			"outbound ipv4, uid 1000 gid 1000 (the node's 101000 and 101000) -> 198.51.100.1:80: redirected to 15001 (original destination preserved)"}},
 		{"uncaptured", "app/uncaptured", nil, 1, []string{
 			"inbound ipv4, uid 1337 gid 1337 -> 127.0.0.6:15002: NOT redirected: reached 127.0.0.6:15002 directly",
 			"outbound ipv4, uid 1000 gid 1000 -> 198.51.100.1:80: NOT redirected: no answer from 198.51.100.1:80"}},

@@ -25,7 +25,11 @@ type Netns struct {
 	Source string
 	// Inode identifies the namespace.
 	Inode uint64
-	file  *os.File
+	// Proc is the /proc directory of the oldest process in it (the sandbox's pause
+	// process), through the finder's ProcDir; "" when no process holds it. A pod with
+	// hostUsers: false has its user namespace's id maps read there.
+	Proc string
+	file *os.File
 }
 
 // Close releases the namespace.
@@ -57,6 +61,7 @@ type nsCandidate struct {
 	bind    bool   // a bind mount rather than a process's
 	pids    int    // processes inside
 	started uint64 // start time of the oldest process, clock ticks after boot
+	proc    string // the oldest process's /proc directory
 }
 
 // Find returns the one namespace holding any of ips. Namespaces with processes are
@@ -191,6 +196,7 @@ func (f *ProcFinder) candidates() ([]*nsCandidate, error) {
 		}
 		if c.pids == 0 || started < c.started {
 			c.started = started
+			c.proc = filepath.Join(f.ProcDir, e.Name())
 		}
 		c.pids++
 	}
@@ -213,7 +219,7 @@ func holds(c *nsCandidate, ips []netip.Addr) (*Netns, bool, error) {
 		file.Close()
 		return nil, false, fmt.Errorf("namespace at %s changed", c.path)
 	}
-	n := &Netns{Path: fmt.Sprintf("/proc/self/fd/%d", file.Fd()), Source: c.path, Inode: c.inode, file: file}
+	n := &Netns{Path: fmt.Sprintf("/proc/self/fd/%d", file.Fd()), Source: c.path, Inode: c.inode, Proc: c.proc, file: file}
 	var match bool
 	addrs, err := netns.Addrs(n.Path)
 	for _, a := range addrs {

@@ -19,7 +19,8 @@ import (
 // the node's agent pod, installed with troubleshooting.enabled, once with the
 // default iptables backend and once with native nftables. The doctor reads the rules
 // with the image's own iptables-save or nft, in the flavour the node's plugin uses.
-// It proves: a captured pod passes inspect (exit 0) and probe (exit 0); a pod in an
+// It proves: a captured pod, with or without hostUsers: false, passes inspect (exit
+// 0) and probe (exit 0); a pod in an
 // excluded namespace and a pod without a sidecar are reported as not redirected,
 // with the reason (exit 3); after a rule is deleted by hand in a pod's namespace
 // (nsenter from the node), inspect names the difference and probe finds the
@@ -52,7 +53,7 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 			delete(plain.Annotations, "sidecar.istio.io/status")
 			plain.Spec.Containers = plain.Spec.Containers[:1]
 			pods := createPods(t, meshnode.MeshedPod(ns, "web"), meshnode.MeshedPod(ns, "broken"),
-				meshnode.MeshedPod("istio-system", "skipped-"+tc.name), plain)
+				meshnode.MeshedPod("istio-system", "skipped-"+tc.name), plain, withoutHostUsers(meshnode.MeshedPod(ns, "userns")))
 
 			doctor := func(args ...string) (string, int) {
 				t.Helper()
@@ -88,6 +89,14 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 				"Rules: as the pod requires ("+tc.backend+").", "Status: ok")
 			out, code = doctor("probe", ns+"/web")
 			want("probe of a captured pod", 0, out, code)
+
+			// A pod with hostUsers: false: the probe connects as the node's ids its
+			// maps make the proxy's and the application's.
+			out, code = doctor("inspect", ns+"/userns")
+			want("inspect of a captured pod with hostUsers: false", 0, out, code, "Decision: traffic is redirected",
+				"Rules: as the pod requires ("+tc.backend+").", "Status: ok")
+			out, code = doctor("probe", ns+"/userns")
+			want("probe of a captured pod with hostUsers: false", 0, out, code, "uid 1337 gid 1337 (the node's ", "redirected to 15006")
 
 			out, code = doctor("inspect", "istio-system/skipped-"+tc.name)
 			want("inspect of a pod in an excluded namespace", 3, out, code, "Decision: NOT redirected", "istio-system", "Status: not-meshed")
