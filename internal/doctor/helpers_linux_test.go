@@ -76,15 +76,7 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	err := netns.Do(bind, func() error {
-		if err := sandbox.LoopbackAddr(ip); err != nil {
-			return err
-		}
-		return sandbox.LoopedDefaultRoute()
-	})
-	if err != nil {
-		t.Fatalf("pod namespace: %v", err)
-	}
+	addressPod(t, bind, ip)
 	// Only the process holds it from now on, as with a runtime that bind-mounts
 	// its namespaces somewhere the finder does not look.
 	if err := testns.Delete(bind); err != nil {
@@ -101,6 +93,14 @@ func newPodSandbox(t testing.TB, ip netip.Addr) *podSandbox {
 func newPodSandboxInUserNamespace(t testing.TB, ip netip.Addr) *podSandbox {
 	t.Helper()
 	path := testns.NewInUserNamespace(t)
+	addressPod(t, path, ip)
+	return &podSandbox{path: path}
+}
+
+// addressPod gives the pod's namespace at path its address on lo and the looped
+// default route an outbound connection leaves by.
+func addressPod(t testing.TB, path string, ip netip.Addr) {
+	t.Helper()
 	err := netns.Do(path, func() error {
 		if err := sandbox.LoopbackAddr(ip); err != nil {
 			return err
@@ -110,7 +110,6 @@ func newPodSandboxInUserNamespace(t testing.TB, ip netip.Addr) *podSandbox {
 	if err != nil {
 		t.Fatalf("pod namespace: %v", err)
 	}
-	return &podSandbox{path: path}
 }
 
 type podOpt = pods.Option
