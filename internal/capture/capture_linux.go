@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -56,7 +57,9 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		}
 		defer release()
 		if aerr != nil {
-			cerr := b.Cleanup(ctx)
+			rctx, cancel := rollbackContext(ctx)
+			defer cancel()
+			cerr := b.Cleanup(rctx)
 			_, _, rerr := removeRouting(plan)
 			return errors.Join(aerr, cerr, rerr)
 		}
@@ -67,6 +70,19 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		return false, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
 	}
 	return changed, nil
+}
+
+// RollbackBound bounds the removal of what a failed apply added. It is a bound
+// of its own, not what is left of the caller's: an apply that failed because
+// that bound ran out (a restore killed mid-way, after another family's rules
+// were written) leaves no time in it, and a removal under it would be refused at
+// once, leaving those rules in place.
+const RollbackBound = 10 * time.Second
+
+// rollbackContext is ctx's values (the recorder, the native fallbacks' list)
+// without its deadline or cancellation, bounded by RollbackBound.
+func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), RollbackBound)
 }
 
 // Verify compares the namespace's live rules and routing with the plan.
