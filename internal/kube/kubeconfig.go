@@ -211,9 +211,21 @@ func ParseKubeconfig(raw []byte, dir string) (*Kubeconfig, error) {
 // this client does not implement: left out, they would make it connect otherwise
 // than the file says (directly instead of through a proxy, anonymous instead of
 // with the credential, as the user instead of whom it impersonates).
+//
+// It also refuses, as kubectl does (client-go: "specifying a root certificates
+// file with the insecure flag is not allowed"), insecure-skip-tls-verify beside a
+// CA: the CA would not be checked, and the API server's answers, which decide
+// every pod's capture, would be taken from any server.
 func refuseUnsupported(cluster *kubeconfigCluster, user *kubeconfigUser) error {
 	if p := cluster.Cluster.ProxyURL; p != "" {
 		return fmt.Errorf("cluster %q: proxy-url %s: not supported (this client connects to the server directly); remove it, or reach the server without a proxy", cluster.Name, RedactURL(p))
+	}
+	if c := &cluster.Cluster; c.InsecureSkipTLSVerify && (c.CertificateAuthority != "" || c.CertificateAuthorityData != "") {
+		key := "certificate-authority-data"
+		if c.CertificateAuthorityData == "" {
+			key = "certificate-authority"
+		}
+		return fmt.Errorf("cluster %q: insecure-skip-tls-verify beside %s: refused, as kubectl does (the CA would not be checked, and the API server's answers would be taken from any server); remove one of them", cluster.Name, key)
 	}
 	if user == nil {
 		return nil

@@ -153,6 +153,16 @@ current-context: ctx
 			wantErr: []string{`cluster "c": proxy-url "http://me:xxxxx@proxy:3128": not supported`, "connects to the server directly"},
 		},
 		{
+			name:    "insecure-skip-tls-verify beside certificate-authority-data",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a","certificate-authority-data":"QQ==","insecure-skip-tls-verify":true}}],"contexts":[{"name":"x","context":{"cluster":"c"}}],"current-context":"x"}`,
+			wantErr: []string{`cluster "c": insecure-skip-tls-verify beside certificate-authority-data`, "as kubectl does", "remove one of them"},
+		},
+		{
+			name:    "insecure-skip-tls-verify beside certificate-authority",
+			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://a","certificate-authority":"/no/such/ca.crt","insecure-skip-tls-verify":true}}],"contexts":[{"name":"x","context":{"cluster":"c"}}],"current-context":"x"}`,
+			wantErr: []string{`cluster "c": insecure-skip-tls-verify beside certificate-authority`, "as kubectl does"},
+		},
+		{
 			name:    "bad base64",
 			in:      `{"clusters":[{"name":"c","cluster":{"server":"https://k","certificate-authority-data":"***"}}],"contexts":[{"name":"x","context":{"cluster":"c"}}]}`,
 			wantErr: []string{"certificate-authority: not base64"},

@@ -394,6 +394,10 @@ func TestAKubeconfigThePluginCannotUseFailsAtOnce(t *testing.T) {
 		{"an auth provider", "    token: t\n", "    auth-provider:\n      name: oidc\n", []string{`user "u": auth-provider (name "oidc")`}},
 		{"a context's user not in users", "    user: u\n", "    user: typo\n", []string{`context "c": user "typo": no user of that name`}},
 		{"a current-context naming no context", "current-context: c\n", "current-context: typo\n", []string{`current-context "typo": no context of that name`}},
+		// kubectl refuses it too: the CA would be left unchecked, and the pod
+		// specs that decide every capture would come from any server.
+		{"insecure-skip-tls-verify beside a CA", "    certificate-authority: ", "    insecure-skip-tls-verify: true\n    certificate-authority: ",
+			[]string{`cluster "c": insecure-skip-tls-verify beside certificate-authority`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var gets atomic.Int32
