@@ -50,7 +50,7 @@ var alwaysExcludedInboundPorts = []uint16{15020, 15021, 15090}
 // the capture field it sets, Istio's CNI default when it is absent ("" and absent
 // leave the field as redirect.DefaultSpec has it) and the check Istio's plugin makes
 // of a value the pod gives (see annotationsyntax.go; nil: Istio's plugin takes any).
-var annotationFields = []struct {
+var annotationFields = [...]struct {
 	key   string
 	field redirect.Field
 	def   string
@@ -76,10 +76,19 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 	ann := pod.Metadata.Annotations
 	spec := redirect.DefaultSpec()
 	var errs []error
+	// The list items each annotation gave, for the limit of all: on the stack,
+	// one per annotation read (the traffic annotations and the virtual interfaces').
+	var gaveBuf [len(annotationFields) + 1]annotationItems
+	gave := gaveBuf[:0]
 	set := func(key string, f redirect.Field, v string) bool {
 		if err := spec.Set(f, v); err != nil {
 			errs = append(errs, fmt.Errorf("annotation %s: %w", key, err))
 			return false
+		}
+		if _, ok := ann[key]; ok {
+			if n := spec.ListItems(f); n > 0 {
+				gave = append(gave, annotationItems{key, n})
+			}
 		}
 		return true
 	}
@@ -141,9 +150,64 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 	}
 	_, spec.IPv6, _ = redirect.PodAddress(podIPs, envBool(proxy, EnvDualStack))
 	if err := spec.Validate(); err != nil {
-		return redirect.Spec{}, podError(pod, err)
+		return redirect.Spec{}, podError(pod, nameAnnotationItems(err, gave))
 	}
 	return spec, nil
+}
+
+// annotationItems is how many list items (ports, CIDRs, interfaces) an
+// annotation gave the capture.
+type annotationItems struct {
+	key string
+	n   int
+}
+
+// nameAnnotationItems rewrites the spec's refusal of too many items in all
+// (redirect.ItemsError), which can name no field, into one that names each
+// annotation that gave items and how many, and what the plugin added; err's
+// other refusals are kept as they are.
+func nameAnnotationItems(err error, given []annotationItems) error {
+	var ie *redirect.ItemsError
+	if !errors.As(err, &ie) || len(given) == 0 {
+		return err
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		if !errors.As(e, &ie) {
+			out = append(out, e)
+			continue
+		}
+		var b strings.Builder
+		b.WriteString("annotation")
+		if len(given) > 1 {
+			b.WriteString("s")
+		}
+		fromAnnotations := 0
+		for i, g := range given {
+			switch {
+			case i == 0:
+				b.WriteString(" ")
+			case i == len(given)-1:
+				b.WriteString(" and ")
+			default:
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (%d", g.key, g.n)
+			if i == 0 {
+				b.WriteString(" items")
+			}
+			b.WriteString(")")
+			fromAnnotations += g.n
+		}
+		fmt.Fprintf(&b, ", with the %d items the plugin adds (the proxy's uid and gid, the inbound ports always excluded, extra_bypass_uids): %d items in all, more than the limit of %d",
+			ie.Total-fromAnnotations, ie.Total, redirect.MaxSpecItems)
+		out = append(out, errors.New(b.String()))
+	}
+	return errors.Join(out...)
 }
 
 // portsText is "15020, 15021 and 15090".

@@ -237,7 +237,14 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 			`pod default/web-1: annotation traffic.sidecar.istio.io/includeOutboundIPRanges: 300 items given, at most 256 are supported`},
 		{"too many items in all", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, portList(1, 256)), withAnnotation(AnnotationExcludeOutboundPorts, portList(1000, 256)),
 			withAnnotation(AnnotationIncludeOutboundPorts, portList(2000, 256)), withAnnotation(AnnotationIncludeOutboundIPRanges, cidrList(256))),
-			`pod default/web-1: capture: 1029 ports, CIDRs, interfaces, ids and servers in all, at most 1024 are supported`},
+			`pod default/web-1: annotations traffic.sidecar.istio.io/includeOutboundIPRanges (256 items), traffic.sidecar.istio.io/includeInboundPorts (256), ` +
+				`traffic.sidecar.istio.io/includeOutboundPorts (256) and traffic.sidecar.istio.io/excludeOutboundPorts (256), with the 5 items the plugin adds ` +
+				`(the proxy's uid and gid, the inbound ports always excluded, extra_bypass_uids): 1029 items in all, more than the limit of 1024`},
+		{"too many items in all, from fewer annotations", injectedPod(withAnnotation(AnnotationExcludeInboundPorts, portList(1, 253)), withAnnotation(AnnotationIncludeOutboundPorts, portList(2000, 256)),
+			withAnnotation(AnnotationExcludeOutboundPorts, portList(3000, 256)), withAnnotation(AnnotationExcludeInterfaces, ifaceList(256))),
+			`pod default/web-1: annotations traffic.sidecar.istio.io/excludeInboundPorts (253 items), traffic.sidecar.istio.io/includeOutboundPorts (256), ` +
+				`traffic.sidecar.istio.io/excludeOutboundPorts (256) and traffic.sidecar.istio.io/excludeInterfaces (256), with the 5 items the plugin adds ` +
+				`(the proxy's uid and gid, the inbound ports always excluded, extra_bypass_uids): 1026 items in all, more than the limit of 1024`},
 		{"a long bad item is quoted by its start", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, strings.Repeat("x", 1000))),
 			`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"... (1000 bytes) is not a port (1-65535)`},
 		{"every bad annotation is reported", injectedPod(withAnnotation(AnnotationIncludeInboundPorts, "x"), withAnnotation(AnnotationInterceptionMode, "y")),
@@ -281,4 +288,13 @@ func cidrList(n int) string {
 		cidrs[i] = fmt.Sprintf("10.1.%d.%d/32", i/250, i%250+1)
 	}
 	return strings.Join(cidrs, ",")
+}
+
+// ifaceList is n interface names, eth0, eth1, ...
+func ifaceList(n int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "eth" + strconv.Itoa(i)
+	}
+	return strings.Join(names, ",")
 }

@@ -147,6 +147,55 @@ func (s *Spec) NeedsTProxyRouting() bool {
 	return s.Mode == ModeTProxy && !s.InboundPorts.Empty()
 }
 
+// listFields are the fields that hold lists, whose items MaxListItems bounds each
+// and MaxSpecItems all together.
+var listFields = []Field{
+	FieldProxyUIDs, FieldProxyGIDs, FieldInboundPorts, FieldInboundPortsExclude,
+	FieldOutboundCIDRs, FieldOutboundCIDRsExclude, FieldOutboundPorts, FieldOutboundPortsExclude,
+	FieldExcludeInterfaces, FieldRerouteVirtualInterfaces, FieldDNSServers,
+}
+
+// ListItems is how many items field f holds, as MaxListItems and MaxSpecItems
+// count them: 0 for a field that is not a list ("*" included).
+func (s *Spec) ListItems(f Field) int {
+	switch f {
+	case FieldProxyUIDs:
+		return len(s.ProxyUIDs)
+	case FieldProxyGIDs:
+		return len(s.ProxyGIDs)
+	case FieldInboundPorts:
+		return len(s.InboundPorts.Ports)
+	case FieldInboundPortsExclude:
+		return len(s.InboundPortsExclude)
+	case FieldOutboundCIDRs:
+		return len(s.OutboundCIDRs.Prefixes)
+	case FieldOutboundCIDRsExclude:
+		return len(s.OutboundCIDRsExclude)
+	case FieldOutboundPorts:
+		return len(s.OutboundPorts)
+	case FieldOutboundPortsExclude:
+		return len(s.OutboundPortsExclude)
+	case FieldExcludeInterfaces:
+		return len(s.ExcludeInterfaces)
+	case FieldRerouteVirtualInterfaces:
+		return len(s.RerouteVirtualInterfaces)
+	case FieldDNSServers:
+		return len(s.DNS.Servers)
+	}
+	return 0
+}
+
+// ItemsError is Validate's refusal of a spec whose lists hold more than
+// MaxSpecItems items in all, no one list over its own limit needed: a caller that
+// knows where the items came from (the plugin: which annotations) names them.
+type ItemsError struct {
+	Total int
+}
+
+func (e *ItemsError) Error() string {
+	return fmt.Sprintf("capture: %d ports, CIDRs, interfaces, ids and servers in all, at most %d are supported", e.Total, MaxSpecItems)
+}
+
 // Validate checks the spec's invariants. It names the field and the value at fault.
 func (s *Spec) Validate() error {
 	var errs []error
@@ -225,24 +274,15 @@ func (s *Spec) Validate() error {
 		}
 	}
 	total := 0
-	for _, l := range []struct {
-		field string
-		n     int
-	}{
-		{"proxy uid", len(s.ProxyUIDs)}, {"proxy gid", len(s.ProxyGIDs)},
-		{"inbound ports", len(s.InboundPorts.Ports)}, {"inbound ports exclude", len(s.InboundPortsExclude)},
-		{"outbound CIDRs", len(s.OutboundCIDRs.Prefixes)}, {"outbound CIDRs exclude", len(s.OutboundCIDRsExclude)},
-		{"outbound ports", len(s.OutboundPorts)}, {"outbound ports exclude", len(s.OutboundPortsExclude)},
-		{"exclude interfaces", len(s.ExcludeInterfaces)}, {"reroute virtual interfaces", len(s.RerouteVirtualInterfaces)},
-		{"DNS servers", len(s.DNS.Servers)},
-	} {
-		if l.n > MaxListItems {
-			bad(l.field, "%d items given, at most %d are supported", l.n, MaxListItems)
+	for _, f := range listFields {
+		n := s.ListItems(f)
+		if n > MaxListItems {
+			bad(f.String(), "%d items given, at most %d are supported", n, MaxListItems)
 		}
-		total += l.n
+		total += n
 	}
 	if total > MaxSpecItems {
-		bad("capture", "%d ports, CIDRs, interfaces, ids and servers in all, at most %d are supported", total, MaxSpecItems)
+		errs = append(errs, &ItemsError{Total: total})
 	}
 	if len(s.OwnerGroups.Groups) > MaxOwnerGroups {
 		bad("owner groups", "%d groups given, at most %d are supported", len(s.OwnerGroups.Groups), MaxOwnerGroups)

@@ -938,19 +938,36 @@ func TestOversizedAnnotationsAreRefusedWithinTheirLimits(t *testing.T) {
 	for i := range ports {
 		ports[i] = strconv.Itoa(20000 + i)
 	}
+	const excludeOutbound, includeOutbound, includeInbound, excludeInterfaces = "traffic.sidecar.istio.io/excludeOutboundPorts",
+		"traffic.sidecar.istio.io/includeOutboundPorts", "traffic.sidecar.istio.io/includeInboundPorts", "traffic.sidecar.istio.io/excludeInterfaces"
+	list256 := func(item func(i int) string) string {
+		items := make([]string, 256)
+		for i := range items {
+			items[i] = item(i)
+		}
+		return strings.Join(items, ",")
+	}
 	for _, tc := range []struct {
-		name, value string
+		name        string
+		annotations map[string]string
 		want        []string
 	}{
-		{"too many ports", strings.Join(ports, ","), []string{"excludeOutboundPorts", "300 items given, at most 256"}},
-		{"a 200 KiB value", strings.Repeat("1,", 100<<10), []string{"excludeOutboundPorts", "204800 bytes, longer than the limit of 16384"}},
+		{"too many ports", map[string]string{excludeOutbound: strings.Join(ports, ",")}, []string{"excludeOutboundPorts", "300 items given, at most 256"}},
+		{"a 200 KiB value", map[string]string{excludeOutbound: strings.Repeat("1,", 100<<10)}, []string{"excludeOutboundPorts", "204800 bytes, longer than the limit of 16384"}},
+		// Each list within its own limit, all of them over the pod's: the
+		// refusal names each annotation that gave items, and how many.
+		{"too many items in all", map[string]string{
+			excludeOutbound:   list256(func(i int) string { return strconv.Itoa(20000 + i) }),
+			includeOutbound:   list256(func(i int) string { return strconv.Itoa(30000 + i) }),
+			includeInbound:    list256(func(i int) string { return strconv.Itoa(40000 + i) }),
+			excludeInterfaces: list256(func(i int) string { return "eth" + strconv.Itoa(i) }),
+		}, []string{includeInbound + " (256 items)", includeOutbound + " (256)", excludeOutbound + " (256)", excludeInterfaces + " (256)",
+			"1029 items in all, more than the limit of 1024"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, shared)
 			list := n.chain(n.istioEntry(nil))
-			pod := createPod(t, shared, meshedPod("limits", strings.ToLower(strings.ReplaceAll(tc.name, " ", "-")), map[string]string{
-				"traffic.sidecar.istio.io/excludeOutboundPorts": tc.value,
-			}))
+			pod := createPod(t, shared, meshedPod("limits", strings.ToLower(strings.ReplaceAll(tc.name, " ", "-")), tc.annotations))
 			sb := n.newSandbox(pod)
 			_, err := n.add(list, sb)
 			wanterr.Mentions(t, err, tc.want...)
