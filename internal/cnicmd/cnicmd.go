@@ -38,6 +38,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/istio-cni/istio-cni/internal/jsontree"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // CmdArgs are a command's arguments: the environment's CNI_* values and the
@@ -393,6 +394,9 @@ func ValidateContainerID(id string) *types.Error {
 	if id == "" {
 		return types.NewError(types.ErrUnknownContainer, "missing containerID", "")
 	}
+	if len(id) > maxNameLength {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_CONTAINERID is %d bytes, longer than the limit of %d", len(id), maxNameLength), redirect.Quote(id))
+	}
 	if !validName(id) {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "invalid characters in containerID", id)
 	}
@@ -403,6 +407,9 @@ func ValidateContainerID(id string) *types.Error {
 func ValidateNetworkName(name string) *types.Error {
 	if name == "" {
 		return types.NewError(types.ErrInvalidNetworkConfig, "missing network name:", "")
+	}
+	if len(name) > maxNameLength {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("network name is %d bytes, longer than the limit of %d", len(name), maxNameLength), redirect.Quote(name))
 	}
 	if !validName(name) {
 		return types.NewError(types.ErrInvalidNetworkConfig, "invalid characters found in network name", name)

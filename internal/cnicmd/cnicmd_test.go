@@ -205,7 +205,8 @@ func TestRunRefusesWhatSkelWouldNotCatch(t *testing.T) {
 	}{
 		{"stdin over the bound", addEnv(), big, types.ErrInvalidNetworkConfig, "network config on stdin: more than 4194304 bytes"},
 		{"own netns on ADD, refused before ADD runs", with(addEnv(), "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same"},
-		{"container ID over the bound", with(addEnv(), "CNI_CONTAINERID", strings.Repeat("a", maxNameLength+1)), conf11, types.ErrInvalidEnvironmentVariables, "invalid characters in containerID"},
+		{"container ID over the bound", with(addEnv(), "CNI_CONTAINERID", strings.Repeat("a", 100<<10)), conf11, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID is 102400 bytes, longer than the limit of 1024"},
+		{"network name over the bound", addEnv(), `{"cniVersion":"1.1.0","name":"` + strings.Repeat("n", maxNameLength+1) + `"}`, types.ErrInvalidNetworkConfig, "network name is 1025 bytes, longer than the limit of 1024"},
 		{"unknown command", with(addEnv(), "CNI_COMMAND", "UPDATE"), conf11, types.ErrInvalidEnvironmentVariables, "unknown CNI_COMMAND: UPDATE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,6 +216,10 @@ func TestRunRefusesWhatSkelWouldNotCatch(t *testing.T) {
 			}
 			if got.Code != tc.wantCode || got.Msg != tc.wantMsg {
 				t.Errorf("error = %d %q, want %d %q", got.Code, got.Msg, tc.wantCode, tc.wantMsg)
+			}
+			// A value over its bound is quoted by its start, never whole.
+			if len(got.Detail) > 100 {
+				t.Errorf("the error's details are %d bytes: the value was echoed", len(got.Detail))
 			}
 		})
 	}
