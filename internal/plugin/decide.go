@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Names and keys Istio's selection looks at.
@@ -42,7 +43,7 @@ func ParsePodArgs(cniArgs string) (PodArgs, error) {
 		}
 		k, v, ok := strings.Cut(pair, "=")
 		if !ok {
-			return PodArgs{}, fmt.Errorf("CNI_ARGS: %q is not KEY=VALUE", pair)
+			return PodArgs{}, fmt.Errorf("CNI_ARGS: %s is not KEY=VALUE", redirect.Quote(pair))
 		}
 		switch k {
 		case "K8S_POD_NAME":

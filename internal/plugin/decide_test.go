@@ -262,6 +262,8 @@ func TestParsePodArgs(t *testing.T) {
 		{"value containing =", "K8S_POD_NAME=a=b", PodArgs{Name: "a=b"}, ""},
 		{"trailing separator", "K8S_POD_NAME=a;", PodArgs{Name: "a"}, ""},
 		{"pair without =", "K8S_POD_NAME", PodArgs{}, `CNI_ARGS: "K8S_POD_NAME" is not KEY=VALUE`},
+		{"a long pair without = is quoted by its start", strings.Repeat("x", 100000), PodArgs{},
+			`CNI_ARGS: "` + strings.Repeat("x", 48) + `"... (100000 bytes) is not KEY=VALUE`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParsePodArgs(tc.in)
