@@ -19,7 +19,10 @@ type Backend interface {
 	Name() string
 	// Apply makes the namespace hold exactly the plan's rules (and none of ours that
 	// the plan lacks) in one atomic step per family. It reports whether anything
-	// changed: applying the same plan twice changes nothing the second time.
+	// changed: applying the same plan twice changes nothing the second time. With
+	// an error, changed says whether it may have written anything before it
+	// failed (an iptables-restore commits table by table): capture.Apply removes
+	// the rules again only then.
 	Apply(ctx context.Context, plan *redirect.Plan) (changed bool, err error)
 	// Verify reads the live rules back and lists, in words, every difference from
 	// the plan. No differences means the capture is in place.
@@ -38,7 +41,7 @@ type heldApplier interface {
 
 // Apply programs plan into the namespace at nsPath: routing first, then rules. If
 // anything fails, whatever was added is removed again, so a namespace is never left
-// half-captured.
+// half-captured; rules only when this apply wrote some (Backend.Apply's changed).
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
 	timing.Mark(ctx, "before-apply")
 	err = netns.Do(nsPath, func() error {
@@ -57,9 +60,16 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 		}
 		defer release()
 		if aerr != nil {
-			rctx, cancel := rollbackContext(ctx)
-			defer cancel()
-			cerr := b.Cleanup(rctx)
+			// An apply that wrote nothing (it gave up waiting for the namespace's
+			// apply lock, or its first write, all or nothing, failed) removes no
+			// rules: those in the namespace are another apply's, which may hold
+			// that lock and report them done.
+			var cerr error
+			if changed {
+				rctx, cancel := rollbackContext(ctx)
+				defer cancel()
+				cerr = b.Cleanup(rctx)
+			}
 			_, _, rerr := removeRouting(plan)
 			return errors.Join(aerr, cerr, rerr)
 		}

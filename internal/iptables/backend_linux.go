@@ -464,7 +464,10 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 			if nativeErr != nil {
 				err = fmt.Errorf("%w (and before it, written natively: %w)", err, nativeErr)
 			}
-			return changed, release, fmt.Errorf("apply %s rules: %w", f, err)
+			// A restore commits table by table: one that failed may have
+			// written the tables before the one it failed at (capture.Apply
+			// then removes what is there).
+			return true, release, fmt.Errorf("apply %s rules: %w", f, err)
 		}
 		if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok && nativeErr != nil {
 			*into = append(*into, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))

@@ -189,3 +189,46 @@ func TestApplyWaitsForTheNamespacesApplyLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAnApplyThatWroteNothingRollsNothingBack: an apply that gives up waiting
+// for the namespace's apply lock (its bound ran out while another apply held
+// it: the repair controller's in-place repair beside a slow ADD) has written
+// nothing, so its failure removes nothing: the rules of the apply that holds
+// the lock, which reports them done, stay. Its rollback removed every rule of
+// ours in the namespace, without the lock.
+func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
+	root.Require(t)
+	for _, m := range modes(t) {
+		t.Run(string(m), func(t *testing.T) {
+			dir := t.TempDir()
+			b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := specs.Sidecar().Plan(t)
+			ns := newNS(t)
+			// The other apply: its rules written, its lock still held.
+			if _, err := capture.Apply(context.Background(), ns, b, plan); err != nil {
+				t.Fatal(err)
+			}
+			want := savedInBoth(t, ns, m)
+			var release func()
+			if err := netns.Do(ns, func() error {
+				var err error
+				release, err = b.lockApply(context.Background())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			if _, err := capture.Apply(ctx, ns, b, plan); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Apply while another held the namespace's apply lock: %v, want it stopped by its bound", err)
+			}
+			if got := savedInBoth(t, ns, m); got != want {
+				t.Errorf("after an apply that wrote nothing failed, the namespace holds:\n%s\nwant the other apply's rules:\n%s", got, want)
+			}
+		})
+	}
+}
