@@ -18,11 +18,12 @@ type Backend interface {
 	// Name is "iptables" or "nftables".
 	Name() string
 	// Apply makes the namespace hold exactly the plan's rules (and none of ours that
-	// the plan lacks) in one atomic step per family. It reports whether anything
-	// changed: applying the same plan twice changes nothing the second time. With
-	// an error, changed says whether it may have written anything before it
-	// failed (an iptables-restore commits table by table): capture.Apply removes
-	// the rules again only then.
+	// the plan lacks): one restore per family, which commits table by table, or one
+	// nftables transaction for all. It reports whether anything changed: applying
+	// the same plan twice changes nothing the second time. With an error, changed
+	// says whether it may have written anything before it failed (a restore that
+	// failed at a later table keeps the earlier ones): capture.Apply removes the
+	// rules again only then.
 	Apply(ctx context.Context, plan *redirect.Plan) (changed bool, err error)
 	// Verify reads the live rules back and lists, in words, every difference from
 	// the plan. No differences means the capture is in place.

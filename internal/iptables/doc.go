@@ -1,6 +1,7 @@
 // Package iptables is the iptables capture backend: it renders a redirect.Plan as
-// iptables-restore input (one restore per family, applied atomically, legacy or nft
-// flavour), owns the ISTIO_* chains and the one jump from each built-in chain, reads
+// iptables-restore input (one restore per family, each table committed whole, legacy
+// or nft flavour; a restore that fails at a later table keeps the earlier ones, which
+// capture.Apply then removes), owns the ISTIO_* chains and the one jump from each built-in chain, reads
 // the live rules back with iptables-save to verify them against the plan, and
 // removes exactly what it added, plus, in a namespace Istio's own istio-iptables
 // programmed, the rules of the fixed forms Istio writes straight into built-in
