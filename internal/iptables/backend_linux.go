@@ -22,32 +22,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
-// nodePath is where DetectMode looks on a filesystem other than this process's: the
-// PATH a container runtime gives the plugins it runs.
-var nodePath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-
-// DetectMode is ModeAuto's choice for the filesystem at root: nft when
-// iptables-nft-restore is installed, else legacy. With root "/" it searches PATH,
-// as the plugin does on the node. Another root is a node seen from a container
-// (the agent's /host/proc/1/root): there the agent and the doctor, whose image
-// carries both flavours, pick the flavour the node's plugin picks, so they read and
-// write the same rules it does. A name that is a link counts without following the
-// link (its target is a path on the node, not in the container).
-func DetectMode(root string) Mode {
-	if root == "/" {
-		if _, err := exec.LookPath("iptables-nft-restore"); err == nil {
-			return ModeNFT
-		}
-		return ModeLegacy
-	}
-	for _, dir := range nodePath {
-		if _, err := os.Lstat(filepath.Join(root, dir, "iptables-nft-restore")); err == nil {
-			return ModeNFT
-		}
-	}
-	return ModeLegacy
-}
-
 // Config configures the iptables backend.
 type Config struct {
 	Mode Mode
@@ -110,11 +84,11 @@ type tools struct {
 
 // NewBackend resolves the mode and the binaries once.
 func NewBackend(cfg Config) (*Backend, error) {
-	mode := cfg.Mode
-	if mode == ModeAuto {
-		mode = DetectMode("/")
+	mode, found, err := findTools(cfg.Mode, lookupAt("/"))
+	if err != nil {
+		return nil, fmt.Errorf("iptables backend (%s mode): %w", mode, err)
 	}
-	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: map[redirect.Family]tools{},
+	b := &Backend{mode: mode, lockDir: cfg.LockDir, nativeDir: cfg.NativeStateDir, tools: found,
 		nodeLock: "/run/xtables.lock", writeNative: writeNative, cleanupNative: cleanupNative}
 	if b.lockDir == "" {
 		if f := os.Getenv("XTABLES_LOCKFILE"); f != "" {
@@ -122,28 +96,6 @@ func NewBackend(cfg Config) (*Backend, error) {
 		} else {
 			b.lockDir = "/run/istio-cni/xtables"
 		}
-	}
-	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
-		prefix := "iptables"
-		if f == redirect.IPv6 {
-			prefix = "ip6tables"
-		}
-		var t tools
-		for _, cand := range []tools{
-			{save: prefix + "-" + string(mode) + "-save", restore: prefix + "-" + string(mode) + "-restore", flavoured: true},
-			{save: prefix + "-save", restore: prefix + "-restore"}, // iptables before 1.8 has no suffixed names
-		} {
-			s, err1 := exec.LookPath(cand.save)
-			r, err2 := exec.LookPath(cand.restore)
-			if err1 == nil && err2 == nil {
-				t = tools{save: s, restore: r, flavoured: cand.flavoured}
-				break
-			}
-		}
-		if t.save == "" {
-			return nil, fmt.Errorf("iptables backend (%s mode): %s-save/%s-restore not found in PATH", mode, prefix, prefix)
-		}
-		b.tools[f] = t
 	}
 	return b, nil
 }

@@ -15,6 +15,10 @@ func TestForNodeTakesTheNodesIptablesFlavour(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(nftNode, "usr", "sbin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Found as the node's exec.LookPath would: a link to an executable file.
+	if err := os.WriteFile(filepath.Join(nftNode, "usr", "sbin", "xtables-nft-multi"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink("xtables-nft-multi", filepath.Join(nftNode, "usr", "sbin", "iptables-nft-restore")); err != nil {
 		t.Fatal(err)
 	}
