@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -81,3 +82,27 @@ func ID(path string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+// InThrowaway runs fn in a new, empty network namespace of its own, made for
+// it and gone when it returns: fn runs on a fresh goroutine locked to an OS
+// thread that unshares its network namespace and is never unlocked, so the Go
+// runtime ends the thread with the goroutine and the namespace with it. Nothing
+// fn does there touches the node's namespace: it is how the agent tries what the
+// kernel can do. Making the namespace needs CAP_SYS_ADMIN: without it the error
+// wraps EPERM (ErrNoThrowaway).
+func InThrowaway(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("%w: unshare a network namespace: %w", ErrNoThrowaway, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// ErrNoThrowaway is InThrowaway's error when no namespace could be made (the
+// process lacks CAP_SYS_ADMIN): fn did not run.
+var ErrNoThrowaway = errors.New("no throwaway network namespace")

@@ -1,0 +1,134 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/redirect"
+	"github.com/istio-cni/istio-cni/test/harness/noderoot"
+	"github.com/istio-cni/istio-cni/test/harness/root"
+)
+
+// CheckNode judges the node's tools with the plugin's own choice of them, on the
+// node's root filesystem, and its kernel by writing a pod's rules in a throwaway
+// namespace with the backend's own code (this kernel runs every backend); what
+// is missing is named with the setting that asks for it.
+func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
+	root.Require(t)
+	debian := noderoot.Debian("legacy").Make(t)
+	minimal := noderoot.Minimal().Make(t)
+	legacyOnly := noderoot.FS{Files: map[string]os.FileMode{"usr/sbin/xtables-legacy-multi": 0o755}, Links: map[string]string{
+		"usr/sbin/iptables-legacy-save": "xtables-legacy-multi", "usr/sbin/iptables-legacy-restore": "xtables-legacy-multi",
+		"usr/sbin/ip6tables-legacy-save": "xtables-legacy-multi", "usr/sbin/ip6tables-legacy-restore": "xtables-legacy-multi"}}.Make(t)
+	for _, tc := range []struct {
+		name          string
+		cfg           Config
+		nodeRoot      string
+		backend       string
+		tools         string // the IPv4 restore the plugin runs, when known
+		problem       error
+		problemSays   []string
+		uncheckedSays []string
+	}{
+		{name: "native nftables: the kernel is tried", cfg: Config{Backend: BackendNftables}, nodeRoot: minimal, backend: "nftables"},
+		{name: "auto on Debian: nft, and this kernel runs it", nodeRoot: debian, backend: "iptables-nft", tools: "/usr/sbin/iptables-nft-restore"},
+		{name: "legacy on Debian: this kernel runs it", cfg: Config{IptablesMode: iptables.ModeLegacy}, nodeRoot: debian, backend: "iptables-legacy",
+			tools: "/usr/sbin/iptables-legacy-restore"},
+		{name: "auto on a node without iptables", nodeRoot: minimal, backend: "iptables-legacy", problem: ErrNodeToolsMissing, problemSays: []string{
+			"native_nftables: false, iptables_mode unset: legacy, as detected from the node's tools",
+			"iptables-legacy-save and iptables-legacy-restore (or iptables-save and iptables-restore), nor ip6tables-legacy-save",
+			"not found in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at " + minimal + ")",
+			"set native_nftables: true"}},
+		{name: "nft asked for on a legacy-only node", cfg: Config{IptablesMode: iptables.ModeNFT}, nodeRoot: legacyOnly, backend: "iptables-nft",
+			problem: ErrNodeToolsMissing, problemSays: []string{"native_nftables: false, iptables_mode: nft", "iptables-nft-save and iptables-nft-restore"}},
+		{name: "auto, the node not visible", nodeRoot: "", backend: "iptables", uncheckedSays: []string{
+			"the node's iptables tools: the node's filesystem is not visible", "the kernel: which iptables flavour the plugin detects is not known"}},
+		{name: "legacy, the node not visible: the kernel is still tried", cfg: Config{IptablesMode: iptables.ModeLegacy}, nodeRoot: "", backend: "iptables-legacy",
+			uncheckedSays: []string{"the node's iptables tools: the node's filesystem is not visible"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := istioRulesOfThisNamespace(t)
+			c := CheckNode(context.Background(), &tc.cfg, tc.nodeRoot)
+			if c.Backend != tc.backend {
+				t.Errorf("Backend = %q, want %q", c.Backend, tc.backend)
+			}
+			if tc.tools != "" && (c.Tools == nil || c.Tools.Restore[redirect.IPv4] != tc.tools) {
+				t.Errorf("Tools = %+v, want the IPv4 restore %s", c.Tools, tc.tools)
+			}
+			if !errors.Is(c.Problem, tc.problem) || (tc.problem == nil) != (c.Problem == nil) {
+				t.Fatalf("Problem = %v, want %v", c.Problem, tc.problem)
+			}
+			for _, s := range tc.problemSays {
+				if !strings.Contains(c.Problem.Error(), s) {
+					t.Errorf("Problem %q does not say %q", c.Problem, s)
+				}
+			}
+			if len(c.Unchecked) != len(tc.uncheckedSays) {
+				t.Fatalf("Unchecked = %q, want %d entries", c.Unchecked, len(tc.uncheckedSays))
+			}
+			for i, s := range tc.uncheckedSays {
+				if !strings.HasPrefix(c.Unchecked[i], s) {
+					t.Errorf("Unchecked[%d] = %q, want it to start %q", i, c.Unchecked[i], s)
+				}
+			}
+			if diff := cmp.Diff(before, istioRulesOfThisNamespace(t)); diff != "" {
+				t.Errorf("the probe wrote rules in the test's own network namespace (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A kernel that refuses the flavour's tables (here legacy iptables' own words
+// for a kernel without ip_tables, from a stand-in tool first in PATH: no kernel
+// module can be taken away from this one) is named as the kernel's, with what
+// the flavour needs.
+func TestCheckNodeNamesAKernelThatRefusesTheFlavour(t *testing.T) {
+	root.Require(t)
+	bin := t.TempDir()
+	for _, name := range []string{"iptables-legacy-save", "iptables-legacy-restore", "ip6tables-legacy-save", "ip6tables-legacy-restore"} {
+		script := "#!/bin/sh\necho \"" + name + " v1.8.9 (legacy): can't initialize iptables table \\`nat': Table does not exist (do you need to insmod?)\" >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	cfg := Config{IptablesMode: iptables.ModeLegacy}
+	c := CheckNode(context.Background(), &cfg, noderoot.Debian("nft").Make(t))
+	if !errors.Is(c.Problem, ErrKernelRefused) {
+		t.Fatalf("Problem = %v, want ErrKernelRefused", c.Problem)
+	}
+	for _, s := range []string{"the plugin's iptables-legacy backend (native_nftables: false, iptables_mode: legacy)", "Table does not exist",
+		"iptables-legacy needs the kernel's ip_tables (CONFIG_IP_NF_IPTABLES"} {
+		if !strings.Contains(c.Problem.Error(), s) {
+			t.Errorf("Problem %q does not say %q", c.Problem, s)
+		}
+	}
+}
+
+// istioRulesOfThisNamespace is every line of this process's network namespace's
+// rules that names Istio's chains or our tables, in the three ways they are
+// written.
+func istioRulesOfThisNamespace(t *testing.T) []string {
+	t.Helper()
+	var lines []string
+	for _, cmd := range [][]string{{"iptables-nft-save"}, {"iptables-legacy-save"}, {"nft", "list", "ruleset"}} {
+		out, err := exec.Command(cmd[0], cmd[1:]...).Output()
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(cmd, " "), err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(strings.ToLower(l), "istio") {
+				lines = append(lines, cmd[0]+": "+l)
+			}
+		}
+	}
+	return lines
+}
