@@ -49,6 +49,12 @@ type agent struct {
 	binsInstalled     bool
 	kubeconfigWritten bool
 	binsOK, kubeOK    bool
+	// pluginCfg is the entry as the plugin reads it; nodeOK says the node check
+	// (reconcileNode) found nothing missing for its backend, nodeSeen what it
+	// last logged of a check that found nothing missing.
+	pluginCfg *plugin.Config
+	nodeOK    bool
+	nodeSeen  string
 	// kubeconfigLast is the kubeconfig this agent last wrote or found in place: a
 	// file holding neither it nor the one wanted now was written by someone else.
 	kubeconfigLast []byte
@@ -90,7 +96,7 @@ type agent struct {
 
 // newAgent is an agent with its bookkeeping ready and nothing installed yet.
 func newAgent(s *Settings, log *slog.Logger) *agent {
-	return &agent{s: s, log: log, m: newMetrics(), reported: map[string]string{},
+	return &agent{s: s, log: log, m: newMetrics(), reported: map[string]string{}, nodeOK: true,
 		unsettled: map[string]unsettledError{}, contests: map[string]*contest{}, recheck: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
 }
 
@@ -114,6 +120,9 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 		template = string(b)
 	}
 	if a.entry, err = Entry(&s, template); err != nil {
+		return err
+	}
+	if a.pluginCfg, err = repairPluginConfig(a.entry); err != nil {
 		return err
 	}
 	if a.bins, err = sourceBinaries(&s); err != nil {
@@ -305,7 +314,11 @@ const (
 	dirtyBinaries
 	dirtyKubeconfig
 	dirtySockets
-	dirtyAll = dirtyConfig | dirtyBinaries | dirtyKubeconfig | dirtySockets
+	// dirtyNode: the node check (reconcileNode). No event announces a change of
+	// the node's tools or kernel: it runs at start, and again as a failed step is
+	// retried while it finds something missing.
+	dirtyNode
+	dirtyAll = dirtyConfig | dirtyBinaries | dirtyKubeconfig | dirtySockets | dirtyNode
 )
 
 // watchedDir is a directory and how its events are read.
@@ -521,6 +534,11 @@ func (a *agent) reconcile(d dirty) {
 			failed |= dirtySockets
 		}
 	}
+	if d&dirtyNode != 0 {
+		if a.reconcileNode() {
+			failed |= dirtyNode
+		}
+	}
 	if d&dirtyConfig != 0 {
 		wasInPlace := a.cfg.inPlace
 		res, err := a.reconcileConfig()
@@ -594,6 +612,9 @@ func (a *agent) notReadyReason() string {
 	}
 	if !a.binsOK {
 		step("a plugin binary is not installed in "+strings.Join(a.binDirs, ", "), "bin:")
+	}
+	if !a.nodeOK {
+		step("this node cannot run the plugin's rule backend, so every meshed pod's ADD fails here", keyNode)
 	}
 	if refused, ok := a.reported[keyTokenRefused]; ok && !a.kubeOK {
 		why = append(why, "the plugin's kubeconfig "+a.s.KubeconfigPath()+" is written, but "+refused)
@@ -871,6 +892,9 @@ func (a *agent) report(key string, err error, hint string) {
 		a.log.Info("waiting for the plugin's token", attrs...)
 		return
 	case keyTokenRefused:
+		return
+	case keyNode:
+		a.log.Error("this node cannot run the plugin's rule backend: every meshed pod's ADD fails here", attrs...)
 		return
 	}
 	a.log.Error("install step failed", attrs...)

@@ -60,6 +60,7 @@ type metrics struct {
 	tokenExpiry      prometheus.Gauge
 	tokenFailures    prometheus.Counter
 	tokenRefused     prometheus.Gauge
+	backendUnusable  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -99,6 +100,8 @@ func newMetrics() *metrics {
 			"When the plugin's current token (PLUGIN_SERVICE_ACCOUNT's, in its kubeconfig) expires, in seconds since the epoch; 0 before this agent's first token. Renewed at half its lifetime: an expiry less than that away means renewals are failing."),
 		tokenFailures: counter("istio_cni_plugin_token_request_failures_total",
 			"Failed TokenRequests for the plugin's token (its first and its renewals), each retried after 1 s doubling to 30 s."),
+		backendUnusable: gauge("istio_cni_plugin_backend_unusable",
+			"1 while the agent's node check finds that this node cannot run the plugin's rule backend (the plugin config's native_nftables and iptables_mode): a tool missing from the node, or a kernel that refuses a pod's rules in a throwaway network namespace; every meshed pod's ADD fails meanwhile and the agent is not ready. 0 otherwise, also where part of it could not be checked (the log says what)."),
 		tokenRefused: gauge("istio_cni_plugin_token_refused",
 			"1 while the API server is known to refuse the plugin's token (its ServiceAccount deleted or created again, or the token expired after failed renewals): the plugin's ADDs that ask the API server fail meanwhile."),
 	}
@@ -113,6 +116,7 @@ func newMetrics() *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ready, m.installs, m.reinserts, m.binaryInstalls, m.kubeconfigWrites, m.contestDeferrals, m.featureRestarts,
 		m.pluginEvents, m.pluginRecords, m.addDuration, m.addFailures, m.tokenExpiry, m.tokenFailures, m.tokenRefused,
+		m.backendUnusable,
 	)
 	// Every series an operator alerts on exists from the start at 0: a counter that
 	// is absent cannot be told from a broken scrape.

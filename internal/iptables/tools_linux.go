@@ -142,7 +142,7 @@ type MissingToolsError struct {
 }
 
 func (e *MissingToolsError) Error() string {
-	return fmt.Sprintf("%s not found in %s", strings.Join(e.Missing, ", nor "), e.Where)
+	return fmt.Sprintf("found no %s, in %s", strings.Join(e.Missing, ", nor "), e.Where)
 }
 
 // Tools are the tools the plugin runs on a node: its mode and, per family, the

@@ -67,7 +67,7 @@ func CheckNode(ctx context.Context, cfg *Config, nodeRoot string) NodeCheck {
 		mode = t.Mode
 		c.Backend = "iptables-" + string(mode)
 		if err != nil {
-			c.Problem = fmt.Errorf("%w: the plugin's iptables backend (%s) runs %w: "+
+			c.Problem = fmt.Errorf("%w: the plugin's iptables backend (%s) runs the node's iptables tools, and %w: "+
 				"install the node's iptables package, or set native_nftables: true in the plugin config, whose nftables backend runs no tool",
 				ErrNodeToolsMissing, settingOf(cfg, t), err)
 			return c

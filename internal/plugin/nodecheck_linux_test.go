@@ -44,8 +44,8 @@ func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 			tools: "/usr/sbin/iptables-legacy-restore"},
 		{name: "auto on a node without iptables", nodeRoot: minimal, backend: "iptables-legacy", problem: ErrNodeToolsMissing, problemSays: []string{
 			"native_nftables: false, iptables_mode unset: legacy, as detected from the node's tools",
-			"iptables-legacy-save and iptables-legacy-restore (or iptables-save and iptables-restore), nor ip6tables-legacy-save",
-			"not found in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at " + minimal + ")",
+			"runs the node's iptables tools, and found no iptables-legacy-save and iptables-legacy-restore (or iptables-save and iptables-restore), nor ip6tables-legacy-save",
+			"in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at " + minimal + ")",
 			"set native_nftables: true"}},
 		{name: "nft asked for on a legacy-only node", cfg: Config{IptablesMode: iptables.ModeNFT}, nodeRoot: legacyOnly, backend: "iptables-nft",
 			problem: ErrNodeToolsMissing, problemSays: []string{"native_nftables: false, iptables_mode: nft", "iptables-nft-save and iptables-nft-restore"}},
