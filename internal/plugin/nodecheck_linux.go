@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -159,8 +160,14 @@ func probeKernel(ctx context.Context, cfg *Config, mode iptables.Mode) error {
 	if cfg.Backend == BackendNftables {
 		b = nftables.NewBackend()
 	} else {
-		// Its locks in a directory of its own: the probe's namespace is no pod's.
-		dir, err := os.MkdirTemp("", "istio-cni-probe-")
+		// Its locks in a directory of its own, removed after it, in the plugin's
+		// lock dir (the agent's root filesystem may be read-only, the run dir is
+		// the node's and writable).
+		xtables := filepath.Join(cfg.AgentRunDir, XtablesDirName)
+		if err := os.MkdirAll(xtables, 0o755); err != nil {
+			return &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
+		}
+		dir, err := os.MkdirTemp(xtables, "node-check-")
 		if err != nil {
 			return &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
 		}

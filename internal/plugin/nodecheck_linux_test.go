@@ -56,7 +56,11 @@ func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := istioRulesOfThisNamespace(t)
+			tc.cfg.AgentRunDir = t.TempDir()
 			c := CheckNode(context.Background(), &tc.cfg, tc.nodeRoot)
+			if left, _ := os.ReadDir(filepath.Join(tc.cfg.AgentRunDir, XtablesDirName)); len(left) > 0 {
+				t.Errorf("the probe left %d files in the plugin's lock dir, %s first", len(left), left[0].Name())
+			}
 			if c.Backend != tc.backend {
 				t.Errorf("Backend = %q, want %q", c.Backend, tc.backend)
 			}
@@ -100,7 +104,7 @@ func TestCheckNodeNamesAKernelThatRefusesTheFlavour(t *testing.T) {
 		}
 	}
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
-	cfg := Config{IptablesMode: iptables.ModeLegacy}
+	cfg := Config{IptablesMode: iptables.ModeLegacy, AgentRunDir: t.TempDir()}
 	c := CheckNode(context.Background(), &cfg, noderoot.Debian("nft").Make(t))
 	if !errors.Is(c.Problem, ErrKernelRefused) {
 		t.Fatalf("Problem = %v, want ErrKernelRefused", c.Problem)
