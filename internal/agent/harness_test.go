@@ -172,8 +172,17 @@ type agentProc struct {
 // for its HTTP servers.
 func (n *node) startAgent(t testing.TB, extra ...string) *agentProc {
 	t.Helper()
+	return n.startAgentVia(t, nil, extra...)
+}
+
+// startAgentVia is startAgent with install-cni run by the command wrapper (its
+// argv, install-cni's path appended): setpriv, to run it with a pod's
+// capabilities.
+func (n *node) startAgentVia(t testing.TB, wrapper []string, extra ...string) *agentProc {
+	t.Helper()
 	p := &agentProc{stdout: &logbuf.Buffer{}, stderr: &logbuf.Buffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(built.agentBin)
+	argv := append(append([]string{}, wrapper...), built.agentBin)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = n.env(extra...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {

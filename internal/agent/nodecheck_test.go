@@ -118,3 +118,48 @@ func (p *agentProc) procDir(t *testing.T) string {
 	t.Fatal("the agent was started without REPAIR_PROC_DIR")
 	return ""
 }
+
+// The agent run with the chart's capabilities: with those repair in place and
+// troubleshooting add (NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE) it tries the
+// kernel for each backend and finds nothing missing on this kernel, which runs
+// them all (no false refusal keeps a working node not ready); with the default
+// set (DAC_OVERRIDE alone) it cannot make a namespace, says the kernel is
+// unchecked and why, and is ready.
+func TestTheNodeCheckWithTheChartsCapabilities(t *testing.T) {
+	root.Require(t)
+	t.Parallel()
+	const netnsCaps = "-all,+dac_override,+net_admin,+net_raw,+sys_admin,+sys_ptrace"
+	for _, tc := range []struct {
+		name, caps string
+		env        []string
+		says       []string
+	}{
+		{"repair in place, iptables detected", netnsCaps, nil,
+			[]string{"node check: this node runs the plugin's rule backend", "backend=iptables-nft"}},
+		{"repair in place, iptables legacy", netnsCaps, []string{"IPTABLES_MODE=legacy"},
+			[]string{"node check: this node runs the plugin's rule backend", "backend=iptables-legacy"}},
+		{"repair in place, native nftables", netnsCaps, []string{"NATIVE_NFTABLES=true"},
+			[]string{"node check: this node runs the plugin's rule backend", "backend=nftables"}},
+		{"the default capabilities", "-all,+dac_override", nil,
+			[]string{"node check: nothing missing for the plugin's rule backend in what could be checked", "backend=iptables-nft",
+				"the kernel: this agent lacks CAP_SYS_ADMIN and CAP_NET_ADMIN and CAP_NET_RAW to write rules in a throwaway network namespace"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			n.writeCalico(t)
+			wrapper := []string{"setpriv", "--bounding-set=" + tc.caps, "--inh-caps=" + tc.caps, "--"}
+			p := n.startAgentVia(t, wrapper, append([]string{"REPAIR_PROC_DIR=" + fakeProc(t, noderoot.Debian("nft").Make(t))}, tc.env...)...)
+			p.waitReady(t)
+			line := p.waitLog(t, "the node check's finding", `.*node check: .*`)
+			for _, s := range tc.says {
+				if !strings.Contains(line, s) {
+					t.Errorf("node check line %q does not say %q", line, s)
+				}
+			}
+			if got := p.metric(t, "istio_cni_plugin_backend_unusable"); got != 0 {
+				t.Errorf("istio_cni_plugin_backend_unusable = %v, want 0", got)
+			}
+		})
+	}
+}
