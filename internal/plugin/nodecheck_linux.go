@@ -68,9 +68,14 @@ func CheckNode(ctx context.Context, cfg *Config, nodeRoot string) NodeCheck {
 		mode = t.Mode
 		c.Backend = "iptables-" + string(mode)
 		if err != nil {
-			c.Problem = fmt.Errorf("%w: the plugin's iptables backend (%s) runs the node's iptables tools, and %w: "+
-				"install the node's iptables package, or set native_nftables: true in the plugin config, whose nftables backend runs no tool",
-				ErrNodeToolsMissing, settingOf(cfg, t), err)
+			fix := "install the node's iptables package, or set native_nftables: true in the plugin config, whose nftables backend runs no tool"
+			if other := otherFlavour(mode); cfg.IptablesMode != iptables.ModeAuto {
+				if _, err := iptables.NodeTools(nodeRoot, other); err == nil {
+					fix = fmt.Sprintf("the node has iptables-%s: set iptables_mode: %s (or leave it unset, to detect), or %s", other, other, fix)
+				}
+			}
+			c.Problem = fmt.Errorf("%w: the plugin's iptables backend (%s) runs the node's iptables tools, and %w: %s",
+				ErrNodeToolsMissing, settingOf(cfg, t), err, fix)
 			return c
 		}
 		c.Tools = &t
@@ -108,6 +113,13 @@ func derefTools(t *iptables.Tools, mode iptables.Mode) iptables.Tools {
 	return iptables.Tools{Mode: mode}
 }
 
+func otherFlavour(m iptables.Mode) iptables.Mode {
+	if m == iptables.ModeNFT {
+		return iptables.ModeLegacy
+	}
+	return iptables.ModeNFT
+}
+
 // settingOf names the plugin config's settings that chose the backend.
 func settingOf(cfg *Config, t iptables.Tools) string {
 	if cfg.Backend == BackendNftables {
@@ -125,7 +137,8 @@ func kernelNeeds(b Backend, mode iptables.Mode) string {
 	case b == BackendNftables:
 		return "the kernel needs nf_tables (CONFIG_NF_TABLES, with nft_chain_nat, nft_redir, nft_ct and nft_socket, as modules or built in)"
 	case mode == iptables.ModeNFT:
-		return "iptables-nft needs the kernel's nf_tables with its xtables compatibility (CONFIG_NF_TABLES, CONFIG_NFT_COMPAT, nft_chain_nat, and the xt_ matches and targets the rules use)"
+		return "iptables-nft needs the kernel's nf_tables with its xtables compatibility (CONFIG_NF_TABLES, CONFIG_NFT_COMPAT, nft_chain_nat, and the xt_ matches and targets the rules use): " +
+			"a kernel without it runs iptables-legacy, iptables_mode: legacy, where it has ip_tables and the node iptables-legacy"
 	default:
 		return "iptables-legacy needs the kernel's ip_tables (CONFIG_IP_NF_IPTABLES, iptable_nat, iptable_mangle, and the xt_ matches and targets the rules use): " +
 			"a kernel without it (some build only nf_tables) runs iptables-nft or nftables, native_nftables: true"

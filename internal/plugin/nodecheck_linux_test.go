@@ -48,7 +48,8 @@ func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 			"in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at " + minimal + ")",
 			"set native_nftables: true"}},
 		{name: "nft asked for on a legacy-only node", cfg: Config{IptablesMode: iptables.ModeNFT}, nodeRoot: legacyOnly, backend: "iptables-nft",
-			problem: ErrNodeToolsMissing, problemSays: []string{"native_nftables: false, iptables_mode: nft", "iptables-nft-save and iptables-nft-restore"}},
+			problem: ErrNodeToolsMissing, problemSays: []string{"native_nftables: false, iptables_mode: nft", "iptables-nft-save and iptables-nft-restore",
+				"the node has iptables-legacy: set iptables_mode: legacy (or leave it unset, to detect)"}},
 		{name: "auto, the node not visible", nodeRoot: "", backend: "iptables", uncheckedSays: []string{
 			"the node's iptables tools: the node's filesystem is not visible", "the kernel: which iptables flavour the plugin detects is not known"}},
 		{name: "legacy, the node not visible: the kernel is still tried", cfg: Config{IptablesMode: iptables.ModeLegacy}, nodeRoot: "", backend: "iptables-legacy",
