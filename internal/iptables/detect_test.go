@@ -107,3 +107,42 @@ func TestNodeToolsOnAnotherRoot(t *testing.T) {
 		})
 	}
 }
+
+// Where openat2 is missing or refused (a kernel before 5.6, an older seccomp
+// profile), the links are followed by hand: the same answer for every name of
+// the fixtures above, Debian's absolute alternatives links included.
+func TestToolsFoundWithoutOpenat2AsWithIt(t *testing.T) {
+	mergedUsr := noderoot.Debian("legacy")
+	mergedUsr.Links["sbin"] = "usr/sbin"
+	dangling := noderoot.Debian("nft")
+	delete(dangling.Files, "usr/sbin/xtables-nft-multi")
+	for name, fs := range map[string]noderoot.FS{
+		"Debian, nft":           noderoot.Debian("nft"),
+		"merged /usr":           mergedUsr,
+		"alternatives dangling": dangling,
+		"minimal":               noderoot.Minimal(),
+		"not executable":        {Files: map[string]os.FileMode{"usr/sbin/iptables-nft-restore": 0o644}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := fs.Make(t)
+			found := 0
+			for _, dir := range NodePath {
+				for _, tool := range []string{"iptables", "ip6tables"} {
+					for _, f := range []string{"-nft", "-legacy", ""} {
+						for _, op := range []string{"", "-save", "-restore"} {
+							p := dir + "/" + tool + f + op
+							with, without := executableIn(root, p), executableFollowedIn(root, p)
+							if with != without {
+								t.Errorf("%s: with openat2 %v, without %v", p, with, without)
+							}
+							if with {
+								found++
+							}
+						}
+					}
+				}
+			}
+			t.Logf("%d names found", found)
+		})
+	}
+}

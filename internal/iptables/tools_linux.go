@@ -50,9 +50,10 @@ func lookupAt(root string) lookup {
 // alternatives, /usr/sbin/iptables-nft-restore -> /etc/alternatives/... ->
 // /usr/sbin/xtables-nft-multi) is a path on the node, so it resolves under root
 // (openat2's RESOLVE_IN_ROOT), not in this process's filesystem. A dangling
-// link does not count: the node's exec.LookPath would not find it either. On a
-// kernel without openat2 (before 5.6) the name counts when it exists, link or
-// not.
+// link does not count: the node's exec.LookPath would not find it either. Where
+// openat2 is missing (a kernel before 5.6) or refused (a container runtime's
+// seccomp profile older than it answers EPERM), the links of the name itself
+// are followed by hand (followIn).
 func executableIn(root, path string) bool {
 	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -61,19 +62,45 @@ func executableIn(root, path string) bool {
 	defer unix.Close(dir)
 	fd, err := unix.Openat2(dir, strings.TrimPrefix(path, "/"), &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-	if errors.Is(err, unix.ENOSYS) {
-		_, err := os.Lstat(filepath.Join(root, path))
-		return err == nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		return executableFollowedIn(root, path)
+	case err != nil:
 		return false
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false
-	}
+	return unix.Fstat(fd, &st) == nil && isExecutable(&st)
+}
+
+func isExecutable(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0
+}
+
+// executableFollowedIn is executableIn without openat2: path's own links
+// followed by hand (followIn).
+func executableFollowedIn(root, path string) bool {
+	var st unix.Stat_t
+	return unix.Stat(followIn(root, path), &st) == nil && isExecutable(&st)
+}
+
+// followIn follows the links of path's last name within root (an absolute
+// target is a path under root), at most 40 of them as the kernel does, and
+// returns the path under root it ends at. Links of the directories on the way
+// are the kernel's to follow: a relative one stays in root (a merged /usr's
+// /sbin -> usr/sbin).
+func followIn(root, path string) string {
+	for range 40 {
+		target, err := os.Readlink(filepath.Join(root, path))
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = filepath.Clean("/" + target)
+	}
+	return filepath.Join(root, path)
 }
 
 // detect is ModeAuto's choice: nft when iptables-nft-restore is found, else
