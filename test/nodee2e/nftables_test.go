@@ -99,6 +99,12 @@ func TestRepairInPlaceFromTheAgentImage(t *testing.T) {
 			if want := "repair in place programs pods with the plugin's backend\" backend=" + tc.backend + " nodeRoot=/host/proc/"; !strings.Contains(logs, want) {
 				t.Errorf("agent log lacks %q:\n%s", want, logs)
 			}
+			// The node check ran in the container, with the chart's capabilities:
+			// the node's tools seen through its /proc, the kernel tried in a
+			// throwaway namespace with the image's tools, nothing missing.
+			if want := "node check: this node runs the plugin's rule backend: its tools (if any) are installed and its kernel took a pod's rules in a throwaway network namespace\" backend=" + tc.backend + " nodeRoot=/host/proc/"; !strings.Contains(logs, want) {
+				t.Errorf("agent log lacks %q:\n%s", want, logs)
+			}
 			fixed := readyPods(t, ns, "early", 1, 120*time.Second)[0]
 			if fixed.UID != broken.UID {
 				t.Errorf("pod %s was replaced by %s, want it repaired in place", broken.Name, fixed.Name)
