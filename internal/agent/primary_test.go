@@ -136,3 +136,48 @@ func TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry(t *testing.T) {
 		t.Errorf("ready again, but %s does not end with the entry: %v", path, pluginTypes(t, path))
 	}
 }
+
+// TestAgentLeavesAListWhoseChainGoesOnInItsPluginDirAndIsNotReady: a primary that
+// writes a list of CNI spec 1.1's form, its plugins in a directory named after its
+// network (05-net.conflist, {"name":"net"}, and net/10-bridge.conf), is the network the runtime loads
+// (libcni 1.3 on, as containerd 2 loads configs), and an entry in that file would not be last in
+// its chain. The agent edits no file, is not ready, /readyz naming the directory
+// and what to change, and installs once the primary lists its plugins in the file.
+// Before, the list was passed over as broken and the entry went into the next
+// config, which the runtime does not use: pods were not redirected, and the agent
+// was ready.
+func TestAgentLeavesAListWhoseChainGoesOnInItsPluginDirAndIsNotReady(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	pluginDir := filepath.Join(n.confDir, "net")
+	if err := os.Mkdir(pluginDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(pluginDir, "10-bridge.conf"), []byte(`{"cniVersion":"1.1.0","type":"bridge","bridge":"cni0"}`), 0o644)
+	const inDir = `{"cniVersion":"1.1.0","name":"net"}`
+	list := filepath.Join(n.confDir, "05-net.conflist")
+	writeFile(t, list, []byte(inDir), 0o644)
+	n.writeCalico(t) // 10-calico.conflist sorts after 05-net.conflist
+	before := snapshot(t, n.confDir)
+
+	p := n.startAgent(t)
+	eventually(t, 10*time.Second, "/readyz names the plugin directory", func() bool {
+		code, body := p.readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "05-net.conflist: the runtime runs the plugins of the 1 config in its plugin directory "+pluginDir) &&
+			strings.Contains(body, `move them into its "plugins" list`)
+	})
+	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+		t.Errorf("the agent edited the conf dir (-before +after):\n%s", diff)
+	}
+
+	// The primary lists its plugin in the file: the entry goes there, last.
+	os.Remove(filepath.Join(pluginDir, "10-bridge.conf"))
+	writeLikeACNI(t, list, []byte(`{"cniVersion":"1.1.0","name":"net","plugins":[{"type":"bridge","bridge":"cni0"}]}`))
+	p.waitReady(t)
+	if !hasEntryLast(list) {
+		t.Errorf("%s does not end with the entry: %v", list, pluginTypes(t, list))
+	}
+	if got := pluginTypes(t, filepath.Join(n.confDir, "10-calico.conflist")); countType(got, PluginType) != 0 {
+		t.Errorf("10-calico.conflist, not the runtime's network, holds the entry: %v", got)
+	}
+}

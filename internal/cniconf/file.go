@@ -233,9 +233,14 @@ func removeBackups(dir, name string) error {
 // exactly our output is not rewritten, so that a watcher on the directory does not
 // wake itself up. A wrapped .conf is removed only after its .conflist is in place:
 // in between, the runtime still finds the .conf first and the node keeps working.
+// A list the runtime would run more plugins after (its plugin directory, see
+// ChainInDirError), or a .conf that would become one, is left as it is.
 func Install(dir, name string, entry []byte) (string, error) {
 	data, mode, err := readForEdit(dir, name, "install into")
 	if err != nil {
+		return "", err
+	}
+	if err := chainInDir(filepath.Join(dir, name), data); err != nil {
 		return "", err
 	}
 	out, outName, err := Insert(data, name, entry)
@@ -249,6 +254,10 @@ func Install(dir, name string, entry []byte) (string, error) {
 		return outPath, nil
 	}
 	if outName != name {
+		// Read alone as a .conf, as a list with the plugin dir of its name.
+		if err := chainInDir(outPath, out); err != nil {
+			return "", err
+		}
 		if target, err := os.Readlink(filepath.Join(dir, name)); err == nil {
 			// The wrap would put a copy in the link's place: the primary's later
 			// writes to target would no longer reach the runtime, and the uninstall

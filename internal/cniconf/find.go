@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/cni/libcni"
 )
@@ -39,9 +40,10 @@ func (s Skipped) String() string { return s.Err.Error() }
 // Files passed over come back in skipped with the reason, for the agent to log.
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
 // ErrNoPrimary when there is no primary yet; for a named file that exists but is
-// invalid, it is an *InvalidError. A file that could not be read (see unread), or
-// is a link to a path this container does not see, is not passed over: the search
-// stops with its error.
+// invalid, it is an *InvalidError. A file that could not be read (see unread), is a
+// link to a path this container does not see, or is a list whose chain goes on in
+// its plugin directory (*ChainInDirError), is not passed over: the search stops with
+// its error.
 func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 	if name != "" {
 		return findNamed(dir, name)
@@ -67,7 +69,8 @@ func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 // unread reports whether err, of checkPrimary, says the file could not be read
 // (out of descriptors: EMFILE, ENFILE; EAGAIN, EIO, ...) rather than that it is no
 // config (*InvalidError) or is gone: nothing is known of its content then, and it
-// may be the primary the runtime uses, so it is not passed over.
+// may be the primary the runtime uses, so it is not passed over. A *ChainInDirError
+// is not passed over either: the runtime loads that file.
 func unread(err error) bool {
 	var invalid *InvalidError
 	return !errors.As(err, &invalid) && !errors.Is(err, fs.ErrNotExist)
@@ -117,6 +120,9 @@ func checkPrimary(path string) error {
 		return err
 	}
 	if filepath.Ext(path) == ".conflist" {
+		if err := chainInDir(path, data); err != nil {
+			return err
+		}
 		l, err := parseList(path, data)
 		if err != nil {
 			return err
@@ -155,8 +161,9 @@ func ConfigsAfter(dir, name string) ([]string, error) {
 		if base <= name {
 			continue
 		}
+		var inDir *ChainInDirError
 		switch err := checkPrimary(f); {
-		case err == nil:
+		case err == nil, errors.As(err, &inDir):
 			after = append(after, base)
 		case unread(err):
 			return nil, err
@@ -196,4 +203,65 @@ func NamedBefore(dir, name, network string) ([]string, error) {
 		}
 	}
 	return before, nil
+}
+
+// ChainInDirError says that the runtime's chain for a .conflist goes on in the list's
+// plugin directory: libcni (1.3 on, which containerd 2 loads configs with)
+// appends to the plugins a list holds those of the .conf files in DIR/NAME, NAME its
+// network name, unless it sets "loadOnlyInlinedPlugins"; a list may then hold no
+// "plugins" at all. An entry put last in the file would run before those plugins, and
+// a list without "plugins" has no place for it, so the file is left as it is; the
+// runtime loads it all the same, so it is not passed over for a later file either.
+type ChainInDirError struct {
+	File    string   // base name of the list
+	Dir     string   // its plugin directory
+	Configs []string // the .conf files there, base names in the runtime's order
+	Inline  []string // the types of the plugins the list holds itself
+}
+
+func (e *ChainInDirError) Error() string {
+	configs := fmt.Sprintf("%d configs", len(e.Configs))
+	if len(e.Configs) == 1 {
+		configs = "1 config"
+	}
+	inline := "none"
+	if len(e.Inline) > 0 {
+		inline = strings.Join(e.Inline, ", ")
+	}
+	return fmt.Sprintf(`%s: the runtime runs the plugins of the %s in its plugin directory %s (%s first) after those the file lists (%s), `+
+		`so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, `+
+		`or set "loadOnlyInlinedPlugins": true if they are not this network's`, e.File, configs, e.Dir, e.Configs[0], inline)
+}
+
+// chainInDir returns a *ChainInDirError when the runtime's chain for the .conflist
+// at path, holding data, goes on in its plugin directory. The directory is listed as
+// libcni lists it (every entry, no bound but the directory's own). A list libcni
+// does not parse is left to parseList to name; a plugin directory it cannot list
+// (a file of that name) makes the runtime refuse the list, an *InvalidError.
+func chainInDir(path string, data []byte) error {
+	if filepath.Ext(path) != ".conflist" {
+		return nil // a .conf or .json is read alone
+	}
+	l, err := libcni.NetworkConfFromBytes(data)
+	if err != nil || l.LoadOnlyInlinedPlugins {
+		return nil
+	}
+	dir := filepath.Join(filepath.Dir(path), l.Name)
+	files, err := libcni.ConfFiles(dir, []string{".conf"})
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return &InvalidError{File: filepath.Base(path), Problem: fmt.Sprintf("its plugin directory %s is not a directory, and the runtime refuses the list", dir), Err: err}
+	case err != nil:
+		return fmt.Errorf("list the plugin directory %s of %s: %w", dir, filepath.Base(path), err)
+	case len(files) == 0:
+		return nil
+	}
+	e := &ChainInDirError{File: filepath.Base(path), Dir: dir}
+	for _, f := range files { // ConfFiles keeps os.ReadDir's order, by name
+		e.Configs = append(e.Configs, filepath.Base(f))
+	}
+	for _, p := range l.Plugins {
+		e.Inline = append(e.Inline, p.Network.Type)
+	}
+	return e
 }

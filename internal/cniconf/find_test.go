@@ -2,12 +2,15 @@ package cniconf
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/test/harness/lease"
@@ -167,4 +170,114 @@ func TestFindPrimaryDoesNotPassOverAConfigItCannotRead(t *testing.T) {
 	if before, err := NamedBefore(dir, "zz-istio-cni.conf", "k8s"); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Errorf("NamedBefore: %v, %v; want the open's error (EAGAIN)", before, err)
 	}
+}
+
+// TestAListWhoseChainGoesOnInItsPluginDirIsTheRuntimesButNotEdited: libcni (1.3 on,
+// which containerd 2 loads configs with) appends to a .conflist's chain the .conf
+// files of its plugin directory, DIR/NAME for the network name NAME, unless the list
+// sets loadOnlyInlinedPlugins; a list may then have no "plugins" of its own. The
+// runtime loads such a list as the node's network (the test asks libcni), so the
+// search for the primary stops at it, naming the directory: an entry put last in the
+// file would run before those plugins, and a list without "plugins" has no place for
+// it. Before, a list without "plugins" was passed over as broken and the entry went
+// into the next file, which the runtime does not use: pods were not redirected and
+// the agent was ready; a list with "plugins" got the entry in the middle of the chain.
+func TestAListWhoseChainGoesOnInItsPluginDirIsTheRuntimesButNotEdited(t *testing.T) {
+	const (
+		next   = `{"cniVersion":"1.0.0","name":"k8s","plugins":[{"type":"calico"}]}`
+		bridge = `{"cniVersion":"1.0.0","type":"bridge","bridge":"cni0"}`
+	)
+	tests := []struct {
+		name     string
+		list     string            // 10-net.conflist
+		dir      map[string]string // the files of its plugin dir net/
+		confName string
+		wantErr  string // empty: 10-net.conflist is the primary, to edit
+	}{
+		{name: "a list without plugins of its own", list: `{"cniVersion":"1.1.0","name":"net"}`, dir: map[string]string{"20-tuning.conf": `{"type":"tuning"}`, "10-bridge.conf": bridge},
+			wantErr: `10-net.conflist: the runtime runs the plugins of the 2 configs in its plugin directory DIR/net (10-bridge.conf first) after those the file lists (none), so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, or set "loadOnlyInlinedPlugins": true if they are not this network's`},
+		{name: "a list with plugins of its own", list: `{"cniVersion":"1.1.0","name":"net","plugins":[{"type":"portmap"}]}`, dir: map[string]string{"10-bridge.conf": bridge},
+			wantErr: `10-net.conflist: the runtime runs the plugins of the 1 config in its plugin directory DIR/net (10-bridge.conf first) after those the file lists (portmap), so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, or set "loadOnlyInlinedPlugins": true if they are not this network's`},
+		{name: "named by CNI_CONF_NAME", list: `{"cniVersion":"1.1.0","name":"net"}`, dir: map[string]string{"10-bridge.conf": bridge}, confName: "10-net.conflist",
+			wantErr: `10-net.conflist: the runtime runs the plugins of the 1 config in its plugin directory DIR/net (10-bridge.conf first) after those the file lists (none), so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, or set "loadOnlyInlinedPlugins": true if they are not this network's`},
+		{name: "loadOnlyInlinedPlugins: the directory does not count", list: `{"cniVersion":"1.1.0","name":"net","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}`, dir: map[string]string{"10-bridge.conf": bridge}},
+		{name: "loadOnlyInlinedPlugins as a string", list: `{"cniVersion":"1.1.0","name":"net","loadOnlyInlinedPlugins":"True","plugins":[{"type":"bridge"}]}`, dir: map[string]string{"10-bridge.conf": bridge}},
+		{name: "a plugin dir without .conf files", list: `{"cniVersion":"1.1.0","name":"net","plugins":[{"type":"bridge"}]}`, dir: map[string]string{"README.md": "notes", "10-bridge.json": bridge, "old.conf": "/"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeDir(t, map[string]string{"10-net.conflist": tt.list, "20-calico.conflist": next, "net": "/"})
+			for name, content := range tt.dir {
+				p := filepath.Join(dir, "net", name)
+				var err error
+				if content == "/" {
+					err = os.Mkdir(p, 0o755)
+				} else {
+					err = os.WriteFile(p, []byte(content), 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// What the runtime makes of the file: its chain, from the file and the dir.
+			rt, err := libcni.ConfListFromFile(filepath.Join(dir, "10-net.conflist"))
+			if err != nil {
+				t.Fatalf("libcni does not load 10-net.conflist, the test's premise: %v", err)
+			}
+			if inline := strings.Count(tt.list, `"type"`); (tt.wantErr != "") != (len(rt.Plugins) > inline) {
+				t.Fatalf("libcni's chain has %d plugins, %d of them from the file: the test's premise is wrong", len(rt.Plugins), inline)
+			}
+
+			path, skipped, err := FindPrimary(dir, tt.confName)
+			if len(skipped) != 0 {
+				t.Errorf("skipped %v: the runtime loads 10-net.conflist, so it is not passed over", skipped)
+			}
+			want := strings.ReplaceAll(tt.wantErr, "DIR", dir)
+			if tt.wantErr == "" {
+				if err != nil || path != filepath.Join(dir, "10-net.conflist") {
+					t.Errorf("FindPrimary: %q, %v; want 10-net.conflist", path, err)
+				}
+				return
+			}
+			var invalid *InvalidError
+			if err == nil || err.Error() != want || errors.Is(err, ErrNoPrimary) || errors.As(err, &invalid) {
+				t.Errorf("FindPrimary: %q, %v\nwant the error (no ErrNoPrimary, no *InvalidError, which would pass it over):\n%s", path, err, want)
+			}
+			// The same file as the one a standalone config would sort before.
+			if after, err := ConfigsAfter(dir, "00-istio-cni.conf"); err != nil || !slices.Equal(after, []string{"10-net.conflist", "20-calico.conflist"}) {
+				t.Errorf("ConfigsAfter: %v, %v; want both configs", after, err)
+			}
+			// Install, asked directly, leaves it as it is.
+			if _, err := Install(dir, "10-net.conflist", []byte(`{"type":"istio-cni"}`)); err == nil || err.Error() != want {
+				t.Errorf("Install: %v, want %s", err, want)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "10-net.conflist")); string(got) != tt.list {
+				t.Errorf("10-net.conflist changed:\n%s", got)
+			}
+		})
+	}
+
+	// A .conf wrapped into a list would gain the plugin dir of its network name: the
+	// runtime reads a .conf alone, a .conflist with its dir.
+	t.Run("a .conf whose list would go on in a plugin dir is not wrapped", func(t *testing.T) {
+		const conf = `{"cniVersion":"1.0.0","name":"net","type":"bridge"}`
+		dir := writeDir(t, map[string]string{"10-net.conf": conf, "net": "/"})
+		if err := os.WriteFile(filepath.Join(dir, "net", "10-tuning.conf"), []byte(`{"type":"tuning"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if path, _, err := FindPrimary(dir, ""); err != nil || filepath.Base(path) != "10-net.conf" {
+			t.Fatalf("FindPrimary: %q, %v; want 10-net.conf (a .conf alone: the runtime reads no dir for it)", path, err)
+		}
+		want := `10-net.conflist: the runtime runs the plugins of the 1 config in its plugin directory ` + filepath.Join(dir, "net") +
+			` (10-tuning.conf first) after those the file lists (bridge, istio-cni), so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, or set "loadOnlyInlinedPlugins": true if they are not this network's`
+		if _, err := Install(dir, "10-net.conf", []byte(`{"type":"istio-cni"}`)); err == nil || err.Error() != want {
+			t.Errorf("Install: %v\nwant %s", err, want)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "10-net.conf")); string(got) != conf {
+			t.Errorf("10-net.conf changed:\n%s", got)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "10-net.conflist")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("10-net.conflist written: %v", err)
+		}
+	})
 }
