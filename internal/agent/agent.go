@@ -839,13 +839,10 @@ func (a *agent) putKubeconfig(token, ca []byte) error {
 		return err
 	}
 	path := a.s.KubeconfigPath()
-	fi, statErr := os.Stat(path)
-	if statErr == nil && fi.Mode().Perm() != a.s.KubeconfigMode {
-		// Tighten (or loosen) the mode before new content goes in: WriteAtomic keeps
-		// an existing file's mode.
-		if err := os.Chmod(path, a.s.KubeconfigMode); err != nil {
-			return fmt.Errorf("kubeconfig %s: %w", path, err)
-		}
+	_, statErr := os.Stat(path)
+	// Tightened (or loosened) before new content goes in.
+	if err := setOwnMode(path, a.s.KubeconfigMode); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	if cniconf.SameContent(path, data) {
 		a.kubeconfigLast = data

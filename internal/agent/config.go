@@ -407,7 +407,12 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 	if err != nil {
 		return configWaiting, fmt.Errorf("standalone config: %w", err)
 	}
+	mode := a.s.StandaloneConfMode()
 	if cniconf.SameContent(path, want) {
+		if err := setOwnMode(path, mode); err != nil {
+			a.cfg.inPlace = false
+			return configWaiting, fmt.Errorf("standalone config: %w", err)
+		}
 		a.moveFrom(path)
 		a.cfg.current, a.cfg.inPlace, a.cfg.installed = path, true, true
 		return configUnchanged, nil
@@ -447,8 +452,12 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 		return configContested, nil
 	default:
 		replaced = true
+		if err := setOwnMode(path, mode); err != nil {
+			a.cfg.inPlace = false
+			return configWaiting, fmt.Errorf("standalone config: %w", err)
+		}
 	}
-	if err := cniconf.WriteAtomic(path, want, 0o644); err != nil {
+	if err := cniconf.WriteAtomic(path, want, mode); err != nil {
 		a.cfg.inPlace = false
 		return configWaiting, err
 	}
@@ -456,6 +465,22 @@ func (a *agent) reconcileStandalone() (configResult, error) {
 	a.cfg.current, a.cfg.inPlace = path, true
 	a.noteInstall(path, replaced)
 	return configInstalled, nil
+}
+
+// setOwnMode gives a file of this agent's (the standalone config, the plugin's
+// kubeconfig) at path mode, when it is there with another: an earlier agent may
+// have written it with another setting or version, cniconf.WriteAtomic keeps an
+// existing file's mode, and a file already holding the right content is not
+// written again.
+func setOwnMode(path string, mode os.FileMode) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() == mode {
+		return nil // gone: written anew, with mode
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // isOurs reports whether a standalone config file is one of ours (any version):

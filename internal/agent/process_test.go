@@ -598,6 +598,71 @@ func TestStandaloneConfigNeverSortsBeforeANetwork(t *testing.T) {
 	})
 }
 
+// TestStandaloneConfigHasIstiosFileMode: the standalone config is written with
+// Istio's mode for the CNI config files its install-cni writes, 0600, and 0640 with
+// CNI_CONF_GROUP_READ=true (the CIS benchmark asks for 0600 or less on the node's
+// CNI configs); a file of ours an earlier agent left with another mode gets it too,
+// whether its content is rewritten or already right. Before, the file was 0644
+// whatever CNI_CONF_GROUP_READ said, and an existing file kept its mode.
+func TestStandaloneConfigHasIstiosFileMode(t *testing.T) {
+	t.Parallel()
+	mode := func(t *testing.T, path string) os.FileMode {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want os.FileMode
+	}{
+		{"default", nil, 0o600},
+		{"CNI_CONF_GROUP_READ=true", []string{"CNI_CONF_GROUP_READ=true"}, 0o640},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			path := filepath.Join(n.confDir, DefaultStandaloneName)
+			env := append([]string{"CHAINED_CNI_PLUGIN=false"}, tc.env...)
+
+			// An earlier version's file of ours, another content, 0644: rewritten.
+			writeFile(t, path, []byte(`{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni"}`), 0o644)
+			p := n.startAgent(t, env...)
+			p.waitReady(t)
+			if got := mode(t, path); got != tc.want {
+				t.Errorf("rewritten standalone config: mode %#o, want %#o", got, tc.want)
+			}
+			// Killed: the file stays. Its mode changed, its content right: the next
+			// agent sets the mode.
+			// The kubeconfig, the agent's other file, likewise gets KUBECONFIG_MODE.
+			p.kill()
+			kubeconfig := filepath.Join(n.runDir, "istio-cni-kubeconfig")
+			for _, f := range []string{path, kubeconfig} {
+				if err := os.Chmod(f, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			content, _ := os.ReadFile(path)
+			p = n.startAgent(t, env...)
+			p.waitReady(t)
+			eventually(t, 5*time.Second, fmt.Sprintf("the standalone config's mode is %#o", tc.want), func() bool { return mode(t, path) == tc.want })
+			eventually(t, 5*time.Second, "the kubeconfig's mode is 0600", func() bool { return mode(t, kubeconfig) == 0o600 })
+			if got, _ := os.ReadFile(path); string(got) != string(content) {
+				t.Errorf("content changed:\n%s\nwant\n%s", got, content)
+			}
+
+			// Deleted: written anew with the mode.
+			os.Remove(path)
+			eventually(t, 5*time.Second, "the standalone config is back", func() bool { _, err := os.Stat(path); return err == nil })
+			if got := mode(t, path); got != tc.want {
+				t.Errorf("new standalone config: mode %#o, want %#o", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestTwoAgentsThatDisagreeStopRewritingEachOthersFiles runs two agents on one node
 // that write different kubeconfigs (their tokens differ) and different entries (their
 // plugin log levels differ), as two releases of the chart with different ports

@@ -56,6 +56,8 @@ type Settings struct {
 	// Chained inserts our entry into the primary CNI's chain; otherwise the agent
 	// writes a config of its own (OpenShift / Multus).
 	Chained bool
+	// ConfGroupRead gives the standalone config group read (StandaloneConfMode).
+	ConfGroupRead bool
 	// NetworkConfig is a template of our plugin entry (CNI_NETWORK_CONFIG) with
 	// __PLACEHOLDERS__; NetworkConfigFile names a file holding one. Both empty: the
 	// agent builds the entry from the settings below.
@@ -189,6 +191,9 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true,
 		Usage: "insert into the primary CNI's chain; false writes a standalone config",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, parseBool)},
+	{Name: "cni-conf-group-read", Envs: []string{"CNI_CONF_GROUP_READ"}, Default: "false", Bool: true,
+		Usage: "the standalone config's mode is 0640 instead of 0600 (a chained entry's file keeps the primary's mode)",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.ConfGroupRead }, parseBool)},
 	{Name: "cni-network-config", Envs: []string{"CNI_NETWORK_CONFIG"},
 		Usage: "template of the plugin's config entry, with __PLACEHOLDERS__ (default: built from the settings)",
 		Set:   func(s *Settings, v string) error { s.NetworkConfig = v; return nil }},
@@ -737,6 +742,16 @@ func (s *Settings) StandaloneNetworkName() string {
 		return s.Multus.Network
 	}
 	return PluginType
+}
+
+// StandaloneConfMode is the standalone config's file mode: Istio's for the CNI
+// configs its install-cni writes, 0600, or 0640 with CNI_CONF_GROUP_READ (the CIS
+// benchmark asks for 0600 or less on the node's CNI configs).
+func (s *Settings) StandaloneConfMode() os.FileMode {
+	if s.ConfGroupRead {
+		return 0o640
+	}
+	return 0o600
 }
 
 // PluginName is the installed plugin binary's name and its entry's type.

@@ -117,7 +117,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			env: map[string]string{
 				"MOUNTED_CNI_NET_DIR": "/m/net.d", "CNI_NET_DIR": "/h/net.d", "MOUNTED_CNI_BIN_DIR": "/m/bin",
 				"CNI_BIN_DIR": "/h/bin", "SECONDARY_BIN_DIR": "/m/bin2", "CNI_BIN_SOURCE_DIR": "/image/bin",
-				"CNI_BINARIES_PREFIX": "v2-3-", "SKIP_CNI_BINARIES": "istio-iptables", "UPDATE_CNI_BINARIES": "false",
+				"CNI_BINARIES_PREFIX": "v2-3-", "SKIP_CNI_BINARIES": "istio-iptables", "UPDATE_CNI_BINARIES": "false", "CNI_CONF_GROUP_READ": "true",
 				"CNI_CONF_NAME": "istio-cni.conf", "CHAINED_CNI_PLUGIN": "false", "CNI_NETWORK_CONFIG": `{"type":"v2-3-istio-cni"}`,
 				"EXCLUDE_NAMESPACES": "a, b ,a", "PLUGIN_LOG_LEVEL": "DEBUG", "POD_NAMESPACE": "istio-cni",
 				"NATIVE_NFTABLES": "true", "IPTABLES_MODE": "legacy", "KUBECONFIG_MODE": "0640",
@@ -130,7 +130,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				s.MountedNetDir, s.HostNetDir, s.MountedBinDir, s.HostBinDir = "/m/net.d", "/h/net.d", "/m/bin", "/h/bin"
 				s.SecondaryBinDir, s.BinSourceDir, s.BinariesPrefix = "/m/bin2", "/image/bin", "v2-3-"
 				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
-				s.ConfName, s.Chained, s.NetworkConfig = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`
+				s.ConfName, s.Chained, s.NetworkConfig, s.ConfGroupRead = "istio-cni.conf", false, `{"type":"v2-3-istio-cni"}`, true
 				s.ExcludeNamespaces, s.PluginLogLevel, s.PodNamespace = []string{"a", "b"}, cli.LevelDebug, "istio-cni"
 				s.NativeNftables, s.IptablesMode, s.KubeconfigMode = true, iptables.ModeLegacy, 0o640
 				s.ServiceAccountDir, s.KubeCAFile, s.SkipTLSVerify = "/sa", "/ca/ca.pem", true
