@@ -347,49 +347,7 @@ func (a *agent) fightingPrimary(now time.Time) (fighting bool, count int) {
 // .conf from its backup when the file is still what we made of it.
 func (a *agent) uninstallFrom(path string) (string, error) {
 	dir, name := filepath.Split(path)
-	dir = filepath.Clean(dir)
-	typ := a.s.PluginName()
-	if typ == cniconf.PluginType {
-		return cniconf.Uninstall(dir, name)
-	}
-	// A prefixed type (CNI_BINARIES_PREFIX): the same steps with our type.
-	data, err := cniconf.ReadConfig(path)
-	if err != nil {
-		return "", err
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	orig, err := cniconf.FindBackup(dir, name)
-	if err != nil {
-		return "", err
-	}
-	out, outName, changed, err := cniconf.RemoveType(data, name, orig, typ)
-	if err != nil {
-		return "", err
-	}
-	outPath := filepath.Join(dir, outName)
-	if changed {
-		if err := cniconf.WriteAtomic(outPath, out, fi.Mode().Perm()); err != nil {
-			return "", err
-		}
-		if outName != name {
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return "", fmt.Errorf("remove %s after restoring %s: %w", name, outName, err)
-			}
-		}
-	}
-	names := []string{name}
-	if base, ok := strings.CutSuffix(name, ".conflist"); ok {
-		names = append(names, base+".conf", base+".json") // what a wrapped file was called
-	}
-	for _, n := range names {
-		if err := os.Remove(cniconf.BackupPath(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("remove backup of %s: %w", n, err)
-		}
-	}
-	return outPath, nil
+	return cniconf.UninstallType(filepath.Clean(dir), name, a.s.PluginName())
 }
 
 // standalonePath is the agent's own config file in standalone mode.

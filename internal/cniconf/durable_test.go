@@ -1,11 +1,14 @@
 package cniconf
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestAWrapIsDurableBeforeItEnds: a wrapped .conf is replaced by NAME.conflist,
@@ -96,5 +99,39 @@ func TestAWrapKeepsAConfItsCNIRewroteMeanwhile(t *testing.T) {
 	}
 	if _, err := os.Stat(conf); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("after the retry 10-flannel.conf is still there (%v)", err)
+	}
+}
+
+// TestUninstallKeepsAConfItsCNIWroteAgain: the primary's daemon writes its .conf
+// again while the agent's wrap of the earlier version is in place (flannel's init
+// container copies it at every restart of its pod; the agent, stopping, no longer
+// watches). The uninstall must keep that newer .conf, which the runtime loads
+// first anyway, and only take out the wrap: before, it put the backup of the old
+// version over it, and the daemon's new config was lost until its next restart.
+func TestUninstallKeepsAConfItsCNIWroteAgain(t *testing.T) {
+	const (
+		old   = `{"cniVersion":"0.3.1","name":"cbr0","type":"flannel","delegate":{"mtu":1450}}`
+		newer = `{"cniVersion":"0.3.1","name":"cbr0","type":"flannel","delegate":{"mtu":8951}}`
+	)
+	for _, typ := range []string{PluginType, "v2-3-" + PluginType} { // CNI_BINARIES_PREFIX
+		t.Run(typ, func(t *testing.T) {
+			dir := writeDir(t, map[string]string{"10-flannel.conf": old})
+			entry := bytes.Replace(testEntry(t), []byte(`"type": "istio-cni"`), []byte(`"type": "`+typ+`"`), 1)
+			written, err := Install(dir, "10-flannel.conf", entry)
+			if err != nil || filepath.Base(written) != "10-flannel.conflist" {
+				t.Fatalf("Install: %s, %v; want the wrap 10-flannel.conflist", written, err)
+			}
+			conf := filepath.Join(dir, "10-flannel.conf")
+			if err := os.WriteFile(conf, []byte(newer), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			restored, err := UninstallType(dir, "10-flannel.conflist", typ)
+			if err != nil || restored != conf {
+				t.Errorf("Uninstall: %s, %v; want 10-flannel.conf", restored, err)
+			}
+			if diff := cmp.Diff(map[string]string{"10-flannel.conf": "-rw-------\n" + newer}, snapshot(t, dir)); diff != "" {
+				t.Errorf("conf dir after the uninstall (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -322,6 +322,16 @@ func sortsFirstAs(dir, name, outName string) error {
 // the config is still what Install made of it, and drops the backup. It returns the
 // path of the file that now holds the primary's config.
 func Uninstall(dir, name string) (string, error) {
+	return UninstallType(dir, name, PluginType)
+}
+
+// UninstallType is Uninstall for entries of type typ (a prefixed plugin name,
+// CNI_BINARIES_PREFIX).
+//
+// A wrapped .conf whose name is taken again (its CNI wrote it anew since the
+// wrap: flannel's init container at every restart) is not put back over that
+// newer version, which the runtime loads first anyway: only the wrap is removed.
+func UninstallType(dir, name, typ string) (string, error) {
 	data, mode, err := readForEdit(dir, name, "uninstall from")
 	if err != nil {
 		return "", err
@@ -330,11 +340,22 @@ func Uninstall(dir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out, outName, changed, err := Remove(data, name, orig)
+	out, outName, changed, err := RemoveType(data, name, orig, typ)
 	if err != nil {
 		return "", err
 	}
 	outPath := filepath.Join(dir, outName)
+	if _, err := os.Lstat(outPath); changed && outName != name && err == nil {
+		path := filepath.Join(dir, name)
+		if err := unchanged(path, data); err != nil {
+			return "", err
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("remove %s, %s being there again: %w", name, outName, err)
+		}
+		syncDir(dir)
+		return outPath, removeBackups(dir, name)
+	}
 	if changed {
 		// The restored .conf sorts before the .conflist, so the runtime already uses
 		// it if we stop between writing it and removing the .conflist.
