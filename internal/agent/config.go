@@ -193,10 +193,9 @@ func (a *agent) moveFrom(now string) {
 		if old == "" || old == now {
 			continue
 		}
-		if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if _, err := a.uninstallFrom(old); err != nil {
+		if _, err := a.uninstallFrom(old); errors.Is(err, fs.ErrNotExist) {
+			continue // gone, and the original kept of it with it
+		} else if err != nil {
 			a.log.Warn("the istio-cni entry belongs in another CNI config now; our entry stays in the old file", "old", old, "new", now, "error", err)
 			continue
 		}

@@ -181,3 +181,43 @@ func TestAgentLeavesAListWhoseChainGoesOnInItsPluginDirAndIsNotReady(t *testing.
 		t.Errorf("10-calico.conflist, not the runtime's network, holds the entry: %v", got)
 	}
 }
+
+// TestAgentLeavesNoBackupOfAConfigThePrimaryRemoved: the primary CNI removes its
+// config (its own uninstall, or a new primary taking over with a file of its own)
+// while the agent's entry is in it. The agent keeps the original of every config it
+// inserted into (.istio-cni.NAME.orig); once that config is gone the backup is of no
+// use, and an uninstall must not leave it: the conf dir holds what the primaries
+// left. Before, the backup stayed for good, whether the entry was waiting for a
+// primary or had moved to another file.
+func TestAgentLeavesNoBackupOfAConfigThePrimaryRemoved(t *testing.T) {
+	t.Parallel()
+	t.Run("no primary left", func(t *testing.T) {
+		t.Parallel()
+		n := newNode(t)
+		path := n.writeCalico(t)
+		p := n.startAgent(t)
+		p.waitReady(t)
+		os.Remove(path)
+		eventually(t, 5*time.Second, "not ready without a primary", func() bool { return !p.ready() })
+		p.stop(t)
+		if left := snapshot(t, n.confDir); len(left) > 0 {
+			t.Errorf("conf dir after the uninstall holds %v, want nothing", keys(left))
+		}
+	})
+	t.Run("another primary took over", func(t *testing.T) {
+		t.Parallel()
+		n := newNode(t)
+		path := n.writeCalico(t)
+		p := n.startAgent(t)
+		p.waitReady(t)
+		cilium := filepath.Join(n.confDir, "05-cilium.conflist")
+		writeLikeACNI(t, cilium, []byte(calicoConflist))
+		os.Remove(path)
+		eventually(t, 5*time.Second, "the entry is in the new primary", func() bool { return hasEntryLast(cilium) })
+		p.waitReady(t)
+		p.stop(t)
+		if diff := cmp.Diff(map[string]fileState{"05-cilium.conflist": {0o644, calicoConflist}}, snapshot(t, n.confDir)); diff != "" {
+			t.Errorf("conf dir after the uninstall (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -331,8 +331,16 @@ func Uninstall(dir, name string) (string, error) {
 // A wrapped .conf whose name is taken again (its CNI wrote it anew since the
 // wrap: flannel's init container at every restart) is not put back over that
 // newer version, which the runtime loads first anyway: only the wrap is removed.
+// A config that is gone (its CNI removed it) has its backup removed, of no use any
+// more, and the error says it is gone (fs.ErrNotExist).
 func UninstallType(dir, name, typ string) (string, error) {
 	data, mode, err := readForEdit(dir, name, "uninstall from")
+	if errors.Is(err, fs.ErrNotExist) {
+		if rerr := removeBackups(dir, name); rerr != nil {
+			return "", errors.Join(err, rerr)
+		}
+		return "", err
+	}
 	if err != nil {
 		return "", err
 	}
