@@ -221,3 +221,37 @@ func TestAgentLeavesNoBackupOfAConfigThePrimaryRemoved(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentNamedAJSONConfigStaysReadyAfterWrappingIt: CNI_CONF_NAME may name a
+// .json config, which the agent wraps into NAME.conflist as it wraps a .conf. The
+// agent must find its wrap under that name at every later look, as it does for a
+// .conf, stay ready, and put the .json back on the uninstall. Before, the next look
+// found no NAME.json, waited for it as for a primary not yet written, and the agent
+// was not ready for as long as it ran.
+func TestAgentNamedAJSONConfigStaysReadyAfterWrappingIt(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	const ptp = `{"cniVersion":"1.0.0","name":"ptp","type":"ptp","ipam":{"type":"host-local","subnet":"10.1.0.0/16"}}`
+	writeFile(t, filepath.Join(n.confDir, "10-ptp.json"), []byte(ptp), 0o644)
+	before := snapshot(t, n.confDir)
+	p := n.startAgent(t, "CNI_CONF_NAME=10-ptp.json")
+	p.waitReady(t)
+	list := filepath.Join(n.confDir, "10-ptp.conflist")
+	if !hasEntryLast(list) {
+		t.Fatalf("%s does not end with the entry", list)
+	}
+	// Later looks (a change in the directory) find the wrap.
+	writeFile(t, filepath.Join(n.confDir, "99-loopback.conf"), []byte(`{"cniVersion":"1.0.0","name":"lo","type":"loopback"}`), 0o644)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, body := p.readyz(); code != http.StatusOK {
+			t.Fatalf("not ready after the wrap: %d %s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	os.Remove(filepath.Join(n.confDir, "99-loopback.conf"))
+	p.stop(t)
+	if diff := cmp.Diff(before, snapshot(t, n.confDir)); diff != "" {
+		t.Errorf("conf dir after the uninstall (-before +after):\n%s", diff)
+	}
+}

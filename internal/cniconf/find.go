@@ -35,7 +35,8 @@ func (s Skipped) String() string { return s.Err.Error() }
 // empty, the first file of dir in lexical order with a loadable extension that
 // holds a valid config, as libcni's ConfFiles plus a sort pick it; with name given
 // (CNI_CONF_NAME), exactly that file, or, when it is not there, NAME.conflist for a
-// NAME.conf (an earlier install wrapped it) and NAME.conf for a NAME.conflist.
+// NAME.conf or NAME.json (an earlier install wrapped it) and NAME.conf, then
+// NAME.json, for a NAME.conflist.
 //
 // Files passed over come back in skipped with the reason, for the agent to log.
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
@@ -83,16 +84,18 @@ func findNamed(dir, name string) (string, []Skipped, error) {
 	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		// As Istio's install-cni: a .conf may have become a .conflist (our wrap) and
-		// the other way round (a primary CNI that changed its format).
-		other := ""
-		switch filepath.Ext(name) {
-		case ".conf":
-			other = path + "list"
-		case ".conflist":
-			other = strings.TrimSuffix(path, "list")
+		// the other way round (a primary CNI that changed its format); so may a
+		// .json, which we wrap alike.
+		base := strings.TrimSuffix(path, filepath.Ext(name))
+		others := []string{base + ".conflist"}
+		if filepath.Ext(name) == ".conflist" {
+			others = []string{base + ".conf", base + ".json"}
 		}
-		if _, err := os.Stat(other); other != "" && err == nil {
-			path = other
+		for _, other := range others {
+			if _, err := os.Stat(other); err == nil {
+				path = other
+				break
+			}
 		}
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {

@@ -86,6 +86,8 @@ func TestFindPrimary(t *testing.T) {
 		{name: "CNI_CONF_NAME picks exactly that file", files: map[string]string{"10-a.conf": single, "20-b.conflist": list}, confName: "20-b.conflist", want: "20-b.conflist"},
 		{name: "CNI_CONF_NAME of a .conf we wrapped finds the .conflist", files: map[string]string{"10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conflist"},
 		{name: "CNI_CONF_NAME of a .conflist finds the .conf (as Istio's)", files: map[string]string{"10-flannel.conf": single}, confName: "10-flannel.conflist", want: "10-flannel.conf"},
+		{name: "CNI_CONF_NAME of a .json we wrapped finds the .conflist", files: map[string]string{"10-ptp.conflist": list}, confName: "10-ptp.json", want: "10-ptp.conflist"},
+		{name: "CNI_CONF_NAME of a .json prefers the .json when both exist", files: map[string]string{"10-ptp.json": single, "10-ptp.conflist": list}, confName: "10-ptp.json", want: "10-ptp.json"},
 		{name: "CNI_CONF_NAME prefers the .conf when both exist", files: map[string]string{"10-flannel.conf": single, "10-flannel.conflist": list}, confName: "10-flannel.conf", want: "10-flannel.conf"},
 		{name: "CNI_CONF_NAME missing: wait for it", files: map[string]string{"10-a.conf": single}, confName: "20-b.conflist", wantNone: true},
 		{name: "CNI_CONF_NAME invalid", files: map[string]string{"20-b.conflist": `{"name":"x","plugins":[]}`}, confName: "20-b.conflist", wantErr: `20-b.conflist: "plugins" is empty`},
