@@ -234,7 +234,7 @@ func removeBackups(dir, name string) error {
 // wake itself up. A wrapped .conf is removed only after its .conflist is in place:
 // in between, the runtime still finds the .conf first and the node keeps working.
 // A list the runtime would run more plugins after (its plugin directory, see
-// ChainInDirError), or a .conf that would become one, is left as it is.
+// chainInDir), or a .conf that would become one, is left as it is.
 func Install(dir, name string, entry []byte) (string, error) {
 	data, mode, err := readForEdit(dir, name, "install into")
 	if err != nil {

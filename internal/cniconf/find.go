@@ -42,8 +42,8 @@ func (s Skipped) String() string { return s.Err.Error() }
 // Our own config (only istio-cni plugins) is never a primary. The error wraps
 // ErrNoPrimary when there is no primary yet; for a named file that exists but is
 // invalid, it is an *InvalidError. A file that could not be read (see unread), is a
-// link to a path this container does not see, or is a list whose chain goes on in
-// its plugin directory (*ChainInDirError), is not passed over: the search stops with
+// link to a path this container does not see, or is one the runtime loads but the
+// agent does not edit (*UneditableError), is not passed over: the search stops with
 // its error.
 func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 	if name != "" {
@@ -70,8 +70,8 @@ func FindPrimary(dir, name string) (path string, skipped []Skipped, err error) {
 // unread reports whether err, of checkPrimary, says the file could not be read
 // (out of descriptors: EMFILE, ENFILE; EAGAIN, EIO, ...) rather than that it is no
 // config (*InvalidError) or is gone: nothing is known of its content then, and it
-// may be the primary the runtime uses, so it is not passed over. A *ChainInDirError
-// is not passed over either: the runtime loads that file.
+// may be the primary the runtime uses, so it is not passed over. An
+// *UneditableError is not passed over either: the runtime loads that file.
 func unread(err error) bool {
 	var invalid *InvalidError
 	return !errors.As(err, &invalid) && !errors.Is(err, fs.ErrNotExist)
@@ -128,7 +128,7 @@ func checkPrimary(path string) error {
 		}
 		l, err := parseList(path, data)
 		if err != nil {
-			return err
+			return loadedAnyway(path, data, err)
 		}
 		for _, t := range l.types {
 			if t != PluginType {
@@ -139,7 +139,7 @@ func checkPrimary(path string) error {
 	}
 	_, t, err := parseSingle(path, data)
 	if err != nil {
-		return err
+		return loadedAnyway(path, data, err)
 	}
 	if t == PluginType {
 		return invalid(path, "is %s's own config, not a primary network", PluginType)
@@ -164,9 +164,9 @@ func ConfigsAfter(dir, name string) ([]string, error) {
 		if base <= name {
 			continue
 		}
-		var inDir *ChainInDirError
+		var uneditable *UneditableError
 		switch err := checkPrimary(f); {
-		case err == nil, errors.As(err, &inDir):
+		case err == nil, errors.As(err, &uneditable):
 			after = append(after, base)
 		case unread(err):
 			return nil, err
@@ -208,39 +208,28 @@ func NamedBefore(dir, name, network string) ([]string, error) {
 	return before, nil
 }
 
-// ChainInDirError says that the runtime's chain for a .conflist goes on in the list's
-// plugin directory: libcni (1.3 on, which containerd 2 loads configs with)
-// appends to the plugins a list holds those of the .conf files in DIR/NAME, NAME its
-// network name, unless it sets "loadOnlyInlinedPlugins"; a list may then hold no
-// "plugins" at all. An entry put last in the file would run before those plugins, and
-// a list without "plugins" has no place for it, so the file is left as it is; the
-// runtime loads it all the same, so it is not passed over for a later file either.
-type ChainInDirError struct {
-	File    string   // base name of the list
-	Dir     string   // its plugin directory
-	Configs []string // the .conf files there, base names in the runtime's order
-	Inline  []string // the types of the plugins the list holds itself
+// UneditableError says the runtime loads a config that the agent does not edit: its
+// chain goes on in the list's plugin directory (chainInDir), or the agent's stricter
+// reading refuses it (a key given twice). The file is left as it is; it is the
+// runtime's network all the same, so the search for the primary stops at it rather
+// than pass it over for a later file, which the runtime does not use.
+type UneditableError struct {
+	File    string // base name of the config
+	Problem string // why it is not edited, and what to change
 }
 
-func (e *ChainInDirError) Error() string {
-	configs := fmt.Sprintf("%d configs", len(e.Configs))
-	if len(e.Configs) == 1 {
-		configs = "1 config"
-	}
-	inline := "none"
-	if len(e.Inline) > 0 {
-		inline = strings.Join(e.Inline, ", ")
-	}
-	return fmt.Sprintf(`%s: the runtime runs the plugins of the %s in its plugin directory %s (%s first) after those the file lists (%s), `+
-		`so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, `+
-		`or set "loadOnlyInlinedPlugins": true if they are not this network's`, e.File, configs, e.Dir, e.Configs[0], inline)
-}
+func (e *UneditableError) Error() string { return e.File + ": " + e.Problem }
 
-// chainInDir returns a *ChainInDirError when the runtime's chain for the .conflist
-// at path, holding data, goes on in its plugin directory. The directory is listed as
-// libcni lists it (every entry, no bound but the directory's own). A list libcni
-// does not parse is left to parseList to name; a plugin directory it cannot list
-// (a file of that name) makes the runtime refuse the list, an *InvalidError.
+// chainInDir returns an *UneditableError when the runtime's chain for the .conflist
+// at path, holding data, goes on in its plugin directory: libcni (1.3 on, which
+// containerd 2 loads configs with) appends to the plugins a list holds those of the
+// .conf files in DIR/NAME, NAME its network name, unless it sets
+// "loadOnlyInlinedPlugins"; a list may then hold no "plugins" at all. An entry put
+// last in the file would run before those plugins, and a list without "plugins" has
+// no place for it. The directory is listed as libcni lists it (every entry, no
+// bound but the directory's own). A list libcni does not parse is left to parseList
+// to name; a plugin directory it cannot list (a file of that name) makes the runtime
+// refuse the list, an *InvalidError.
 func chainInDir(path string, data []byte) error {
 	if filepath.Ext(path) != ".conflist" {
 		return nil // a .conf or .json is read alone
@@ -259,12 +248,45 @@ func chainInDir(path string, data []byte) error {
 	case len(files) == 0:
 		return nil
 	}
-	e := &ChainInDirError{File: filepath.Base(path), Dir: dir}
-	for _, f := range files { // ConfFiles keeps os.ReadDir's order, by name
-		e.Configs = append(e.Configs, filepath.Base(f))
+	configs := fmt.Sprintf("%d configs", len(files))
+	if len(files) == 1 {
+		configs = "1 config"
 	}
-	for _, p := range l.Plugins {
-		e.Inline = append(e.Inline, p.Network.Type)
+	inline := "none"
+	if len(l.Plugins) > 0 {
+		var types []string
+		for _, p := range l.Plugins {
+			types = append(types, p.Network.Type)
+		}
+		inline = strings.Join(types, ", ")
 	}
-	return e
+	// ConfFiles keeps os.ReadDir's order, by name: the runtime's.
+	return &UneditableError{File: filepath.Base(path), Problem: fmt.Sprintf(`the runtime runs the plugins of the %s in its plugin directory %s (%s first) after those the file lists (%s), `+
+		`so an istio-cni entry in the file would not be last in the chain; move them into its "plugins" list, `+
+		`or set "loadOnlyInlinedPlugins": true if they are not this network's`, configs, dir, filepath.Base(files[0]), inline)}
+}
+
+// runtimeLoads reports whether libcni, as the runtime calls it, loads data read
+// from path as a network (its plugin directory aside: see chainInDir).
+func runtimeLoads(path string, data []byte) bool {
+	if filepath.Ext(path) == ".conflist" {
+		l, err := libcni.NetworkConfFromBytes(data)
+		return err == nil && len(l.Plugins) > 0
+	}
+	conf, err := libcni.NetworkPluginConfFromBytes(data)
+	if err == nil {
+		_, err = libcni.ConfListFromConf(conf)
+	}
+	return err == nil
+}
+
+// loadedAnyway turns err, an *InvalidError of the agent's reading of data, into an
+// *UneditableError when the runtime loads data all the same.
+func loadedAnyway(path string, data []byte, err error) error {
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) || !runtimeLoads(path, data) {
+		return err
+	}
+	return &UneditableError{File: invalid.File, Problem: invalid.Problem +
+		", which libcni, as the runtime reads configs, accepts: this agent neither edits it nor passes it over for a later file; fix it"}
 }

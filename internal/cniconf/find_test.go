@@ -80,6 +80,8 @@ func TestFindPrimary(t *testing.T) {
 			want: "10-calico.conflist", wantSkipped: []string{"00-fifo.conf: is not a regular file (named pipe)"}},
 		{name: "our standalone list is not a primary", files: map[string]string{"00-istio.conflist": `{"name":"i","plugins":[{"type":"istio-cni"}]}`, "10-flannel.conflist": list},
 			want: "10-flannel.conflist", wantSkipped: []string{"00-istio.conflist: holds only istio-cni plugins: our own config, not a primary network"}},
+		{name: "a list without plugins, nor a plugin dir, is skipped (the runtime refuses it)", files: map[string]string{"05-none.conflist": `{"cniVersion":"1.1.0","name":"none"}`, "10-calico.conflist": list},
+			want: "10-calico.conflist", wantSkipped: []string{`05-none.conflist: no "plugins" list`}},
 		{name: "json extension counts", files: map[string]string{"10-ptp.json": single}, want: "10-ptp.json"},
 		{name: "empty dir", files: map[string]string{}, wantNone: true},
 		{name: "only invalid files", files: map[string]string{"10-x.conflist": "{"}, wantNone: true, wantSkipped: []string{"10-x.conflist: invalid JSON at offset 1: unexpected end of JSON input"}},
@@ -171,6 +173,32 @@ func TestFindPrimaryDoesNotPassOverAConfigItCannotRead(t *testing.T) {
 	}
 	if before, err := NamedBefore(dir, "zz-istio-cni.conf", "k8s"); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Errorf("NamedBefore: %v, %v; want the open's error (EAGAIN)", before, err)
+	}
+}
+
+// TestAConfigTheRuntimeLoadsButTheAgentWillNotEditStopsTheSearch: a list with its
+// "plugins" key twice is one the runtime loads (libcni decodes it into a map: the
+// last list counts), but not one the agent edits (which list a person meant is a
+// guess). Passed over as a broken file, the entry went into the next config, which
+// the runtime does not use: pods were not redirected. The search stops at it,
+// naming the problem.
+func TestAConfigTheRuntimeLoadsButTheAgentWillNotEditStopsTheSearch(t *testing.T) {
+	const (
+		dup  = `{"cniVersion":"1.0.0","name":"k8s","plugins":[{"type":"bridge"}],"plugins":[{"type":"calico"}]}`
+		next = `{"cniVersion":"1.0.0","name":"k8s","plugins":[{"type":"calico"}]}`
+	)
+	dir := writeDir(t, map[string]string{"05-dup.conflist": dup, "10-calico.conflist": next})
+	if l, err := libcni.ConfListFromFile(filepath.Join(dir, "05-dup.conflist")); err != nil || len(l.Plugins) != 1 || l.Plugins[0].Network.Type != "calico" {
+		t.Fatalf("libcni does not load 05-dup.conflist with its last plugins, the test's premise: %v", err)
+	}
+	path, skipped, err := FindPrimary(dir, "")
+	const want = `05-dup.conflist: key "plugins" appears 2 times, which libcni, as the runtime reads configs, accepts: this agent neither edits it nor passes it over for a later file; fix it`
+	var invalid *InvalidError
+	if err == nil || err.Error() != want || errors.Is(err, ErrNoPrimary) || errors.As(err, &invalid) || len(skipped) != 0 {
+		t.Errorf("FindPrimary: %q, %v, skipped %v\nwant the error (no ErrNoPrimary, no *InvalidError, nothing skipped):\n%s", path, err, skipped, want)
+	}
+	if after, err := ConfigsAfter(dir, "00-istio-cni.conf"); err != nil || !slices.Equal(after, []string{"05-dup.conflist", "10-calico.conflist"}) {
+		t.Errorf("ConfigsAfter: %v, %v; want both configs", after, err)
 	}
 }
 
