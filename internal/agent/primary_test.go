@@ -140,7 +140,7 @@ func TestAgentIsNotReadyWhileThePrimaryKeepsDroppingTheEntry(t *testing.T) {
 // TestAgentLeavesAListWhoseChainGoesOnInItsPluginDirAndIsNotReady: a primary that
 // writes a list of CNI spec 1.1's form, its plugins in a directory named after its
 // network (05-net.conflist, {"name":"net"}, and net/10-bridge.conf), is the network the runtime loads
-// (libcni 1.3 on, as containerd 2 loads configs), and an entry in that file would not be last in
+// (libcni 1.3 on, as containerd 2.4 loads configs), and an entry in that file would not be last in
 // its chain. The agent edits no file, is not ready, /readyz naming the directory
 // and what to change, and installs once the primary lists its plugins in the file.
 // Before, the list was passed over as broken and the entry went into the next

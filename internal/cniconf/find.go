@@ -222,14 +222,14 @@ func (e *UneditableError) Error() string { return e.File + ": " + e.Problem }
 
 // chainInDir returns an *UneditableError when the runtime's chain for the .conflist
 // at path, holding data, goes on in its plugin directory: libcni (1.3 on, which
-// containerd 2 loads configs with) appends to the plugins a list holds those of the
-// .conf files in DIR/NAME, NAME its network name, unless it sets
-// "loadOnlyInlinedPlugins"; a list may then hold no "plugins" at all. An entry put
-// last in the file would run before those plugins, and a list without "plugins" has
-// no place for it. The directory is listed as libcni lists it (every entry, no
-// bound but the directory's own). A list libcni does not parse is left to parseList
-// to name; a plugin directory it cannot list (a file of that name) makes the runtime
-// refuse the list, an *InvalidError.
+// recent containerd 2 releases load configs with: 2.4's go-cni has 1.3.1) appends
+// to the plugins a list holds those of the .conf files in DIR/NAME, NAME its
+// network name, unless it sets "loadOnlyInlinedPlugins"; a list may then hold no
+// "plugins" at all. An entry put last in the file would run before those plugins,
+// and a list without "plugins" has no place for it. The directory is listed as
+// libcni lists it (every entry, no bound but the directory's own). A list libcni
+// does not parse is left to parseList to name; a plugin directory it cannot list (a
+// file of that name) makes the runtime refuse the list, an *InvalidError.
 func chainInDir(path string, data []byte) error {
 	if filepath.Ext(path) != ".conflist" {
 		return nil // a .conf or .json is read alone

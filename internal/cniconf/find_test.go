@@ -203,7 +203,7 @@ func TestAConfigTheRuntimeLoadsButTheAgentWillNotEditStopsTheSearch(t *testing.T
 }
 
 // TestAListWhoseChainGoesOnInItsPluginDirIsTheRuntimesButNotEdited: libcni (1.3 on,
-// which containerd 2 loads configs with) appends to a .conflist's chain the .conf
+// which recent containerd 2 releases load configs with) appends to a .conflist's chain the .conf
 // files of its plugin directory, DIR/NAME for the network name NAME, unless the list
 // sets loadOnlyInlinedPlugins; a list may then have no "plugins" of its own. The
 // runtime loads such a list as the node's network (the test asks libcni), so the
