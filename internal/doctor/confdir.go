@@ -72,7 +72,14 @@ func LoadConfDir(dir string) (*plugin.Config, ConfigSource, error) {
 		}
 		src := ConfigSource{Path: f, Layout: layout, Chain: chain}
 		if layout == LayoutChained {
+			// The agent's own search, so that what the doctor says is what the
+			// agent does.
 			primary, _, perr := cniconf.FindPrimary(dir, "")
+			var uneditable *cniconf.UneditableError
+			if errors.As(perr, &uneditable) {
+				src.Warnings = append(src.Warnings, fmt.Sprintf("the runtime's config %s: the agent leaves that file as it is and is not ready until it is fixed",
+					uneditable.Error()))
+			}
 			if perr == nil && primary != f {
 				src.Warnings = append(src.Warnings, fmt.Sprintf("the runtime uses %s (the first valid config in %s), not %s: "+
 					"pods do not get istio-cni; the primary CNI wrote a new config, and the agent re-inserts the entry there when it runs",

@@ -31,6 +31,14 @@ func TestLoadConfDirFindsTheEntryAsTheRuntimeWould(t *testing.T) {
 			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"the runtime uses 05-new.conflist"}},
 		{name: "not-last", files: map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"istio-cni"},{"type":"portmap"}]}`},
 			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"istio-cni is not last in the chain"}},
+		// libcni 1.3 on runs the .conf files of DIR/NAME after the list's plugins.
+		{name: "chain-goes-on-in-plugin-dir", files: map[string]string{"10-pods.conflist": ptp,
+			"pods/50-bandwidth.conf": `{"cniVersion":"1.0.0","name":"pods","type":"bandwidth"}`},
+			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"10-pods.conflist: the runtime runs the plugins of the 1 config in its plugin directory"}},
+		{name: "plugin-dir-of-another-file", files: map[string]string{"10-pods.conflist": ptp,
+			"05-new.conflist": `{"cniVersion":"1.0.0","name":"new"}`,
+			"new/10-ptp.conf": `{"cniVersion":"1.0.0","name":"new","type":"ptp"}`},
+			layout: LayoutChained, file: "10-pods.conflist", warnings: []string{"05-new.conflist: the runtime runs the plugins of the 1 config in its plugin directory"}},
 		{name: "entry-gone", files: map[string]string{"10-pods.conflist": `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"}]}`},
 			err: "no istio-cni entry in the CNI configs of DIR (10-pods.conflist)"},
 		{name: "empty", files: map[string]string{}, err: "no CNI config in DIR"},
@@ -40,6 +48,9 @@ func TestLoadConfDirFindsTheEntryAsTheRuntimeWould(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, data := range tc.files {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 					t.Fatal(err)
 				}
