@@ -133,12 +133,10 @@ func (a *agent) reconcileConfig() (configResult, error) {
 		return configContested, nil
 	}
 	var written string
-	for try := 0; ; try++ {
+	err = whileChanged(func() (err error) {
 		written, err = cniconf.Install(dir, name, a.entry)
-		if err == nil || !errors.Is(err, cniconf.ErrChanged) || try == 3 {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		a.cfg.inPlace = false
 		return configWaiting, fmt.Errorf("install into CNI config %s: %w", path, err)
@@ -342,6 +340,24 @@ func (a *agent) fightingPrimary(now time.Time) (fighting bool, count int) {
 	return true, len(recent)
 }
 
+// ChangedTries is how many times the agent tries an edit of a CNI config (its
+// install or its uninstall) that found the file changed between its read and its
+// write (cniconf.ErrChanged): the primary CNI's daemon rewriting its file at that
+// moment. Each try reads the file anew.
+const ChangedTries = 4
+
+// whileChanged runs edit until it succeeds, fails for another reason than
+// cniconf.ErrChanged, or has been tried ChangedTries times.
+func whileChanged(edit func() error) error {
+	var err error
+	for try := 0; try < ChangedTries; try++ {
+		if err = edit(); !errors.Is(err, cniconf.ErrChanged) {
+			return err
+		}
+	}
+	return err
+}
+
 // uninstallFrom takes every entry of our type out of path, restoring a wrapped
 // .conf from its backup when the file is still what we made of it.
 func (a *agent) uninstallFrom(path string) (string, error) {
@@ -494,11 +510,19 @@ func (a *agent) uninstallConfig() error {
 	if a.cfg.current == "" {
 		return nil
 	}
-	if cur, err := cniconf.ReadConfig(a.cfg.current); err == nil && a.leftToAnother(a.cfg.current, cur, a.entry) {
-		return nil
-	}
-	restored, err := a.uninstallFrom(a.cfg.current)
-	if errors.Is(err, fs.ErrNotExist) {
+	var restored string
+	left := false
+	err := whileChanged(func() (err error) {
+		// Judged again at each try: what changed the file may have been another
+		// writer putting its own entry in.
+		if cur, err := cniconf.ReadConfig(a.cfg.current); err == nil && a.leftToAnother(a.cfg.current, cur, a.entry) {
+			left = true
+			return nil
+		}
+		restored, err = a.uninstallFrom(a.cfg.current)
+		return err
+	})
+	if left || errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
