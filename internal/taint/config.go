@@ -105,7 +105,7 @@ func (c Config) Validate() error {
 		return nil
 	}
 	var p settings.Problems
-	if msgs := validation.IsQualifiedName(c.Key); len(msgs) > 0 {
+	if msgs := keyProblems(c.Key); len(msgs) > 0 {
 		p.Add(EnvKey, "%q is not a taint key: %s", c.Key, strings.Join(msgs, "; "))
 	}
 	switch c.Effect {

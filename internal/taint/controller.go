@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,7 +104,10 @@ func (c *Controller) Run(ctx context.Context) error {
 const nodeIndex = "spec.nodeName"
 
 // lead runs the informers and workers until ctx ends (the lease is lost or Run's
-// context ends). A fresh cache per leadership: a standby replica holds none.
+// context ends). A fresh cache per leadership: a standby replica holds none. Once
+// the caches have synced, and before the workers start, the Lease records the
+// taint key (recordKey); the taints of earlier keys it recorded are lifted beside
+// the workers (liftEarlier).
 func (c *Controller) lead(ctx context.Context) error {
 	nodeAPI, podAPI := c.client.CoreV1().Nodes(), c.client.CoreV1().Pods(c.cfg.AgentNamespace)
 	dsAPI := c.client.AppsV1().DaemonSets(c.cfg.AgentNamespace)
@@ -199,6 +204,16 @@ func (c *Controller) lead(ctx context.Context) error {
 		// synced: nothing failed, and a term's error is logged as a failure.
 		return nil
 	}
+	earlier, held := c.recordKey(ctx)
+	if !held {
+		return nil
+	}
+	r.earlier = earlier
+	var lifting sync.WaitGroup
+	if len(earlier) > 0 {
+		lifting.Go(func() { r.liftEarlier(ctx) })
+	}
+	defer lifting.Wait()
 	informer.Work(ctx, queue, 2, r.reconcile, func(name string, err error, repeated bool) {
 		if err == nil {
 			c.log.Info("node taint up to date again", "node", name, "taint", c.cfg.Key)
@@ -218,6 +233,9 @@ type reconciler struct {
 	pods          cache.Indexer
 	daemonSets    cache.Indexer
 	agentSelector labels.Selector
+	// earlier are the taint keys of earlier leaders still to be lifted (recordKey),
+	// set before the workers start.
+	earlier []string
 
 	mu sync.Mutex
 	// left holds the nodes that left the node cache since they were last looked at:
@@ -311,6 +329,14 @@ func (r *reconciler) agentDaemonSet(node *corev1.Node, running bool) string {
 	sets := make([]*appsv1.DaemonSet, 0, len(objs))
 	for _, o := range objs {
 		sets = append(sets, o.(*appsv1.DaemonSet))
+	}
+	if len(r.earlier) > 0 {
+		// An earlier key's taint is lifted (liftEarlier), and the DaemonSet
+		// controller places the agent once it is gone: it counts no more than
+		// this key's own.
+		n := *node
+		n.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return slices.Contains(r.earlier, t.Key) })
+		node = &n
 	}
 	return daemonset.AgentOn(sets, r.agentSelector, node, running, r.c.cfg.Key)
 }
@@ -480,17 +506,27 @@ func patchTaints(ctx context.Context, nodes corev1client.NodeInterface, node *co
 // concurrent change: a conflict reads it again), until ctx ends. removed is false
 // when the node had no such taint, or is gone.
 func RemoveTaint(ctx context.Context, nodes corev1client.NodeInterface, name, key string) (removed bool, err error) {
+	return removeTaints(ctx, nodes, name, nil, []string{key})
+}
+
+// removeTaints is RemoveTaint for every taint whose key is one of keys (whatever
+// its value and effect; no other taint), starting from node, a read of the node
+// named name (from a cache), when it is not nil.
+func removeTaints(ctx context.Context, nodes corev1client.NodeInterface, name string, node *corev1.Node, keys []string) (removed bool, err error) {
+	what := strings.Join(keys, ",")
 	for {
-		node, err := nodes.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("read node %s to remove its taint %s: %w", name, key, err)
+		if node == nil {
+			node, err = nodes.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, fmt.Errorf("read node %s to remove its taint %s: %w", name, what, err)
+			}
 		}
 		var kept []corev1.Taint
 		for _, t := range node.Spec.Taints {
-			if t.Key != key {
+			if !slices.Contains(keys, t.Key) {
 				kept = append(kept, t)
 			}
 		}
@@ -504,9 +540,10 @@ func RemoveTaint(ctx context.Context, nodes corev1client.NodeInterface, name, ke
 		case apierrors.IsNotFound(err):
 			return false, nil
 		case apierrors.IsConflict(err) && ctx.Err() == nil:
+			node = nil
 			continue
 		default:
-			return false, fmt.Errorf("remove taint %s: %w", key, err)
+			return false, fmt.Errorf("remove taint %s: %w", what, err)
 		}
 	}
 }

@@ -11,6 +11,8 @@
 // sees the node; the controller adds it otherwise, and removes it once the agent
 // is Ready. It never adds it for a node whose agent is terminating (the plugin
 // stays installed across a restart), and removes it from nodes no DaemonSet of
-// the agent runs on and from nodes that leave its node selector. RemoveTaint is
-// what an agent leaving its node for good calls on exit.
+// the agent runs on and from nodes that leave its node selector. It records its
+// taint key on the Lease (KeyAnnotation), and a leader configured with another key
+// lifts the recorded one's taints from the nodes it manages. RemoveTaint is what an
+// agent leaving its node for good calls on exit.
 package taint
