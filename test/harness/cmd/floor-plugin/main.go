@@ -1,10 +1,11 @@
 // Command floor-plugin is a chained CNI plugin that does nothing but what every
 // chained plugin must: read its config from stdin and print the previous result
 // (ADD), or nothing (CHECK, DEL, STATUS, GC). The burst benchmark
-// (test/nodee2e) chains it beside istio-cni and times it the way istio-cni times
-// its own ADD, from the start of its work (main) to its result written, stdin's
-// wait included: in the same bursts, its p99/p50 is the floor the machine sets
-// for any plugin process, whatever the plugin does.
+// (test/nodee2e) chains it beside istio-cni and times it the way istio-cni logs
+// its own ADD: "took" from its input read (the end of stdin) to its result
+// written, and the "stdin" phase from main to its input read, the wait for the
+// runtime to write it. In the same bursts, its p99/p50 is the floor the machine
+// sets for any plugin process, whatever the plugin does.
 //
 // Its config takes one field of its own, "log": the file each ADD appends one
 // JSON line to ({"command":"ADD","pod":"ns/name","took":ns,"phases":{"stdin":ns}}).
@@ -45,7 +46,8 @@ func run(start time.Time) error {
 	if err != nil {
 		return fmt.Errorf("read stdin: %w", err)
 	}
-	stdin := time.Since(start)
+	input := time.Now()
+	stdin := input.Sub(start)
 	var conf struct {
 		CNIVersion string                     `json:"cniVersion"`
 		Log        string                     `json:"log"`
@@ -75,7 +77,7 @@ func run(start time.Time) error {
 	rec, err := json.Marshal(map[string]any{
 		"command": "ADD",
 		"pod":     podName(os.Getenv("CNI_ARGS")),
-		"took":    time.Since(start),
+		"took":    time.Since(input),
 		"phases":  map[string]time.Duration{"stdin": stdin},
 	})
 	if err != nil {
