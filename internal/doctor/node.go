@@ -246,6 +246,12 @@ func (n *Node) FindNetns(ctx context.Context, pod *kube.Pod) (*repair.Netns, err
 		}
 		return nil, fmt.Errorf("network namespace of pod %s: %w", pod.Key(), err)
 	}
+	// Its status may be behind a sandbox that died: the address is then another
+	// pod's, whose rules are not this pod's to show or probe.
+	if err := ns.CheckSandboxOf(pod); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("network namespace of pod %s: %w (its rules cannot be read: is it being restarted? ask again in a moment)", pod.Key(), err)
+	}
 	return ns, nil
 }
 

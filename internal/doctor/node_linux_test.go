@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -57,5 +58,45 @@ func TestFindNetnsRefusesAPodThatHasEnded(t *testing.T) {
 				t.Errorf("the node was searched %d times for the address of a pod that has ended", f.asked)
 			}
 		})
+	}
+}
+
+// sandboxFinder finds a namespace whose pause process is in the cgroup of pod uid.
+type sandboxFinder struct{ uid string }
+
+func (f sandboxFinder) Find(context.Context, []netip.Addr) (*repair.Netns, error) {
+	return &repair.Netns{Path: "/proc/1/ns/net", Source: "/proc/4242/ns/net", Proc: "/proc/4242", PodUID: f.uid}, nil
+}
+
+// TestFindNetnsRefusesAnotherPodsSandbox: a running pod whose sandbox just died
+// keeps its address in its status until the kubelet reports the next one, while
+// the network plugin may have given the address to a pod started since. inspect
+// and probe showed that pod's rules as this one's. A namespace whose pause
+// process the kubelet's cgroups place in another pod is now refused, as repair
+// in place refuses it (repair.Netns.CheckSandboxOf); the pod's own, or one
+// nothing says is another pod's, is found as before.
+func TestFindNetnsRefusesAnotherPodsSandbox(t *testing.T) {
+	const uid = "0f3c2b1a-9d8e-4f70-a6b5-c4d3e2f1a0b9"
+	pod := &kube.Pod{
+		Metadata: kube.ObjectMeta{Name: "web", Namespace: testNS, UID: uid},
+		Spec:     kube.PodSpec{NodeName: thisNode},
+		Status:   kube.PodStatus{Phase: "Running", PodIP: "10.251.7.10"},
+	}
+	for _, tc := range []struct {
+		nsPod   string
+		refused bool
+	}{
+		{uid, false},
+		{"", false},
+		{"1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", true},
+	} {
+		n := &Node{Name: thisNode, Finder: sandboxFinder{tc.nsPod}}
+		_, err := n.FindNetns(t.Context(), pod)
+		if refused := err != nil; refused != tc.refused {
+			t.Errorf("namespace of pod uid %q: FindNetns = %v, want refused %v", tc.nsPod, err, tc.refused)
+		}
+		if tc.refused && !errors.Is(err, repair.ErrAnotherPodsNetns) {
+			t.Errorf("FindNetns = %v, want repair.ErrAnotherPodsNetns", err)
+		}
 	}
 }

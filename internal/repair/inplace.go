@@ -74,6 +74,10 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		return false, "", fmt.Errorf("repair pod %s in place: %w", key, err)
 	}
 	defer ns.Close()
+	if err := ns.CheckSandboxOf(kp); err != nil {
+		c.metrics.count(ActionRepair, ResultFail)
+		return false, "", fmt.Errorf("repair pod %s in place: %w; not programmed", key, err)
+	}
 	b := c.inPlace.Backend
 	if err := plugin.ApplyAndWarn(repairCtx, c.log.With("pod", key), ns.Path, b, plan); err != nil {
 		c.metrics.count(ActionRepair, ResultFail)

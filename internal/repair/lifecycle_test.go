@@ -2,6 +2,9 @@ package repair
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
@@ -113,4 +117,109 @@ func TestAPodRepairedOnceIsRepairedAgainInItsNextSandbox(t *testing.T) {
 		return strings.Contains(iptablesSave(t, secondNs.bind), ":ISTIO_OUTPUT"), nil
 	})
 	wantCount(t, "repair/success", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 2)
+}
+
+// inPodCgroup moves pid into a cgroup named as the kubelet names a pod's, rel
+// below a directory of this test's own in the pids hierarchy (cgroup v1) or the
+// unified one (v2), and back to the root, the directories removed, at the end.
+func inPodCgroup(t testing.TB, pid int, rel string) {
+	t.Helper()
+	root := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		root = "/sys/fs/cgroup"
+	}
+	top, err := os.MkdirTemp(root, "istio-cni-repair-test-")
+	if err != nil {
+		t.Fatalf("cgroup: %v", err)
+	}
+	leaf := filepath.Join(top, rel)
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		os.Remove(top)
+		t.Fatalf("cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		// Back to the root, a process gone already aside.
+		_ = os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		for d := leaf; strings.HasPrefix(d, top); d = filepath.Dir(d) {
+			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+				t.Errorf("remove cgroup %s: %v", d, err)
+			}
+		}
+	})
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatalf("move %d into cgroup %s: %v", pid, leaf, err)
+	}
+}
+
+// TestAnAddressNowHeldByAnotherPodsSandboxIsNotRepairedIntoIt: a broken pod's
+// status, and the agent's cache of it, lag the node. When its sandbox dies (or
+// the pod is deleted while the agent's watch is behind), the network plugin gives
+// its address to the next pod that starts, while the status still shows it. An
+// in-place repair found that pod's namespace by the address and programmed the
+// broken pod's capture into it, redirecting a pod that may run no proxy. The
+// kubelet's cgroup of the namespace's pause process names the pod it belongs to:
+// a namespace that is another pod's is now refused (retried, then given up on,
+// saying why), while the pod's own namespace, and a static pod's by its mirror's
+// annotation, are repaired as before.
+func TestAnAddressNowHeldByAnotherPodsSandboxIsNotRepairedIntoIt(t *testing.T) {
+	root.Require(t)
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	dir := t.TempDir()
+
+	cfg := testConfig("node-reused-address")
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-reused-address", rulesFor(cfg)),
+		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+	m := c.Metrics()
+
+	// The address in the broken pod's status is held now by another pod's sandbox
+	// (cgroupfs driver's names).
+	reused := netip.MustParseAddr("10.251.7.10")
+	otherNs := newPodNetns(t, dir, "other-pod", reused, true, true)
+	inPodCgroup(t, otherNs.proc.Process.Pid, "kubepods/besteffort/pod1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d/sandbox-other")
+
+	pod := createPod(t, admin, injectedPod("web", cfg.NodeName))
+	pod = setValidation(t, admin, pod, reused.String(), 126, "")
+	waitFor(t, "the repair given up on, or done", 20*time.Second, func() (bool, error) {
+		return m.GaveUp.Load() > 0 || m.PodsRepaired(ActionRepair, ResultSuccess) > 0, nil
+	})
+	if rules := iptablesSave(t, otherNs.bind); strings.Contains(rules, "ISTIO_") {
+		t.Fatalf("the namespace of the pod that now holds %s got the broken pod's capture:\n%s", reused, rules)
+	}
+	if got := m.PodsRepaired(ActionRepair, ResultSuccess); got != 0 {
+		t.Errorf("repair/success = %d, want 0", got)
+	}
+	ev := waitEvent(t, admin, "web", ReasonRepairGaveUp)
+	if !strings.Contains(ev, "is another pod's") || !strings.Contains(ev, "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d") {
+		t.Errorf("event %q: want it to say the namespace holding the address is another pod's, naming that pod's uid", ev)
+	}
+
+	// The status catches up with the pod's new sandbox, its own by its cgroup
+	// (systemd driver's names): repaired.
+	own := netip.MustParseAddr("10.251.7.11")
+	ownNs := newPodNetns(t, dir, "own-pod", own, true, true)
+	inPodCgroup(t, ownNs.proc.Process.Pid, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+
+		strings.ReplaceAll(string(pod.UID), "-", "_")+".slice/cri-containerd-own.scope")
+	setValidation(t, admin, pod, own.String(), 126, "")
+	waitFor(t, "the pod's own sandbox captured", 20*time.Second, func() (bool, error) {
+		return strings.Contains(iptablesSave(t, ownNs.bind), ":ISTIO_OUTPUT"), nil
+	})
+
+	// A static pod's sandbox is in the static pod's cgroup, which its mirror's
+	// annotation names.
+	const staticUID = "6d1c0f0e9a8b7c6d5e4f3a2b1c0d9e8f"
+	staticAddr := netip.MustParseAddr("10.251.7.12")
+	staticNs := newPodNetns(t, dir, "static-pod", staticAddr, true, true)
+	inPodCgroup(t, staticNs.proc.Process.Pid, "kubepods/burstable/pod"+staticUID+"/sandbox-static")
+	mirror := createPod(t, admin, injectedPod("static-"+cfg.NodeName, cfg.NodeName, func(p *corev1.Pod) {
+		p.Annotations[kube.MirrorAnnotation] = staticUID
+	}))
+	setValidation(t, admin, mirror, staticAddr.String(), 126, "")
+	waitFor(t, "the static pod's sandbox captured", 20*time.Second, func() (bool, error) {
+		return strings.Contains(iptablesSave(t, staticNs.bind), ":ISTIO_OUTPUT"), nil
+	})
+	wantCount(t, "repair/success", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 2)
+	if rules := iptablesSave(t, otherNs.bind); strings.Contains(rules, "ISTIO_") {
+		t.Errorf("the other pod's namespace got a capture:\n%s", rules)
+	}
 }

@@ -29,7 +29,11 @@ type Netns struct {
 	// process), through the finder's ProcDir; "" when no process holds it. A pod with
 	// hostUsers: false has its user namespace's id maps read there.
 	Proc string
-	file *os.File
+	// PodUID is the pod uid that the cgroup of the process at Proc names (the
+	// kubelet's pod cgroup: PodUIDFromCgroup); "" when it names none or there is no
+	// process. CheckSandboxOf compares it with the pod's.
+	PodUID string
+	file   *os.File
 }
 
 // Close releases the namespace.
@@ -135,6 +139,12 @@ func (f *ProcFinder) Find(ctx context.Context, ips []netip.Addr) (*Netns, error)
 	}
 	n := found[pick]
 	found = slices.Delete(found, pick, pick+1)
+	if n.Proc != "" {
+		// A process gone meanwhile leaves it unknown.
+		if data, err := os.ReadFile(filepath.Join(n.Proc, "cgroup")); err == nil {
+			n.PodUID = PodUIDFromCgroup(data)
+		}
+	}
 	return n, nil
 }
 
