@@ -3,6 +3,7 @@ package repair
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -19,15 +20,26 @@ import (
 // container is restarted, so the failure is caught one restart earlier.
 // Host-network pods never get the CNI, and pods being deleted need no repair.
 func Broken(cfg *Config, pod *corev1.Pod) (bool, string) {
-	if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork {
+	st, t := failedRun(cfg, pod)
+	if t == nil {
 		return false, ""
+	}
+	return true, describe(st.Name, t, st.RestartCount)
+}
+
+// failedRun is the validation container's status and the termination of it that
+// makes pod broken (Broken's rule); nil when the pod is not broken.
+func failedRun(cfg *Config, pod *corev1.Pod) (*corev1.ContainerStatus, *corev1.ContainerStateTerminated) {
+	if pod.DeletionTimestamp != nil || pod.Spec.HostNetwork {
+		return nil, nil
 	}
 	if cfg.SidecarAnnotation != "" {
 		if _, ok := pod.Annotations[cfg.SidecarAnnotation]; !ok {
-			return false, ""
+			return nil, nil
 		}
 	}
-	for _, st := range pod.Status.InitContainerStatuses {
+	for i := range pod.Status.InitContainerStatuses {
+		st := &pod.Status.InitContainerStatuses[i]
 		if cfg.InitContainerName != "" && st.Name != cfg.InitContainerName {
 			continue
 		}
@@ -36,14 +48,26 @@ func Broken(cfg *Config, pod *corev1.Pod) (bool, string) {
 				continue
 			}
 			if cfg.matches(t) {
-				return true, describe(st.Name, t, st.RestartCount)
+				return st, t
 			}
 		}
 		if t := st.LastTerminationState.Terminated; t != nil && cfg.matches(t) {
-			return true, describe(st.Name, t, st.RestartCount)
+			return st, t
 		}
 	}
-	return false, ""
+	return nil, nil
+}
+
+// failureID names the run of the validation container whose failure makes pod
+// broken: its container's ID (each run is a new container), with its start for a
+// termination the runtime gave no ID (the kubelet's ContainerStatusUnknown). ""
+// when the pod is not broken.
+func failureID(cfg *Config, pod *corev1.Pod) string {
+	_, t := failedRun(cfg, pod)
+	if t == nil {
+		return ""
+	}
+	return t.ContainerID + "@" + t.StartedAt.UTC().Format(time.RFC3339)
 }
 
 func (c *Config) matches(t *corev1.ContainerStateTerminated) bool {

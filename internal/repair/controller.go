@@ -123,11 +123,12 @@ type Controller struct {
 	queue  workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
-	// repaired remembers pods repaired in place until they no longer look broken:
-	// the pod keeps looking broken until the kubelet restarts its validation
-	// container, and every status change in the meantime must not search for and
-	// program the namespace again.
-	repaired map[string]types.UID
+	// repaired remembers pods repaired in place, and the failed run of the
+	// validation container repaired, until they no longer look broken: the pod
+	// keeps looking broken until the kubelet restarts its validation container,
+	// and every status change in the meantime must not search for and program the
+	// namespace again. A later run that fails is repaired again.
+	repaired map[string]repairedFailure
 	// reported remembers, by UID, the pods reported for a missing Multus network or
 	// for the plugin skipping them: such a pod stays broken for as long as it lives,
 	// and is reported once.
@@ -135,6 +136,13 @@ type Controller struct {
 	// plugin is the config whose verdict decides that a pod is not the plugin's
 	// (Deps.Plugin or InPlace.Plugin); nil: not asked.
 	plugin *plugin.Config
+}
+
+// repairedFailure is a pod, by uid, and the failed run of its validation
+// container (failureID) that an in-place repair programmed the namespace for.
+type repairedFailure struct {
+	uid types.UID
+	run string
 }
 
 // New checks cfg and builds the controller; it starts nothing.
@@ -154,7 +162,7 @@ func New(cfg Config, client Client, deps Deps) (*Controller, error) {
 		workers:    deps.Workers,
 		apiTimeout: cmp.Or(deps.APITimeout, APITimeout),
 		recorder:   deps.Recorder,
-		repaired:   map[string]types.UID{},
+		repaired:   map[string]repairedFailure{},
 		reported:   map[types.UID]bool{},
 		plugin:     deps.Plugin,
 	}

@@ -28,10 +28,15 @@ import (
 // containers start. This is what Istio's repair does too; the pod is not restarted.
 func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why string) (done bool, notApplicable string, err error) {
 	key := cache.MetaObjectToName(pod).String()
+	failure := repairedFailure{uid: pod.UID, run: failureID(&c.cfg, pod)}
 	c.mu.Lock()
-	uid, seen := c.repaired[key]
+	seen, ok := c.repaired[key]
 	c.mu.Unlock()
-	if seen && uid == pod.UID {
+	if ok && seen == failure {
+		// The kubelet has not run the validation since (or it is running): its
+		// next run finds the rules. A run that fails after the repair is another
+		// failure, repaired again: a new sandbox set up meanwhile without the
+		// plugin, or rules removed since.
 		return true, "", nil
 	}
 	if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
@@ -92,7 +97,7 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		return false, "", fmt.Errorf("repair pod %s in place (namespace %s): %w", key, ns.Source, err)
 	}
 	c.mu.Lock()
-	c.repaired[key] = pod.UID
+	c.repaired[key] = failure
 	c.mu.Unlock()
 	c.metrics.count(ActionRepair, ResultSuccess)
 	c.log.Info("repaired broken pod in place", "pod", key, "netns", ns.Source, "backend", b.Name(), "reason", why)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // setEnded plays the kubelet ending a pod whose validation was failing, in one
@@ -222,4 +223,90 @@ func TestAnAddressNowHeldByAnotherPodsSandboxIsNotRepairedIntoIt(t *testing.T) {
 	if rules := iptablesSave(t, otherNs.bind); strings.Contains(rules, "ISTIO_") {
 		t.Errorf("the other pod's namespace got a capture:\n%s", rules)
 	}
+}
+
+// setValidationRuns plays the kubelet reporting the validation container's runs
+// by their container IDs: the current state (a run going on when current is "")
+// and the last termination (none when last is ""), each failed with 126.
+func setValidationRuns(t testing.TB, c kubernetes.Interface, p *corev1.Pod, ip netip.Addr, current, last string, restarts int32) *corev1.Pod {
+	t.Helper()
+	failed := func(id string) *corev1.ContainerStateTerminated {
+		return &corev1.ContainerStateTerminated{ExitCode: 126, Reason: "Error", ContainerID: "containerd://" + id,
+			StartedAt: metav1.Now(), FinishedAt: metav1.Now()}
+	}
+	st := corev1.ContainerStatus{Name: DefaultInitContainerName, Image: "proxyv2", RestartCount: restarts}
+	if current != "" {
+		st.State.Terminated = failed(current)
+	} else {
+		st.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
+	}
+	if last != "" {
+		st.LastTerminationState.Terminated = failed(last)
+	}
+	p = p.DeepCopy()
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}},
+		InitContainerStatuses: []corev1.ContainerStatus{st}}
+	got, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(t.Context(), p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update status of pod %s: %v", p.Name, err)
+	}
+	return got
+}
+
+// TestAValidationThatFailsAgainAfterARepairIsRepairedAgain: after an in-place
+// repair the pod keeps looking broken (its last termination) until the kubelet
+// runs its validation again, which after a few failures is minutes later (the
+// crash loop's back-off). The controller remembered the pod as repaired until its
+// validation passed; when the next run failed instead (its sandbox died meanwhile
+// and the new one was set up while the plugin was still out of the node's chain,
+// or the rules were removed), nothing was tried again for as long as the pod
+// lived, and no event said so: the pod stayed in Init:CrashLoopBackOff. The
+// controller now remembers the failed run it repaired: a restart of the same
+// failure searches nothing again, a new failed run is repaired again.
+func TestAValidationThatFailsAgainAfterARepairIsRepairedAgain(t *testing.T) {
+	root.Require(t)
+	cp := startControlPlane(t)
+	admin := cp.AdminClient()
+	dir := t.TempDir()
+	first := netip.MustParseAddr("10.251.8.10")
+	firstNs := newPodNetns(t, dir, "first-sandbox", first, true, true)
+
+	cfg := testConfig("node-fails-again")
+	c := runController(t, cfg, clientWithRules(t, cp, "repair-fails-again", rulesFor(cfg)),
+		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+	m := c.Metrics()
+
+	pod := createPod(t, admin, injectedPod("web", cfg.NodeName))
+	pod = setValidationRuns(t, admin, pod, first, "run-1", "", 0)
+	wantCount(t, "repair/success in the first sandbox", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 1)
+	if rules := iptablesSave(t, firstNs.bind); !strings.Contains(rules, ":ISTIO_OUTPUT") {
+		t.Fatalf("first sandbox not captured:\n%s", rules)
+	}
+
+	// The kubelet runs the validation again: the same failure, now its last
+	// termination. Nothing is searched again.
+	seen := m.Detected.Load()
+	pod = setValidationRuns(t, admin, pod, first, "", "run-1", 1)
+	waitFor(t, "the restart seen", 10*time.Second, func() (bool, error) { return m.Detected.Load() > seen, nil })
+	if got := m.NetnsScans.Load(); got != 1 {
+		t.Errorf("namespace searched %d times after the validation restarted, want once", got)
+	}
+
+	// Before that run ends, the sandbox dies; the kubelet's new one is set up
+	// while the plugin is still out of the chain, and its validation fails.
+	firstNs.proc.Process.Kill()
+	firstNs.proc.Wait()
+	firstNs.proc = nil
+	if err := testns.Delete(firstNs.bind); err != nil {
+		t.Fatal(err)
+	}
+	firstNs.bind = ""
+	second := netip.MustParseAddr("10.251.8.11")
+	secondNs := newPodNetns(t, dir, "second-sandbox", second, true, true)
+	setValidationRuns(t, admin, pod, second, "run-2", "run-1", 2)
+
+	waitFor(t, "the second sandbox captured", 20*time.Second, func() (bool, error) {
+		return strings.Contains(iptablesSave(t, secondNs.bind), ":ISTIO_OUTPUT"), nil
+	})
+	wantCount(t, "repair/success", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 2)
 }
