@@ -811,6 +811,11 @@ func (a *agent) writeKubeconfig() error {
 	}
 	var refused string
 	if a.tokens != nil {
+		// The agent's own token, which the kubelet renews, names this node as it is
+		// now: the plugin's token may be bound to an earlier node of this name.
+		if own, err := readCredential(a.s.TokenFile()); err == nil {
+			a.tokens.ownTokenSeen(own)
+		}
 		tok, failure, r := a.tokens.current()
 		if tok == nil {
 			// The kubeconfig a previous agent wrote stays: its token is bound to the node,

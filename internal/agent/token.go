@@ -51,7 +51,11 @@ import (
 // and watch of that one name) and compares its uid with the token's: a deleted
 // account is known at once, and its creation wakes a new request at once, whatever
 // the retry's delay, so the plugin's kubeconfig works again within one request
-// (tokenRequestTimeout) of the account's return. It also refuses a token past its
+// (tokenRequestTimeout) of the account's return. It refuses a token bound to a
+// node of another uid than the node of that name now (deleted and registered
+// again): the agent's own token, which the kubelet renews, names the node's uid
+// (nodeState), and one issued later that names another wakes a new request at
+// once (ownTokenSeen). It also refuses a token past its
 // expiry, which only renewals failing for half a lifetime let happen; the expiry is
 // counted from the token's receipt with its own lifetime, by the monotonic and the
 // wall clock alike (whichever says it is over first). Meanwhile the agent is not
@@ -93,6 +97,10 @@ type pluginToken struct {
 	// boundTo is what the API server bound the token to ("node x", or "nothing"
 	// where node binding is refused).
 	boundTo string
+	// nodeUID is the uid of the node it is bound to, from its claims ("" when it
+	// has none: bound to nothing), and issued its iat claim.
+	nodeUID string
+	issued  int64
 	// accountUID is the uid of the ServiceAccount it was issued for, from its
 	// claims ("" when it has none).
 	accountUID string
@@ -109,6 +117,20 @@ type accountState struct {
 	uid    string
 }
 
+// nodeState is what the agent's own token, the latest the kubelet wrote into its
+// projected volume, says of this node: the kubelet renews it well before it
+// expires (within the hour), and when it starts, and the API server writes the
+// uid of the pod's node into it. A node deleted and registered again under the
+// same name (kubectl delete node while its kubelet runs, the kubelet restarted
+// within the pod GC's 40 s so that its pods live on) has another uid, and a token
+// bound to the earlier one is refused.
+type nodeState struct {
+	name, uid string
+	// issued is the token's iat claim: only a token issued after the plugin's
+	// says the plugin's node is gone.
+	issued int64
+}
+
 // left is the time until due by the monotonic clock or by the wall clock,
 // whichever is less: a suspended node's monotonic clock stands still while its
 // wall clock, by which tokens expire, goes on.
@@ -120,7 +142,7 @@ func left(due, now time.Time) time.Duration {
 // ServiceAccount namespace/name deleted, or deleted and created again (its uid is
 // not the token's), or the token past its expiry by this node's clocks. Empty when
 // nothing says it is refused (or there is no token).
-func refusal(tok *pluginToken, acct accountState, namespace, name string, now time.Time) string {
+func refusal(tok *pluginToken, acct accountState, node nodeState, namespace, name string, now time.Time) string {
 	switch {
 	case tok == nil:
 		return ""
@@ -130,6 +152,9 @@ func refusal(tok *pluginToken, acct accountState, namespace, name string, now ti
 	case acct.known && tok.accountUID != "" && acct.uid != tok.accountUID:
 		return fmt.Sprintf("ServiceAccount %s/%s was deleted and created again (the token is of uid %s, the ServiceAccount's uid is now %s); a new token is being requested",
 			namespace, name, tok.accountUID, acct.uid)
+	case node.uid != "" && tok.nodeUID != "" && node.uid != tok.nodeUID && node.issued > tok.issued:
+		return fmt.Sprintf("node %s was deleted and registered again (the token is bound to node uid %s, the node's uid is now %s by this agent's own token); a new token is being requested",
+			node.name, tok.nodeUID, node.uid)
 	case !tok.due.IsZero() && left(tok.due, now) <= 0:
 		return fmt.Sprintf("it expired at %s by this node's clock, and no renewal has succeeded since", tok.due.UTC().Format(time.RFC3339))
 	}
@@ -162,6 +187,8 @@ type tokenSource struct {
 	unbound bool
 	// acct is what the watch last said of the ServiceAccount.
 	acct accountState
+	// ownNode is what the agent's own token last said of this node (ownTokenSeen).
+	ownNode nodeState
 	// refused is refusal's answer for cur when last judged.
 	refused string
 	// lastFailure is the error of the last failed request since the last success
@@ -194,7 +221,7 @@ func wake(c chan struct{}) {
 // judge updates refused for what is known at now, logs a change and wakes the
 // agent's loop for it; it returns refused. Called with mu held.
 func (t *tokenSource) judge(now time.Time) string {
-	r := refusal(t.cur, t.acct, t.namespace, t.account, now)
+	r := refusal(t.cur, t.acct, t.ownNode, t.namespace, t.account, now)
 	if r == t.refused {
 		return r
 	}
@@ -224,11 +251,32 @@ func (t *tokenSource) accountSeen(acct accountState) {
 	}
 }
 
+// ownTokenSeen takes the agent's own token as the kubelet last wrote it: a newer
+// one whose node uid is not the plugin token's says the node was registered
+// again, and the plugin's token is refused; a request is asked for now.
+func (t *tokenSource) ownTokenSeen(token []byte) {
+	c, ok := kube.ReadTokenClaims(token)
+	if !ok || c.Kubernetes.Node.UID == "" {
+		return
+	}
+	n := nodeState{name: c.Kubernetes.Node.Name, uid: c.Kubernetes.Node.UID, issued: c.IssuedAt}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n == t.ownNode {
+		return
+	}
+	t.ownNode = n
+	if t.judge(time.Now()) != "" && t.cur != nil && t.cur.nodeUID != n.uid {
+		wake(t.renew)
+	}
+}
+
 // issued takes a new token received at now, and returns refusal's answer for it
 // and the number of requests that failed before it.
 func (t *tokenSource) issued(tok *pluginToken, now time.Time) (refused string, failuresBefore int) {
 	if c, ok := kube.ReadTokenClaims(tok.token); ok {
 		tok.accountUID = c.Kubernetes.ServiceAccount.UID
+		tok.nodeUID, tok.issued = c.Kubernetes.Node.UID, c.IssuedAt
 	}
 	if d := tokenLifetime(tok.token, tok.expires, now); d > 0 {
 		tok.due = now.Add(d)

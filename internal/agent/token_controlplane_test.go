@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/istio-cni/istio-cni/internal/kube"
 )
 
 // TestAgentRenewsThePluginsTokenAtOnceWhenItsServiceAccountIsRecreated: the API
@@ -122,6 +125,72 @@ func testTokenRenewedWhenItsServiceAccountIsRecreated(t *testing.T, podCache boo
 
 	if strings.Contains(p.stderr.String(), "cannot watch the plugin's ServiceAccount") {
 		t.Errorf("the chart's grants do not let the agent watch the plugin's ServiceAccount:\n%s", p.stderr.String())
+	}
+	p.stop(t)
+}
+
+// TestAgentRenewsThePluginsTokenWhenItsNodeIsRegisteredAgain: the plugin's token
+// is bound to the Node, and the API server refuses it once no node of its uid
+// exists: a node deleted and registered again under the same name (kubectl delete
+// node while the kubelet runs, then the kubelet restarted within the pod GC's
+// 40 s, so that the agent and the node's pods live on) leaves every ADD that asks
+// the API server failing with 401 until the token's renewal, 12 hours later with
+// the chart's default (30 minutes here). The kubelet, registered again, renews the
+// agent's own projected token, into which the API server writes the node's new
+// uid: the agent now compares it with the plugin token's, is not ready meanwhile
+// (without the pod cache), naming the node, and requests a new token at once.
+func TestAgentRenewsThePluginsTokenWhenItsNodeIsRegisteredAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := newExitCluster(t, ctx)
+	pod := c.agentPod(t, ctx, "istio-cni-node-a")
+	p := c.start(t, pod)
+	kubeconfigWorks := func() error {
+		plugin, _ := c.pluginClient(t)
+		_, err := plugin.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err
+	}
+	eventually(t, tokenRequestTimeout, "the plugin's kubeconfig works", func() bool { return kubeconfigWorks() == nil })
+	nodes := c.admin.CoreV1().Nodes()
+	before, err := nodes.Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token := c.pluginClient(t)
+	if claims, _ := kube.ReadTokenClaims([]byte(token)); claims.Kubernetes.Node.UID != string(before.UID) {
+		t.Fatalf("the plugin's token is bound to node uid %q, want node-a's %s", claims.Kubernetes.Node.UID, before.UID)
+	}
+
+	// Deleted and registered again: a new uid, and the plugin's token is refused.
+	if err := nodes.Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: before.Labels}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the API server refuses the kubeconfig's token", func() bool { return apierrors.IsUnauthorized(kubeconfigWorks()) })
+
+	// The kubelet renews the agent's projected token: the API server writes the
+	// node's new uid into it.
+	secs := int64(3600)
+	tr, err := c.admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims, _ := kube.ReadTokenClaims([]byte(tr.Status.Token)); claims.Kubernetes.Node.UID != string(after.UID) {
+		t.Fatalf("the agent's renewed token names node uid %q, want the new node-a's %s", claims.Kubernetes.Node.UID, after.UID)
+	}
+	rotated := time.Now()
+	c.n.rotateToken(t, tr.Status.Token)
+	eventually(t, tokenRequestTimeout, "the kubeconfig on the node works again", func() bool { return kubeconfigWorks() == nil })
+	t.Logf("the kubeconfig works again %v after the agent's token was renewed", time.Since(rotated).Round(time.Millisecond))
+	eventually(t, tokenRequestTimeout, "the agent is ready", p.ready)
+	if !strings.Contains(p.stderr.String(), "node node-a was deleted and registered again") {
+		t.Errorf("the agent did not say that the node was registered again:\n%s", p.stderr.String())
 	}
 	p.stop(t)
 }

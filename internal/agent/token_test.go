@@ -79,13 +79,17 @@ func pluginAccount() *corev1.ServiceAccount {
 // names the account's uid), and one past its expiry. What the agent knows of it
 // decides its readiness: an account the watch has not listed (no grant, API server
 // down) says nothing, nor does a token without a uid claim; the expiry is the
-// token's receipt plus its lifetime by the node's clocks.
+// token's receipt plus its lifetime by the node's clocks. A token bound to a node
+// whose uid a later own token of the agent does not name (the node registered
+// again) is refused; an earlier own token, or one of no node, says nothing.
 func TestRefusalSaysWhyTheAPIServerRefusesTheToken(t *testing.T) {
 	now := time.Unix(2_000_000_000, 0)
 	tok := &pluginToken{accountUID: "u1", due: now.Add(time.Hour)}
 	noUID := &pluginToken{due: now.Add(time.Hour)}
 	expired := &pluginToken{accountUID: "u1", due: now.Add(-time.Second)}
 	same := accountState{known: true, exists: true, uid: "u1"}
+	// Bound to node-a of uid n1, issued at 100.
+	bound := &pluginToken{accountUID: "u1", nodeUID: "n1", issued: 100, due: now.Add(time.Hour)}
 	cases := []struct {
 		name string
 		tok  *pluginToken
@@ -102,9 +106,20 @@ func TestRefusalSaysWhyTheAPIServerRefusesTheToken(t *testing.T) {
 		{"token without a uid claim, account deleted", noUID, accountState{known: true}, "was deleted"},
 		{"expired", expired, same, "it expired at 2033-05-18T03:33:19Z by this node's clock"},
 		{"expiry unknown", &pluginToken{accountUID: "u1"}, same, ""},
+		{"node as bound", bound, same, ""},
+		{"node registered again", bound, same, "node node-a was deleted and registered again (the token is bound to node uid n1, the node's uid is now n2"},
+		{"an older own token of an earlier node", bound, same, ""},
+		{"own token of no node", bound, same, ""},
+		{"token bound to nothing", tok, same, ""},
+	}
+	nodes := map[string]nodeState{
+		"node as bound":                         {name: "node-a", uid: "n1", issued: 200},
+		"node registered again":                 {name: "node-a", uid: "n2", issued: 200},
+		"an older own token of an earlier node": {name: "node-a", uid: "n0", issued: 50},
+		"token bound to nothing":                {name: "node-a", uid: "n2", issued: 200},
 	}
 	for _, c := range cases {
-		got := refusal(c.tok, c.acct, "istio-system", "istio-cni-plugin", now)
+		got := refusal(c.tok, c.acct, nodes[c.name], "istio-system", "istio-cni-plugin", now)
 		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
 			t.Errorf("%s: refusal %q, want one saying %q", c.name, got, c.want)
 		}

@@ -139,6 +139,13 @@ type TokenClaims struct {
 			Name string `json:"name"`
 			UID  string `json:"uid"`
 		} `json:"serviceaccount"`
+		// Node is the node the token is bound to (a node-bound token, refused once
+		// no node of that uid exists), or the node of the pod it is bound to (a
+		// pod's projected token, which the kubelet renews with its node's uid).
+		Node struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"node"`
 	} `json:"kubernetes.io"`
 }
 
