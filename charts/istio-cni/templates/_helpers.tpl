@@ -274,6 +274,16 @@ named istio-cni for the NetworkAttachmentDefinition to point at (the agent refus
 {{- end }}
 
 {{/*
+A scalar of the values as text, a number as its digits. Helm reads the numbers of a
+values file as float64, which a template prints in exponent form from 1,000,000 on
+(209715200 as 2.097152e+08), which an integer field of an object still reads exactly,
+but an environment variable keeps as text; JSON writes it as the values file has it.
+*/}}
+{{- define "istio-cni.text" -}}
+{{- if kindIs "string" . -}}{{ . }}{{- else -}}{{ toJson . }}{{- end -}}
+{{- end }}
+
+{{/*
 A Go duration (the schema's goDuration: 15s, 1m30s, 1.5h, 500ms) in milliseconds.
 */}}
 {{- define "istio-cni.durationMs" -}}
