@@ -368,8 +368,8 @@ func TestIstioValuesOfMissingFeaturesAreRefused(t *testing.T) {
 		{"global key with a letter changed", []string{"--set", "global.defaultResourses.requests.cpu=5m"}, []string{"global.defaultResourses", "did you mean global.defaultResources"}},
 		{"global key with a letter added", []string{"--set", "global.loggings.level=debug"}, []string{"global.loggings", "did you mean global.logging"}},
 		{"short global key in another case", []string{"--set", "global.Hub=registry.example.com/istio"}, []string{"global.Hub", "did you mean global.hub"}},
-		{"unknown compatibility version", []string{"--set", "compatibilityVersion=1.24"}, []string{"/compatibilityVersion", "1.25", "1.28"}},
-		{"compatibility version of a future Istio", []string{"--set", "compatibilityVersion=1.29"}, []string{"/compatibilityVersion"}},
+		{"unknown compatibility version", []string{"--set", "compatibilityVersion=1.24"}, []string{"/compatibilityVersion", "1.25", "1.30"}},
+		{"compatibility version of a future Istio", []string{"--set", "compatibilityVersion=1.31"}, []string{"/compatibilityVersion"}},
 		{"relative netns dir under cni", []string{"--set", "cni.cniNetnsDir=run/netns"}, []string{"/cni/cniNetnsDir", "'run/netns'"}},
 	}
 	for _, c := range cases {
@@ -426,6 +426,14 @@ func TestIstioNamesAndThisChartsNames(t *testing.T) {
 		{"profile over global.profile (default over demo)", []string{"--set", "profile=default", "--set", "global.profile=demo"}, agentOf(resourcesOf),
 			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
 		{"a compatibility version Istio knows changes nothing here", []string{"--set", "compatibilityVersion=1.28"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
+		// Istio 1.30's chart knows 1.29, Istio 1.31's 1.30: values files of those releases
+		// set them (and a YAML 1.30 unquoted is the number 1.3).
+		{"Istio 1.30's compatibility version", []string{"--set", "compatibilityVersion=1.29"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
+		{"Istio 1.31's compatibility version", []string{"--set", "compatibilityVersion=1.30"}, agentOf(resourcesOf),
+			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
+		{"Istio 1.31's compatibility version as a YAML number", []string{"--set-json", "compatibilityVersion=1.30"}, agentOf(resourcesOf),
 			map[string]string{"requests.cpu": "100m", "requests.memory": "100Mi"}},
 	}
 	for _, c := range cases {
