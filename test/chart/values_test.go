@@ -1033,6 +1033,19 @@ func TestBadValuesAreRefusedNamingThem(t *testing.T) {
 		// after its last renewal, a standby may take the Lease after 30s.
 		{"taint lease not above the renew deadline plus the retry period", []string{"--set", "taint.enabled=true", "--set", "taint.leaseDuration=30s"},
 			[]string{"taint.leaseDuration 30s", "taint.renewDeadline 20s", "taint.retryPeriod 15s", "two would taint nodes at once"}},
+		{"owner name that is no label value", []string{"--set", "ownerName=my owner"}, []string{"/ownerName", "'my owner'"}},
+		{"node selector key that is no label key", []string{"--set", "nodeSelector.bad key=x"}, []string{"/nodeSelector", "'bad key'"}},
+		{"node selector value that is no label value", []string{"--set", "nodeSelector.pool=a b"}, []string{"/nodeSelector/pool", "'a b'"}},
+		{"toleration key that is no taint key", []string{"--set", "tolerations[0].key=bad key", "--set", "tolerations[0].operator=Exists"}, []string{"/tolerations/0/key", "'bad key'"}},
+		{"toleration value that is no label value", []string{"--set", "tolerations[0].key=pool", "--set", "tolerations[0].value=a b"}, []string{"/tolerations/0/value", "'a b'"}},
+		{"pod annotation key that is no annotation key", []string{"--set", "podAnnotations.bad key=x"}, []string{"/podAnnotations", "'bad key'"}},
+		// A key of a map is named with the map it is in (a propertyNames schema put
+		// another key's path on its error).
+		{"pod label key that is no label key", []string{"--set", "podLabels.bad key=x"}, []string{"/podLabels", "'bad key'"}},
+		{"DaemonSet label key that is no label key", []string{"--set", "daemonSetLabels.bad key=x"}, []string{"/daemonSetLabels", "'bad key'"}},
+		{"monitor label key that is no label key", []string{"--set", "monitoring.serviceMonitor.labels.bad key=x"}, []string{"/monitoring/serviceMonitor/labels", "'bad key'"}},
+		{"dashboard annotation key that is no annotation key", []string{"--set", "dashboard.annotations.bad key=x"}, []string{"/dashboard/annotations", "'bad key'"}},
+		{"env name that is no variable name", []string{"--set", "env.1BAD=x"}, []string{"/env", "'1BAD'"}},
 		{"bad broken-pod label key", []string{"--set", "repair.brokenPodLabelKey=bad key"}, []string{"/repair/brokenPodLabelKey", "'bad key'"}},
 		{"multus while chained", []string{"--set", "multus.enabled=true"}, []string{"multus.enabled", "chained", "standalone"}},
 		{"multus with no namespace at all", []string{"-f", profileFile("openshift"), "--set", "multus.namespaces={}", "--set", "multus.meshedNamespaces=false"},
