@@ -377,3 +377,25 @@ it, so they are refused rather than lost (Istio's chart passes them to its insta
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Labels of the values that go on an object beside the chart's own (istio-cni.labels: the
+common labels, and istio.io/rev and the owner with revision and ownerName) may not name
+one of those: the object would hold the key twice (an invalid manifest, or the last one
+wins, as the tool that reads it decides). checkObjectLabels (list . NAME LABELS EXTRA)
+refuses a key of LABELS, the value NAME, that the chart sets, or that EXTRA (key: why)
+names.
+*/}}
+{{- define "istio-cni.checkObjectLabels" -}}
+{{- $ctx := index . 0 }}
+{{- $name := index . 1 }}
+{{- $reserved := deepCopy (index . 3) }}
+{{- range $k, $_ := include "istio-cni.labels" $ctx | fromYaml }}
+{{- $_ := set $reserved $k "one of the chart's labels of every object" }}
+{{- end }}
+{{- range $k := keys (index . 2 | default dict) | sortAlpha }}
+{{- with get $reserved $k }}
+{{- fail (printf "%s.%s: the chart sets this label on the object itself (%s); remove it from %s" $name $k . $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
