@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,6 +155,33 @@ func TestValuesBeyondTheBoundsAreRefusedNamingThem(t *testing.T) {
 		{"env value too long", []string{"--set", "env.BIG=" + strings.Repeat("v", maxEnvValue+1)}, []string{"/env/BIG", "maxLength"}},
 	}
 	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, c.want) })
+	}
+}
+
+// TestPullSecretsAnySecretNameAreTaken: a Secret's name is a DNS subdomain (dots allowed,
+// up to 253 characters), and imagePullSecrets and Istio's global.imagePullSecrets take
+// any such name to the pods and the ServiceAccount; a name no Secret can have is refused
+// naming the value.
+func TestPullSecretsAnySecretNameAreTaken(t *testing.T) {
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61) // 253
+	m := mustRender(t, "--set", "imagePullSecrets={registry.example.com-pull}", "--set", "global.imagePullSecrets={quay.io-creds,"+long+"}")
+	want := []string{"registry.example.com-pull", "quay.io-creds", long}
+	if got := secretNames(m.daemonSet(t).Spec.Template.Spec.ImagePullSecrets); !slices.Equal(got, want) {
+		t.Errorf("pod imagePullSecrets %v, want %v", got, want)
+	}
+	if got := saPullSecrets(t, m); !slices.Equal(got.([]string), want) {
+		t.Errorf("ServiceAccount imagePullSecrets %v, want %v", got, want)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"upper case", []string{"--set", "imagePullSecrets={RegCred}"}, []string{"/imagePullSecrets/0", "'RegCred'"}},
+		{"254 characters", []string{"--set", "global.imagePullSecrets={" + long + "x}"}, []string{"/global/imagePullSecrets/0", "maxLength"}},
+		{"an empty label", []string{"--set", "imagePullSecrets={registry..example}"}, []string{"/imagePullSecrets/0", "'registry..example'"}},
+	} {
 		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, c.want) })
 	}
 }
