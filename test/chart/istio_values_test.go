@@ -212,8 +212,8 @@ func TestIstioValuesReachTheObjects(t *testing.T) {
 				return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key
 			}), "mesh.example.com/enabled"},
 			{"cni.podAnnotations", "pod annotation", dsOf(func(ds *appsv1.DaemonSet) any { return ds.Spec.Template.Annotations["example.com/team"] }), "mesh"},
-			{"cni.psp_cluster_role", "RoleBinding istio-cni-psp", func(t *testing.T, m *manifest) any {
-				rb := object[*rbacv1.RoleBinding](t, m, "RoleBinding", "istio-cni-psp")
+			{"cni.psp_cluster_role", "RoleBinding istio-cni-psp-mesh-psp", func(t *testing.T, m *manifest) any {
+				rb := object[*rbacv1.RoleBinding](t, m, "RoleBinding", "istio-cni-psp-mesh-psp")
 				return rb.Namespace + " " + rb.RoleRef.Kind + "/" + rb.RoleRef.Name
 			}, "istio-system ClusterRole/mesh-psp"},
 			{"cni.privileged: false", "securityContext.privileged", securityOf(func(sc *corev1.SecurityContext) any { return *sc.Privileged }), false},

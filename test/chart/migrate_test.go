@@ -2,6 +2,7 @@ package chart
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,5 +65,46 @@ func TestIstiosReleaseIsTakenOverByAnUpgradeInPlace(t *testing.T) {
 	}
 	if _, err := client.RbacV1().ClusterRoles().Get(ctx, "istio-cni-repair-role", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Istio's istio-cni-repair-role is still there after the upgrade (%v)", err)
+	}
+}
+
+// TestAnotherPSPClusterRoleIsAnUpgrade: a RoleBinding's roleRef cannot change (the API
+// server refuses it), so the binding of psp_cluster_role is one per ClusterRole: a
+// helm upgrade that names another ClusterRole replaces the binding instead of failing
+// on it, against a real API server, and one that names none removes it.
+func TestAnotherPSPClusterRoleIsAnUpgrade(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	kc := []string{"--kubeconfig", cp.AdminKubeconfig()}
+	client := cp.AdminClient()
+	bound := func() []string {
+		t.Helper()
+		rbs, err := client.RbacV1().RoleBindings(namespace).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var roles []string
+		for _, rb := range rbs.Items {
+			if rb.RoleRef.Kind == "ClusterRole" {
+				roles = append(roles, rb.RoleRef.Name)
+			}
+		}
+		return roles
+	}
+	for i, role := range []string{"psp:restricted", "scc:privileged", ""} {
+		verb := "upgrade"
+		if i == 0 {
+			verb = "install"
+		}
+		args := append(append([]string{verb, release, chartDir, "-n", namespace, "--set", "psp_cluster_role=" + role}, withHub...), kc...)
+		if _, err := helm(t, args...); err != nil {
+			t.Fatalf("helm %s with psp_cluster_role=%q: %v", verb, role, err)
+		}
+		var want []string
+		if role != "" {
+			want = []string{role}
+		}
+		if got := bound(); !slices.Equal(got, want) {
+			t.Errorf("after helm %s with psp_cluster_role=%q the agent is bound to the ClusterRoles %q, want %q", verb, role, got, want)
+		}
 	}
 }

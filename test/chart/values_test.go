@@ -783,13 +783,15 @@ func concat(parts ...[]string) []string {
 // TestPSPClusterRoleIsBoundOnlyWhenNamed: psp_cluster_role adds a RoleBinding of that
 // ClusterRole to the agent in the release namespace, and nothing else; no policy object.
 func TestPSPClusterRoleIsBoundOnlyWhenNamed(t *testing.T) {
-	if d := mustRender(t).find("RoleBinding", "istio-cni-psp"); d != nil {
-		t.Errorf("RoleBinding istio-cni-psp rendered without psp_cluster_role")
+	for _, d := range mustRender(t).all("RoleBinding") {
+		if strings.HasPrefix(d.name, "istio-cni-psp") {
+			t.Errorf("%s rendered without psp_cluster_role", d)
+		}
 	}
 	m := mustRender(t, "--set", "psp_cluster_role=psp:privileged")
-	d := m.find("RoleBinding", "istio-cni-psp")
+	d := m.find("RoleBinding", "istio-cni-psp-psp:privileged")
 	if d == nil {
-		t.Fatal("no RoleBinding istio-cni-psp with psp_cluster_role set")
+		t.Fatal("no RoleBinding istio-cni-psp-psp:privileged with psp_cluster_role set")
 	}
 	rb := d.object.(*rbacv1.RoleBinding)
 	want := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "psp:privileged"}
