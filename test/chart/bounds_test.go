@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,8 @@ const maxArgStrlen = 32 * 4096
 
 // schemaBound returns the bound kw (maxItems, maxLength, maxProperties) of the value at
 // path in values.schema.json (property names; "*" is a map's values: its
-// additionalProperties, or its one patternProperties entry).
+// additionalProperties, or its one patternProperties entry), through a $ref to a
+// definition.
 func schemaBound(t *testing.T, kw string, path ...string) (int, bool) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(chartDir, "values.schema.json"))
@@ -30,6 +32,7 @@ func schemaBound(t *testing.T, kw string, path ...string) (int, bool) {
 	if err := json.Unmarshal(raw, &node); err != nil {
 		t.Fatal(err)
 	}
+	definitions, _ := node["definitions"].(map[string]any)
 	for _, p := range path {
 		var next any
 		if p == "*" {
@@ -46,6 +49,16 @@ func schemaBound(t *testing.T, kw string, path ...string) (int, bool) {
 		n, ok := next.(map[string]any)
 		if !ok {
 			t.Fatalf("values.schema.json has no %s", strings.Join(path, "."))
+		}
+		// {"$ref": "#/definitions/NAME"}: the definition's keywords, the node's own first.
+		if ref, ok := n["$ref"].(string); ok {
+			def, _ := definitions[strings.TrimPrefix(ref, "#/definitions/")].(map[string]any)
+			merged := maps.Clone(def)
+			if merged == nil {
+				merged = map[string]any{}
+			}
+			maps.Copy(merged, n)
+			n = merged
 		}
 		node = n
 	}
@@ -84,12 +97,15 @@ func TestTheLargestValuesTheSchemaAdmitsStartTheAgent(t *testing.T) {
 		uids = append(uids, 4294967294-i)
 	}
 	runDir := "/" + strings.Repeat("r", bound(t, 120, "maxLength", "cniAgentRunDir")-1)
+	binDir := nodePath("b", bound(t, 200000, "maxLength", "cniBinDir"))
+	confDir := nodePath("c", bound(t, 200000, "maxLength", "cniConfDir"))
 	env := map[string]string{}
 	for i := range bound(t, 8, "maxProperties", "env") {
 		env[fmt.Sprintf("EXTRA_%02d", i)] = strings.Repeat("v", bound(t, 200000, "maxLength", "env", "*"))
 	}
 	values, err := json.Marshal(map[string]any{
 		"excludeNamespaces": exclude, "extraBypassUIDs": uids, "cniAgentRunDir": runDir, "env": env,
+		"cniBinDir": binDir, "cniConfDir": confDir,
 		"multus": map[string]any{"namespaces": multus},
 	})
 	if err != nil {
@@ -123,6 +139,16 @@ func TestTheLargestValuesTheSchemaAdmitsStartTheAgent(t *testing.T) {
 	}
 }
 
+// nodePath is an absolute path of n characters whose names are of the longest a
+// file's may be (255 bytes, NAME_MAX), each of c.
+func nodePath(c string, n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString("/" + strings.Repeat(c, min(255, n-b.Len()-1)))
+	}
+	return b.String()
+}
+
 // TestValuesBeyondTheBoundsAreRefusedNamingThem: one more than a bound fails the render
 // with the schema's message naming the value.
 func TestValuesBeyondTheBoundsAreRefusedNamingThem(t *testing.T) {
@@ -138,6 +164,7 @@ func TestValuesBeyondTheBoundsAreRefusedNamingThem(t *testing.T) {
 	maxRunDir, _ := schemaBound(t, "maxLength", "cniAgentRunDir")
 	maxEnv, _ := schemaBound(t, "maxProperties", "env")
 	maxEnvValue, _ := schemaBound(t, "maxLength", "env", "*")
+	maxDir, _ := schemaBound(t, "maxLength", "cniBinDir")
 	envMap := map[string]string{}
 	for i := range maxEnv + 1 {
 		envMap[fmt.Sprintf("E%d", i)] = "x"
@@ -152,6 +179,10 @@ func TestValuesBeyondTheBoundsAreRefusedNamingThem(t *testing.T) {
 		{"one multus namespace too many", []string{"-f", profileFile("openshift"), "--set-json", "multus.namespaces=" + list(maxMultus+1, "ns")}, []string{"/multus/namespaces", "maxItems"}},
 		{"run dir too long for its sockets", []string{"--set", "cniAgentRunDir=/" + strings.Repeat("r", maxRunDir)}, []string{"/cniAgentRunDir", "maxLength"}},
 		{"one env variable too many", []string{"--set-json", "env=" + string(tooMany)}, []string{"/env", "maxProperties"}},
+		{"bin dir too long", []string{"--set", "cniBinDir=" + nodePath("b", maxDir+1)}, []string{"/cniBinDir", "maxLength"}},
+		{"conf dir too long", []string{"--set", "cniConfDir=" + nodePath("c", maxDir+1)}, []string{"/cniConfDir", "maxLength"}},
+		{"netns dir too long", []string{"--set", "cniNetnsDir=" + nodePath("n", maxDir+1)}, []string{"/cniNetnsDir", "maxLength"}},
+		{"a name in a dir longer than a file's may be", []string{"--set", "cniBinDir=/opt/" + strings.Repeat("b", 256)}, []string{"/cniBinDir", "does not match"}},
 		{"env value too long", []string{"--set", "env.BIG=" + strings.Repeat("v", maxEnvValue+1)}, []string{"/env/BIG", "maxLength"}},
 	}
 	for _, c := range cases {
