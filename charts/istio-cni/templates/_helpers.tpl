@@ -275,9 +275,9 @@ named istio-cni for the NetworkAttachmentDefinition to point at (the agent refus
 
 {{/*
 A scalar of the values as text, a number as its digits. Helm reads the numbers of a
-values file as float64, which a template prints in exponent form from 1,000,000 on
-(209715200 as 2.097152e+08), which an integer field of an object still reads exactly,
-but an environment variable keeps as text; JSON writes it as the values file has it.
+values file as float64, and a template prints one of 1,000,000 or more in exponent form
+(209715200 as 2.097152e+08): an integer field of an object still reads it exactly, but an
+environment variable keeps the text. JSON writes the digits.
 */}}
 {{- define "istio-cni.text" -}}
 {{- if kindIs "string" . -}}{{ . }}{{- else -}}{{ toJson . }}{{- end -}}
@@ -379,11 +379,11 @@ it, so they are refused rather than lost (Istio's chart passes them to its insta
 {{- end }}
 
 {{/*
-Labels of the values that go on an object beside the chart's own (istio-cni.labels: the
-common labels, and istio.io/rev and the owner with revision and ownerName) may not name
+Labels from the values that go on an object beside the chart's own (istio-cni.labels: the
+common labels, and istio.io/rev and the owner with revision and ownerName) may not repeat
 one of those: the object would hold the key twice (an invalid manifest, or the last one
 wins, as the tool that reads it decides). checkObjectLabels (list . NAME LABELS EXTRA)
-refuses a key of LABELS, the value NAME, that the chart sets, or that EXTRA (key: why)
+refuses a key of LABELS (the value NAME) that the chart sets, or that EXTRA (key: why)
 names.
 */}}
 {{- define "istio-cni.checkObjectLabels" -}}
