@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,9 +72,34 @@ func tool(t *testing.T, name string) string {
 	return path
 }
 
+var helmInputsOnce sync.Once
+
+// readHelmInputs reads every file helm is given here (the chart, and the values files
+// under testdata) from this process: go test caches a package's result keyed on the
+// files the test binary itself opened, and helm, another process, opens these. Without
+// it a chart edit alone left the result cached, and a broken chart passed.
+func readHelmInputs(t *testing.T) {
+	t.Helper()
+	helmInputsOnce.Do(func() {
+		for _, dir := range []string{chartDir, "testdata"} {
+			err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				_, err = os.ReadFile(path)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("reading the chart's inputs: %v", err)
+			}
+		}
+	})
+}
+
 // helm runs the pinned helm with args and returns its stdout; a failure carries stderr.
 func helm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	readHelmInputs(t)
 	cmd := exec.Command(tool(t, "helm"), args...)
 	// No user config or cache may influence the render.
 	home := t.TempDir()
