@@ -112,6 +112,21 @@ func chartGracePeriod(t *testing.T) time.Duration {
 	return time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 }
 
+// podToken is the istio-cni ServiceAccount's token bound to pod, an hour long: the
+// projected token the kubelet gives the agent's pod (and renews).
+func podToken(t *testing.T, ctx context.Context, admin kubernetes.Interface, pod *corev1.Pod) string {
+	t.Helper()
+	secs := int64(3600)
+	tr, err := admin.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
 // agentPod creates the pod the DaemonSet controller would, and gives the agent that
 // pod's projected token, bound to the pod as the kubelet's is.
 func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *corev1.Pod {
@@ -126,15 +141,7 @@ func (c *exitCluster) agentPod(t *testing.T, ctx context.Context, name string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	secs := int64(3600)
-	tr, err := c.admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.n.rotateToken(t, tr.Status.Token)
+	c.n.rotateToken(t, podToken(t, ctx, c.admin, pod))
 	return pod
 }
 

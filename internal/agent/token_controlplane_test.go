@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -173,19 +172,12 @@ func TestAgentRenewsThePluginsTokenWhenItsNodeIsRegisteredAgain(t *testing.T) {
 
 	// The kubelet renews the agent's projected token: the API server writes the
 	// node's new uid into it.
-	secs := int64(3600)
-	tr, err := c.admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "istio-cni", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if claims, _ := kube.ReadTokenClaims([]byte(tr.Status.Token)); claims.Kubernetes.Node.UID != string(after.UID) {
+	renewed := podToken(t, ctx, c.admin, pod)
+	if claims, _ := kube.ReadTokenClaims([]byte(renewed)); claims.Kubernetes.Node.UID != string(after.UID) {
 		t.Fatalf("the agent's renewed token names node uid %q, want the new node-a's %s", claims.Kubernetes.Node.UID, after.UID)
 	}
 	rotated := time.Now()
-	c.n.rotateToken(t, tr.Status.Token)
+	c.n.rotateToken(t, renewed)
 	eventually(t, tokenRequestTimeout, "the kubeconfig on the node works again", func() bool { return kubeconfigWorks() == nil })
 	t.Logf("the kubeconfig works again %v after the agent's token was renewed", time.Since(rotated).Round(time.Millisecond))
 	eventually(t, tokenRequestTimeout, "the agent is ready", p.ready)

@@ -141,15 +141,7 @@ func TestALeaseWithoutARecordedKeyLiftsNothingAndRecordsTheKey(t *testing.T) {
 		{"a lease without the annotation", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp := controlplane.StartForTest(t, controlplane.Options{})
-			admin := cp.AdminClient()
-			if err := cp.EnsureNamespace(t.Context(), agentNS); err != nil {
-				t.Fatal(err)
-			}
-			createNode(t, admin, "node-a", taint(oldKey, corev1.TaintEffectNoSchedule))
-			createDaemonSet(t, admin, "istio-cni-node", nil)
-			createAgent(t, admin, agentNS, "agent-a", "node-a")
-			setReady(t, admin, agentNS, "agent-a", true)
+			cp, admin := readyNodeWithTheEarlierKey(t)
 			if tc.withLease {
 				createLease(t, admin, false, "")
 			}
@@ -171,15 +163,7 @@ func TestALeaseWithoutARecordedKeyLiftsNothingAndRecordsTheKey(t *testing.T) {
 func TestARecordedValueThatIsNotATaintKeyIsRefused(t *testing.T) {
 	for _, value := range []string{"not a key!", oldKey + ":NoSchedule", " " + oldKey} {
 		t.Run(value, func(t *testing.T) {
-			cp := controlplane.StartForTest(t, controlplane.Options{})
-			admin := cp.AdminClient()
-			if err := cp.EnsureNamespace(t.Context(), agentNS); err != nil {
-				t.Fatal(err)
-			}
-			createNode(t, admin, "node-a", taint(oldKey, corev1.TaintEffectNoSchedule))
-			createDaemonSet(t, admin, "istio-cni-node", nil)
-			createAgent(t, admin, agentNS, "agent-a", "node-a")
-			setReady(t, admin, agentNS, "agent-a", true)
+			cp, admin := readyNodeWithTheEarlierKey(t)
 			createLease(t, admin, true, value)
 			var log logbuf.Buffer
 			c, err := New(testConfig("replica-a"), clientWithRules(t, cp, "taint-a"), Deps{Logger: slog.New(slog.NewTextHandler(&log, nil))})
@@ -334,4 +318,20 @@ func TestANodeWhoseAgentIsNotReadyKeepsATaintWhileTheEarlierKeyIsLifted(t *testi
 	if len(bare) > 0 {
 		t.Errorf("%d node versions carried neither taint while their agents were not ready: %v", len(bare), bare)
 	}
+}
+
+// readyNodeWithTheEarlierKey starts an API server with node-a, tainted with
+// oldKey, whose agent (of the istio-cni-node DaemonSet) is Ready.
+func readyNodeWithTheEarlierKey(t *testing.T) (*controlplane.ControlPlane, kubernetes.Interface) {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := cp.AdminClient()
+	if err := cp.EnsureNamespace(t.Context(), agentNS); err != nil {
+		t.Fatal(err)
+	}
+	createNode(t, admin, "node-a", taint(oldKey, corev1.TaintEffectNoSchedule))
+	createDaemonSet(t, admin, "istio-cni-node", nil)
+	createAgent(t, admin, agentNS, "agent-a", "node-a")
+	setReady(t, admin, agentNS, "agent-a", true)
+	return cp, admin
 }
