@@ -64,10 +64,13 @@ func failedRun(cfg *Config, pod *corev1.Pod) (*corev1.ContainerStatus, *corev1.C
 // when the pod is not broken.
 func failureID(cfg *Config, pod *corev1.Pod) string {
 	_, t := failedRun(cfg, pod)
-	if t == nil {
+	switch {
+	case t == nil:
 		return ""
+	case t.ContainerID != "":
+		return t.ContainerID
 	}
-	return t.ContainerID + "@" + t.StartedAt.UTC().Format(time.RFC3339)
+	return "@" + t.StartedAt.UTC().Format(time.RFC3339)
 }
 
 func (c *Config) matches(t *corev1.ContainerStateTerminated) bool {
