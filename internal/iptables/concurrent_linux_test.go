@@ -89,7 +89,7 @@ func TestNativeWriteMeetsTablesWrittenSinceTheProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !b.NativeWrites() {
-		t.Skip("this node's iptables-nft is not written natively")
+		t.Fatal("this node's iptables-nft is not written natively: the test needs the native write (iptables-nft with nft_compat)")
 	}
 	other, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
 	if err != nil {
@@ -138,17 +138,10 @@ func TestApplyWaitsForTheNamespacesApplyLock(t *testing.T) {
 	dir := t.TempDir()
 	b, err := NewBackend(Config{Mode: ModeLegacy, LockDir: dir})
 	if err != nil {
-		t.Skipf("no iptables-legacy: %v", err)
+		t.Fatalf("no iptables-legacy: %v", err)
 	}
 	ns := newNS(t)
-	var release func()
-	if err := netns.Do(ns, func() error {
-		var err error
-		release, err = b.lockApply(context.Background())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	release := holdApplyLock(t, b, ns)
 	done := make(chan error, 1)
 	go func() {
 		_, err := capture.Apply(context.Background(), ns, b, specs.Sidecar().Plan(t))
@@ -212,15 +205,7 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := savedInBoth(t, ns, m)
-			var release func()
-			if err := netns.Do(ns, func() error {
-				var err error
-				release, err = b.lockApply(context.Background())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			defer release()
+			defer holdApplyLock(t, b, ns)()
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			if _, err := capture.Apply(ctx, ns, b, plan); !errors.Is(err, context.DeadlineExceeded) {
@@ -231,4 +216,18 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdApplyLock takes the apply lock of the namespace at ns, as another apply
+// would hold it, and returns its release.
+func holdApplyLock(t *testing.T, b *Backend, ns string) (release func()) {
+	t.Helper()
+	if err := netns.Do(ns, func() error {
+		var err error
+		release, err = b.lockApply(context.Background())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return release
 }

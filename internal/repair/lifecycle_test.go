@@ -88,24 +88,13 @@ func TestATerminalPodIsNotRepairedIntoTheNamespaceThatNowHoldsItsAddress(t *test
 // lived, so it took the new failure for the old one, never programmed the new
 // namespace, and the pod stayed broken until the agent restarted.
 func TestAPodRepairedOnceIsRepairedAgainInItsNextSandbox(t *testing.T) {
-	root.Require(t)
-	cp := startControlPlane(t)
-	admin := cp.AdminClient()
-	dir := t.TempDir()
-	first := netip.MustParseAddr("10.251.6.10")
-	firstNs := newPodNetns(t, dir, "first-sandbox", first, true, true)
-
-	cfg := testConfig("node-resandbox")
-	c := runController(t, cfg, clientWithRules(t, cp, "repair-resandbox", rulesFor(cfg)),
-		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
-	m := c.Metrics()
+	e := startInPlace(t, "node-resandbox", "repair-resandbox", netip.MustParseAddr("10.251.6.10"))
+	admin, dir, cfg, m, first, firstNs := e.admin, e.dir, e.cfg, e.m, e.first, e.firstNs
 
 	pod := createPod(t, admin, injectedPod("web", cfg.NodeName))
 	pod = setValidation(t, admin, pod, first.String(), 126, "")
 	wantCount(t, "repair/success in the first sandbox", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 1)
-	if rules := iptablesSave(t, firstNs.bind); !strings.Contains(rules, ":ISTIO_OUTPUT") {
-		t.Fatalf("first sandbox not captured:\n%s", rules)
-	}
+	wantCaptured(t, "first sandbox", firstNs.bind)
 	// The validation re-runs and passes; the pod runs.
 	pod = setValidation(t, admin, pod, first.String(), 0, "")
 
@@ -264,24 +253,13 @@ func setValidationRuns(t testing.TB, c kubernetes.Interface, p *corev1.Pod, ip n
 // controller now remembers the failed run it repaired: a restart of the same
 // failure searches nothing again, a new failed run is repaired again.
 func TestAValidationThatFailsAgainAfterARepairIsRepairedAgain(t *testing.T) {
-	root.Require(t)
-	cp := startControlPlane(t)
-	admin := cp.AdminClient()
-	dir := t.TempDir()
-	first := netip.MustParseAddr("10.251.8.10")
-	firstNs := newPodNetns(t, dir, "first-sandbox", first, true, true)
-
-	cfg := testConfig("node-fails-again")
-	c := runController(t, cfg, clientWithRules(t, cp, "repair-fails-again", rulesFor(cfg)),
-		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
-	m := c.Metrics()
+	e := startInPlace(t, "node-fails-again", "repair-fails-again", netip.MustParseAddr("10.251.8.10"))
+	admin, dir, cfg, m, first, firstNs := e.admin, e.dir, e.cfg, e.m, e.first, e.firstNs
 
 	pod := createPod(t, admin, injectedPod("web", cfg.NodeName))
 	pod = setValidationRuns(t, admin, pod, first, "run-1", "", 0)
 	wantCount(t, "repair/success in the first sandbox", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 1)
-	if rules := iptablesSave(t, firstNs.bind); !strings.Contains(rules, ":ISTIO_OUTPUT") {
-		t.Fatalf("first sandbox not captured:\n%s", rules)
-	}
+	wantCaptured(t, "first sandbox", firstNs.bind)
 
 	// The kubelet runs the validation again: the same failure, now its last
 	// termination. Nothing is searched again.
@@ -309,4 +287,36 @@ func TestAValidationThatFailsAgainAfterARepairIsRepairedAgain(t *testing.T) {
 		return strings.Contains(iptablesSave(t, secondNs.bind), ":ISTIO_OUTPUT"), nil
 	})
 	wantCount(t, "repair/success", func() uint64 { return m.PodsRepaired(ActionRepair, ResultSuccess) }, 2)
+}
+
+// inPlace is a repair controller that repairs in place, against its own API server,
+// and the first sandbox of the pod a test makes: a namespace held by a process,
+// its bind mount kept, under dir.
+type inPlace struct {
+	admin   kubernetes.Interface
+	dir     string
+	cfg     Config
+	m       *Metrics
+	first   netip.Addr
+	firstNs *podNetns
+}
+
+func startInPlace(t *testing.T, node, rulesName string, first netip.Addr) inPlace {
+	t.Helper()
+	root.Require(t)
+	cp := startControlPlane(t)
+	e := inPlace{admin: cp.AdminClient(), dir: t.TempDir(), cfg: testConfig(node), first: first}
+	e.firstNs = newPodNetns(t, e.dir, "first-sandbox", first, true, true)
+	c := runController(t, e.cfg, clientWithRules(t, cp, rulesName, rulesFor(e.cfg)),
+		inPlaceDeps(t, &ProcFinder{ProcDir: "/proc"}))
+	e.m = c.Metrics()
+	return e
+}
+
+// wantCaptured fails the test unless the namespace at bind holds the capture.
+func wantCaptured(t *testing.T, what, bind string) {
+	t.Helper()
+	if rules := iptablesSave(t, bind); !strings.Contains(rules, ":ISTIO_OUTPUT") {
+		t.Fatalf("%s not captured:\n%s", what, rules)
+	}
 }
