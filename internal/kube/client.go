@@ -31,6 +31,7 @@ type Client struct {
 
 	sessions   *SessionFile // nil: every connection makes a full handshake
 	resumed    bool         // the last connection resumed a stored TLS session
+	curve      tls.CurveID  // the last connection's key exchange
 	sessionErr error        // the last Save's error
 }
 
@@ -182,6 +183,15 @@ func (c *Client) ResumeSessions(path string, kc *Kubeconfig) {
 // the error of storing its session, if any (the lookup does not fail for it).
 func (c *Client) Resumed() (bool, error) { return c.resumed, c.sessionErr }
 
+// KeyExchange names the last TLS connection's key exchange (X25519MLKEM768, or
+// X25519 on a resumed one: see resumeCurves); empty before one.
+func (c *Client) KeyExchange() string {
+	if c.curve == 0 {
+		return ""
+	}
+	return c.curve.String()
+}
+
 // StatusError is an API error response.
 type StatusError struct {
 	Code    int
@@ -231,8 +241,7 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 	var conn net.Conn
 	var err error
 	if c.tls != nil {
-		d := tls.Dialer{Config: c.tls}
-		conn, err = d.DialContext(ctx, "tcp", c.addr)
+		conn, err = c.dialTLS(ctx)
 	} else {
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, "tcp", c.addr)
@@ -256,13 +265,78 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 	if tc, ok := conn.(*tls.Conn); ok && c.sessions != nil && err == nil {
 		// The answer is read: TLS 1.3's tickets, sent after the handshake, came
 		// before it.
-		c.resumed = tc.ConnectionState().DidResume
+		cs := tc.ConnectionState()
+		c.resumed, c.curve = cs.DidResume, cs.CurveID
 		c.sessionErr = c.sessions.Save(c.resumed)
 	}
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
 	return resp, err
+}
+
+// resumeCurves are the key exchanges a connection offering a stored session
+// offers: X25519 (its key share), and P-256 for a server without it (a FIPS
+// build's), without the post-quantum half of Go's default (X25519MLKEM768),
+// whose key generation and decapsulation are about a third of a resumed
+// handshake here (docs/performance.md, 21st pass).
+//
+// Resumed that way, the connection is still post-quantum: TLS 1.3 (psk_dhe_ke)
+// derives its keys from the session's secret and the new exchange together, and
+// the session's secret came from a full handshake with the default hybrid
+// exchange (SessionFile stores only those), so decrypting recorded traffic takes
+// that secret, which no recording of either handshake gives. What the classical
+// exchange weakens is forward secrecy against a later theft of the session file
+// by someone who can also break X25519: the file sits beside the plugin's
+// kubeconfig, whose token would be stolen with it.
+var resumeCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
+
+// dialTLS connects and makes the TLS handshake. When a stored session is
+// offered, the key exchanges are resumeCurves'. A server that does not resume
+// the session (its ticket keys changed, as on an API server's restart) has then
+// made a full handshake with a classical exchange alone, and nothing is sent on
+// that connection: it is closed, the session forgotten, and the connection made
+// again with the default exchanges. One whose handshake fails is made again the
+// same way, the session still offered.
+func (c *Client) dialTLS(ctx context.Context) (net.Conn, error) {
+	if c.sessions != nil {
+		if _, ok := c.sessions.Get(""); ok {
+			cfg := c.tls.Clone()
+			cfg.CurvePreferences = resumeCurves
+			cfg.ClientSessionCache = keepOnFailure{c.sessions}
+			conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", c.addr)
+			switch {
+			case err == nil && conn.(*tls.Conn).ConnectionState().DidResume:
+				return conn, nil
+			case err == nil:
+				conn.Close()
+				c.sessions.Put("", nil)
+			case dialFailed(err) || ctx.Err() != nil:
+				return nil, err
+			}
+		}
+	}
+	return (&tls.Dialer{Config: c.tls}).DialContext(ctx, "tcp", c.addr)
+}
+
+// keepOnFailure is the session store of the handshake with resumeCurves:
+// crypto/tls voids the offered session when a handshake that offered it fails,
+// which here says only that the server wants another key exchange, and the
+// connection made again with the default offers it still. dialTLS voids it
+// itself when the server does not resume it.
+type keepOnFailure struct{ *SessionFile }
+
+func (k keepOnFailure) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		k.SessionFile.Put(key, cs)
+	}
+}
+
+// dialFailed says whether err is the TCP connection's failure rather than the
+// TLS handshake's.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // DecodeError is an answer with status 200 that is not the JSON asked for.

@@ -27,7 +27,10 @@ const sessionMagic = "istio-cni tls session 1\n"
 // next process (the plugin runs once per pod) resumes it instead of a full
 // handshake: the server then neither sends nor signs for its certificate, and the
 // client verifies no chain. The key exchange still runs (TLS 1.3's psk_dhe_ke),
-// so the connection keeps forward secrecy.
+// so the connection keeps forward secrecy; a resumed handshake offers X25519
+// alone (resumeCurves), its post-quantum protection coming from the stored
+// session's secret, which only a full handshake with Go's default hybrid
+// exchange makes: Save stores the session of a full handshake only.
 //
 // The file is bound to what authenticates the server and the client (the server
 // URL, the CA, the client certificate, the server name): a session made under

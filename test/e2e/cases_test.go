@@ -760,16 +760,22 @@ func TestLookupUsesTheAgentsPodCache(t *testing.T) {
 // TestTheNextADDResumesTheTLSSessionToTheAPIServer: an ADD that asks the real
 // API server keeps its TLS session in the run directory (0600), and the next
 // ADD's process resumes it (logged as podAPITLSResumed) and captures its pod.
+// The full handshake's key exchange is Go's default, post-quantum one; the
+// resumed ones offer X25519 alone (kube.resumeCurves).
 func TestTheNextADDResumesTheTLSSessionToTheAPIServer(t *testing.T) {
 	n := newNode(t, shared)
 	list := n.chain(n.istioEntry(nil))
 	session := filepath.Join(n.runDir, plugin.TLSSessionName)
-	for i, want := range []string{"podAPITLSResumed=false", "podAPITLSResumed=true"} {
+	for i, want := range []string{
+		"podAPITLSResumed=false podAPITLSKeyExchange=X25519MLKEM768",
+		"podAPITLSResumed=true podAPITLSKeyExchange=X25519 ",
+		"podAPITLSResumed=true podAPITLSKeyExchange=X25519 ",
+	} {
 		pod := createPod(t, shared, meshedPod("tls-session", fmt.Sprintf("web-%d", i), nil))
 		before := len(n.stderr.String())
 		sb, _ := n.addPod(t, list, pod)
 		if log := n.stderr.String()[before:]; !strings.Contains(log, want) {
-			t.Errorf("ADD %d: the plugin's log lacks %s:\n%s", i+1, want, log)
+			t.Errorf("ADD %d: the plugin's log lacks %q:\n%s", i+1, want, log)
 		}
 		if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
 			t.Errorf("ADD %d: no capture", i+1)

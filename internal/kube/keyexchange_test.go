@@ -1,0 +1,153 @@
+package kube
+
+import (
+	"crypto/tls"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// handshake is what a TLS server saw of one handshake or one request's
+// connection: its key exchange and whether it resumed a session.
+type handshake struct {
+	Curve   tls.CurveID
+	Resumed bool
+}
+
+// exchangeServer is a TLS server (crypto/tls's, as the kube-apiserver's) that
+// records every handshake it completes and the connection of every request it
+// answers; configure may change its TLS config before it starts.
+type exchangeServer struct {
+	srv        *httptest.Server
+	mu         sync.Mutex
+	handshakes []handshake
+	requests   []handshake
+}
+
+func newExchangeServer(t *testing.T, configure func(*tls.Config)) (*exchangeServer, *Kubeconfig) {
+	t.Helper()
+	s := &exchangeServer{}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests = append(s.requests, handshake{r.TLS.CurveID, r.TLS.DidResume})
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"metadata":{"name":"p","namespace":"n"}}`))
+	}))
+	s.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, VerifyConnection: func(cs tls.ConnectionState) error {
+		s.mu.Lock()
+		s.handshakes = append(s.handshakes, handshake{cs.CurveID, cs.DidResume})
+		s.mu.Unlock()
+		return nil
+	}}
+	if configure != nil {
+		configure(s.srv.TLS)
+	}
+	s.srv.StartTLS()
+	t.Cleanup(s.srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
+	return s, &Kubeconfig{Server: s.srv.URL, CAData: ca}
+}
+
+// seen returns, and forgets, what the server recorded since the last call. A
+// handshake is recorded before its first request is read, and a GET returns
+// after its answer, so after a GET both lists are complete.
+func (s *exchangeServer) seen() (handshakes, requests []handshake) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	handshakes, requests = s.handshakes, s.requests
+	s.handshakes, s.requests = nil, nil
+	return handshakes, requests
+}
+
+func (s *exchangeServer) check(t *testing.T, what string, wantHandshakes, wantRequests []handshake) {
+	t.Helper()
+	handshakes, requests := s.seen()
+	if diff := cmp.Diff(wantHandshakes, handshakes); diff != "" {
+		t.Errorf("%s: the server's handshakes (-want +got):\n%s", what, diff)
+	}
+	if diff := cmp.Diff(wantRequests, requests); diff != "" {
+		t.Errorf("%s: the connections the server's requests came on (-want +got):\n%s", what, diff)
+	}
+}
+
+var (
+	fullHybrid      = handshake{tls.X25519MLKEM768, false}
+	resumedX25519   = handshake{tls.X25519, true}
+	fullX25519      = handshake{tls.X25519, false}
+	resumedHybrid   = handshake{tls.X25519MLKEM768, true}
+	resumedP256     = handshake{tls.CurveP256, true}
+	noHandshakeLeft = []handshake(nil)
+)
+
+// A full handshake uses Go's default, post-quantum key exchange; a process that
+// resumes the session it stored offers X25519 alone, and resumes.
+func TestAResumedHandshakeOffersX25519AndAFullOneTheHybrid(t *testing.T) {
+	s, kc := newExchangeServer(t, nil)
+	path := filepath.Join(t.TempDir(), "session")
+	getResumed(t, kc, path)
+	s.check(t, "first GET", []handshake{fullHybrid}, []handshake{fullHybrid})
+	for _, what := range []string{"second GET", "third GET"} {
+		if resumed, _ := getResumed(t, kc, path); !resumed {
+			t.Errorf("%s: not resumed", what)
+		}
+		s.check(t, what, []handshake{resumedX25519}, []handshake{resumedX25519})
+	}
+}
+
+// When the server no longer resumes the stored session (its ticket keys changed,
+// as when the API server restarts), the handshake that offered it has become a
+// full one with a classical key exchange: no request goes over it. The request
+// goes over a full handshake with the hybrid exchange, whose session is stored
+// and resumed next.
+func TestARefusedSessionsClassicalHandshakeCarriesNoRequest(t *testing.T) {
+	s, kc := newExchangeServer(t, nil)
+	path := filepath.Join(t.TempDir(), "session")
+	getResumed(t, kc, path)
+	s.seen()
+	s.srv.TLS.SetSessionTicketKeys([][32]byte{{1, 2, 3}})
+	if resumed, err := getResumed(t, kc, path); resumed || err != nil {
+		t.Errorf("after the server's new ticket keys: resumed %v, store error %v; want a full handshake, stored", resumed, err)
+	}
+	s.check(t, "GET after the server's new ticket keys", []handshake{fullX25519, fullHybrid}, []handshake{fullHybrid})
+	if resumed, _ := getResumed(t, kc, path); !resumed {
+		t.Error("the next GET did not resume the session of the hybrid handshake")
+	}
+	s.check(t, "the next GET", []handshake{resumedX25519}, []handshake{resumedX25519})
+}
+
+// A server without X25519 (a FIPS build's) resumes with P-256; one with the
+// hybrid exchange alone fails the classical handshake, and the connection is made
+// again with the default exchanges, the session still offered.
+func TestAResumptionWithoutX25519(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		curves []tls.CurveID
+		want   []handshake
+		wantRq []handshake
+	}{
+		{"P-256 only", []tls.CurveID{tls.CurveP256}, []handshake{resumedP256}, []handshake{resumedP256}},
+		{"hybrid only", []tls.CurveID{tls.X25519MLKEM768}, noHandshakeLeft, []handshake{resumedHybrid}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, kc := newExchangeServer(t, func(c *tls.Config) { c.CurvePreferences = tc.curves })
+			path := filepath.Join(t.TempDir(), "session")
+			getResumed(t, kc, path)
+			s.seen()
+			if resumed, _ := getResumed(t, kc, path); !resumed {
+				t.Error("not resumed")
+			}
+			want := tc.want
+			if want == nil {
+				// The failed classical handshake is not completed on the server.
+				want = []handshake{resumedHybrid}
+			}
+			s.check(t, "second GET", want, tc.wantRq)
+		})
+	}
+}
