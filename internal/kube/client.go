@@ -279,7 +279,7 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 // offers: X25519 (its key share), and P-256 for a server without it (a FIPS
 // build's), without the post-quantum half of Go's default (X25519MLKEM768),
 // whose key generation and decapsulation are about a third of a resumed
-// handshake here (docs/performance.md, 21st pass).
+// handshake here (docs/performance.md, twenty-first pass).
 //
 // Resumed that way, the connection is still post-quantum: TLS 1.3 (psk_dhe_ke)
 // derives its keys from the session's secret and the new exchange together, and
