@@ -33,9 +33,11 @@ func TestMain(m *testing.M) {
 var selfCopy string
 
 var (
-	podV4  = sandbox.PodV4
-	podV6  = sandbox.PodV6
-	peerV6 = sandbox.PeerV6
+	podV4    = sandbox.PodV4
+	podV6    = sandbox.PodV6
+	peerV6   = sandbox.PeerV6
+	routedV4 = sandbox.RoutedV4
+	routedV6 = sandbox.RoutedV6
 )
 
 const (
@@ -58,12 +60,15 @@ var (
 	external4 = sandbox.PeerV4
 )
 
-// trafficCases drive every backend with real traffic and check where it lands.
-var trafficCases = []struct {
+// trafficCase is a plan's settings and flows that land where it says.
+type trafficCase struct {
 	name  string
 	opts  specs.Settings
 	flows []flow
-}{
+}
+
+// trafficCases drive every backend with real traffic and check where it lands.
+var trafficCases = []trafficCase{
 	{
 		name: "default sidecar",
 		opts: specs.Sidecar(),
@@ -97,6 +102,7 @@ var trafficCases = []struct {
 		opts: specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*"},
 		flows: []flow{
 			{"inbound is transparently proxied, destination preserved", "peer", "tcp", ap(podV4, 8080), "tproxy 10.88.0.2:8080"},
+			{"inbound to an address routed to the pod reaches the proxy by the policy routing", "peer", "tcp", ap(routedV4, 8080), "tproxy 10.66.0.9:8080"},
 			{"outbound still uses REDIRECT", "app", "tcp", ap(external4, 80), "outbound 10.88.0.1:80"},
 		},
 	},
@@ -118,6 +124,8 @@ var trafficCases = []struct {
 			// Istio's mangle rules have no tunnel-port exception: in TPROXY mode "*" takes 15008.
 			{"inbound to the tunnel port is proxied too", "peer", "tcp", ap(podV4, 15008), "tproxy 10.88.0.2:15008"},
 			{"IPv6 inbound is transparently proxied", "peer", "tcp6", ap(podV6, 8080), "tproxy [fd88::2]:8080"},
+			{"inbound to an address routed to the pod reaches the proxy by the policy routing", "peer", "tcp", ap(routedV4, 8080), "tproxy 10.66.0.9:8080"},
+			{"IPv6 inbound to an address routed to the pod reaches the proxy by the policy routing", "peer", "tcp6", ap(routedV6, 8080), "tproxy [fd66::9]:8080"},
 			{"proxy calling its own pod IP goes through inbound capture", "proxy", "tcp", ap(podV4, 8080), "tproxy 10.88.0.2:8080"},
 			{"IPv6 proxy calling its own pod IP goes through inbound capture", "proxy", "tcp6", ap(podV6, 8080), "tproxy [fd88::2]:8080"},
 			{"app calling its own pod IP is not captured", "app", "tcp", ap(podV4, 8080), "app 10.88.0.2:8080"},
@@ -160,44 +168,12 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { tp.Close() })
-				serve := func(ns, name, proto, addr string, transparent bool) {
-					serveAs(t, ns, 0, name, proto, addr, transparent)
-				}
-				tproxy := tc.opts[redirect.FieldMode] == "TPROXY"
-				for _, proto := range []string{"tcp4", "tcp6"} {
-					any := "0.0.0.0"
-					if proto == "tcp6" {
-						any = "[::]"
-					}
-					inbound := "inbound"
-					if tproxy {
-						inbound = "tproxy"
-					}
-					serve(tp.Pod, "outbound", proto, any+":15001", false)
-					serve(tp.Pod, inbound, proto, any+":15006", tproxy)
-					serve(tp.Pod, "tunnel", proto, any+":15008", false)
-					serve(tp.Pod, "health", proto, any+":15021", false)
-					serve(tp.Pod, "app", proto, any+":8080", false)
-					serve(tp.Pod, "app9090", proto, any+":9090", false)
-					serve(tp.Pod, "dnstcp", proto, any+":15053", false)
-					serve(tp.Peer, "peer", proto, any+":80", false)
-					serve(tp.Peer, "peer15020", proto, any+":15020", false)
-				}
-				// Like the Istio agent, the DNS listener binds localhost: REDIRECT sends local
-				// traffic to 127.0.0.1, and the reply must come from there to match conntrack.
-				serveAs(t, tp.Pod, proxyUID, "dns", "udp4", "127.0.0.1:15053", false)
-				serve(tp.Peer, "peerdns", "udp4", "0.0.0.0:53", false)
-
+				serveFlows(t, tp, tc.opts[redirect.FieldMode] == "TPROXY")
 				plan := tc.opts.Plan(t)
 				if _, err := capture.Apply(ctx, tp.Pod, b, plan); err != nil {
 					t.Fatal(err)
 				}
-				for _, f := range tc.flows {
-					got := send(t, tp, f)
-					if !strings.HasPrefix(got, f.want) || (strings.Contains(f.want, " ") && got != f.want) {
-						t.Errorf("%s: %s %s from %s landed on %q, want %q", f.name, f.proto, f.dst, f.from, got, f.want)
-					}
-				}
+				sendFlows(t, tp, tc.flows)
 				if _, err := capture.Cleanup(ctx, tp.Pod, b, plan); err != nil {
 					t.Fatal(err)
 				}
@@ -210,6 +186,50 @@ func TestRealTrafficLandsWhereThePlanSays(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// serveFlows starts the listeners trafficCases' flows land on, in tp's pod and
+// peer; tproxy: the inbound port's is a TPROXY listener.
+func serveFlows(t *testing.T, tp *sandbox.Topology, tproxy bool) {
+	t.Helper()
+	serve := func(ns, name, proto, addr string, transparent bool) {
+		serveAs(t, ns, 0, name, proto, addr, transparent)
+	}
+	for _, proto := range []string{"tcp4", "tcp6"} {
+		any := "0.0.0.0"
+		if proto == "tcp6" {
+			any = "[::]"
+		}
+		inbound := "inbound"
+		if tproxy {
+			inbound = "tproxy"
+		}
+		serve(tp.Pod, "outbound", proto, any+":15001", false)
+		serve(tp.Pod, inbound, proto, any+":15006", tproxy)
+		serve(tp.Pod, "tunnel", proto, any+":15008", false)
+		serve(tp.Pod, "health", proto, any+":15021", false)
+		serve(tp.Pod, "app", proto, any+":8080", false)
+		serve(tp.Pod, "app9090", proto, any+":9090", false)
+		serve(tp.Pod, "dnstcp", proto, any+":15053", false)
+		serve(tp.Peer, "peer", proto, any+":80", false)
+		serve(tp.Peer, "peer15020", proto, any+":15020", false)
+	}
+	// Like the Istio agent, the DNS listener binds localhost: REDIRECT sends local
+	// traffic to 127.0.0.1, and the reply must come from there to match conntrack.
+	serveAs(t, tp.Pod, proxyUID, "dns", "udp4", "127.0.0.1:15053", false)
+	serve(tp.Peer, "peerdns", "udp4", "0.0.0.0:53", false)
+}
+
+// sendFlows sends each flow and fails t for each one that lands elsewhere than
+// it wants.
+func sendFlows(t *testing.T, tp *sandbox.Topology, flows []flow) {
+	t.Helper()
+	for _, f := range flows {
+		got := send(t, tp, f)
+		if !strings.HasPrefix(got, f.want) || (strings.Contains(f.want, " ") && got != f.want) {
+			t.Errorf("%s: %s %s from %s landed on %q, want %q", f.name, f.proto, f.dst, f.from, got, f.want)
 		}
 	}
 }

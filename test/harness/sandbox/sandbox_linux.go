@@ -29,10 +29,18 @@ var (
 	PeerV4 = netip.MustParseAddr("10.88.0.1")
 	PodV6  = netip.MustParseAddr("fd88::2")
 	PeerV6 = netip.MustParseAddr("fd88::1")
+	// RoutedV4 and RoutedV6 are addresses the peer routes to the pod, which
+	// does not hold them (as a node routes a service's address to an endpoint
+	// behind it): only TPROXY's policy routing (fwmark -> a local route)
+	// delivers their connections to the pod's proxy, and without it the pod
+	// drops them (it forwards nothing).
+	RoutedV4 = netip.MustParseAddr("10.66.0.9")
+	RoutedV6 = netip.MustParseAddr("fd66::9")
 )
 
 // Topology is a pod namespace and a peer namespace joined by veth (eth0 in both). The
-// pod's default routes go through the peer.
+// pod's default routes go through the peer; the peer routes RoutedV4 and RoutedV6
+// through the pod.
 type Topology struct {
 	Pod, Peer string
 	// podHeld: Pod is held by a process until the test ends
@@ -96,7 +104,19 @@ func (tp *Topology) join(dir, prefix string) (*Topology, error) {
 			if err := netlink.LinkSetName(l, "eth0"); err != nil {
 				return err
 			}
-			return configure("eth0", PeerV4, PeerV6, PodV4, PodV6, false)
+			if err := configure("eth0", PeerV4, PeerV6, PodV4, PodV6, false); err != nil {
+				return err
+			}
+			for _, dst := range []netip.Addr{RoutedV4, RoutedV6} {
+				r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: dst.AsSlice(), Mask: net.CIDRMask(dst.BitLen(), dst.BitLen())}, Gw: PodV4.AsSlice()}
+				if dst.Is6() {
+					r.Gw = PodV6.AsSlice()
+				}
+				if err := netlink.RouteAdd(r); err != nil {
+					return fmt.Errorf("route %s via the pod: %w", dst, err)
+				}
+			}
+			return nil
 		})
 	}
 	if err != nil {
