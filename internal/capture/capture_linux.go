@@ -33,25 +33,30 @@ type Backend interface {
 }
 
 // heldApplier is a Backend whose apply can keep a lock of the namespace until its
-// caller's rollback is done (the iptables backend's ApplyHeld): a rollback run
-// after the lock was let go could remove what a concurrent apply wrote and
-// reported done.
+// caller's routing and rollback are done (the iptables backend's ApplyHeld): a
+// rollback run after the lock was let go could remove what a concurrent apply
+// wrote and reported done.
 type heldApplier interface {
 	ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error)
 }
 
-// Apply programs plan into the namespace at nsPath: routing first, then rules. If
-// anything fails, whatever was added is removed again, so a namespace is never left
-// half-captured; rules only when this apply wrote some (Backend.Apply's changed).
+// Apply programs plan into the namespace at nsPath: the rules, then the routing
+// (TPROXY's policy routing, IPv6's passthrough address). If anything fails, what
+// this apply added is removed again, and only that: a namespace is never left
+// half-captured, and what was there before it started (the capture of an earlier
+// apply to the same pod, or of one running beside it: the agent's repair in
+// place during the runtime's ADD, a retried ADD) stays. The rules are removed
+// only when this apply wrote some (Backend.Apply's changed), the routing entries
+// only those applyRouting added. The routing comes after the rules so that an
+// apply that fails writing them (it gave up waiting for the namespace's apply
+// lock, its bound ran out, the backend refused its input) has touched no routing:
+// an entry it had added and then removed could be one another apply found there
+// and relies on, which would report its capture done without it. The iptables
+// backend's apply lock is held through the routing and the removal.
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
 	timing.Mark(ctx, "before-apply")
 	err = netns.Do(nsPath, func() error {
 		timing.Mark(ctx, "netns-enter")
-		if err := applyRouting(plan); err != nil {
-			_, _, rerr := removeRouting(plan)
-			return errors.Join(err, rerr)
-		}
-		timing.Mark(ctx, "routing")
 		var aerr error
 		release := func() {}
 		if hb, ok := b.(heldApplier); ok {
@@ -60,21 +65,26 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 			changed, aerr = b.Apply(ctx, plan)
 		}
 		defer release()
-		if aerr != nil {
-			// An apply that wrote nothing (it gave up waiting for the namespace's
-			// apply lock, or its first write, all or nothing, failed) removes no
-			// rules: those in the namespace are another apply's, which may hold
-			// that lock and report them done.
-			var cerr error
-			if changed {
-				rctx, cancel := rollbackContext(ctx)
-				defer cancel()
-				cerr = b.Cleanup(rctx)
-			}
-			_, _, rerr := removeRouting(plan)
-			return errors.Join(aerr, cerr, rerr)
+		var added routingEntries
+		if aerr == nil {
+			added, aerr = applyRouting(plan)
+			timing.Mark(ctx, "routing")
 		}
-		return nil
+		if aerr == nil {
+			return nil
+		}
+		// An apply that wrote nothing (it gave up waiting for the namespace's
+		// apply lock, or its first write, all or nothing, failed) removes no
+		// rules: those in the namespace are another apply's, which may hold
+		// that lock and report them done.
+		var cerr error
+		if changed {
+			rctx, cancel := rollbackContext(ctx)
+			defer cancel()
+			cerr = b.Cleanup(rctx)
+		}
+		_, _, rerr := removeRouting(plan, added)
+		return errors.Join(aerr, cerr, rerr)
 	})
 	timing.Mark(ctx, "netns-exit")
 	if err != nil {
@@ -167,7 +177,8 @@ func Check(ctx context.Context, nsPath string, b Backend, want *redirect.Plan) (
 }
 
 // Cleanup removes the capture's rules and routing from the namespace at nsPath,
-// and says which routing entries it removed (see removeRouting). plan may be nil;
+// whichever apply added them (the plugin's DEL, istio-iptables' cleanup), and
+// says which routing entries it removed (see removeRouting). plan may be nil;
 // routing is then removed for the default mark and table. The rules and the
 // routing are each a phase of ctx's recorder (cleanup-rules, cleanup-routing).
 func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (removedRouting []string, err error) {
@@ -188,7 +199,7 @@ func cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan)
 		cerr := b.Cleanup(ctx)
 		timing.Mark(ctx, "cleanup-rules")
 		var rerr error
-		removedRouting, routingTried, rerr = removeRouting(plan)
+		removedRouting, routingTried, rerr = removeRouting(plan, allRouting)
 		timing.Mark(ctx, "cleanup-routing")
 		return errors.Join(cerr, rerr)
 	})

@@ -48,38 +48,118 @@ func passthroughAddr(p netip.Prefix) *netlink.Addr {
 	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
 }
 
+// routingEntries is a set of the entries of the capture's routing (one bit each):
+// what an applyRouting added, what a removeRouting may remove.
+type routingEntries uint8
+
+const (
+	// passthroughEntry is IPv6's inbound passthrough address on lo.
+	passthroughEntry routingEntries = 1 << iota
+	// rule4Entry and rule6Entry are the policy rule fwmark MARK lookup TABLE of
+	// IPv4 and IPv6.
+	rule4Entry
+	rule6Entry
+	// route4Entry and route6Entry are table TABLE's local default route via lo
+	// of IPv4 and IPv6.
+	route4Entry
+	route6Entry
+
+	// allRouting is every entry: what the plugin's DEL removes, since it does
+	// not know which applies added what.
+	allRouting = passthroughEntry | rule4Entry | rule6Entry | route4Entry | route6Entry
+)
+
+// ruleEntry and routeEntry are the family fam's rule and route.
+func ruleEntry(fam int) routingEntries {
+	if fam == unix.AF_INET6 {
+		return rule6Entry
+	}
+	return rule4Entry
+}
+
+func routeEntry(fam int) routingEntries {
+	if fam == unix.AF_INET6 {
+		return route6Entry
+	}
+	return route4Entry
+}
+
 // applyRouting sets up TPROXY's policy routing (fwmark MARK -> table TABLE, whose
-// default route is local via lo) and IPv6's inbound passthrough address ::6 on lo.
-// Existing entries are kept, so it is idempotent.
-func applyRouting(plan *redirect.Plan) error {
+// default route is local via lo) and IPv6's inbound passthrough address ::6 on lo,
+// and says which of those entries it added. It looks for each entry first and
+// keeps one that is there, without counting it (an earlier apply's, or a
+// concurrent one's): a failed apply removes what it added and nothing else (see
+// Apply). So it is idempotent. With an error, added names what it added before.
+//
+// Two applies looking at once may both find an entry missing and both add it:
+// the address and the route once (a replace), the rule twice (at two
+// priorities); each counts it as added. Only a failure of the routing step
+// itself, after that, could then remove an entry the other relies on.
+func applyRouting(plan *redirect.Plan) (added routingEntries, err error) {
 	if plan.Routing == nil && !plan.IPv6InboundPassthroughAddr.IsValid() {
-		return nil // the common REDIRECT, IPv4-only pod: no netlink round trip at all
+		return 0, nil // the common REDIRECT, IPv4-only pod: no netlink round trip at all
 	}
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
-		return fmt.Errorf("find lo: %w", err)
+		return 0, fmt.Errorf("find lo: %w", err)
 	}
-	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
-		if err := netlink.AddrReplace(lo, passthroughAddr(p)); err != nil {
-			return fmt.Errorf("add %s to lo: %w", p, err)
-		}
-	}
-	if plan.Routing == nil {
-		return nil
-	}
-	for _, fam := range routingFamilies(plan) {
-		if err := netlink.RouteReplace(tproxyRoute(fam, plan.Routing, lo)); err != nil {
-			return fmt.Errorf("add local default route to table %d: %w", plan.Routing.Table, err)
-		}
-		if ok, err := hasRule(fam, plan.Routing); err != nil {
-			return err
-		} else if !ok {
-			if err := netlink.RuleAdd(tproxyRule(fam, plan.Routing)); err != nil {
-				return fmt.Errorf("add rule fwmark %d lookup %d: %w", plan.Routing.Mark, plan.Routing.Table, err)
+	if r := plan.Routing; r != nil {
+		for _, fam := range routingFamilies(plan) {
+			if ok, err := hasTProxyRoute(fam, r, lo); err != nil {
+				return added, err
+			} else if !ok {
+				if err := netlink.RouteReplace(tproxyRoute(fam, r, lo)); err != nil {
+					return added, fmt.Errorf("add local default route to table %d (family %d): %w", r.Table, fam, err)
+				}
+				added |= routeEntry(fam)
+			}
+			if ok, err := hasRule(fam, r); err != nil {
+				return added, err
+			} else if !ok {
+				if err := netlink.RuleAdd(tproxyRule(fam, r)); err != nil {
+					return added, fmt.Errorf("add rule fwmark %d lookup %d (family %d): %w", r.Mark, r.Table, fam, err)
+				}
+				added |= ruleEntry(fam)
 			}
 		}
 	}
-	return nil
+	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
+		if on, err := passthroughOnLo(lo, p); err != nil {
+			return added, err
+		} else if !on {
+			if err := netlink.AddrReplace(lo, passthroughAddr(p)); err != nil {
+				return added, fmt.Errorf("add %s to lo: %w", p, err)
+			}
+			added |= passthroughEntry
+		}
+	}
+	return added, nil
+}
+
+// passthroughOnLo says whether lo holds the passthrough address p: what
+// applyRouting keeps and verifyRouting finds.
+func passthroughOnLo(lo netlink.Link, p netip.Prefix) (bool, error) {
+	addrs, err := netlink.AddrList(lo, unix.AF_INET6)
+	if err != nil {
+		return false, fmt.Errorf("list addresses: %w", err)
+	}
+	return slices.ContainsFunc(addrs, func(a netlink.Addr) bool {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		return ok && ip.Unmap() == p.Addr()
+	}), nil
+}
+
+// hasTProxyRoute says whether family fam's table r.Table holds the local default
+// route via lo that applyRouting adds: what applyRouting keeps and verifyRouting
+// finds.
+func hasTProxyRoute(fam int, r *redirect.Routing, lo netlink.Link) (bool, error) {
+	routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: r.Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("list routes of table %d: %w", r.Table, err)
+	}
+	return slices.ContainsFunc(routes, func(rt netlink.Route) bool {
+		return isTProxyRoute(rt) && rt.LinkIndex == lo.Attrs().Index
+	}), nil
 }
 
 // policyRule is one rule of a namespace's policy routing database as the kernel
@@ -220,8 +300,11 @@ func deleteOurRule(fam int, r *redirect.Routing) (bool, error) {
 	return true, netlink.RuleDel(rule)
 }
 
-// removeRouting removes what applyRouting adds, and says what it removed; missing
-// entries are not errors. It looks before it changes anything, in ways that do not
+// removeRouting removes the entries of which (see routingEntries) that are
+// there, and says what it removed; missing entries are not errors. A rule of
+// which is removed once (a failed apply removes the one it added: a racing
+// apply may have added one too); with allRouting, the plugin's DEL, every rule
+// of ours is. It looks before it changes anything, in ways that do not
 // take the kernel's routing lock (rtnl) on current kernels: the address in
 // /proc/thread-self/net/if_inet6 (never under the lock), the rules and the table's
 // routes by netlink dumps (the rule dump is lock-free since Linux 6.9; on 6.18 a
@@ -234,7 +317,7 @@ func deleteOurRule(fam int, r *redirect.Routing) (bool, error) {
 //
 // tried counts the deletions it tried, each a change under that lock: a test
 // checks that a look spares every one it should.
-func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error) {
+func removeRouting(plan *redirect.Plan, which routingEntries) (removed []string, tried int, err error) {
 	var errs []error
 	var lo netlink.Link
 	findLo := func() bool {
@@ -249,7 +332,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error)
 		lo = l
 		return true
 	}
-	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() && onLo(ifInet6, p.Addr()) && findLo() {
+	if p := plan.IPv6InboundPassthroughAddr; which&passthroughEntry != 0 && p.IsValid() && onLo(ifInet6, p.Addr()) && findLo() {
 		tried++
 		if err := netlink.AddrDel(lo, passthroughAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove %s from lo: %w", p, err))
@@ -261,7 +344,7 @@ func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error)
 		return removed, tried, errors.Join(errs...)
 	}
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-		for {
+		for which&ruleEntry(fam) != 0 {
 			attempted, err := deleteOurRule(fam, plan.Routing)
 			if attempted {
 				tried++
@@ -276,6 +359,12 @@ func removeRouting(plan *redirect.Plan) (removed []string, tried int, err error)
 				break
 			}
 			removed = append(removed, fmt.Sprintf("rule fwmark %d lookup %d (family %d)", plan.Routing.Mark, plan.Routing.Table, fam))
+			if which != allRouting {
+				break
+			}
+		}
+		if which&routeEntry(fam) == 0 {
+			continue
 		}
 		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: plan.Routing.Table}, netlink.RT_FILTER_TABLE)
 		switch {
@@ -342,17 +431,11 @@ func verifyRouting(plan *redirect.Plan) ([]string, error) {
 		return nil, fmt.Errorf("find lo: %w", err)
 	}
 	if p := plan.IPv6InboundPassthroughAddr; p.IsValid() {
-		addrs, err := netlink.AddrList(lo, unix.AF_INET6)
+		on, err := passthroughOnLo(lo, p)
 		if err != nil {
-			return nil, fmt.Errorf("list addresses: %w", err)
+			return nil, err
 		}
-		found := false
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == p.Addr() {
-				found = true
-			}
-		}
-		if !found {
+		if !on {
 			diffs = append(diffs, fmt.Sprintf("address %s missing on lo", p))
 		}
 	}
@@ -367,15 +450,9 @@ func verifyRouting(plan *redirect.Plan) ([]string, error) {
 		if !ok {
 			diffs = append(diffs, fmt.Sprintf("policy rule fwmark %d lookup %d missing (family %d)", plan.Routing.Mark, plan.Routing.Table, fam))
 		}
-		routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: plan.Routing.Table}, netlink.RT_FILTER_TABLE)
+		found, err := hasTProxyRoute(fam, plan.Routing, lo)
 		if err != nil {
-			return nil, fmt.Errorf("list routes of table %d: %w", plan.Routing.Table, err)
-		}
-		found := false
-		for _, r := range routes {
-			if r.Type == unix.RTN_LOCAL && r.LinkIndex == lo.Attrs().Index {
-				found = true
-			}
+			return nil, err
 		}
 		if !found {
 			diffs = append(diffs, fmt.Sprintf("local default route via lo missing from table %d (family %d)", plan.Routing.Table, fam))

@@ -329,8 +329,9 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 // repair controller repairs a pod in place while the plugin's ADD is still
 // programming it, and a runtime retries an ADD whose first plugin process is
 // still running. So every read-then-restore holds the namespace's apply lock
-// (lockApply), and the caller releases it with release once its rollback, if
-// any, is done: capture.Apply does. The native write into a new namespace, the
+// (lockApply), and the caller releases it with release once the rest of its
+// apply (capture.Apply's routing) and its rollback, if any, are done:
+// capture.Apply does. The native write into a new namespace, the
 // common nft-mode ADD, takes no lock: it creates its tables exclusively, so of
 // two racing writes one fails whole, and that one then takes the lock and
 // reads what the other wrote, as the nftables backend does. A rule set the

@@ -186,11 +186,14 @@ func TestApplyWaitsForTheNamespacesApplyLock(t *testing.T) {
 // TestAnApplyThatWroteNothingRollsNothingBack: an apply that gives up waiting
 // for the namespace's apply lock (its bound ran out while another apply held
 // it: the repair controller's in-place repair beside a slow ADD) has written
-// nothing, so its failure removes nothing: the rules of the apply that holds
-// the lock, which reports them done, stay. Its rollback removed every rule of
-// ours in the namespace, without the lock.
+// nothing, so its failure removes nothing: the capture of the apply that holds
+// the lock, which reports it done, stays whole: its rules, TPROXY's policy
+// routing and IPv6's passthrough address. Its rollback removed every rule of
+// ours in the namespace, without the lock, and later still the routing and the
+// address, which it had found there.
 func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 	root.Require(t)
+	plan := backendCases[1].opts.Plan(t) // TPROXY, dual stack
 	for _, m := range modes(t) {
 		t.Run(string(m), func(t *testing.T) {
 			dir := t.TempDir()
@@ -198,9 +201,8 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan := specs.Sidecar().Plan(t)
 			ns := newNS(t)
-			// The other apply: its rules written, its lock still held.
+			// The other apply: its capture in place, its lock still held.
 			if _, err := capture.Apply(context.Background(), ns, b, plan); err != nil {
 				t.Fatal(err)
 			}
@@ -213,6 +215,59 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 			}
 			if got := savedInBoth(t, ns, m); got != want {
 				t.Errorf("after an apply that wrote nothing failed, the namespace holds:\n%s\nwant the other apply's rules:\n%s", got, want)
+			}
+			if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
+				t.Errorf("after an apply that wrote nothing failed, Verify: %q, %v; want the other apply's capture whole", diffs, err)
+			}
+		})
+	}
+}
+
+// TestAnApplyWaitingForTheApplyLockHasAddedNoRouting: an apply that waits for
+// the namespace's apply lock, held by another apply, has added no routing yet
+// (the routing comes after the rules, under that lock), and when it gives up it
+// leaves none: routing it added before the wait could be what another apply
+// found there and relies on, which its removal would take away. It added
+// TPROXY's routing and IPv6's passthrough address before it waited.
+func TestAnApplyWaitingForTheApplyLockHasAddedNoRouting(t *testing.T) {
+	root.Require(t)
+	plan := backendCases[1].opts.Plan(t) // TPROXY, dual stack
+	for _, m := range modes(t) {
+		t.Run(string(m), func(t *testing.T) {
+			dir := t.TempDir()
+			b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := newNS(t)
+			release := holdApplyLock(t, b, ns)
+			defer release()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := capture.Apply(ctx, ns, b, plan)
+				done <- err
+			}()
+			routing := func() string {
+				return runIn(t, ns, "ip", "rule") + runIn(t, ns, "ip", "-6", "rule") + runIn(t, ns, "ip", "-6", "addr", "show", "dev", "lo")
+			}
+			time.Sleep(300 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("Apply finished (%v) while another held the namespace's apply lock", err)
+			default:
+			}
+			waiting := routing()
+			if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Apply while another held the namespace's apply lock: %v, want it stopped by its bound", err)
+			}
+			for when, out := range map[string]string{"while it waited": waiting, "after it gave up": routing()} {
+				for _, ours := range []string{"lookup 133", "::6/128"} {
+					if strings.Contains(out, ours) {
+						t.Errorf("%s, the apply's namespace shows %q:\n%s", when, ours, out)
+					}
+				}
 			}
 		})
 	}

@@ -1,0 +1,4 @@
+package capture
+
+// RoutingOf is routingOf, for the tests of package capture_test.
+var RoutingOf = routingOf
