@@ -161,7 +161,7 @@ func TestThePluginsFilesAreReadOnlyWhenRegular(t *testing.T) {
 			return err
 		}},
 		{name: "the TLS session file", fifo: "session", read: func(_, fifo string) error {
-			_, err := NewSessionFile(fifo, &Kubeconfig{Server: "https://127.0.0.1:1"}, "").load()
+			_, _, err := NewSessionFile(fifo, &Kubeconfig{Server: "https://127.0.0.1:1"}, "").load()
 			return err
 		}},
 	}

@@ -292,15 +292,17 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 var resumeCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
 
 // dialTLS connects and makes the TLS handshake. When a stored session is
-// offered, the key exchanges are resumeCurves'. A server that does not resume
-// the session (its ticket keys changed, as on an API server's restart) has then
-// made a full handshake with a classical exchange alone, and nothing is sent on
-// that connection: it is closed, the session forgotten, and the connection made
-// again with the default exchanges. One whose handshake fails is made again the
-// same way, the session still offered.
+// offered, the key exchanges are resumeCurves' (unless a server refused one
+// offered so in the last ClassicalPause). A server that does not resume the
+// session (its ticket keys changed, as on an API server's restart; another API
+// server behind the same address) has then made a full handshake with a
+// classical exchange alone, and nothing is sent on that connection: it is
+// closed, the session forgotten and the refusal recorded, and the connection
+// made again with the default exchanges. One whose handshake fails is made
+// again the same way, the session still offered.
 func (c *Client) dialTLS(ctx context.Context) (net.Conn, error) {
 	if c.sessions != nil {
-		if _, ok := c.sessions.Get(""); ok {
+		if c.sessions.OfferClassical() {
 			cfg := c.tls.Clone()
 			cfg.CurvePreferences = resumeCurves
 			cfg.ClientSessionCache = keepOnFailure{c.sessions}
@@ -310,7 +312,7 @@ func (c *Client) dialTLS(ctx context.Context) (net.Conn, error) {
 				return conn, nil
 			case err == nil:
 				conn.Close()
-				c.sessions.Put("", nil)
+				c.sessions.Refused()
 			case dialFailed(err) || ctx.Err() != nil:
 				return nil, err
 			}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -103,9 +104,12 @@ func TestAResumedHandshakeOffersX25519AndAFullOneTheHybrid(t *testing.T) {
 // When the server no longer resumes the stored session (its ticket keys changed,
 // as when the API server restarts), the handshake that offered it has become a
 // full one with a classical key exchange: no request goes over it. The request
-// goes over a full handshake with the hybrid exchange, whose session is stored
-// and resumed next.
+// goes over a full handshake with the hybrid exchange, whose session is stored;
+// the next processes resume it with the hybrid exchange for ClassicalPause, then
+// with X25519 again.
 func TestARefusedSessionsClassicalHandshakeCarriesNoRequest(t *testing.T) {
+	now := time.Now()
+	setNow(t, &now)
 	s, kc := newExchangeServer(t, nil)
 	path := filepath.Join(t.TempDir(), "session")
 	getResumed(t, kc, path)
@@ -115,10 +119,55 @@ func TestARefusedSessionsClassicalHandshakeCarriesNoRequest(t *testing.T) {
 		t.Errorf("after the server's new ticket keys: resumed %v, store error %v; want a full handshake, stored", resumed, err)
 	}
 	s.check(t, "GET after the server's new ticket keys", []handshake{fullX25519, fullHybrid}, []handshake{fullHybrid})
+	now = now.Add(ClassicalPause - time.Second)
 	if resumed, _ := getResumed(t, kc, path); !resumed {
 		t.Error("the next GET did not resume the session of the hybrid handshake")
 	}
-	s.check(t, "the next GET", []handshake{resumedX25519}, []handshake{resumedX25519})
+	s.check(t, "a GET within ClassicalPause of the refusal", []handshake{resumedHybrid}, []handshake{resumedHybrid})
+	now = now.Add(time.Second)
+	if resumed, _ := getResumed(t, kc, path); !resumed {
+		t.Error("the GET after ClassicalPause did not resume")
+	}
+	s.check(t, "a GET ClassicalPause after the refusal", []handshake{resumedX25519}, []handshake{resumedX25519})
+}
+
+// Several API servers behind one address, each with its own ticket keys: a
+// session made with one is refused by the others. After the first refusal, the
+// processes of the next ClassicalPause offer their session with the hybrid
+// exchange, so a refused one costs no second handshake.
+func TestSeveralServersCostOneClassicalRefusalAPause(t *testing.T) {
+	now := time.Now()
+	setNow(t, &now)
+	s, kc := newExchangeServer(t, nil)
+	path := filepath.Join(t.TempDir(), "session")
+	keys := [][32]byte{{1}, {2}, {3}}
+	classicalFull := 0
+	for i := range 12 {
+		s.srv.TLS.SetSessionTicketKeys([][32]byte{keys[i%len(keys)]}) // the next server
+		getResumed(t, kc, path)
+		handshakes, requests := s.seen()
+		for _, h := range handshakes {
+			if h == fullX25519 {
+				classicalFull++
+			}
+		}
+		if len(requests) != 1 || requests[0].Curve != tls.X25519MLKEM768 {
+			t.Errorf("GET %d: the request came on %v, want one connection with the hybrid exchange (resumed or full)", i+1, requests)
+		}
+		now = now.Add(time.Minute)
+	}
+	// GET 2 is refused; GET 12 comes 11 minutes after GET 1, the pause over.
+	if classicalFull != 2 {
+		t.Errorf("%d classical full handshakes in 12 GETs over 11 minutes, want 2 (one a ClassicalPause)", classicalFull)
+	}
+}
+
+// setNow makes the session file's clock *now for the test.
+func setNow(t *testing.T, now *time.Time) {
+	t.Helper()
+	old := timeNow
+	timeNow = func() time.Time { return *now }
+	t.Cleanup(func() { timeNow = old })
 }
 
 // A server without X25519 (a FIPS build's) resumes with P-256; one with the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/istio-cni/istio-cni/internal/livetemp"
 )
@@ -20,8 +21,20 @@ import (
 const MaxSessionFileBytes = 64 << 10
 
 // sessionMagic starts a session file; a file that does not start with it is not
-// one of ours (or of an older format) and is ignored.
-const sessionMagic = "istio-cni tls session 1\n"
+// one of ours (or of an older format: version 1 had no refusal time) and is
+// ignored.
+const sessionMagic = "istio-cni tls session 2\n"
+
+// ClassicalPause is how long resumed handshakes use the default key exchange
+// after a server refused a session offered with the classical one (see
+// resumeCurves): the refusal says the session may not be resumable there (an
+// API server restarted, or one of several behind a load balancer, each with its
+// own ticket keys), and each such refusal costs a second handshake. So a control
+// plane of several API servers costs that at most once a ClassicalPause.
+const ClassicalPause = 10 * time.Minute
+
+// timeNow is the clock of the refusal times (a test's to set).
+var timeNow = time.Now
 
 // SessionFile keeps one TLS session to the API server in a file, so that the
 // next process (the plugin runs once per pod) resumes it instead of a full
@@ -50,6 +63,9 @@ type SessionFile struct {
 	loaded bool
 	stored *tls.ClientSessionState // offered by Get: the file's, or the latest Put
 	dirty  bool                    // Put was called since the last Save
+	// refused is when a server last refused a session offered with the classical
+	// key exchange (zero: never, or more than a ClassicalPause ago when stored).
+	refused time.Time
 }
 
 // NewSessionFile returns the session store at path for the client kc describes.
@@ -77,9 +93,27 @@ func boolByte(b bool) byte {
 func (s *SessionFile) Get(string) (*tls.ClientSessionState, bool) {
 	if !s.loaded {
 		s.loaded = true
-		s.stored, _ = s.load()
+		s.stored, s.refused, _ = s.load()
 	}
 	return s.stored, s.stored != nil
+}
+
+// OfferClassical says whether a handshake offering the stored session offers
+// the classical key exchange (resumeCurves): there is a session, and no server
+// refused one offered that way in the last ClassicalPause.
+func (s *SessionFile) OfferClassical() bool {
+	if _, ok := s.Get(""); !ok {
+		return false
+	}
+	return s.refused.IsZero() || timeNow().Sub(s.refused) >= ClassicalPause
+}
+
+// Refused records that the server refused the stored session offered with the
+// classical key exchange, and forgets the session; Save keeps the time with the
+// next one.
+func (s *SessionFile) Refused() {
+	s.refused = timeNow()
+	s.Put("", nil)
 }
 
 // Put keeps the session the server just sent, for Save and for the process's next
@@ -89,30 +123,37 @@ func (s *SessionFile) Put(_ string, cs *tls.ClientSessionState) {
 	s.loaded, s.stored, s.dirty = true, cs, true
 }
 
-// load reads the stored session; an error says why none is offered.
-func (s *SessionFile) load() (*tls.ClientSessionState, error) {
+// load reads the stored session and the time of the last refusal stored with
+// it; an error says why none is offered.
+func (s *SessionFile) load() (*tls.ClientSessionState, time.Time, error) {
 	data, err := readBounded(s.path, MaxSessionFileBytes)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	rest, ok := bytes.CutPrefix(data, []byte(sessionMagic))
 	if !ok {
-		return nil, fmt.Errorf("%s: not a session file", s.path)
+		return nil, time.Time{}, fmt.Errorf("%s: not a session file", s.path)
 	}
-	if len(rest) < sha256.Size+2 || !bytes.Equal(rest[:sha256.Size], s.binding[:]) {
-		return nil, fmt.Errorf("%s: a session of another kubeconfig", s.path)
+	if len(rest) < sha256.Size+8+2 || !bytes.Equal(rest[:sha256.Size], s.binding[:]) {
+		return nil, time.Time{}, fmt.Errorf("%s: a session of another kubeconfig", s.path)
 	}
 	rest = rest[sha256.Size:]
+	var refused time.Time
+	if sec := int64(binary.BigEndian.Uint64(rest)); sec != 0 {
+		refused = time.Unix(sec, 0)
+	}
+	rest = rest[8:]
 	n := int(binary.BigEndian.Uint16(rest))
 	if len(rest) < 2+n {
-		return nil, fmt.Errorf("%s: truncated", s.path)
+		return nil, time.Time{}, fmt.Errorf("%s: truncated", s.path)
 	}
 	ticket, state := rest[2:2+n], rest[2+n:]
 	ss, err := tls.ParseSessionState(state)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path, err)
+		return nil, time.Time{}, fmt.Errorf("%s: %w", s.path, err)
 	}
-	return tls.NewResumptionState(bytes.Clone(ticket), ss)
+	cs, err := tls.NewResumptionState(bytes.Clone(ticket), ss)
+	return cs, refused, err
 }
 
 // Save writes the session the server sent during a full handshake (resumed is
@@ -139,9 +180,14 @@ func (s *SessionFile) Save(resumed bool) error {
 	if err != nil {
 		return fmt.Errorf("tls session: %w", err)
 	}
+	var refused int64
+	if !s.refused.IsZero() && timeNow().Sub(s.refused) < ClassicalPause {
+		refused = s.refused.Unix()
+	}
 	var buf bytes.Buffer
 	buf.WriteString(sessionMagic)
 	buf.Write(s.binding[:])
+	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(refused)))
 	buf.Write(binary.BigEndian.AppendUint16(nil, uint16(len(ticket))))
 	buf.Write(ticket)
 	buf.Write(sb)
