@@ -232,8 +232,9 @@ func TestDecideLooksUpTheNamespaceOnlyWhenItDecides(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, _, err := (&Plugin{}).decide(context.Background(), cfg, podArgs, "/var/run/netns/none", log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
+			pp, err := (&Plugin{}).decide(context.Background(), cfg, podArgs, "/var/run/netns/none", log, PodLookup{Retries: 2, Interval: 10 * time.Millisecond},
 				[]netip.Addr{netip.MustParseAddr("10.0.0.9")})
+			d := pp.Decision
 			if got := int(nsGets.Load()); got != tc.wantNSGet {
 				t.Errorf("namespace GETs = %d, want %d", got, tc.wantNSGet)
 			}

@@ -19,6 +19,10 @@ type PodPlan struct {
 	// could be built.
 	Spec *redirect.Spec
 	Plan *redirect.Plan
+	// EnvNotBool are the sidecar's variables that shape the capture and hold no
+	// boolean (set with Spec): each counted as false, as the proxy counts it, and
+	// ADD warns of each.
+	EnvNotBool []EnvNotBool
 }
 
 // PlanFor is the one path from a pod to its rules: selection, pod to spec, spec to
@@ -64,7 +68,7 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sa
 			return pp, fmt.Errorf("pod %s: %w: %w", pod.Key(), ErrNetnsUnreadable, err)
 		}
 	}
-	spec, err := specFromPod(pod, cfg, addrs)
+	spec, notBool, err := specFromPod(pod, cfg, addrs)
 	if err != nil {
 		return pp, err
 	}
@@ -72,7 +76,7 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sa
 	if err != nil {
 		return pp, fmt.Errorf("pod %s: %w", pod.Key(), err)
 	}
-	pp.Spec, pp.Plan = &spec, plan
+	pp.Spec, pp.Plan, pp.EnvNotBool = &spec, plan, notBool
 	return pp, nil
 }
 

@@ -298,12 +298,14 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	rec.Mark("prev-result")
-	d, plan, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
+	pp, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
 		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
 		return err
 	}
+	d, plan := pp.Decision, pp.Plan
+	warnEnvNotBool(log.Logger, pp.EnvNotBool)
 	ev.Reason = pluginlog.ReasonOutput
 	if d.Verdict != Redirect {
 		ev.Outcome = pluginlog.OutcomePassedThrough
@@ -402,12 +404,13 @@ func (p *Plugin) printResult(cfg *Config) error {
 // decide runs the selection for a pod that decideWithoutPod could not decide and,
 // for a pod to redirect, builds its plan. It looks the pod up, and its namespace
 // only when the namespace decides (RuleNeedNamespace); lookup bounds each lookup's
-// retries.
-func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns string, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (Decision, *redirect.Plan, error) {
+// retries. The plan's Plan is set only for a pod to redirect whose capture could be
+// built.
+func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns string, l *pluginlog.Logger, lookup PodLookup, ips []netip.Addr) (PodPlan, error) {
 	lookupStart := time.Now()
 	pod, err := p.lookup(ctx, cfg, podArgs, l, lookup)
 	if err != nil {
-		return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, err)
+		return PodPlan{}, failedAt(pluginlog.ReasonPodLookup, err)
 	}
 	l.Logger = l.With("lookupTook", time.Since(lookupStart))
 	l.Debug("pod found", "prevResultIPs", ips, "podIPs", pod.IPs())
@@ -420,7 +423,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 		nsStart := time.Now()
 		ns, nsErr := p.lookupNamespace(ctx, cfg, podArgs, l, lookup)
 		if nsErr != nil {
-			return Decision{}, nil, failedAt(pluginlog.ReasonPodLookup, nsErr)
+			return PodPlan{}, failedAt(pluginlog.ReasonPodLookup, nsErr)
 		}
 		l.Logger = l.With("namespaceLookupTook", time.Since(nsStart))
 		pp, err = PlanFor(podArgs, cfg, pod, ns, sb)
@@ -430,15 +433,25 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 		// The node's failure, not the pod's settings: counted as an apply in the
 		// namespace is, netns_gone when the namespace went away meanwhile.
 		if gone, ok := netnsGone(netns, err); ok {
-			return pp.Decision, nil, failedAt(pluginlog.ReasonNetnsGone, gone)
+			return PodPlan{Decision: pp.Decision}, failedAt(pluginlog.ReasonNetnsGone, gone)
 		}
-		return pp.Decision, nil, failedAt(pluginlog.ReasonApply, cniError(types.ErrInternal, err))
+		return PodPlan{Decision: pp.Decision}, failedAt(pluginlog.ReasonApply, cniError(types.ErrInternal, err))
 	}
 	if err != nil {
 		// The pod's settings are at fault.
-		return pp.Decision, nil, cniError(types.ErrInvalidNetworkConfig, err)
+		return PodPlan{Decision: pp.Decision}, cniError(types.ErrInvalidNetworkConfig, err)
 	}
-	return pp.Decision, pp.Plan, nil
+	return pp, nil
+}
+
+// warnEnvNotBool warns, once per variable, of the sidecar's variables that hold
+// no boolean (see envBool): the capture is built as if each were false, as the
+// proxy runs, which may not be what the pod's author meant ("yes", "on").
+func warnEnvNotBool(log *slog.Logger, notBool []EnvNotBool) {
+	for _, e := range notBool {
+		log.Warn("ADD: a variable of the sidecar's environment is not a boolean (true or false, 1 or 0): the capture takes it as false, as Istio's proxy and istio-init do",
+			"container", e.Container, "variable", e.Name, "value", e.Value)
+	}
 }
 
 // lookup gets the pod, retrying within the configured budget: right after creation a
@@ -808,7 +821,8 @@ func (p *Plugin) check(args *cnicmd.CmdArgs, cfg *Config, log *pluginlog.Logger)
 		log.Debug("CHECK: pod is not redirected", "reason", d.Reason)
 		return nil
 	}
-	d, plan, err := p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+	pp, err := p.decide(ctx, cfg, podArgs, args.Netns, log, PodLookup{Retries: 3, Interval: 500 * time.Millisecond}, ips)
+	d, plan := pp.Decision, pp.Plan
 	switch {
 	case err != nil:
 		// Not a sign of a broken capture: what is in the namespace is judged alone.

@@ -71,10 +71,11 @@ var annotationFields = [...]struct {
 // container's environment and identity, and IPv6 from the sandbox's addresses (see
 // PlanFor). The node's extra_bypass_uids are added to the proxy's uids. Each
 // annotation is parsed once, straight into the spec; every error names the pod, the
-// annotation and the value.
-func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec, error) {
+// annotation and the value. notBool are the proxy's variables that hold no
+// boolean (see envBool).
+func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect.Spec, notBool []EnvNotBool, err error) {
 	ann := pod.Metadata.Annotations
-	spec := redirect.DefaultSpec()
+	spec = redirect.DefaultSpec()
 	var errs []error
 	// The list items each annotation gave, for the limit of all: on the stack,
 	// one per annotation read (the traffic annotations and the virtual interfaces').
@@ -128,7 +129,7 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 			AnnotationExcludeInboundPorts, given, portsText(alwaysExcludedInboundPorts), n, redirect.MaxListItems))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return redirect.Spec{}, podError(pod, err)
+		return redirect.Spec{}, nil, podError(pod, err)
 	}
 
 	proxy, _, _ := pod.Container(ContainerIstioProxy)
@@ -142,17 +143,24 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (redirect.Spec
 	spec.ProxyGIDs = []uint32{gid}
 	// The plugin runs on the host and cannot read the pod's resolv.conf, so with DNS
 	// capture it captures every query, as Istio's plugin does.
-	dnsCapture := envBool(proxy, EnvDNSCapture)
+	proxyBool := func(name string) bool {
+		b, bad := envBool(proxy, name)
+		if bad != nil {
+			notBool = append(notBool, *bad)
+		}
+		return b
+	}
+	dnsCapture := proxyBool(EnvDNSCapture)
 	spec.DNS.Enabled, spec.DNS.CaptureAll = dnsCapture, dnsCapture
-	spec.DropInvalid = envBool(proxy, EnvInvalidDrop)
+	spec.DropInvalid = proxyBool(EnvInvalidDrop)
 	if len(podIPs) == 0 {
 		podIPs = pod.IPs()
 	}
-	_, spec.IPv6, _ = redirect.PodAddress(podIPs, envBool(proxy, EnvDualStack))
+	_, spec.IPv6, _ = redirect.PodAddress(podIPs, proxyBool(EnvDualStack))
 	if err := spec.Validate(); err != nil {
-		return redirect.Spec{}, podError(pod, nameAnnotationItems(err, gave))
+		return redirect.Spec{}, nil, podError(pod, nameAnnotationItems(err, gave))
 	}
-	return spec, nil
+	return spec, notBool, nil
 }
 
 // annotationItems is how many list items (ports, CIDRs, interfaces) an
@@ -250,13 +258,27 @@ func idOrDefault(id *int64) uint32 {
 	return uint32(*id)
 }
 
-// envBool reads a boolean from istio-proxy's environment as Istio does: strconv's
-// forms, anything else (or absence) is false.
-func envBool(c kube.Container, name string) bool {
+// EnvNotBool is a variable of the sidecar's environment that shapes the capture
+// and holds no boolean: it counts as false.
+type EnvNotBool struct {
+	Container, Name, Value string
+}
+
+// envBool reads a boolean from the sidecar container c's environment as Istio's
+// proxy and plugin do: strconv.ParseBool's forms (1, t, T, TRUE, true, True and
+// their false counterparts), anything else, or absence, is false. A value that is
+// present and not one of those forms ("yes", "on ", "", and a valueFrom variable,
+// which the plugin reads empty) is returned in bad, so that the ADD can warn of
+// it: the proxy takes it as false too and warns in its own log, so capture and
+// proxy agree, but neither does what the value seems to ask.
+func envBool(c kube.Container, name string) (b bool, bad *EnvNotBool) {
 	v, ok := c.Getenv(name)
 	if !ok {
-		return false
+		return false, nil
 	}
 	b, err := strconv.ParseBool(v)
-	return err == nil && b
+	if err != nil {
+		return false, &EnvNotBool{Container: c.Name, Name: name, Value: v}
+	}
+	return b, nil
 }

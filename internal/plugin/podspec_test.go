@@ -145,7 +145,7 @@ func TestSpecFromPod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(tc.cfg)
-			got, err := specFromPod(tc.pod, cfg, tc.podIPs)
+			got, _, err := specFromPod(tc.pod, cfg, tc.podIPs)
 			if err != nil {
 				t.Fatalf("SpecFromPod: %v", err)
 			}
@@ -252,7 +252,7 @@ func TestSpecFromPodErrorsNameThePodAnnotationAndValue(t *testing.T) {
 				`pod default/web-1: annotation traffic.sidecar.istio.io/includeInboundPorts: "x" is not a port (1-65535)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := specFromPod(tc.pod, testConfig(), nil)
+			_, _, err := specFromPod(tc.pod, testConfig(), nil)
 			if err == nil {
 				t.Fatalf("SpecFromPod succeeded, want %s", tc.want)
 			}
@@ -297,4 +297,46 @@ func ifaceList(n int) string {
 		names[i] = "eth" + strconv.Itoa(i)
 	}
 	return strings.Join(names, ",")
+}
+
+// TestEnvBoolTakesIstiosFormsAndReportsTheRest: a variable of the sidecar's
+// environment is read as Istio's proxy reads it (strconv.ParseBool); any other
+// value present is false, as for the proxy, and is reported, naming the
+// container, the variable and the value, for the ADD's warning. An absent
+// variable is false and not reported.
+func TestEnvBoolTakesIstiosFormsAndReportsTheRest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     []kube.EnvVar
+		want    bool
+		wantBad bool
+	}{
+		{"absent", nil, false, false},
+		{"true", []kube.EnvVar{{Name: EnvDNSCapture, Value: "true"}}, true, false},
+		{"TRUE", []kube.EnvVar{{Name: EnvDNSCapture, Value: "TRUE"}}, true, false},
+		{"1", []kube.EnvVar{{Name: EnvDNSCapture, Value: "1"}}, true, false},
+		{"t", []kube.EnvVar{{Name: EnvDNSCapture, Value: "t"}}, true, false},
+		{"false", []kube.EnvVar{{Name: EnvDNSCapture, Value: "false"}}, false, false},
+		{"0", []kube.EnvVar{{Name: EnvDNSCapture, Value: "0"}}, false, false},
+		{"yes", []kube.EnvVar{{Name: EnvDNSCapture, Value: "yes"}}, false, true},
+		{"on with a trailing space", []kube.EnvVar{{Name: EnvDNSCapture, Value: "on "}}, false, true},
+		{"true with a leading space", []kube.EnvVar{{Name: EnvDNSCapture, Value: " true"}}, false, true},
+		{"empty (or set by valueFrom)", []kube.EnvVar{{Name: EnvDNSCapture}}, false, true},
+		{"the last of a repeated variable wins", []kube.EnvVar{{Name: EnvDNSCapture, Value: "yes"}, {Name: EnvDNSCapture, Value: "true"}}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kube.Container{Name: ContainerIstioProxy, Env: tc.env}
+			got, bad := envBool(c, EnvDNSCapture)
+			if got != tc.want {
+				t.Errorf("envBool = %v, want %v", got, tc.want)
+			}
+			var wantBad *EnvNotBool
+			if tc.wantBad {
+				wantBad = &EnvNotBool{Container: ContainerIstioProxy, Name: EnvDNSCapture, Value: tc.env[len(tc.env)-1].Value}
+			}
+			if diff := cmp.Diff(wantBad, bad); diff != "" {
+				t.Errorf("reported (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
