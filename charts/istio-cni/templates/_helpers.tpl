@@ -36,6 +36,10 @@ user pushes it): without hub it fails at install, before anything is created, sa
 to push the image. The chart that make push publishes has hub, tag and digest set.
 */}}
 {{- define "istio-cni.image" -}}
+{{- $repository := printf "%s/%s" .Values.hub .Values.image -}}
+{{- if and .Values.hub (gt (len $repository) 255) -}}
+{{- fail (printf "hub %q and image %q: the image's repository name %s/%s is %d characters, more than the 255 container runtimes take (containerd's and CRI-O's reference parsers refuse it, and the agent would never start): shorten hub or image" .Values.hub .Values.image .Values.hub .Values.image (len $repository)) -}}
+{{- end -}}
 {{- if not .Values.hub -}}
 {{- fail "hub is not set: this chart names no registry, and no registry holds the install-cni image until you push it. From a clone: `make push HUB=registry.example.com/mesh TAG=1.0.0` pushes the image and this chart, then `helm install istio-cni oci://registry.example.com/mesh/charts/istio-cni --version 1.0.0 -n kube-system` installs the chart with its image (README.md, \"Install on your cluster\"); or set hub (and tag or digest) to where the image is: --set hub=registry.example.com/mesh --set tag=1.0.0" -}}
 {{- end -}}
@@ -90,6 +94,10 @@ DaemonSet would place a pod there that never starts, which holds a rolling updat
 maxUnavailable for ever. EKS's own kube-proxy and aws-node leave Fargate out the same way.
 */}}
 {{- define "istio-cni.affinity" -}}
+{{- $size := len (toJson (.Values.affinity | default dict)) -}}
+{{- if gt $size 16384 -}}
+{{- fail (printf "affinity is %d bytes as JSON, more than the 16384 this chart takes (with every other value at its bound, the DaemonSet must stay under etcd's 1.5 MiB of a request): shorten it" $size) -}}
+{{- end -}}
 {{- if .Values.affinity -}}
 {{- toYaml .Values.affinity -}}
 {{- else -}}
@@ -297,6 +305,19 @@ A Go duration (the schema's goDuration: 15s, 1m30s, 1.5h, 500ms) in milliseconds
 {{- end }}
 
 {{/*
+checkDuration (list NAME VALUE): a duration (Go's or Prometheus', both of nanoseconds in an
+int64) of at most 2562047h47m16.854s; longer, the agent (time.ParseDuration) or Prometheus
+refuses it. Refused at render, naming the value. The schema bounds its length (64).
+*/}}
+{{- define "istio-cni.checkDuration" -}}
+{{- $name := index . 0 }}
+{{- $value := index . 1 }}
+{{- if gt (include "istio-cni.durationMs" $value | float64) 9223372036854.0 }}
+{{- fail (printf "%s %s is longer than 2562047h47m16.854s, the longest duration Go and Prometheus read (nanoseconds in an int64)" $name (toString $value)) }}
+{{- end }}
+{{- end }}
+
+{{/*
 The taint controller's Lease timings as the agent checks them at start (client-go's
 rules: renewDeadline > 1.2 x retryPeriod, leaseDuration > renewDeadline): refused at
 install rather than in a crash-looping agent.
@@ -304,6 +325,9 @@ install rather than in a crash-looping agent.
 {{- define "istio-cni.checkTaintTimings" -}}
 {{- $t := .Values.taint }}
 {{- if $t.enabled }}
+{{- include "istio-cni.checkDuration" (list "taint.retryPeriod" $t.retryPeriod) }}
+{{- include "istio-cni.checkDuration" (list "taint.renewDeadline" $t.renewDeadline) }}
+{{- include "istio-cni.checkDuration" (list "taint.leaseDuration" $t.leaseDuration) }}
 {{- $retry := include "istio-cni.durationMs" $t.retryPeriod | float64 }}
 {{- $renew := include "istio-cni.durationMs" $t.renewDeadline | float64 }}
 {{- $lease := include "istio-cni.durationMs" $t.leaseDuration | float64 }}
