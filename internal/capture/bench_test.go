@@ -34,10 +34,43 @@ func BenchmarkApplyFreshNamespace(b *testing.B) { benchApply(b, 1) }
 // 20 pods start together on a node; it reports per-apply latency.
 func BenchmarkApplyParallel20(b *testing.B) { benchApply(b, 20) }
 
-// benchApply applies the default sidecar plan to pods fresh namespaces at once, with
-// each backend, and reports the latency of one apply. Making and removing the
-// namespaces is not timed.
+// benchApply applies the default sidecar plan to pods fresh namespaces at once.
 func benchApply(b *testing.B, pods int) {
+	dir := b.TempDir()
+	made := 0 // names every namespace of the benchmark apart, whichever backend's
+	benchApplies(b, func(b *testing.B) ([]string, func()) {
+		nss := make([]string, pods)
+		for j := range nss {
+			var err error
+			if nss[j], err = testns.New(dir, fmt.Sprintf("ns%d", made)); err != nil {
+				b.Fatal(err)
+			}
+			made++
+		}
+		return nss, func() {
+			for _, ns := range nss {
+				testns.Delete(ns)
+			}
+		}
+	})
+}
+
+// BenchmarkApplyUserNamespacedPod is BenchmarkApplyFreshNamespace for a pod with
+// hostUsers: false (its network namespace owned by its own user namespace),
+// whose iptables tools the backend forks into that user namespace: what such a
+// pod's ADD pays, beside the ordinary pod's. The namespace's making is not timed.
+func BenchmarkApplyUserNamespacedPod(b *testing.B) {
+	benchApplies(b, func(b *testing.B) ([]string, func()) {
+		// Removed with the benchmark (the process holding it is killed then).
+		return []string{testns.NewInUserNamespace(b)}, func() {}
+	})
+}
+
+// benchApplies runs, with each backend (a sub-benchmark of its name), rounds of
+// applies of the default sidecar plan, one into each namespace that fresh makes
+// for the round, all at once, and reports the latency of one apply. Making the
+// namespaces and removing them after their round are not timed.
+func benchApplies(b *testing.B, fresh func(b *testing.B) (nss []string, remove func())) {
 	ctx := context.Background()
 	plan := defaultSidecarPlan(b)
 	for name, mk := range backendFactories {
@@ -46,17 +79,11 @@ func benchApply(b *testing.B, pods int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			dir := b.TempDir()
 			var mu sync.Mutex
 			var lat []time.Duration
-			for i := 0; i < b.N; i++ {
+			for b.Loop() {
 				b.StopTimer()
-				nss := make([]string, pods)
-				for j := range nss {
-					if nss[j], err = testns.New(dir, fmt.Sprintf("ns%d-%d", i, j)); err != nil {
-						b.Fatal(err)
-					}
-				}
+				nss, remove := fresh(b)
 				b.StartTimer()
 				var wg sync.WaitGroup
 				for _, ns := range nss {
@@ -72,39 +99,11 @@ func benchApply(b *testing.B, pods int) {
 				}
 				wg.Wait()
 				b.StopTimer()
-				for _, ns := range nss {
-					testns.Delete(ns)
+				remove()
+				if b.Failed() {
+					b.FailNow()
 				}
 				b.StartTimer()
-			}
-			report(b, lat)
-		})
-	}
-}
-
-// BenchmarkApplyUserNamespacedPod is BenchmarkApplyFreshNamespace for a pod with
-// hostUsers: false (its network namespace owned by its own user namespace),
-// whose iptables tools the backend forks into that user namespace: what such a
-// pod's ADD pays, beside the ordinary pod's. The namespace's making is not timed.
-func BenchmarkApplyUserNamespacedPod(b *testing.B) {
-	ctx := context.Background()
-	plan := defaultSidecarPlan(b)
-	for name, mk := range backendFactories {
-		b.Run(name, func(b *testing.B) {
-			be, err := mk(b)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var lat []time.Duration
-			for b.Loop() {
-				b.StopTimer()
-				ns := testns.NewInUserNamespace(b)
-				b.StartTimer()
-				start := time.Now()
-				if _, err := capture.Apply(ctx, ns, be, plan); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
 			}
 			report(b, lat)
 		})
