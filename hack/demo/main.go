@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/istio-cni/istio-cni/test/harness/node"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -55,7 +56,7 @@ func main() {
 // buildImages writes the agent and demo images as OCI archives (ctr images import
 // reads them) into dir, and the agent's SBOM beside its archive.
 func buildImages(ctx context.Context, dir, ver string) error {
-	root, err := meshnode.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func run(ctx context.Context) (failed int, err error) {
 	if os.Geteuid() != 0 {
 		return 0, errors.New("needs root (containerd, kubelet, network namespaces): sudo make demo")
 	}
-	root, err := meshnode.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return 0, err
 	}

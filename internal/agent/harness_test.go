@@ -22,6 +22,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cniconf"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	"github.com/istio-cni/istio-cni/test/harness/poll"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 )
 
@@ -53,7 +54,7 @@ func testMain(m *testing.M) (int, error) {
 	if err := os.MkdirAll(built.source, 0o755); err != nil {
 		return 0, err
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return 0, err
 	}
@@ -69,14 +70,6 @@ func testMain(m *testing.M) (int, error) {
 		}
 	}
 	return m.Run(), nil
-}
-
-func repoRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("find the repository: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
 // node is a throwaway node's directories.

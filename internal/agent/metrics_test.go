@@ -26,6 +26,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/taint"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 )
 
 var promtoolOnce struct {
@@ -40,7 +41,7 @@ var promtoolOnce struct {
 func promtool(t testing.TB) string {
 	t.Helper()
 	promtoolOnce.Do(func() {
-		root, err := repoRoot()
+		root, err := repo.Root()
 		if err != nil {
 			promtoolOnce.err = err
 			return

@@ -25,6 +25,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/podcache"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 	"github.com/istio-cni/istio-cni/test/harness/stats"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
@@ -551,7 +552,7 @@ func buildEmptyMain(b *testing.B) string {
 
 // strippedSize builds the plugin as it ships (-s -w) and returns its size.
 func strippedSize(b *testing.B) int64 {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -582,7 +583,7 @@ func describeBinary(path string) string {
 // version of istio.io/istio (here a stand-in put there beforehand, so nothing is
 // built).
 func TestPeerScript(t *testing.T) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		t.Fatal(err)
 	}

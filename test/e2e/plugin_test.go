@@ -32,6 +32,7 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/logbuf"
 	localnode "github.com/istio-cni/istio-cni/test/harness/node"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 	"github.com/istio-cni/istio-cni/test/harness/sandbox"
 	"github.com/istio-cni/istio-cni/test/harness/shortdir"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
@@ -148,7 +149,7 @@ func run(m *testing.M) (int, error) {
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
 		return 0, err
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return 0, err
 	}
@@ -186,23 +187,6 @@ func run(m *testing.M) (int, error) {
 	}
 	defer shared.Stop()
 	return m.Run(), nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // pluginRBAC is the plugin's RBAC, as the chart grants it: it may get pods and

@@ -17,6 +17,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/test/harness/node"
 	"github.com/istio-cni/istio-cni/test/harness/poll"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
 
@@ -59,7 +60,7 @@ func setUp(m *testing.M) (code int, err error) {
 		return 0, err
 	}
 	defer unlock()
-	if theRoot, err = meshnode.RepoRoot(); err != nil {
+	if theRoot, err = repo.Root(); err != nil {
 		return 0, err
 	}
 	if theTools, err = meshnode.FindTools(ctx, theRoot); err != nil {

@@ -28,6 +28,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 )
 
 // Namespace is the release namespace of the reviewed renders (test/chart renders
@@ -43,7 +45,7 @@ type Render struct {
 // Load reads the reviewed render of profile (default, gke, openshift) from the
 // repository that holds the working directory.
 func Load(profile string) (*Render, error) {
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
@@ -177,23 +179,4 @@ func waitAuthorized(ctx context.Context, client kubernetes.Interface, subject rb
 		}
 	}
 	return nil
-}
-
-// repoRoot walks up from the working directory (a test's package directory) to the
-// module root that holds test/chart.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("get working directory: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "test", "chart", "testdata", "golden")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				return dir, nil
-			}
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no repository with test/chart/testdata/golden above %s", wd)
-		}
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 )
 
 // binaryNames are the programs a control plane runs.
@@ -30,7 +32,7 @@ func locateBinaries(ctx context.Context, opts Options) (string, error) {
 	if dir := os.Getenv("KUBE_BIN_DIR"); dir != "" {
 		return dir, checkBinaries(dir, "$KUBE_BIN_DIR")
 	}
-	root, err := repoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return "", fmt.Errorf("find binaries (set Options.BinDir or $KUBE_BIN_DIR, or run from inside the repository): %w", err)
 	}
@@ -55,30 +57,6 @@ func checkBinaries(dir, source string) error {
 			source, strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-// repoRoot walks up from the working directory to the module root that holds
-// hack/kube-binaries.sh. Tests run in their package directory, so this finds the
-// repository from any package; nested modules (hack/kube, hack/etcd) are skipped
-// because they have no hack/kube-binaries.sh.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("get working directory: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if fileExists(filepath.Join(dir, "go.mod")) && fileExists(filepath.Join(dir, "hack", "kube-binaries.sh")) {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no go.mod with hack/kube-binaries.sh above %s", wd)
-		}
-	}
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // runBuildScript runs hack/kube-binaries.sh and returns the directory it prints

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"github.com/istio-cni/istio-cni/test/harness/childproc"
-
 	"bytes"
 	"context"
 	"errors"
@@ -22,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/istio-cni/istio-cni/test/harness/childproc"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
+	"github.com/istio-cni/istio-cni/test/harness/repo"
 )
 
 // Options configure Up. The zero value is a working configuration.
@@ -208,7 +208,7 @@ func Up(ctx context.Context, opts Options) (_ *Node, err error) {
 	if entries, err := os.ReadDir(n.l.state); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("node: state dir %s is not empty: is a node up? (hack/node/down.sh, or Cleanup, removes a stale one)", n.l.state)
 	}
-	if n.root, err = repoRoot(); err != nil {
+	if n.root, err = repo.Root(); err != nil {
 		return nil, err
 	}
 
@@ -601,23 +601,6 @@ func (n *Node) script(ctx context.Context, script string, args ...string) (strin
 		return "", fmt.Errorf("node: %s printed no directory", script)
 	}
 	return dir, nil
-}
-
-// repoRoot walks up from the working directory to the repository root, the
-// directory holding hack/node/tools/go.mod.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("node: get working directory: %w", err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "hack", "node", "tools", "go.mod")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("node: no hack/node/tools above %s: run from inside the repository", wd)
-		}
-	}
 }
 
 func installPlugins(from, to string) error {

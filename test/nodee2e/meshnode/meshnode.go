@@ -1,7 +1,6 @@
 package meshnode
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -44,24 +43,6 @@ type Images struct {
 	archives  map[string]string // ref -> archive
 	agent     *image.Agent
 	dir       string
-}
-
-// RepoRoot is the repository's root: the nearest parent holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module github.com/istio-cni/istio-cni\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("not inside the istio-cni repository")
-		}
-		dir = parent
-	}
 }
 
 // BuildImages builds the agent image index (install-cni, istio-cni,
