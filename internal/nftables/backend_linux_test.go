@@ -185,6 +185,28 @@ func TestKernelApplyVerifyCleanup(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
+// TestAnApplyOverAnotherPlanIsListedAsTheRender: an apply over another plan's
+// tables, which makes a table that plan lacked and remakes the others, leaves
+// them listed by nft as the plan renders, in the render's order, on both write
+// paths. The new table was made before the remade ones and listed first.
+func TestAnApplyOverAnotherPlanIsListedAsTheRender(t *testing.T) {
+	ctx := context.Background()
+	byName := func(name string) specCase {
+		return specCases[slices.IndexFunc(specCases, func(c specCase) bool { return c.name == name })]
+	}
+	first, second := byName("default-sidecar").plan(t), byName("dns-servers").plan(t)
+	for _, tb := range testBackends() {
+		t.Run(tb.name, func(t *testing.T) {
+			ns := testNS(t)
+			in(t, ns, func() error { _, err := tb.b.Apply(ctx, first); return err })
+			in(t, ns, func() error { _, err := tb.b.Apply(ctx, second); return err })
+			if diff := cmp.Diff(renderText(t, second), command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
+				t.Errorf("kernel listing differs from the render (-render +kernel):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestKernelCleanupKeepsForeignTables proves Apply and Cleanup touch only our
 // tables: an iptables-nft nat table and an unrelated inet table, created before,
 // are listed identically afterwards.

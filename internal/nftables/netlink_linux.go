@@ -69,17 +69,20 @@ func tableFamily(family string) gnft.TableFamily {
 func queueRuleset(c *gnft.Conn, rs *ruleset, present []tableID) error {
 	// Same table handling as transactionScript.
 	for _, id := range tablesToReplace(rs, present) {
-		t := &gnft.Table{Family: tableFamily(id.family), Name: id.name}
 		if slices.Contains(present, id) {
+			t := &gnft.Table{Family: tableFamily(id.family), Name: id.name}
 			c.AddTable(t)
 			c.DelTable(t)
-		} else {
-			c.CreateTable(t)
 		}
 	}
 	for i := range rs.tables {
 		rt := &rs.tables[i]
-		t := c.AddTable(&gnft.Table{Family: tableFamily(familyName(rt.family)), Name: rt.name})
+		t := &gnft.Table{Family: tableFamily(familyName(rt.family)), Name: rt.name}
+		if slices.Contains(present, rt.id()) {
+			t = c.AddTable(t)
+		} else {
+			t = c.CreateTable(t)
+		}
 		chains := map[string]*gnft.Chain{}
 		// All chains first, so jumps always find their target.
 		for _, rc := range rt.chains {

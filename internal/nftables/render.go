@@ -566,18 +566,27 @@ func markText(m uint32) string { return fmt.Sprintf("0x%08x", m) }
 // were absent are made with "create table", which fails the whole transaction if
 // one appeared meanwhile (Apply then lists again and retries), instead of add and
 // delete: deleting a table costs the kernel an RCU grace period, which measured as
-// 18ms instead of 7ms for a fresh namespace's apply.
+// 18ms instead of 7ms for a fresh namespace's apply. The ruleset's tables are
+// made in its order, each made or remade where it comes, so that nft lists them
+// as the ruleset renders whatever tables were there before (made before every
+// remade one, a new table was listed first).
 func transactionScript(rs *ruleset, present []tableID) string {
-	var b strings.Builder
 	var replace []tableID
 	for _, id := range tablesToReplace(rs, present) {
 		if slices.Contains(present, id) {
 			replace = append(replace, id)
-		} else {
-			fmt.Fprintf(&b, "create table %s\n", id)
 		}
 	}
-	return deleteScript(replace) + b.String() + rs.text()
+	var b strings.Builder
+	b.WriteString(deleteScript(replace))
+	for i := range rs.tables {
+		t := &rs.tables[i]
+		if !slices.Contains(present, t.id()) {
+			fmt.Fprintf(&b, "create table %s\n", t.id())
+		}
+		t.write(&b)
+	}
+	return b.String()
 }
 
 // tablesToReplace is every table of the ruleset plus every present table of ours,
