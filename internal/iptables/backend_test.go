@@ -15,6 +15,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
@@ -37,31 +38,6 @@ func runIn(t *testing.T, ns string, name string, args ...string) string {
 	// not the host's /run/xtables.lock.
 	cmd.Env = append(os.Environ(), "XTABLES_LOCKFILE="+filepath.Join(t.TempDir(), "xtables.lock"))
 	return testns.Run(t, ns, cmd)
-}
-
-// stripComments drops iptables-save's timestamped comment lines and tables that hold
-// nothing (only built-in chains with policy ACCEPT and no rules): such a table has no
-// effect, and iptables creates it on first use and never removes it (legacy cannot).
-func stripComments(s string) string {
-	var out, table []string
-	empty := true
-	for _, l := range strings.Split(s, "\n") {
-		switch {
-		case strings.HasPrefix(l, "#") || l == "":
-		case strings.HasPrefix(l, "*"):
-			table, empty = []string{l}, true
-		case l == "COMMIT":
-			if !empty {
-				out = append(append(out, table...), l)
-			}
-		default:
-			table = append(table, l)
-			if !(strings.HasPrefix(l, ":") && redirect.IsBuiltin(strings.Fields(l[1:])[0]) && strings.Fields(l)[1] == "ACCEPT") {
-				empty = false
-			}
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 type backendCase struct {
@@ -99,8 +75,8 @@ func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 		ipt := "iptables-" + string(mode)
 		runIn(t, ns, ipt, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999", "-j", "RETURN")
 		runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
-		before4 := stripComments(runIn(t, ns, ipt+"-save"))
-		before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
+		before4 := rulestext.Saved(runIn(t, ns, ipt+"-save"))
+		before6 := rulestext.Saved(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
 		plan := tc.opts.Plan(t)
 
 		changed, err := capture.Apply(ctx, ns, b, plan)
@@ -136,10 +112,10 @@ func TestApplyIsIdempotentVerifiedAndCleanedUp(t *testing.T) {
 		if _, err := capture.Cleanup(ctx, ns, b, plan); err != nil {
 			t.Fatal(err)
 		}
-		if got := stripComments(runIn(t, ns, ipt+"-save")); got != before4 {
+		if got := rulestext.Saved(runIn(t, ns, ipt+"-save")); got != before4 {
 			t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
 		}
-		if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
+		if got := rulestext.Saved(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
 			t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
 		}
 		if rules := runIn(t, ns, "ip", "rule"); strings.Contains(rules, "lookup 133") {

@@ -13,6 +13,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
@@ -20,7 +21,7 @@ import (
 // without dates and counters.
 func savedInBoth(t *testing.T, ns string, m Mode) string {
 	t.Helper()
-	return savedRules(runIn(t, ns, "iptables-"+string(m)+"-save")) + savedRules(runIn(t, ns, "ip6tables-"+string(m)+"-save"))
+	return rulestext.Saved(runIn(t, ns, "iptables-"+string(m)+"-save")) + rulestext.Saved(runIn(t, ns, "ip6tables-"+string(m)+"-save"))
 }
 
 // TestConcurrentAppliesToOneNamespace: two applies of one plan into one new

@@ -8,6 +8,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/timing"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 )
 
 // foreignOfIstioTProxySave is istioTProxySave without Istio's rules and chains:
@@ -58,7 +59,7 @@ func TestCleanupRemovesIstiosLayoutInRealNamespace(t *testing.T) {
 			istio, control := newNS(t), newNS(t)
 			restoreIn(t, istio, restore, istioTProxySave)
 			restoreIn(t, control, restore, foreignOfIstioTProxySave)
-			want := stripComments(runIn(t, control, save))
+			want := rulestext.Saved(runIn(t, control, save))
 
 			var refused []error
 			rec := timing.Start()
@@ -66,7 +67,7 @@ func TestCleanupRemovesIstiosLayoutInRealNamespace(t *testing.T) {
 			if _, err := capture.Cleanup(ctx, istio, b, nil); err != nil {
 				t.Fatal(err)
 			}
-			if got := stripComments(runIn(t, istio, save)); got != want {
+			if got := rulestext.Saved(runIn(t, istio, save)); got != want {
 				t.Errorf("after cleanup:\n%s\nwant only the foreign rules:\n%s", got, want)
 			}
 			if len(refused) > 0 {

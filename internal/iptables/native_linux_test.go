@@ -22,6 +22,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
 )
 
@@ -81,7 +82,7 @@ func TestNativeWritesEqualIptablesRestore(t *testing.T) {
 				if diff := cmp.Diff(kernelView(t, restored), kernelView(t, written)); diff != "" {
 					t.Errorf("%s: the kernel holds different objects (-iptables-nft-restore +native):\n%s", fp.Family, diff)
 				}
-				a, b := savedRules(runIn(t, restored, save)), savedRules(runIn(t, written, save))
+				a, b := rulestext.Saved(runIn(t, restored, save)), rulestext.Saved(runIn(t, written, save))
 				if a != b {
 					t.Errorf("%s: %s prints different rules:\nafter iptables-nft-restore:\n%s\nafter the native write:\n%s", fp.Family, save, a, b)
 				}
@@ -162,11 +163,6 @@ func kernelView(t *testing.T, ns string) []nativeChain {
 	return out
 }
 
-// savedRules is iptables-save's output without its dated comments and counters.
-func savedRules(s string) string {
-	return regexp.MustCompile(`\[\d+:\d+\]`).ReplaceAllString(stripComments(s), "")
-}
-
 // applySidecarInNewNamespace applies the default sidecar plan with an nft-mode
 // backend that may write natively, in a new namespace, and returns the phases the
 // apply marked, in order.
@@ -218,7 +214,7 @@ func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	if _, err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
 		t.Fatal(err)
 	}
-	if got := stripComments(runIn(t, ns, "iptables-nft-save")); strings.Contains(got, redirect.ChainPrefix) {
+	if got := rulestext.Saved(runIn(t, ns, "iptables-nft-save")); strings.Contains(got, redirect.ChainPrefix) {
 		t.Errorf("after cleanup:\n%s", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 )
 
 // iptablesPhases runs capture.Apply with a timing recorder and returns the names of
@@ -87,7 +88,7 @@ func TestApplyInANewNamespaceRunsOnlyTheRestores(t *testing.T) {
 		if _, err := capture.Cleanup(context.Background(), ns, b, plan); err != nil {
 			t.Fatal(err)
 		}
-		if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); strings.Contains(got, "ISTIO_") {
+		if got := rulestext.Saved(runIn(t, ns, "iptables-"+string(mode)+"-save")); strings.Contains(got, "ISTIO_") {
 			t.Errorf("cleanup left rules of ours:\n%s", got)
 		}
 	})
@@ -143,8 +144,8 @@ func TestCleanupInNftModeRunsNoProcess(t *testing.T) {
 			runIn(t, ns, ipt, "-t", "nat", "-N", "FOREIGN")
 			runIn(t, ns, ipt, "-t", "nat", "-A", "PREROUTING", "-p", "udp", "-j", "FOREIGN")
 		}
-		before4 := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save"))
-		before6 := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
+		before4 := rulestext.Saved(runIn(t, ns, "iptables-"+string(mode)+"-save"))
+		before6 := rulestext.Saved(runIn(t, ns, "ip6tables-"+string(mode)+"-save"))
 		if _, err := capture.Apply(context.Background(), ns, b, plan); err != nil {
 			t.Fatal(err)
 		}
@@ -168,10 +169,10 @@ func TestCleanupInNftModeRunsNoProcess(t *testing.T) {
 		if diff := cmp.Diff(want, ran); diff != "" {
 			t.Errorf("cleanup's steps (-want +got):\n%s", diff)
 		}
-		if got := stripComments(runIn(t, ns, "iptables-"+string(mode)+"-save")); got != before4 {
+		if got := rulestext.Saved(runIn(t, ns, "iptables-"+string(mode)+"-save")); got != before4 {
 			t.Errorf("cleanup left IPv4 state different:\nbefore:\n%s\nafter:\n%s", before4, got)
 		}
-		if got := stripComments(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
+		if got := rulestext.Saved(runIn(t, ns, "ip6tables-"+string(mode)+"-save")); got != before6 {
 			t.Errorf("cleanup left IPv6 state different:\nbefore:\n%s\nafter:\n%s", before6, got)
 		}
 	})
