@@ -22,8 +22,8 @@ type Backend interface {
 	// nftables transaction for all. It reports whether anything changed: applying
 	// the same plan twice changes nothing the second time. With an error, changed
 	// says whether it may have written anything before it failed (a restore that
-	// failed at a later table keeps the earlier ones): capture.Apply removes the
-	// rules again only then.
+	// failed at a later table keeps the earlier ones): capture.Apply rolls the
+	// rules back only then.
 	Apply(ctx context.Context, plan *redirect.Plan) (changed bool, err error)
 	// Verify reads the live rules back and lists, in words, every difference from
 	// the plan. No differences means the capture is in place.
@@ -32,38 +32,52 @@ type Backend interface {
 	Cleanup(ctx context.Context) error
 }
 
-// heldApplier is a Backend whose apply can keep a lock of the namespace until its
-// caller's routing and rollback are done (the iptables backend's ApplyHeld): a
-// rollback run after the lock was let go could remove what a concurrent apply
-// wrote and reported done.
-type heldApplier interface {
-	ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error)
+// rollbackApplier is a Backend whose apply says how to undo it (both backends
+// are): rollback puts the namespace's rules back as the apply found them before
+// it wrote, the capture of an earlier apply to the same pod included, or removes
+// ours when it found none; release lets go of a lock of the namespace that the
+// apply keeps until its caller's routing and rollback are done (the iptables
+// backend's apply lock): a rollback run after the lock was let go could undo
+// what a concurrent apply wrote and reported done.
+type rollbackApplier interface {
+	ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error)
+}
+
+// applyRules is b's apply, with its rollback and release (rollbackApplier). A
+// backend without them (none that writes) rolls back with Cleanup, which removes
+// every rule of ours.
+func applyRules(ctx context.Context, b Backend, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error) {
+	if rb, ok := b.(rollbackApplier); ok {
+		return rb.ApplyWithRollback(ctx, plan)
+	}
+	changed, err = b.Apply(ctx, plan)
+	return changed, b.Cleanup, func() {}, err
 }
 
 // Apply programs plan into the namespace at nsPath: the rules, then the routing
-// (TPROXY's policy routing, IPv6's passthrough address). If anything fails, what
-// this apply added is removed again, and only that: a namespace is never left
+// (TPROXY's policy routing, IPv6's passthrough address). If anything fails, the
+// namespace is put back as this apply found it: a namespace is never left
 // half-captured, and what was there before it started (the capture of an earlier
 // apply to the same pod, or of one running beside it: the agent's repair in
-// place during the runtime's ADD, a retried ADD) stays. The rules are removed
-// only when this apply wrote some (Backend.Apply's changed), the routing entries
-// only those applyRouting added. The routing comes after the rules so that an
-// apply that fails writing them (it gave up waiting for the namespace's apply
-// lock, its bound ran out, the backend refused its input) has touched no routing:
-// an entry it had added and then removed could be one another apply found there
-// and relies on, which would report its capture done without it. The iptables
-// backend's apply lock is held through the routing and the removal.
+// place during the runtime's ADD, a retried ADD, istio-iptables run twice)
+// stays, which that apply reported done. The rules are rolled back only when
+// this apply wrote some (Backend.Apply's changed), to the rules it read before it
+// wrote them (rollbackApplier: ours removed where there were none), and the
+// routing entries it added are removed, only those. The routing comes after the
+// rules so that an apply that fails writing them (it gave up waiting for the
+// namespace's apply lock, its bound ran out, the backend refused its input) has
+// touched no routing: an entry it had added and then removed could be one
+// another apply found there and relies on, which would report its capture done
+// without it. The iptables backend's apply lock is held through the routing and
+// the rollback.
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
 	timing.Mark(ctx, "before-apply")
 	err = netns.Do(nsPath, func() error {
 		timing.Mark(ctx, "netns-enter")
 		var aerr error
-		release := func() {}
-		if hb, ok := b.(heldApplier); ok {
-			changed, release, aerr = hb.ApplyHeld(ctx, plan)
-		} else {
-			changed, aerr = b.Apply(ctx, plan)
-		}
+		var rollback func(context.Context) error
+		var release func()
+		changed, rollback, release, aerr = applyRules(ctx, b, plan)
 		defer release()
 		var added routingEntries
 		if aerr == nil {
@@ -74,14 +88,14 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 			return nil
 		}
 		// An apply that wrote nothing (it gave up waiting for the namespace's
-		// apply lock, or its first write, all or nothing, failed) removes no
-		// rules: those in the namespace are another apply's, which may hold
-		// that lock and report them done.
+		// apply lock, or its first write, all or nothing, failed) rolls no
+		// rules back: those in the namespace are another apply's, which may
+		// hold that lock and report them done.
 		var cerr error
 		if changed {
 			rctx, cancel := rollbackContext(ctx)
 			defer cancel()
-			cerr = b.Cleanup(rctx)
+			cerr = rollback(rctx)
 		}
 		_, _, rerr := removeRouting(plan, added)
 		return errors.Join(aerr, cerr, rerr)
@@ -93,11 +107,12 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 	return changed, nil
 }
 
-// RollbackBound bounds the removal of what a failed apply added. It is a bound
-// of its own, not what is left of the caller's: an apply that failed because
-// that bound ran out (a restore killed mid-way, after another family's rules
-// were written) leaves no time in it, and a removal under it would be refused at
-// once, leaving those rules in place.
+// RollbackBound bounds the rollback of a failed apply (its rules put back as it
+// found them, the routing it added removed). It is a bound of its own, not what
+// is left of the caller's: an apply that failed because that bound ran out (a
+// restore killed mid-way, after another family's rules were written) leaves no
+// time in it, and a rollback under it would be refused at once, leaving those
+// rules in place.
 const RollbackBound = 10 * time.Second
 
 // rollbackContext is ctx's values (the recorder, the native fallbacks' list)

@@ -2,4 +2,10 @@
 // namespace: the rules through a Backend (iptables or native nftables) and, for
 // TPROXY and IPv6, the policy routing and the inbound passthrough address through
 // netlink. It is the one entry point the plugin, the repair path and istio-iptables use.
+//
+// An apply that fails puts the namespace back as it found it (Apply): the rules
+// go back to those the backend read before it wrote them, the capture of an
+// earlier apply to the same pod included (ours are removed where there were
+// none), and the routing entries it added are removed, only those. Cleanup, the
+// plugin's DEL, removes every rule and routing entry of ours, whoever added them.
 package capture

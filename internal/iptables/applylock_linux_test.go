@@ -19,7 +19,7 @@ import (
 // no longer at the path. The next apply of the namespace (the repair controller
 // beside a retried ADD) opens a new file there and must still wait for the first:
 // two read-then-restore applies at once duplicate hook rules or roll back each
-// other's (ApplyHeld).
+// other's (ApplyWithRollback).
 func TestApplyLockRemovedByGCWhileWaitedForIsNotHeldTwice(t *testing.T) {
 	dir := t.TempDir()
 	b := &Backend{lockDir: dir}

@@ -27,9 +27,10 @@ type Config struct {
 	Mode Mode
 	// LockDir holds one xtables lock file per network namespace (legacy mode), so
 	// pods set up in parallel do not wait for each other, and one apply lock file
-	// per namespace (both modes, see Backend.ApplyHeld). When empty, iptables' own
-	// XTABLES_LOCKFILE, if set in the environment, is the one lock of every
-	// namespace (as iptables itself uses it); otherwise /run/istio-cni/xtables.
+	// per namespace (both modes, see Backend.ApplyWithRollback). When empty,
+	// iptables' own XTABLES_LOCKFILE, if set in the environment, is the one lock
+	// of every namespace (as iptables itself uses it); otherwise
+	// /run/istio-cni/xtables.
 	LockDir string
 	// NativeStateDir, when set, lets nft mode write a new namespace's rules
 	// without iptables-nft-restore (native_linux.go), once the node's
@@ -309,42 +310,72 @@ func planLayouts(plan *redirect.Plan) (map[redirect.Family][]tableLayout, error)
 	return out, nil
 }
 
-// Apply implements capture.Backend: ApplyHeld, its lock released on return.
+// Apply implements capture.Backend: ApplyWithRollback, its lock released on
+// return.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
-	changed, release, err := b.ApplyHeld(ctx, plan)
+	changed, _, release, err := b.ApplyWithRollback(ctx, plan)
 	release()
 	return changed, err
 }
 
-// ApplyHeld is Apply: per family, read our live rules (one save) and, unless
-// they already match, write the difference with one restore. A family whose
-// namespace holds no table at all (tablesHeld: a pod's new namespace) has
+// ApplyWithRollback is Apply: per family, read our live rules (one save) and,
+// unless they already match, write the difference with one restore. A family
+// whose namespace holds no table at all (tablesHeld: a pod's new namespace) has
 // nothing of ours to read, so only its restore runs, or in nft mode its native
 // batch (native_linux.go).
 //
+// rollback puts back, in each family this apply wrote or may have written, our
+// rules as the apply read them before it wrote (revertText): capture.Apply runs
+// it when the apply fails after it may have written (a restore commits table by
+// table, so one that failed may have written the tables before the one it
+// failed at), or when its routing fails after the rules went in. What was there
+// is an earlier apply's capture of the same pod (the runtime's ADD, which the
+// agent's repair in place or a retried ADD applies over), which reported itself
+// done: removing every rule of ours, as the rollback did before, left that pod
+// with no capture at all. A family that held nothing of ours is left with
+// nothing.
+//
 // Two applies to one namespace at once would each read the rules before the
 // other wrote them and write their difference on top: duplicated hook rules, or
-// a restore that fails and whose rollback (capture.Apply's Cleanup) removes
-// what the other apply wrote after that one reported success. They happen: the
-// repair controller repairs a pod in place while the plugin's ADD is still
-// programming it, and a runtime retries an ADD whose first plugin process is
-// still running. So every read-then-restore holds the namespace's apply lock
-// (lockApply), and the caller releases it with release once the rest of its
-// apply (capture.Apply's routing) and its rollback, if any, are done:
-// capture.Apply does. The native write into a new namespace, the
-// common nft-mode ADD, takes no lock: it creates its tables exclusively, so of
-// two racing writes one fails whole, and that one then takes the lock and
-// reads what the other wrote, as the nftables backend does. A rule set the
-// native writer does not translate is restored under the lock.
-func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed bool, release func(), err error) {
+// a rollback that puts back a state the other apply has since replaced after
+// reporting success. They happen: the repair controller repairs a pod in place
+// while the plugin's ADD is still programming it, and a runtime retries an ADD
+// whose first plugin process is still running. So every read-then-restore holds
+// the namespace's apply lock (lockApply), and the caller releases it with
+// release once the rest of its apply (capture.Apply's routing) and its
+// rollback, if any, are done: capture.Apply does. The native write into a new
+// namespace, the common nft-mode ADD, takes no lock: it creates its tables
+// exclusively, so of two racing writes one fails whole, and that one then takes
+// the lock and reads what the other wrote, as the nftables backend does. A rule
+// set the native writer does not translate is restored under the lock. The
+// rollback of an apply that wrote natively and took no lock (or gave up waiting
+// for it) takes the lock itself, within its own bound.
+func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error) {
 	release = func() {}
+	// found is what of ours each family held before this apply wrote it (nil: no
+	// table), for each family it wrote or tried to.
+	found := map[redirect.Family]map[redirect.Table]*liveTable{}
+	var written []redirect.Family
+	locked := false
+	rollback = func(ctx context.Context) error {
+		if len(written) == 0 {
+			return nil
+		}
+		if !locked {
+			r, err := b.lockApply(ctx)
+			if err != nil {
+				return fmt.Errorf("put back the rules found before the apply: %w", err)
+			}
+			defer r()
+		}
+		return b.revert(ctx, written, found)
+	}
 	u := podUserNamespace()
 	defer u.close()
 	layouts, err := planLayouts(plan)
 	if err != nil {
-		return false, release, err
+		return false, rollback, release, err
 	}
-	locked := false
 	lock := func() error {
 		if locked {
 			return nil
@@ -364,7 +395,7 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 	if !native {
 		// Every write is a read and a restore: lock before looking.
 		if err := lock(); err != nil {
-			return false, release, err
+			return false, rollback, release, err
 		}
 	}
 	held := b.tablesHeld()
@@ -379,6 +410,7 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {
+				found[f], written = nil, append(written, f)
 				nativeErr = b.writeNative(objs)
 				timing.Mark(ctx, "iptables-native-"+f.String())
 				if nativeErr == nil {
@@ -392,7 +424,7 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 		}
 		if !locked {
 			if err := lock(); err != nil {
-				return changed, release, err
+				return changed, rollback, release, err
 			}
 			// Another apply may have written while this one waited.
 			held = b.tablesHeld()
@@ -405,11 +437,15 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 				if !planned {
 					continue // no IPv6 support here and none wanted
 				}
-				return changed, release, err
+				return changed, rollback, release, err
 			}
 		}
 		if len(diffTables(f, want, live)) == 0 {
 			continue
+		}
+		found[f] = live
+		if !slices.Contains(written, f) {
+			written = append(written, f)
 		}
 		err := b.restore(ctx, u, f, restoreText(want, live))
 		timing.Mark(ctx, "iptables-restore-"+f.String())
@@ -418,20 +454,45 @@ func (b *Backend) ApplyHeld(ctx context.Context, plan *redirect.Plan) (changed b
 				err = fmt.Errorf("%w (and before it, written natively: %w)", err, nativeErr)
 			}
 			// A restore commits table by table: one that failed may have
-			// written the tables before the one it failed at (capture.Apply
-			// then removes what is there).
-			return true, release, fmt.Errorf("apply %s rules: %w", f, err)
+			// written the tables before the one it failed at.
+			return true, rollback, release, fmt.Errorf("apply %s rules: %w", f, err)
 		}
 		if into, ok := ctx.Value(fallbacksKey{}).(*[]error); ok && nativeErr != nil {
 			*into = append(*into, fmt.Errorf("%s rules: the native write was refused, the restore wrote them: %w", f, nativeErr))
 		}
 		changed = true
 	}
-	return changed, release, nil
+	return changed, rollback, release, nil
 }
 
-// lockApply takes the namespace's apply lock (see ApplyHeld) and returns its
-// release. It is a file of its own beside the namespace's xtables lock, never
+// revert puts back, in each family of families, our rules as they were (found),
+// reading what is there now: ApplyWithRollback's rollback.
+func (b *Backend) revert(ctx context.Context, families []redirect.Family, found map[redirect.Family]map[redirect.Table]*liveTable) error {
+	u := podUserNamespace()
+	defer u.close()
+	var errs []error
+	for _, f := range families {
+		now, err := b.save(ctx, u, f)
+		timing.Mark(ctx, "iptables-save-"+f.String())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("put back %s rules: %w", f, err))
+			continue
+		}
+		text := revertText(found[f], now)
+		if text == "" {
+			continue
+		}
+		err = b.restore(ctx, u, f, text)
+		timing.Mark(ctx, "iptables-restore-"+f.String())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("put back %s rules: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lockApply takes the namespace's apply lock (see ApplyWithRollback) and returns
+// its release. It is a file of its own beside the namespace's xtables lock, never
 // that file: legacy iptables-restore takes the xtables lock itself, and a
 // second lock of the same file by this process would wait for itself. Waiting
 // ends with ctx.

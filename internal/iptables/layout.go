@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os/user"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -296,6 +297,73 @@ func restoreText(want []tableLayout, live map[redirect.Table]*liveTable) string 
 		}
 		for _, c := range lt.Chains {
 			if !slices.Contains(tl.Chains, c) {
+				fmt.Fprintf(&b, "-X %s\n", c)
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.String()
+}
+
+// revertText builds the one iptables-restore --noflush input that turns our live
+// rules (now) back into what they were before an apply (was, what that apply read
+// before it wrote): a failed apply's rollback. Each table that differs gets back
+// its chains of ours with their rules, and its lines of ours in built-in chains
+// (the jumps into ours, Istio's own forms) at the places they held among everyone
+// else's rules, which the apply did not touch; chains of ours that were not there
+// are deleted. A table that does not differ is left out, and with none the text is
+// empty. With nothing of ours before (a pod's new namespace) it removes ours, as
+// restoreText(nil, now) does, but a line of Istio's forms in a built-in chain: the
+// family held no chain of ours, so such a line is someone else's (see ours).
+func revertText(was, now map[redirect.Table]*liveTable) string {
+	programmed := false
+	for _, lt := range was {
+		programmed = programmed || len(lt.Chains) > 0
+	}
+	var b strings.Builder
+	for _, t := range redirect.TableOrder {
+		w, n := was[t], now[t]
+		if w == nil {
+			w = &liveTable{Lines: map[string][]DumpLine{}}
+		}
+		if n == nil {
+			n = &liveTable{Lines: map[string][]DumpLine{}}
+		}
+		if !programmed && n.IstioLines != nil {
+			others := *n
+			others.IstioLines = nil
+			n = &others
+		}
+		if reflect.DeepEqual(w, n) {
+			continue
+		}
+		fmt.Fprintf(&b, "*%s\n", t)
+		declared := map[string]bool{}
+		for _, c := range append(slices.Clone(w.Chains), n.Chains...) {
+			if !declared[c] {
+				declared[c] = true
+				fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+			}
+		}
+		for _, l := range append(slices.Clone(n.HookLines), n.IstioLines...) {
+			fmt.Fprintf(&b, "-D %s %s\n", l.Chain, quoteArgs(l.Args))
+		}
+		// Inserted in the order of their places, each goes where it was: the rules
+		// before it are the ones that were before it.
+		builtin := append(slices.Clone(w.HookLines), w.IstioLines...)
+		slices.SortStableFunc(builtin, func(a, b DumpLine) int {
+			return cmp.Or(cmp.Compare(a.Chain, b.Chain), cmp.Compare(a.Pos, b.Pos))
+		})
+		for _, l := range builtin {
+			fmt.Fprintf(&b, "-I %s %d %s\n", l.Chain, l.Pos, quoteArgs(l.Args))
+		}
+		for _, c := range w.Chains {
+			for _, l := range w.Lines[c] {
+				fmt.Fprintf(&b, "-A %s %s\n", c, quoteArgs(l.Args))
+			}
+		}
+		for _, c := range n.Chains {
+			if !slices.Contains(w.Chains, c) {
 				fmt.Fprintf(&b, "-X %s\n", c)
 			}
 		}

@@ -317,6 +317,8 @@ type DumpTable struct {
 type DumpLine struct {
 	Chain string
 	Args  []string
+	// Pos is the rule's place in its chain, 1 for the first.
+	Pos int
 }
 
 // ParseSave parses iptables-save output. It only splits lines; rules are parsed on
@@ -324,6 +326,7 @@ type DumpLine struct {
 func ParseSave(text string) (*Dump, error) {
 	d := &Dump{Tables: map[redirect.Table]*DumpTable{}}
 	var cur *DumpTable
+	var rules map[string]int // per chain of cur, the rules seen so far
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
 	line := 0
@@ -334,7 +337,7 @@ func ParseSave(text string) (*Dump, error) {
 		case l == "" || strings.HasPrefix(l, "#"):
 		case strings.HasPrefix(l, "*"):
 			name := redirect.Table(strings.TrimSpace(l[1:]))
-			cur = &DumpTable{}
+			cur, rules = &DumpTable{}, map[string]int{}
 			d.Tables[name] = cur
 		case l == "COMMIT":
 			cur = nil
@@ -354,7 +357,8 @@ func ParseSave(text string) (*Dump, error) {
 			if len(f) < 2 {
 				return nil, fmt.Errorf("line %d: rule without a chain", line)
 			}
-			cur.Lines = append(cur.Lines, DumpLine{Chain: f[1], Args: f[2:]})
+			rules[f[1]]++
+			cur.Lines = append(cur.Lines, DumpLine{Chain: f[1], Args: f[2:], Pos: rules[f[1]]})
 		default:
 			return nil, fmt.Errorf("line %d: unexpected %q", line, l)
 		}

@@ -62,29 +62,61 @@ func (b *Backend) Name() string { return "nftables" }
 // this one does not). When the live tables already equal the plan nothing is
 // written and changed is false.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
+	changed, _, _, err := b.ApplyWithRollback(ctx, plan)
+	return changed, err
+}
+
+// ApplyWithRollback is Apply. The transaction is all or nothing: an apply that
+// fails has changed nothing. rollback puts back, after an apply that changed the
+// tables, our tables as the apply read them before it wrote, in one transaction
+// of the same kind: capture.Apply runs it when the routing fails after the rules
+// went in. What was there is an earlier apply's capture of the same pod (the
+// runtime's ADD, which the agent's repair in place or a retried ADD applies
+// over), which reported itself done: removing our tables, as the rollback did
+// before, left that pod with no capture at all. A namespace that held none of
+// our tables is left with none. Tables that hold what this backend does not
+// write (a rule it cannot read, a named set, a dormant table, a hook of another
+// kind: someone changed them since) cannot be written back: rollback says so
+// and leaves the apply's tables, a whole capture. Nothing is held: release does
+// nothing.
+func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error) {
+	rollback, release = func(context.Context) error { return nil }, func() {}
 	rs, err := translate(plan, b.groups)
 	if err != nil {
-		return false, fmt.Errorf("apply nftables: %w", err)
+		return false, rollback, release, fmt.Errorf("apply nftables: %w", err)
 	}
 	timing.Mark(ctx, "nft-translate")
-	changed, err := b.applyOnce(ctx, rs)
+	changed, found, err := b.applyOnce(ctx, rs)
 	if err != nil {
 		// A table of ours may have appeared since the read (a concurrent apply),
 		// which fails "create table" and with it the whole transaction, changing
 		// nothing. Read again, on a new socket, and retry once.
-		changed, err = b.applyOnce(ctx, rs)
+		changed, found, err = b.applyOnce(ctx, rs)
 	}
 	if err != nil {
-		return false, fmt.Errorf("apply nftables: %w", err)
+		return false, rollback, release, fmt.Errorf("apply nftables: %w", err)
 	}
-	return changed, nil
+	if changed {
+		rollback = func(ctx context.Context) error {
+			was, err := rulesetOf(found)
+			if err != nil {
+				return fmt.Errorf("put back the nftables tables found before the apply: %w; the apply's tables are left in place", err)
+			}
+			if _, _, err := b.applyOnce(ctx, was); err != nil {
+				return fmt.Errorf("put back the nftables tables found before the apply: %w", err)
+			}
+			return nil
+		}
+	}
+	return changed, rollback, release, nil
 }
 
-// applyOnce reads our tables and, unless they already hold rs, replaces them.
-func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
+// applyOnce reads our tables (found) and, unless they already hold rs, replaces
+// them.
+func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (changed bool, found []liveTable, err error) {
 	c, err := dialHere()
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	// After a failed batch the socket may still hold replies: never reuse it.
 	// Closing a socket that committed a batch can wait: the kernel's release of a
@@ -97,10 +129,10 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 	got, err := readOurs(c.Conn)
 	timing.Mark(ctx, "nft-read")
 	if err != nil {
-		return false, fmt.Errorf("read our tables: %w", err)
+		return false, nil, fmt.Errorf("read our tables: %w", err)
 	}
 	if len(diffTables(rs, got)) == 0 {
-		return false, nil
+		return false, got, nil
 	}
 	defer timing.Mark(ctx, "nft-write")
 	var present []tableID
@@ -109,21 +141,21 @@ func (b *Backend) applyOnce(ctx context.Context, rs *ruleset) (bool, error) {
 	}
 	if b.applyVia == applyExec {
 		_, err := b.run(ctx, transactionScript(rs, present), "-f", "-")
-		return err == nil, err
+		return err == nil, got, err
 	}
 	nlErr := flushRuleset(c, rs, present)
 	if nlErr == nil {
-		return true, nil
+		return true, got, nil
 	}
 	if _, err := exec.LookPath(b.nft); err != nil {
-		return false, nlErr
+		return false, got, nlErr
 	}
 	// The failed batch changed nothing (it is one transaction), so nft can try the
 	// same change; if it fails too, its message says which rule is wrong.
 	if _, err := b.run(ctx, transactionScript(rs, present), "-f", "-"); err != nil {
-		return false, errors.Join(nlErr, err)
+		return false, got, errors.Join(nlErr, err)
 	}
-	return true, nil
+	return true, got, nil
 }
 
 // Verify lists every difference between our live tables and the plan, reading

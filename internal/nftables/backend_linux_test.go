@@ -524,3 +524,67 @@ func TestRunReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) {
 		t.Fatal("run still waits for the killed nft's child, which holds its output")
 	}
 }
+
+// TestARollbackWritesBackTheTablesItFound: the rollback of an apply that
+// replaced our tables (capture.Apply runs it when the routing fails after the
+// rules went in) writes the tables the apply found back as they were, for every
+// case and both write paths: nft lists the ruleset as it listed it before the
+// apply, so every rule this backend writes reads back into one it writes again.
+// Where the apply found none of our tables, it deletes the apply's. Tables that
+// hold what this backend does not write (here a named set someone added) cannot
+// be written back: the rollback says so, naming it, and leaves the apply's
+// tables, a whole capture, rather than none.
+func TestARollbackWritesBackTheTablesItFound(t *testing.T) {
+	ctx := context.Background()
+	other := specCase{"other", func(s *redirect.Spec) { s.InboundPortsExclude = []uint16{9}; s.OutboundPortsExclude = []uint16{9} }}
+	applyAndRollBack := func(t *testing.T, ns string, b *Backend, plan *redirect.Plan) error {
+		t.Helper()
+		var rerr error
+		in(t, ns, func() error {
+			changed, rollback, release, err := b.ApplyWithRollback(ctx, plan)
+			defer release()
+			if err != nil || !changed {
+				t.Fatalf("ApplyWithRollback: changed %v, %v; want a change", changed, err)
+			}
+			rerr = rollback(ctx)
+			return nil
+		})
+		return rerr
+	}
+	for _, tb := range testBackends() {
+		for _, c := range specCases {
+			t.Run(tb.name+"/"+c.name, func(t *testing.T) {
+				ns := testNS(t)
+				empty := command(t, ns, "", "nft", "list", "ruleset")
+				if err := applyAndRollBack(t, ns, tb.b, c.plan(t)); err != nil {
+					t.Fatalf("rollback in a namespace without our tables: %v", err)
+				}
+				if got := command(t, ns, "", "nft", "list", "ruleset"); got != empty {
+					t.Errorf("after the rollback in a namespace without our tables, nft lists:\n%s", got)
+				}
+				in(t, ns, func() error { _, err := tb.b.Apply(ctx, c.plan(t)); return err })
+				before := command(t, ns, "", "nft", "list", "ruleset")
+				if err := applyAndRollBack(t, ns, tb.b, other.plan(t)); err != nil {
+					t.Fatalf("rollback: %v", err)
+				}
+				if diff := cmp.Diff(before, command(t, ns, "", "nft", "list", "ruleset")); diff != "" {
+					t.Errorf("after the rollback the ruleset differs from what the apply found (-found +after):\n%s", diff)
+				}
+			})
+		}
+		t.Run(tb.name+"/a named set in our table", func(t *testing.T) {
+			ns := testNS(t)
+			in(t, ns, func() error { _, err := tb.b.Apply(ctx, specCases[0].plan(t)); return err })
+			command(t, ns, "", "nft", "add", "set", "ip", TablePrefix+"nat", "added", "{ type ipv4_addr; }")
+			err := applyAndRollBack(t, ns, tb.b, other.plan(t))
+			if err == nil || !strings.Contains(err.Error(), `table ip istio-proxy-nat holds the set "added"`) {
+				t.Errorf("rollback: %v; want it refused, naming the set", err)
+			}
+			var d []string
+			in(t, ns, func() (err error) { d, err = tb.b.Verify(ctx, other.plan(t)); return err })
+			if len(d) > 0 {
+				t.Errorf("after the refused rollback Verify of the apply's plan: %q; want its tables whole", d)
+			}
+		})
+	}
+}

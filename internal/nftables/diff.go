@@ -198,3 +198,36 @@ func liveText(tables []liveTable) string {
 	}
 	return b.String()
 }
+
+// rulesetOf is the ruleset that writes tables read back (found) again as they
+// were: the rollback of a failed apply puts back what the apply found. It can
+// only hold what this backend writes: a table with a rule that did not decode, a
+// named set, a dormant table, or a base chain on another hook or with another
+// policy is refused, naming it.
+func rulesetOf(found []liveTable) (*ruleset, error) {
+	rs := &ruleset{}
+	for _, lt := range found {
+		if lt.dormant {
+			return nil, fmt.Errorf("table %s is dormant", lt.id)
+		}
+		if len(lt.sets) > 0 {
+			return nil, fmt.Errorf("table %s holds the set %q", lt.id, lt.sets[0])
+		}
+		t := table{family: lt.family, name: lt.id.name}
+		for _, lc := range lt.chains {
+			if lc.base != nil && (lc.policy != "accept" || lc.base.hook != "prerouting" && lc.base.hook != "output") {
+				return nil, fmt.Errorf("table %s chain %s: %q is not a hook this backend writes", lt.id, lc.name, lc.header())
+			}
+			ch := chain{name: lc.name, base: lc.base}
+			for i, lr := range lc.rules {
+				if !lr.ok {
+					return nil, fmt.Errorf("table %s chain %s: rule %d %q is not one this backend writes", lt.id, lc.name, i+1, lr.text)
+				}
+				ch.rules = append(ch.rules, lr.rule)
+			}
+			t.chains = append(t.chains, ch)
+		}
+		rs.tables = append(rs.tables, t)
+	}
+	return rs, nil
+}
