@@ -977,10 +977,8 @@ func removeStaleConfTemps(dir string) {
 // directory: a half-written kubeconfig or TLS session (".NAME.tmp-*") and the
 // directory of a socket being made (unixsock.TempDirPrefix), each unless a live
 // writer holds it (livetemp), and, when this agent keeps no pod
-// cache, the pod files of an agent that did. The plugin reads a pod's file before
-// anything else, and such files are never refreshed again; a recreated pod of the
-// same uid is impossible, but the file's annotations and containers would be those
-// of the moment the old agent died.
+// cache, the pod files of an agent that did. No plugin reads them (no live agent
+// holds their lock, kube.AgentPodFilesLock), but nothing else would remove them.
 func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 	entries, _ := os.ReadDir(s.RunDir)
 	for _, e := range entries {

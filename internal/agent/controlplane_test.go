@@ -265,6 +265,13 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 		_, err := agentClient.GetNamespace(ctx, "apps")
 		return err == nil
 	})
+	// The files are read once the agent keeps them (every pod listed written: a
+	// few milliseconds after its socket serves).
+	filesDir := filepath.Join(n.runDir, kube.AgentPodFilesDir)
+	eventually(t, 10*time.Second, "the agent keeps a file of apps/web", func() bool {
+		_, err := kube.ReadAgentPodFile(filesDir, "apps", "web")
+		return err == nil
+	})
 
 	// The plugin asks the cache first.
 	conf, err := libcni.ConfFromFile(filepath.Join(n.confDir, DefaultStandaloneName))
@@ -285,7 +292,6 @@ func TestAgentServesItsNodesPodsAndRepairsBrokenPodsAgainstARealAPIServer(t *tes
 
 	// The pod files: this node's pods only, root's alone, the JSON the socket
 	// answers; a deleted pod's file goes.
-	filesDir := filepath.Join(n.runDir, kube.AgentPodFilesDir)
 	webFile, _ := kube.AgentPodFile(filesDir, "apps", "web")
 	for path, want := range map[string]os.FileMode{filesDir: 0o700, webFile: 0o600} {
 		if st, err := os.Stat(path); err != nil {

@@ -13,9 +13,10 @@ import (
 )
 
 // TestAnAgentWithoutPodCacheRemovesAKilledAgentsPodFiles: a killed agent that kept
-// the pod cache leaves its pod files, which the plugin reads before anything else.
-// The next agent, keeping no pod cache, removes them before it reports ready, so
-// that no file that nothing refreshes decides for a pod.
+// the pod cache leaves its pod files (no plugin reads them: their lock died with
+// it, kube.AgentPodFilesLock), in the run dir's tmpfs, the node's memory. The next
+// agent, keeping no pod cache, removes them before it reports ready, as the next
+// agent that keeps one empties the directory.
 func TestAnAgentWithoutPodCacheRemovesAKilledAgentsPodFiles(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)

@@ -2,14 +2,10 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/url"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/http1"
@@ -95,49 +91,4 @@ func (c *AgentClient) get(ctx context.Context, path string, bound time.Duration,
 		return fmt.Errorf("agent pod cache: decode: %w", err)
 	}
 	return nil
-}
-
-// AgentPodFilesDir is the directory, in the agent's run directory, where the agent
-// keeps one file per pod of its node: the JSON its socket would answer, written
-// when the pod's watch event arrives (package podcache). The plugin reads its pod
-// there first: a file read needs no other process to be scheduled, which a
-// request to the agent does, and on a node starting many pods at once the agent
-// waits for a CPU as long as anything else.
-const AgentPodFilesDir = "pods"
-
-// AgentPodFile is the file of pod namespace/name in dir (AgentPodFilesDir under
-// the agent's run directory). Namespaces are DNS labels and pod names DNS
-// subdomains, neither holds "_", so the name is unambiguous; ok is false for a
-// name that could leave dir.
-func AgentPodFile(dir, namespace, name string) (path string, ok bool) {
-	for _, s := range []string{namespace, name} {
-		if s == "" || s[0] == '.' || strings.ContainsAny(s, "/_\x00") {
-			return "", false
-		}
-	}
-	return filepath.Join(dir, namespace+"_"+name+".json"), true
-}
-
-// ReadAgentPodFile reads pod namespace/name from the agent's pod files in dir;
-// ErrNotFound when there is no file (the agent is not running, has not seen the
-// pod yet, or the name is not a pod name). The file is read whole, at most
-// MaxAnswerBytes, as an answer of the socket would be, and without waiting:
-// anything but a regular file (a FIFO) is refused at once.
-func ReadAgentPodFile(dir, namespace, name string) (*Pod, error) {
-	path, ok := AgentPodFile(dir, namespace, name)
-	if !ok {
-		return nil, fmt.Errorf("agent pod file: %w", ErrNotFound)
-	}
-	data, err := readBounded(path, MaxAnswerBytes)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("agent pod file: %w", ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agent pod file: %w", err)
-	}
-	var pod Pod
-	if err := decodePod(data, &pod); err != nil {
-		return nil, fmt.Errorf("agent pod file %s: decode: %w", path, err)
-	}
-	return &pod, nil
 }

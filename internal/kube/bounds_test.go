@@ -143,7 +143,17 @@ func TestThePluginsFilesAreReadOnlyWhenRegular(t *testing.T) {
 		read       func(dir, fifo string) error
 	}{
 		{name: "the agent's pod file", fifo: filepath.Join(AgentPodFilesDir, "ns_pod.json"), read: func(dir, _ string) error {
-			_, err := ReadAgentPodFile(filepath.Join(dir, AgentPodFilesDir), "ns", "pod")
+			d, err := os.Open(filepath.Join(dir, AgentPodFilesDir))
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			release, err := KeepAgentPodFiles(d) // kept, as by a live agent: the file is read
+			if err != nil {
+				return err
+			}
+			defer release()
+			_, err = ReadAgentPodFile(d.Name(), "ns", "pod")
 			return err
 		}},
 		{name: "the kubeconfig", fifo: "kubeconfig", read: func(_, fifo string) error {

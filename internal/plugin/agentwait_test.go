@@ -67,8 +67,8 @@ func TestLookupLetsTheAgentWaitForThePod(t *testing.T) {
 
 // TestWithoutTheSandboxsUIDOnlyAQuorumReadDecides: a runtime that passes no
 // K8S_POD_UID gives no way to tell the pod from a predecessor of the same name. A
-// killed agent's file of that predecessor (a StatefulSet pod deleted and
-// recreated, now with a sidecar) must not decide: the pod is read from etcd (no
+// live agent's file of that predecessor (its watch behind the delete of a
+// StatefulSet pod deleted and recreated, now with a sidecar) must not decide: the pod is read from etcd (no
 // resourceVersion=0, whose watch cache may be behind the delete too), and neither
 // the agent's file nor its socket is asked. With the uid, the file of another uid
 // is refused and the API server's cache is asked first, as before.
@@ -93,12 +93,10 @@ func TestWithoutTheSandboxsUIDOnlyAQuorumReadDecides(t *testing.T) {
 			}))
 			defer api.Close()
 			cfg := lookupConfig(t, api.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}))
-			// What a SIGKILLed agent leaves: its file of the predecessor, and a
-			// socket that an agent still answering would serve the same from.
+			// What an agent whose watch is behind the delete holds: its file of the
+			// predecessor (kept: its lock held), and its socket serving the same.
 			dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				t.Fatal(err)
-			}
+			keepAgentPodFiles(t, dir)
 			path, _ := kube.AgentPodFile(dir, "app", "web-0")
 			if err := os.WriteFile(path, []byte(predecessor), 0o600); err != nil {
 				t.Fatal(err)

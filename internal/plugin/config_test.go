@@ -812,7 +812,8 @@ func TestInvalidConfigLogOptionsFindTheAgent(t *testing.T) {
 }
 
 // writeAgentPodFile puts pod's file where the agent's pod cache keeps it in the
-// run directory dir, as the plugin reads it before anything else.
+// run directory dir, kept (its lock held until the test ends), as the plugin
+// reads it before anything else.
 func writeAgentPodFile(t *testing.T, dir string, pod *kube.Pod) {
 	t.Helper()
 	data, err := json.Marshal(pod)
@@ -821,10 +822,27 @@ func writeAgentPodFile(t *testing.T, dir string, pod *kube.Pod) {
 	}
 	files := dir + "/" + kube.AgentPodFilesDir
 	path, _ := kube.AgentPodFile(files, pod.Metadata.Namespace, pod.Metadata.Name)
-	if err := os.MkdirAll(files, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	keepAgentPodFiles(t, files)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// keepAgentPodFiles makes the pod files' directory files and holds its lock, as
+// the agent keeping them does, until the test ends.
+func keepAgentPodFiles(t *testing.T, files string) {
+	t.Helper()
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	release, err := kube.KeepAgentPodFiles(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }

@@ -313,21 +313,25 @@ func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
 }
 
 // TestLookupReadsTheAgentsPodFileFirst: a pod file of the sandbox's pod (name and
-// uid) answers without any request; a file of the pod's predecessor (another uid),
-// a file that does not decode, or no file at all goes on to the API server (here
-// a stand-in counting its GETs), which answers.
+// uid) answers without any request, while a live agent keeps the files (their
+// lock); a file of the pod's predecessor (another uid), a file that does not
+// decode, a file no agent keeps (a killed agent's), or no file at all goes on to
+// the API server (here a stand-in counting its GETs), which answers.
 func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-api"}}`
+	const fromFile = `"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-file"}}`
 	for _, tc := range []struct {
 		name     string
 		file     string // "": none
+		notKept  bool
 		wantGETs int
 		wantNode string
 	}{
-		{"the pod's file", `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-file"}}`, 0, "from-file"},
-		{"its predecessor's file", `{"metadata":{"name":"web","namespace":"app","uid":"u0"},"spec":{"nodeName":"from-file"}}`, 1, "from-api"},
-		{"a file that does not decode", `{"metadata":`, 1, "from-api"},
-		{"no file", "", 1, "from-api"},
+		{"the pod's file", `{` + fromFile, false, 0, "from-file"},
+		{"its predecessor's file", `{"metadata":{"name":"web","namespace":"app","uid":"u0"},"spec":{"nodeName":"from-file"}}`, false, 1, "from-api"},
+		{"a file that does not decode", `{"metadata":`, false, 1, "from-api"},
+		{"the pod's file, kept by no agent", `{` + fromFile, true, 1, "from-api"},
+		{"no file", "", false, 1, "from-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var gets atomic.Int32
@@ -337,8 +341,11 @@ func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 			}))
 			defer srv.Close()
 			cfg := lookupConfig(t, srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
+			if !tc.notKept {
+				keepAgentPodFiles(t, dir)
+			}
 			if tc.file != "" {
-				dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
 				path, _ := kube.AgentPodFile(dir, "app", "web")
 				if err := os.MkdirAll(dir, 0o700); err != nil {
 					t.Fatal(err)

@@ -18,6 +18,18 @@
 // slowest ADDs. The socket serves what the files do not hold (a pod whose event
 // has not arrived yet, namespaces).
 //
+// A file is only as current as the process that rewrites it, and one that dies
+// without stopping (SIGKILL, the OOM killer) leaves its files behind, unchanged
+// when the pod's annotations change. So the agent holds a lock on the files'
+// directory (kube.AgentPodFilesLock) while it keeps them: from the moment every
+// pod its watch listed is written until it stops, the kernel dropping it when the
+// process dies. The plugin reads no file without that lock held: it asks the
+// socket, then the API server, as for a missing file. The lock
+// says that the process keeping the files runs, not that its watch is current to
+// the moment: a watch that breaks (the API server restarting) is resumed or listed
+// again by client-go, whose events then rewrite the files as they update the
+// socket's answers, both lagging alike meanwhile.
+//
 // The cache is an accelerator, never the authority: a pod the cache does not hold
 // (not yet seen, or another UID than the sandbox's), or a namespace it does not hold
 // (not yet seen, or its watch not synced, e.g. without RBAC to list namespaces), is

@@ -23,10 +23,18 @@ import (
 // rename, so a reader sees the old content or the new, never part of one. The
 // directory and its files are root's alone (0700, 0600), as the socket is.
 //
+// The plugin reads the files only while their lock is held
+// (kube.AgentPodFilesLock): this process holds it on the directory it made, from
+// the moment every pod the watch listed is written (synced) until close, and the
+// kernel drops it if this process dies. A killed agent's files are then read by
+// no plugin, though they stay until the next agent empties the directory.
+//
 // Two agents may run on the node at once (a rolling update: both mount the run
-// directory from the host). The new one replaces the directory; the old one, still
-// running, writes into that one (the same pods, from the same API server) and, on
-// close, leaves it: it removes the directory only if it is still the one it made.
+// directory from the host). The new one replaces the directory, and holds the
+// lock of its own; the old one, still running, writes into that one (the same
+// pods, from the same API server) and, on close, leaves it: it removes the
+// directory only if it is still the one it made. Its lock is on its own
+// directory's file, gone from the path, which no plugin looks at.
 type podFiles struct {
 	dir string
 	log *slog.Logger
@@ -37,6 +45,11 @@ type podFiles struct {
 	// given to another's (ownfile); own is its Stat.
 	held *os.File
 	own  os.FileInfo
+	// synced: every pod the watch listed has been written (the handler's
+	// registration has synced); the lock is taken on a directory held from then on.
+	synced bool
+	// unlock releases the lock on held's kube.AgentPodFilesLock; nil while none is held.
+	unlock func()
 }
 
 // openPodFiles empties dir (files of a previous agent may be stale) and makes it
@@ -73,6 +86,7 @@ const maxTakeoverTries = 5
 // not held, so that this process's close leaves it. Under mu, or before the
 // handler runs.
 func (f *podFiles) makeDir() (made bool, err error) {
+	f.release()
 	if f.held != nil {
 		f.held.Close()
 		f.held, f.own = nil, nil
@@ -95,7 +109,44 @@ func (f *podFiles) makeDir() (made bool, err error) {
 		return false, fmt.Errorf("pod files: %w", err)
 	}
 	f.held, f.own = d, fi
+	f.lock()
 	return true, nil
+}
+
+// markSynced says that every pod the watch listed is written: the files are
+// current, and the lock that tells the plugin so is taken (on the directory this
+// process holds).
+func (f *podFiles) markSynced() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.synced = true
+	f.lock()
+}
+
+// lock takes the lock of the directory this process made, once synced. Without
+// it the plugin reads no file and asks the socket: worth a warning, not more, and
+// the next write tries again. Under mu, or before the handler runs.
+func (f *podFiles) lock() {
+	if !f.synced || f.held == nil || f.unlock != nil {
+		return
+	}
+	unlock, err := kube.KeepAgentPodFiles(f.held)
+	if err != nil {
+		f.log.Warn("pod files: the plugin will not read them", "dir", f.dir, "error", err)
+		return
+	}
+	f.unlock = unlock
+}
+
+// release drops the lock, if held. Under mu, or before the handler runs.
+func (f *podFiles) release() {
+	if f.unlock != nil {
+		f.unlock()
+		f.unlock = nil
+	}
 }
 
 // handler writes a pod's file on each add and update and removes it on delete.
@@ -161,7 +212,9 @@ func (f *podFiles) write(obj any) {
 	if err != nil {
 		os.Remove(tmp.Name())
 		f.dropStale(pod, path, "write", err)
+		return
 	}
+	f.lock() // again, if it could not be taken (a full run dir)
 }
 
 // dropStale removes the pod's file after its new version could not be written (a
@@ -188,13 +241,15 @@ func (f *podFiles) remove(obj any) {
 	}
 }
 
-// close stops the writes and removes the directory: without the agent, nothing
-// keeps the files current. A directory another agent has made in its place since
-// (it took over) is that agent's, kept current by it, and stays.
+// close stops the writes, releases the lock (the plugin reads the files no more)
+// and removes the directory: without the agent, nothing keeps the files current. A
+// directory another agent has made in its place since (it took over) is that
+// agent's, kept current and locked by it, and stays.
 func (f *podFiles) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
+	f.release()
 	if err := ownfile.RemoveAll(f.dir, f.own); err != nil {
 		f.log.Warn("pod files: remove", "dir", f.dir, "error", err)
 	}

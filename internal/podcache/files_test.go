@@ -17,13 +17,15 @@ import (
 
 // TestPodFilesRecreateTheirDirectoryWhenItIsRemoved: the directory removed under a
 // running agent (by an agent of an older build stopping, or by hand) is made again,
-// root's alone, on the next write, and is this agent's to remove when it stops.
+// root's alone, on the next write, kept (its lock held again, so the plugin reads
+// it), and is this agent's to remove when it stops.
 func TestPodFilesRecreateTheirDirectoryWhenItIsRemoved(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), kube.AgentPodFilesDir)
 	f, err := openPodFiles(dir, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.markSynced()
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,7 @@ func TestAPodFileThatCannotBeUpdatedIsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.close()
+	f.markSynced()
 	pod := func(ports string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u-1",
 			Annotations: map[string]string{"traffic.sidecar.istio.io/excludeOutboundPorts": ports}}}
@@ -89,6 +92,7 @@ func TestPodFilesNeverHoldADirectoryAnotherAgentMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	old.markSynced()
 	if err := os.RemoveAll(dir); err != nil { // the new agent's open, first step
 		t.Fatal(err)
 	}
@@ -114,10 +118,52 @@ func TestPodFilesNeverHoldADirectoryAnotherAgentMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nu.close()
+	nu.markSynced()
 	nu.write(pod)
 	old.write(pod) // the directory is there (the new one's): written into, not held
 	old.close()
 	if _, err := kube.ReadAgentPodFile(dir, "default", "web-0"); err != nil {
-		t.Errorf("the old agent's exit removed the new agent's pod files: %v", err)
+		t.Errorf("the old agent's exit removed the new agent's pod files, or released their lock: %v", err)
+	}
+}
+
+// TestPodFilesAreReadOnlyFromSyncUntilClose: the plugin reads no file before every
+// pod the watch listed is written (a new agent's files are being written anew),
+// reads them from then on, and reads none once the agent
+// stops keeping them: the lock is released, not only its directory removed (a
+// directory that cannot be removed stays).
+func TestPodFilesAreReadOnlyFromSyncUntilClose(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), kube.AgentPodFilesDir)
+	f, err := openPodFiles(dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.write(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u-1"}})
+	read := func() error { _, err := kube.ReadAgentPodFile(dir, "default", "web-0"); return err }
+	if err := read(); !errors.Is(err, kube.ErrPodFilesNotKept) {
+		t.Errorf("before sync: %v, want %v", err, kube.ErrPodFilesNotKept)
+	}
+	f.markSynced()
+	if err := read(); err != nil {
+		t.Errorf("synced: %v, want the pod", err)
+	}
+	path, _ := kube.AgentPodFile(dir, "default", "web-0")
+	// The lock file and the pod's file linked into another directory: the same
+	// inodes, which close's removal of the directory leaves.
+	linked := t.TempDir()
+	for _, name := range []string{kube.AgentPodFilesLock, filepath.Base(path)} {
+		if err := os.Link(filepath.Join(dir, name), filepath.Join(linked, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.ReadAgentPodFile(linked, "default", "web-0"); err != nil {
+		t.Fatalf("the linked files, kept: %v", err)
+	}
+	f.close()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the directory after close: %v, want it removed", err)
+	}
+	if _, err := kube.ReadAgentPodFile(linked, "default", "web-0"); !errors.Is(err, kube.ErrPodFilesNotKept) {
+		t.Errorf("closed: %v, want %v (the lock released)", err, kube.ErrPodFilesNotKept)
 	}
 }

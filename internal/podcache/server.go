@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -101,7 +102,8 @@ func (s *Server) NamespacesSynced() bool { return s.namespaces.HasSynced() }
 func (s *Server) Serving() bool { return s.serving.Load() && s.Synced() }
 
 // Run serves on the unix socket at path until ctx ends, and keeps the pod files
-// beside it (kube.AgentPodFilesDir) until then. The socket and the files are
+// beside it (kube.AgentPodFilesDir) until then, holding their lock
+// (kube.AgentPodFilesLock) from the moment every pod listed is written. The socket and the files are
 // readable only by root (the plugin runs as root; pod data must not leak to other
 // users). A connection is bounded by ReadTimeout, WriteTimeout and IdleTimeout.
 //
@@ -127,7 +129,19 @@ func (s *Server) Run(ctx context.Context, path string) error {
 		files.close()
 		return fmt.Errorf("pod cache: %w", err)
 	}
+	// The plugin reads the files once every pod the watch listed is written, and
+	// for as long as this Run writes them (kube.AgentPodFilesLock). Looked at as
+	// often as a held request looks: until then every ADD asks the socket.
+	keeping, stopKeeping := context.WithCancel(ctx)
+	go func() {
+		if wait.PollUntilContextCancel(keeping, notSyncedPoll, true, func(context.Context) (bool, error) {
+			return reg.HasSynced(), nil
+		}) == nil {
+			files.markSynced()
+		}
+	}()
 	defer func() {
+		stopKeeping()
 		_ = s.informer.RemoveEventHandler(wake)
 		_ = s.informer.RemoveEventHandler(reg)
 		files.close()
@@ -274,7 +288,8 @@ func parseWait(v string) (time.Duration, error) {
 }
 
 // notSyncedPoll is how often a held request looks again whether the informer has
-// listed: its last list event may come before it counts as synced.
+// listed (its last list event may come before it counts as synced), and how often
+// Run looks whether the pod files are written for every pod listed.
 const notSyncedPoll = 10 * time.Millisecond
 
 // awaitPod returns once the informer has listed and holds pod key (of uid, when

@@ -335,8 +335,10 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestAStoppingServerLeavesTheNextServersSocketAndFiles: during a rolling update two
 // agents share the run dir (both mount it from the host), and the new agent's pod
 // cache starts while the old one's still runs: the new one takes over pods.sock and
-// pods/. When the old one then stops, the new one's socket and pod files stay, and
-// it keeps writing files for new pods.
+// pods/, and the plugin reads the files once the new one keeps them (its lock).
+// When the old one then stops, the new one's socket and pod files stay, still
+// kept, and it keeps writing files for new pods; once it stops too, no plugin
+// reads a file.
 func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	client := cp.AdminClient()
@@ -366,8 +368,8 @@ func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 	newCtx, stopNew := context.WithCancel(t.Context())
 	defer stopNew()
 	newDone := start(newCtx)
-	file, _ := kube.AgentPodFile(filesDir, "default", "handover-0")
-	waitFor(t, func() bool { _, err := os.Stat(file); return err == nil })
+	read := func(name string) error { _, err := kube.ReadAgentPodFile(filesDir, "default", name); return err }
+	waitFor(t, func() bool { return read("handover-0") == nil })
 	waitFor(t, answers)
 
 	stopOld() // the old agent's SIGTERM ends its controllers
@@ -379,14 +381,13 @@ func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 	} else if !answers() {
 		t.Errorf("the new server does not answer after the old server stopped")
 	}
-	if _, err := os.Stat(file); err != nil {
-		t.Errorf("the new server's pod file is gone after the old server stopped: %v", err)
+	if err := read("handover-0"); err != nil {
+		t.Errorf("the new server's pod file is gone, or no longer kept, after the old server stopped: %v", err)
 	}
 	if _, err := pods.Create(t.Context(), pod("handover-1", "node-h"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	later, _ := kube.AgentPodFile(filesDir, "default", "handover-1")
-	waitFor(t, func() bool { _, err := os.Stat(later); return err == nil })
+	waitFor(t, func() bool { return read("handover-1") == nil })
 
 	stopNew()
 	if err := <-newDone; err != nil {
@@ -396,6 +397,9 @@ func TestAStoppingServerLeavesTheNextServersSocketAndFiles(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind once the last server stopped: %v", p, err)
 		}
+	}
+	if err := read("handover-1"); !errors.Is(err, kube.ErrPodFilesNotKept) {
+		t.Errorf("a pod file once the last server stopped: %v, want %v", err, kube.ErrPodFilesNotKept)
 	}
 }
 
