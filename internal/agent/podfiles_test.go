@@ -159,3 +159,40 @@ func TestThePluginReadsNoPodFileOfAKilledAgent(t *testing.T) {
 		t.Errorf("ReadAgentPodFile of the killed agent's files: %v, want %v", err, kube.ErrPodFilesNotKept)
 	}
 }
+
+// TestThePluginReadsNoPodFileOfAnotherFormatVersion: a pod file of a format version
+// this plugin does not read (an agent of another build writing into the directory
+// during an upgrade; here the running agent's file rewritten with version 99 and
+// another value) is not read: the plugin logs the version it saw at debug and
+// looks the pod up as for a missing file (the agent's socket here), programming
+// the pod as it is.
+func TestThePluginReadsNoPodFileOfAnotherFormatVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	f := startPodFilesNode(t, ctx)
+	path, _ := kube.AgentPodFile(f.dir, "apps", "web")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Replace(string(data), `{"podFileVersion":1,`, `{"podFileVersion":99,`, 1)
+	other = strings.Replace(other, `"`+excludeInbound+`":"8081"`, `"`+excludeInbound+`":"9099"`, 1)
+	if !strings.Contains(other, `"podFileVersion":99,`) || !strings.Contains(other, "9099") {
+		t.Fatalf("the agent's file is not as expected:\n%s", data)
+	}
+	tmp := filepath.Join(f.dir, ".tmp-test")
+	if err := os.WriteFile(tmp, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	rules := f.add(t, ctx)
+	if !excludes(rules, "8081") || excludes(rules, "9099") {
+		t.Errorf("the ADD with a pod file of format version 99 programmed (want the pod's 8081 excluded, not the file's 9099):\n%s", rules)
+	}
+	eventually(t, 10*time.Second, "the plugin logs the version it does not read and reads the agent's socket", func() bool {
+		out := f.agent.stdout.String()
+		return strings.Contains(out, `format version \"99\", this plugin reads 1`) && strings.Contains(out, "pod found in the agent's cache")
+	})
+}

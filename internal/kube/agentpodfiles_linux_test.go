@@ -7,10 +7,31 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
+
+// keepPodFiles makes dir and holds its lock as the agent does, until the test ends.
+func keepPodFiles(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	release, err := KeepAgentPodFiles(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+}
 
 // writePodFile writes content as the file of app/web in dir.
 func writePodFile(t *testing.T, dir, content string) {
@@ -56,7 +77,11 @@ func TestAgentPodFilesAreReadOnlyWhileTheirKeeperLives(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	writePodFile(t, dir, webPod)
+	content, err := EncodeAgentPodFile([]byte(webPod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePodFile(t, dir, string(content))
 	read := func() error { _, err := ReadAgentPodFile(dir, "app", "web"); return err }
 	if err := read(); !errors.Is(err, ErrPodFilesNotKept) {
 		t.Errorf("no lock file: %v, want %v", err, ErrPodFilesNotKept)
@@ -135,5 +160,101 @@ func TestAgentPodFilesAreReadOnlyWhileTheirKeeperLives(t *testing.T) {
 	release()
 	if err := read(); !errors.Is(err, ErrPodFilesNotKept) {
 		t.Errorf("released: %v, want %v", err, ErrPodFilesNotKept)
+	}
+}
+
+// TestAgentPodFilesOfAnotherFormatVersionAreNotRead: a kept file is read only when it
+// holds this build's format version (the last of the member given twice, as
+// encoding/json reads it); a file of another version, or of none (an agent of a
+// build before versions, writing into this agent's directory during an upgrade),
+// is refused, naming the version seen. EncodeAgentPodFile's output reads back as
+// the pod.
+func TestAgentPodFilesOfAnotherFormatVersionAreNotRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), AgentPodFilesDir)
+	keepPodFiles(t, dir)
+	encoded, err := EncodeAgentPodFile([]byte(webPod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"podFileVersion":1,"metadata":`; !strings.HasPrefix(string(encoded), want) {
+		t.Errorf("EncodeAgentPodFile = %s, want it to start %s", encoded, want)
+	}
+	body := strings.TrimPrefix(webPod, "{")
+	for _, tc := range []struct {
+		name, file string
+		wantSeen   string // "": read
+	}{
+		{"encoded", string(encoded), ""},
+		{"version 1 last", `{"podFileVersion":2,` + strings.TrimSuffix(body, "}") + `,"podFileVersion":1}`, ""},
+		{"no version", webPod, "format version none"},
+		{"version 2", `{"podFileVersion":2,` + body, `format version "2"`},
+		{"version 0", `{"podFileVersion":0,` + body, `format version "0"`},
+		{"a string", `{"podFileVersion":"1",` + body, `format version "\"1\""`},
+		{"a fraction", `{"podFileVersion":1.0,` + body, `format version "1.0"`},
+		{"null", `{"podFileVersion":null,` + body, `format version "null"`},
+		{"another case", `{"PodFileVersion":1,` + body, "format version none"},
+		{"version 2 last", `{"podFileVersion":1,` + strings.TrimSuffix(body, "}") + `,"podFileVersion":2}`, `format version "2"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writePodFile(t, dir, tc.file)
+			pod, err := ReadAgentPodFile(dir, "app", "web")
+			if tc.wantSeen == "" {
+				if err != nil || pod.Metadata.UID != "u1" || pod.Metadata.Annotations["traffic.sidecar.istio.io/excludeInboundPorts"] != "8081" {
+					t.Errorf("ReadAgentPodFile = %+v, %v; want the pod", pod, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrPodFileVersion) || !strings.Contains(err.Error(), tc.wantSeen+", this plugin reads 1") {
+				t.Errorf("ReadAgentPodFile = %+v, %v; want %v naming %s", pod, err, ErrPodFileVersion, tc.wantSeen)
+			}
+		})
+	}
+}
+
+// TestEncodeAgentPodFile puts the version first in any JSON object, and refuses
+// what is not one.
+func TestEncodeAgentPodFile(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:        `{"podFileVersion":1}`,
+		`{ }`:       `{"podFileVersion":1 }`,
+		`{"a":1}`:   `{"podFileVersion":1,"a":1}`,
+		`{"a":[1]}`: `{"podFileVersion":1,"a":[1]}`,
+	} {
+		got, err := EncodeAgentPodFile([]byte(in))
+		if diff := cmp.Diff(want, string(got)); diff != "" || err != nil {
+			t.Errorf("EncodeAgentPodFile(%s) (-want +got), %v:\n%s", in, err, diff)
+		}
+	}
+	for _, in := range []string{``, `null`, `[1]`, `"{}"`, `{`} {
+		if got, err := EncodeAgentPodFile([]byte(in)); err == nil {
+			t.Errorf("EncodeAgentPodFile(%q) = %s, want an error", in, got)
+		}
+	}
+}
+
+// TestAPluginBeforeFormatVersionsReadsTheNewFiles: a plugin of a build before
+// format versions (the plugin binary is replaced a moment after the new agent
+// starts writing, or an older agent is rolled back to beside a newer plugin's
+// files) decodes a pod file with decodePod alone, which passes over members a pod
+// does not have: it reads the versioned file as the pod, as before.
+func TestAPluginBeforeFormatVersionsReadsTheNewFiles(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "plugin", "testdata", "pods", "traffic-annotations.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := []byte(strings.TrimSpace(string(data)))
+	encoded, err := EncodeAgentPodFile(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after Pod
+	if err := decodePod(pod, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := decodePod(encoded, &after); err != nil {
+		t.Fatalf("the earlier plugin's decode of a versioned file: %v", err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" || before.Metadata.UID == "" {
+		t.Errorf("the earlier plugin's decode of the versioned file (-unversioned +versioned):\n%s", diff)
 	}
 }

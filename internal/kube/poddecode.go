@@ -29,6 +29,12 @@ func decodePod(data []byte, p *Pod) error {
 	if err != nil {
 		return err
 	}
+	return decodePodDoc(doc, p)
+}
+
+// decodePodDoc is decodePod of a parsed document (an agent's pod file, whose
+// format version is read from the same tree).
+func decodePodDoc(doc jsontree.Value, p *Pod) error {
 	d := &jsontree.Decoder{Root: "Pod"}
 	d.Object("", doc, reflect.TypeFor[Pod](), func(k string, v jsontree.Value) {
 		switch {

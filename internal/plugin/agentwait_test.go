@@ -98,7 +98,11 @@ func TestWithoutTheSandboxsUIDOnlyAQuorumReadDecides(t *testing.T) {
 			dir := filepath.Join(cfg.AgentRunDir, kube.AgentPodFilesDir)
 			keepAgentPodFiles(t, dir)
 			path, _ := kube.AgentPodFile(dir, "app", "web-0")
-			if err := os.WriteFile(path, []byte(predecessor), 0o600); err != nil {
+			file, err := kube.EncodeAgentPodFile([]byte(predecessor))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, file, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			ln, err := net.Listen("unix", filepath.Join(cfg.AgentRunDir, PodCacheSocketName))

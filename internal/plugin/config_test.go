@@ -812,11 +812,14 @@ func TestInvalidConfigLogOptionsFindTheAgent(t *testing.T) {
 }
 
 // writeAgentPodFile puts pod's file where the agent's pod cache keeps it in the
-// run directory dir, kept (its lock held until the test ends), as the plugin
-// reads it before anything else.
+// run directory dir, in its format and kept (its lock held until the test ends),
+// as the plugin reads it before anything else.
 func writeAgentPodFile(t *testing.T, dir string, pod *kube.Pod) {
 	t.Helper()
 	data, err := json.Marshal(pod)
+	if err == nil {
+		data, err = kube.EncodeAgentPodFile(data)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

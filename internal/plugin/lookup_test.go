@@ -315,11 +315,14 @@ func TestLookupReadsTheAPIServersCacheFirst(t *testing.T) {
 // TestLookupReadsTheAgentsPodFileFirst: a pod file of the sandbox's pod (name and
 // uid) answers without any request, while a live agent keeps the files (their
 // lock); a file of the pod's predecessor (another uid), a file that does not
-// decode, a file no agent keeps (a killed agent's), or no file at all goes on to
-// the API server (here a stand-in counting its GETs), which answers.
+// decode, one of another format version (an agent of another build) or of none
+// (one before versions), a file no agent keeps (a killed agent's), or no file at
+// all goes on to the API server (here a stand-in counting its GETs), which
+// answers.
 func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 	const pod = `{"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-api"}}`
 	const fromFile = `"metadata":{"name":"web","namespace":"app","uid":"u1"},"spec":{"nodeName":"from-file"}}`
+	v1 := `{"podFileVersion":1,`
 	for _, tc := range []struct {
 		name     string
 		file     string // "": none
@@ -327,10 +330,12 @@ func TestLookupReadsTheAgentsPodFileFirst(t *testing.T) {
 		wantGETs int
 		wantNode string
 	}{
-		{"the pod's file", `{` + fromFile, false, 0, "from-file"},
-		{"its predecessor's file", `{"metadata":{"name":"web","namespace":"app","uid":"u0"},"spec":{"nodeName":"from-file"}}`, false, 1, "from-api"},
-		{"a file that does not decode", `{"metadata":`, false, 1, "from-api"},
-		{"the pod's file, kept by no agent", `{` + fromFile, true, 1, "from-api"},
+		{"the pod's file", v1 + fromFile, false, 0, "from-file"},
+		{"its predecessor's file", v1 + `"metadata":{"name":"web","namespace":"app","uid":"u0"},"spec":{"nodeName":"from-file"}}`, false, 1, "from-api"},
+		{"a file that does not decode", v1 + `"metadata":`, false, 1, "from-api"},
+		{"a file of format version 2", `{"podFileVersion":2,` + fromFile, false, 1, "from-api"},
+		{"a file of no format version", `{` + fromFile, false, 1, "from-api"},
+		{"the pod's file, kept by no agent", v1 + fromFile, true, 1, "from-api"},
 		{"no file", "", false, 1, "from-api"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -538,8 +538,9 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	// wait for the agent to be scheduled; kube.AgentPodFilesDir), then its socket.
 	// Either is trusted as the other, and only for this sandbox's object (name and
 	// uid); anything else goes on to the API server. A file is read only while a
-	// live agent keeps the files (a killed agent's stay on disk unchanged:
-	// kube.ReadAgentPodFile); else the socket is asked as for a missing file.
+	// live agent keeps the files (a killed agent's stay on disk unchanged) and only
+	// of this build's format (kube.ReadAgentPodFile); else the socket is asked as
+	// for a missing file.
 	fromAgent := func(phase, where, next string, get func() (*T, error)) (*T, bool) {
 		obj, err := get()
 		timing.Mark(ctx, target.kind+"-"+phase)

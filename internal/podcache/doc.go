@@ -12,19 +12,21 @@
 //
 // It also keeps one file per pod of the node (kube.AgentPodFilesDir in the run
 // directory, root's alone, replaced whole by a rename, removed with the pod and
-// when the agent stops), the JSON the socket answers. The plugin reads its pod
-// there first: a file read needs no request, so the plugin never waits for this
-// process to be scheduled, which on a node starting many pods at once set the
-// slowest ADDs. The socket serves what the files do not hold (a pod whose event
-// has not arrived yet, namespaces).
+// when the agent stops), the JSON the socket answers with the format's version
+// (kube.AgentPodFileVersion). The plugin reads its pod there first: a file read
+// needs no request, so the plugin never waits for this process to be scheduled,
+// which on a node starting many pods at once set the slowest ADDs. The socket
+// serves what the files do not hold (a pod whose event has not arrived yet,
+// namespaces).
 //
 // A file is only as current as the process that rewrites it, and one that dies
 // without stopping (SIGKILL, the OOM killer) leaves its files behind, unchanged
 // when the pod's annotations change. So the agent holds a lock on the files'
 // directory (kube.AgentPodFilesLock) while it keeps them: from the moment every
 // pod its watch listed is written until it stops, the kernel dropping it when the
-// process dies. The plugin reads no file without that lock held: it asks the
-// socket, then the API server, as for a missing file. The lock
+// process dies. The plugin reads no file without that lock held, nor a file of
+// another format version (an agent of another build during an upgrade); either
+// way it asks the socket, then the API server, as for a missing file. The lock
 // says that the process keeping the files runs, not that its watch is current to
 // the moment: a watch that breaks (the API server restarting) is resumed or listed
 // again by client-go, whose events then rewrite the files as they update the

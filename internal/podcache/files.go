@@ -18,8 +18,9 @@ import (
 )
 
 // podFiles keeps one file per pod of the node in dir (kube.AgentPodFile), the
-// JSON the socket would answer, so the plugin can read its pod without a request
-// to this process (see kube.AgentPodFilesDir). Each file is replaced whole by a
+// JSON the socket would answer with the format's version
+// (kube.EncodeAgentPodFile), so the plugin can read its pod without a request to
+// this process (see kube.AgentPodFilesDir). Each file is replaced whole by a
 // rename, so a reader sees the old content or the new, never part of one. The
 // directory and its files are root's alone (0700, 0600), as the socket is.
 //
@@ -177,6 +178,9 @@ func (f *podFiles) write(obj any) {
 		return
 	}
 	data, err := json.Marshal(pod)
+	if err == nil {
+		data, err = kube.EncodeAgentPodFile(data)
+	}
 	if err != nil {
 		f.warn("encode", pod, err)
 		return

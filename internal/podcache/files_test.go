@@ -1,6 +1,7 @@
 package podcache
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -129,7 +130,7 @@ func TestPodFilesNeverHoldADirectoryAnotherAgentMade(t *testing.T) {
 
 // TestPodFilesAreReadOnlyFromSyncUntilClose: the plugin reads no file before every
 // pod the watch listed is written (a new agent's files are being written anew),
-// reads them from then on, and reads none once the agent
+// reads them from then on, in this build's format, and reads none once the agent
 // stops keeping them: the lock is released, not only its directory removed (a
 // directory that cannot be removed stays).
 func TestPodFilesAreReadOnlyFromSyncUntilClose(t *testing.T) {
@@ -148,6 +149,9 @@ func TestPodFilesAreReadOnlyFromSyncUntilClose(t *testing.T) {
 		t.Errorf("synced: %v, want the pod", err)
 	}
 	path, _ := kube.AgentPodFile(dir, "default", "web-0")
+	if data, err := os.ReadFile(path); err != nil || !bytes.HasPrefix(data, []byte(`{"podFileVersion":1,"metadata":`)) {
+		t.Errorf("the pod's file holds %s (%v), want the pod's JSON with the format version first", data, err)
+	}
 	// The lock file and the pod's file linked into another directory: the same
 	// inodes, which close's removal of the directory leaves.
 	linked := t.TempDir()
