@@ -250,13 +250,13 @@ func (a *agent) startControllers(ctx context.Context, client *apiClient) (start 
 		if s.Repair.RepairPods {
 			// The image carries both iptables flavours: write the one the node's
 			// plugin writes, judged from the node's binaries.
-			nodeRoot := plugin.NodeRootIn(s.Repair.ProcDir)
-			cfg = plugin.ForNode(cfg, nodeRoot)
+			view := plugin.NodeViewIn(s.Repair.ProcDir, s.NodeDirsRoot)
+			cfg = plugin.ForNode(cfg, view)
 			backend, err := plugin.NewBackend(cfg)
 			if err != nil {
 				return nil, fmt.Errorf("repair in place (%s=true): %w", repair.EnvRepairPods, err)
 			}
-			a.log.Info("repair in place programs pods with the plugin's backend", "backend", backend.Name(), "nodeRoot", nodeRoot)
+			a.log.Info("repair in place programs pods with the plugin's backend", "backend", backend.Name(), "nodeRoot", view.Root)
 			deps.InPlace = &repair.InPlace{Plugin: cfg, Backend: backend}
 		}
 		rc, err := repair.New(s.Repair, client, deps)

@@ -104,6 +104,10 @@ func TestAgentIsNotReadyOnANodeWithoutThePluginsTools(t *testing.T) {
 		if got := p.metric(t, "istio_cni_plugin_backend_unusable"); got != 0 {
 			t.Errorf("istio_cni_plugin_backend_unusable = %v, want 0", got)
 		}
+		// Nothing was missing before: no recovery to speak of.
+		if strings.Contains(p.stderr.String(), "can run the plugin's rule backend now") {
+			t.Errorf("the first check's success was logged as a recovery:\n%s", p.stderr.String())
+		}
 	})
 }
 
@@ -121,10 +125,10 @@ func (p *agentProc) procDir(t *testing.T) string {
 
 // The agent run with the chart's capabilities: with those repair in place and
 // troubleshooting add (NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE) it tries the
-// kernel for each backend and finds nothing missing on this kernel, which runs
-// them all (no false refusal keeps a working node not ready); with the default
-// set (DAC_OVERRIDE alone) it cannot make a namespace, says the kernel is
-// unchecked and why, and is ready.
+// kernel for each backend and finds nothing missing on this kernel, which runs them all
+// (no false refusal keeps a working node not ready); with the default set
+// (DAC_OVERRIDE alone) it cannot make a namespace, says the kernel was not
+// tried, why, and which chart values would let it, and is ready.
 func TestTheNodeCheckWithTheChartsCapabilities(t *testing.T) {
 	root.Require(t)
 	t.Parallel()
@@ -141,8 +145,9 @@ func TestTheNodeCheckWithTheChartsCapabilities(t *testing.T) {
 		{"repair in place, native nftables", netnsCaps, []string{"NATIVE_NFTABLES=true"},
 			[]string{"node check: this node runs the plugin's rule backend", "backend=nftables"}},
 		{"the default capabilities", "-all,+dac_override", nil,
-			[]string{"node check: nothing missing for the plugin's rule backend in what could be checked", "backend=iptables-nft",
-				"the kernel: this agent lacks CAP_SYS_ADMIN and CAP_NET_ADMIN and CAP_NET_RAW to write rules in a throwaway network namespace"}},
+			[]string{"node check: nothing missing for the plugin's rule backend in what this agent can check, the rest not checked", "backend=iptables-nft",
+				"the kernel: not tried, writing a pod's rules in a throwaway network namespace takes CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW, and this agent lacks CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW",
+				"hint=\"the chart mounts the node's /usr, /sbin and /bin read-only with nodeCheck.mountToolDirs"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -118,6 +118,11 @@ type Settings struct {
 	Taint  taint.Config
 	// PodName is this agent's pod (POD_NAME, from the downward API).
 	PodName string
+	// NodeDirsRoot is where the node's /usr, /sbin and /bin are mounted at their
+	// own paths, those of them that are (iptables.NodePathDirs): the node check
+	// looks for the plugin's iptables tools there when the node's /proc
+	// (Repair.ProcDir) does not show the node (plugin.NodeViewIn).
+	NodeDirsRoot string
 	// UninstallOnExit says what happens to the entry, the binaries and the kubeconfig
 	// when the agent exits (see ExitMode): auto asks the API server whether another
 	// agent will run on this node (needs PodName, PodNamespace and NodeName).
@@ -150,6 +155,10 @@ const (
 	DefaultReadinessPort     = 8000
 	DefaultRevertWarnCount   = 5
 	DefaultRevertWarnWindow  = time.Minute
+	// DefaultNodeDirsRoot is where the chart mounts the node's
+	// iptables.NodePathDirs read-only at their own paths (/host/usr, /host/sbin,
+	// /host/bin), beside the CNI directories under /host.
+	DefaultNodeDirsRoot = "/host"
 	// PluginType is the plugin's binary name and the "type" of its entry, before
 	// the binaries prefix.
 	PluginType = "istio-cni"
@@ -278,6 +287,9 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "plugin-token-lifetime", Envs: []string{"PLUGIN_TOKEN_LIFETIME"}, Default: DefaultPluginTokenLifetime.String(),
 		Usage: "lifetime of the plugin's token (10m to 8760h); renewed at half of it",
 		Set:   settings.Field(func(s *Settings) *time.Duration { return &s.PluginTokenLifetime }, parseTokenLifetime)},
+	{Name: "node-dirs-root", Envs: []string{"NODE_DIRS_ROOT"}, Default: DefaultNodeDirsRoot,
+		Usage: "where the node's /usr, /sbin and /bin are mounted at their own paths (read-only: the chart's /host/usr, ...): the node check looks for the plugin's iptables tools there when the node's /proc is not mounted",
+		Set:   settings.Field(func(s *Settings) *string { return &s.NodeDirsRoot }, absPath)},
 	{Name: "pod-cache", Envs: []string{"POD_CACHE_ENABLED"}, Default: "true", Bool: true,
 		Usage: "serve this node's pods to the plugin from a watch (needs NODE_NAME and list/watch pods)",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.PodCache }, parseBool)},

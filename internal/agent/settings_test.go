@@ -66,6 +66,7 @@ func defaults() Settings {
 		LogLevel:            slog.LevelInfo,
 		NodeName:            "node-0",
 		PodCache:            true,
+		NodeDirsRoot:        DefaultNodeDirsRoot,
 		Repair:              repairDefaults("node-0"),
 		Taint:               taint.DefaultConfig(),
 		Multus:              nad.DefaultConfig(),
@@ -125,8 +126,10 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 				"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "KUBERNETES_SERVICE_PROTOCOL": "HTTP",
 				"KUBERNETES_NODE_NAME": "n", "CNI_AGENT_RUN_DIR": "/run/x", "MONITORING_PORT": "0", "READINESS_PORT": "9000",
 				"REVERT_WARN_COUNT": "3", "REVERT_WARN_WINDOW": "30s", "AGENT_LOG_LEVEL": "debug", "AGENT_LOG_AS_JSON": "true",
+				"NODE_DIRS_ROOT": "/nodefs",
 			},
 			want: func(s *Settings) {
+				s.NodeDirsRoot = "/nodefs"
 				s.MountedNetDir, s.HostNetDir, s.MountedBinDir, s.HostBinDir = "/m/net.d", "/h/net.d", "/m/bin", "/h/bin"
 				s.SecondaryBinDir, s.BinSourceDir, s.BinariesPrefix = "/m/bin2", "/image/bin", "v2-3-"
 				s.SkipBinaries, s.UpdateBinaries = []string{"istio-iptables"}, false
@@ -348,6 +351,7 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"ambient switch not a bool", nil, map[string]string{"AMBIENT_ENABLED": "on"}, []string{"AMBIENT_ENABLED", `"on"`}},
 		{"relative conf dir", nil, map[string]string{"MOUNTED_CNI_NET_DIR": "etc/cni"}, []string{"MOUNTED_CNI_NET_DIR", `"etc/cni"`, "absolute"}},
 		{"relative dir by flag", []string{"--cni-agent-run-dir=run"}, nil, []string{"--cni-agent-run-dir", `"run"`}},
+		{"relative node dirs root", nil, map[string]string{"NODE_DIRS_ROOT": "host"}, []string{"NODE_DIRS_ROOT", `"host"`, "absolute"}},
 		{"chained not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "yes please"}, []string{"CHAINED_CNI_PLUGIN", `"yes please"`}},
 		{"Istio-owned CNI config", nil, map[string]string{"ISTIO_OWNED_CNI_CONFIG": "true", "ISTIO_OWNED_CNI_CONFIG_FILENAME": "02-istio-cni.conflist"},
 			[]string{"ISTIO_OWNED_CNI_CONFIG=true", "does not write a copy of the chain"}},

@@ -76,8 +76,9 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 		in.Problems = append(in.Problems, multus.Problems...)
 	}
 
-	// In the agent pod, read the iptables flavour the node's plugin writes.
-	cfg = plugin.ForNode(cfg, plugin.NodeRootIn(agentHostProcDir))
+	// In the agent pod, read the iptables flavour the node's plugin writes (inspect
+	// enters the pod's namespace, which troubleshooting's /host/proc mount comes with).
+	cfg = plugin.ForNode(cfg, plugin.NodeViewIn(agentHostProcDir, ""))
 	selected, other, notes, err := inspectBackends(cfg)
 	if err != nil {
 		return nil, err

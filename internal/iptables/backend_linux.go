@@ -85,7 +85,7 @@ type tools struct {
 
 // NewBackend resolves the mode and the binaries once.
 func NewBackend(cfg Config) (*Backend, error) {
-	mode, found, err := findTools(cfg.Mode, lookupAt("/"))
+	mode, found, _, err := findTools(cfg.Mode, lookupAt(NodeView{Root: "/"}))
 	if err != nil {
 		return nil, fmt.Errorf("iptables backend (%s mode): %w", mode, err)
 	}

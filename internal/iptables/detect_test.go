@@ -3,12 +3,18 @@ package iptables
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/noderoot"
+	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
 // DetectMode on a node's filesystem seen from a container: it goes by the names
@@ -30,9 +36,18 @@ func TestDetectModeOnAnotherRoot(t *testing.T) {
 			Links: map[string]string{"sbin/iptables-nft-restore": "/etc/alternatives/iptables-nft-restore"}}, ModeLegacy},
 		{"a name outside the runtime's PATH does not count", noderoot.FS{Files: map[string]os.FileMode{"opt/bin/iptables-nft-restore": 0o755}}, ModeLegacy},
 		{"a file that is not executable does not count", noderoot.FS{Files: map[string]os.FileMode{"usr/sbin/iptables-nft-restore": 0o644}}, ModeLegacy},
+		{"nft in a directory reached through an absolute link, resolved in the node's root", noderoot.FS{
+			Files: map[string]os.FileMode{"opt/tools/sbin/xtables-nft-multi": 0o755},
+			Links: map[string]string{"usr/local/sbin": "/opt/tools/sbin", "opt/tools/sbin/iptables-nft-restore": "xtables-nft-multi"}}, ModeNFT},
+		// This process's own /usr/sbin has xtables-nft-multi (the image's, the
+		// test machine's): followed in this filesystem, the link would count.
+		{"an absolute link to what this process has and the node has not dangles", noderoot.FS{
+			Links: map[string]string{"usr/sbin/iptables-nft-restore": "/usr/sbin/xtables-nft-multi"}}, ModeLegacy},
+		{"a link loop does not count", noderoot.FS{
+			Links: map[string]string{"usr/sbin/iptables-nft-restore": "iptables-nft-save", "usr/sbin/iptables-nft-save": "iptables-nft-restore"}}, ModeLegacy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DetectMode(tc.node.Make(t)); got != tc.want {
+			if got := DetectMode(NodeView{Root: tc.node.Make(t)}); got != tc.want {
 				t.Errorf("DetectMode = %q, want %q", got, tc.want)
 			}
 		})
@@ -83,7 +98,7 @@ func TestNodeToolsOnAnotherRoot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := tc.node.Make(t)
-			got, err := NodeTools(root, tc.mode)
+			got, err := NodeTools(NodeView{Root: root}, tc.mode)
 			var missing *MissingToolsError
 			if tc.missing == nil {
 				if err != nil {
@@ -108,41 +123,141 @@ func TestNodeToolsOnAnotherRoot(t *testing.T) {
 	}
 }
 
-// Where openat2 is missing or refused (a kernel before 5.6, an older seccomp
-// profile), the links are followed by hand: the same answer for every name of
-// the fixtures above, Debian's absolute alternatives links included.
-func TestToolsFoundWithoutOpenat2AsWithIt(t *testing.T) {
-	mergedUsr := noderoot.Debian("legacy")
+// In a view of some of the node's directories (the chart's read-only mounts of
+// its /usr, /sbin and /bin under /host, made here as a bind mount shows them: a
+// directory that is a link on the node shows its target's content), the tools
+// are found as in the whole node where they resolve within those directories; a
+// directory or name that leads outside them is neither found nor missing but
+// unseen, named with where it leads, so that what cannot be seen never counts
+// as missing.
+func TestNodeToolsInAViewOfTheNodesPathDirs(t *testing.T) {
+	mergedUsr := noderoot.Debian("nft")
 	mergedUsr.Links["sbin"] = "usr/sbin"
-	dangling := noderoot.Debian("nft")
-	delete(dangling.Files, "usr/sbin/xtables-nft-multi")
-	for name, fs := range map[string]noderoot.FS{
-		"Debian, nft":           noderoot.Debian("nft"),
-		"merged /usr":           mergedUsr,
-		"alternatives dangling": dangling,
-		"minimal":               noderoot.Minimal(),
-		"not executable":        {Files: map[string]os.FileMode{"usr/sbin/iptables-nft-restore": 0o644}},
+	mergedUsr.Links["bin"] = "usr/bin"
+	cos := noderoot.FS{Files: map[string]os.FileMode{"sbin/xtables-legacy-multi": 0o755}, Links: map[string]string{}}
+	for _, p := range []string{"iptables", "ip6tables"} {
+		for _, op := range []string{"-save", "-restore"} {
+			cos.Links["sbin/"+p+"-legacy"+op] = "xtables-legacy-multi"
+		}
+	}
+	// Fedora CoreOS and RHCOS: /usr/local is a link to /var/usrlocal.
+	usrLocalInVar := noderoot.FS{Files: map[string]os.FileMode{"var/usrlocal/sbin/xtables-nft-multi": 0o755}, Links: map[string]string{"usr/local": "../var/usrlocal"}}
+	for _, p := range []string{"iptables", "ip6tables"} {
+		for _, op := range []string{"-save", "-restore"} {
+			usrLocalInVar.Links["var/usrlocal/sbin/"+p+"-nft"+op] = "xtables-nft-multi"
+		}
+	}
+	// Only the plain names, each through /etc/alternatives.
+	plainOnly := noderoot.Debian("nft")
+	for p := range plainOnly.Links {
+		if strings.Contains(p, "-nft") || strings.Contains(p, "-legacy") {
+			delete(plainOnly.Links, p)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		node     noderoot.FS
+		mode     Mode
+		restore4 string   // the IPv4 restore found; "" when missing
+		unsure   []string // Tools.Unsure, each entry's start
+		unseen   []string // MissingToolsError.Unseen, each entry's start
+	}{
+		{name: "Debian, merged /usr: nft detected, found through the relative links", node: mergedUsr, mode: ModeAuto, restore4: "/usr/sbin/iptables-nft-restore"},
+		{name: "COS-like: legacy in a /sbin of its own", node: cos, mode: ModeAuto, restore4: "/sbin/iptables-legacy-restore"},
+		{name: "a minimal node: missing, nothing unseen", node: noderoot.Minimal(), mode: ModeAuto},
+		{name: "/usr/local leads to /var: unseen, not missing", node: usrLocalInVar, mode: ModeAuto,
+			unsure: []string{"/usr/local/sbin: it leads to /var/usrlocal/sbin, outside what this process sees of the node",
+				"/usr/local/bin: it leads to /var/usrlocal/bin"},
+			unseen: []string{"/usr/local/sbin: it leads to /var/usrlocal/sbin", "/usr/local/bin: it leads to /var/usrlocal/bin"}},
+		{name: "only plain names, through /etc/alternatives: unseen, not missing", node: plainOnly, mode: ModeNFT,
+			unseen: []string{"/usr/sbin/iptables-save: it leads to /etc/alternatives/iptables-save", "/usr/sbin/iptables-restore: it leads to /etc/alternatives/iptables-restore"}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			root := fs.Make(t)
-			found := 0
-			for _, dir := range NodePath {
-				for _, tool := range []string{"iptables", "ip6tables"} {
-					for _, f := range []string{"-nft", "-legacy", ""} {
-						for _, op := range []string{"", "-save", "-restore"} {
-							p := dir + "/" + tool + f + op
-							with, without := executableIn(root, p), executableFollowedIn(root, p)
-							if with != without {
-								t.Errorf("%s: with openat2 %v, without %v", p, with, without)
-							}
-							if with {
-								found++
-							}
-						}
-					}
+		t.Run(tc.name, func(t *testing.T) {
+			view := NodeView{Root: tc.node.Mounted(NodePathDirs...).Make(t), Dirs: NodePathDirs}
+			got, err := NodeTools(view, tc.mode)
+			if len(got.Unsure) != len(tc.unsure) {
+				t.Errorf("Unsure = %q, want %d entries", got.Unsure, len(tc.unsure))
+			}
+			for i := range min(len(got.Unsure), len(tc.unsure)) {
+				if !strings.HasPrefix(got.Unsure[i], tc.unsure[i]) {
+					t.Errorf("Unsure[%d] = %q, want it to start %q", i, got.Unsure[i], tc.unsure[i])
 				}
 			}
-			t.Logf("%d names found", found)
+			if tc.restore4 != "" {
+				if err != nil {
+					t.Fatalf("NodeTools: %v", err)
+				}
+				if got.Restore[redirect.IPv4] != tc.restore4 {
+					t.Errorf("IPv4 restore %q, want %q", got.Restore[redirect.IPv4], tc.restore4)
+				}
+				return
+			}
+			var missing *MissingToolsError
+			if !errors.As(err, &missing) {
+				t.Fatalf("NodeTools error = %v, want a *MissingToolsError", err)
+			}
+			if want := "of the node (its /usr, /sbin, /bin seen at " + view.Root + ", nothing else of it)"; !strings.HasSuffix(missing.Where, want) {
+				t.Errorf("Where = %q, want it to end %q", missing.Where, want)
+			}
+			for _, u := range tc.unseen {
+				if !slices.ContainsFunc(missing.Unseen, func(s string) bool { return strings.HasPrefix(s, u) }) {
+					t.Errorf("Unseen = %q, want an entry starting %q", missing.Unseen, u)
+				}
+			}
+			if len(tc.unseen) == 0 && len(missing.Unseen) > 0 {
+				t.Errorf("Unseen = %q, want none", missing.Unseen)
+			}
 		})
+	}
+}
+
+// A place the node's root can read and this process may not (an LSM's refusal
+// of the agent, here the thread without CAP_DAC_OVERRIDE and
+// CAP_DAC_READ_SEARCH before a directory of mode 0) is unseen, not missing:
+// the tools may be there.
+func TestAPlaceThisProcessMayNotReadIsUnseen(t *testing.T) {
+	root.Require(t)
+	fs := noderoot.FS{Files: map[string]os.FileMode{"usr/local/sbin/xtables-legacy-multi": 0o755}, Links: map[string]string{}}
+	for _, p := range []string{"iptables", "ip6tables"} {
+		for _, op := range []string{"-save", "-restore"} {
+			fs.Links["usr/local/sbin/"+p+"-legacy"+op] = "xtables-legacy-multi"
+		}
+	}
+	view := NodeView{Root: fs.Make(t)}
+	if _, err := NodeTools(view, ModeLegacy); err != nil {
+		t.Fatalf("with every capability: %v", err)
+	}
+	sbin := filepath.Join(view.Root, "usr/local/sbin")
+	if err := os.Chmod(sbin, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(sbin, 0o755) })
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with its lowered capabilities
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			errc <- err
+			return
+		}
+		for _, c := range []uint{unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH} {
+			data[c/32].Effective &^= 1 << (c % 32)
+		}
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			errc <- err
+			return
+		}
+		_, err := NodeTools(view, ModeLegacy)
+		errc <- err
+	}()
+	err := <-errc
+	var missing *MissingToolsError
+	if !errors.As(err, &missing) {
+		t.Fatalf("NodeTools error = %v, want a *MissingToolsError", err)
+	}
+	want := "/usr/local/sbin/iptables-legacy-save: this process may not look at /usr/local/sbin/iptables-legacy-save (permission denied)"
+	if !slices.Contains(missing.Unseen, want) {
+		t.Errorf("Unseen = %q, want %q among them", missing.Unseen, want)
 	}
 }

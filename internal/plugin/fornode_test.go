@@ -38,7 +38,7 @@ func TestForNodeTakesTheNodesIptablesFlavour(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			got := ForNode(&cfg, tc.root)
+			got := ForNode(&cfg, iptables.NodeView{Root: tc.root})
 			if got.IptablesMode != tc.want {
 				t.Errorf("IptablesMode = %q, want %q", got.IptablesMode, tc.want)
 			}

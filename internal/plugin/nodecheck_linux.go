@@ -28,15 +28,15 @@ const KernelProbeBound = 5 * time.Second
 type NodeCheck struct {
 	// Backend is the backend the plugin uses there: nftables, or iptables-nft or
 	// iptables-legacy; iptables (mode unknown) when the flavour is detection's
-	// and the node's filesystem is not visible.
+	// and the node's tools are not visible.
 	Backend string
 	// Tools are the node's iptables tools the plugin runs (iptables backend, the
-	// node's filesystem seen).
+	// node's tools seen).
 	Tools *iptables.Tools
-	// Unchecked lists what could not be checked and why (the node's filesystem
-	// not visible, no capability to make a namespace): not a problem of the
-	// node's, and the plugin may still fail there.
-	Unchecked []string
+	// NotChecked says, one entry per part, what could not be checked and why
+	// (the node's tools not visible, the capabilities to make a namespace
+	// missing): not a problem of the node's, and the plugin may still fail there.
+	NotChecked []string
 	// Problem says why the plugin's ADD fails on this node, naming the setting
 	// and what is missing; nil when nothing checked is missing.
 	Problem error
@@ -49,56 +49,73 @@ var (
 )
 
 // CheckNode says whether the node can run the backend cfg gives the plugin: its
-// tools, with the plugin's own choice of them (iptables.NodeTools on nodeRoot,
-// the node's root filesystem as a container sees it; "" when it is not visible),
-// and its kernel, by writing the rules of a pod of Istio's default sidecar
-// capture (IPv4, every port in and out) in a throwaway network namespace
-// (netns.InThrowaway) with the same backend code, within KernelProbeBound. In
-// iptables mode the probe's tools are this process's (the agent's image carries
-// both flavours), in the flavour the node's plugin picks: the node's kernel is
-// what is tried. The node's own namespace is never touched. It runs nothing of
-// the plugin's ADD, whose cost it leaves as it is: the agent runs it.
-func CheckNode(ctx context.Context, cfg *Config, nodeRoot string) NodeCheck {
+// tools, with the plugin's own choice of them (iptables.NodeTools in view, the
+// node's filesystem as this process sees it: all of it, some of its
+// directories, or nothing), and its kernel, by writing the rules of a pod of
+// Istio's default sidecar capture (IPv4, every port in and out) in a throwaway
+// network namespace (netns.InThrowaway) with the same backend code, within
+// KernelProbeBound. In iptables mode the probe's tools are this process's (the
+// agent's image carries both flavours), in the flavour the node's plugin picks:
+// the node's kernel is what is tried. The node's own namespace is never
+// touched. What cannot be seen is never counted missing: a tool that may be
+// where the view does not reach is NotChecked. It runs nothing of the plugin's
+// ADD, whose cost it leaves as it is: the agent runs it.
+func CheckNode(ctx context.Context, cfg *Config, view iptables.NodeView) NodeCheck {
 	var c NodeCheck
 	mode := cfg.IptablesMode
-	if cfg.Backend == BackendNftables {
+	switch {
+	case cfg.Backend == BackendNftables:
 		c.Backend = nftables.NewBackend().Name()
-	} else if nodeRoot != "" {
-		t, err := iptables.NodeTools(nodeRoot, cfg.IptablesMode)
+	case view.Visible():
+		t, err := iptables.NodeTools(view, cfg.IptablesMode)
 		mode = t.Mode
 		c.Backend = "iptables-" + string(mode)
-		if err != nil {
+		var missing *iptables.MissingToolsError
+		switch {
+		case errors.As(err, &missing) && len(missing.Unseen) > 0:
+			c.NotChecked = append(c.NotChecked, "the node's iptables tools: none of them found where this agent sees the node, and they may be where it does not: "+err.Error())
+			if cfg.IptablesMode == iptables.ModeAuto {
+				c.NotChecked = append(c.NotChecked, "the kernel: not tried, the iptables flavour the plugin detects from the node's tools not known")
+				return c
+			}
+		case err != nil:
 			fix := "install the node's iptables package, or set native_nftables: true in the plugin config, whose nftables backend runs no tool"
 			if other := otherFlavour(mode); cfg.IptablesMode != iptables.ModeAuto {
-				if _, err := iptables.NodeTools(nodeRoot, other); err == nil {
+				if _, err := iptables.NodeTools(view, other); err == nil {
 					fix = fmt.Sprintf("the node has iptables-%s: set iptables_mode: %s (or leave it unset, to detect), or %s", other, other, fix)
 				}
 			}
 			c.Problem = fmt.Errorf("%w: the plugin's iptables backend (%s) runs the node's iptables tools, and %w: %s",
 				ErrNodeToolsMissing, settingOf(cfg, t), err, fix)
 			return c
+		default:
+			c.Tools = &t
 		}
-		c.Tools = &t
-	} else {
+		if len(t.Unsure) > 0 {
+			c.NotChecked = append(c.NotChecked, "the kernel: not tried, the iptables flavour the plugin detects not known: it picks nft where iptables-nft-restore is installed, "+
+				"and this agent found none where it sees the node, but cannot see "+strings.Join(t.Unsure, "; "))
+			return c
+		}
+	default:
 		c.Backend = "iptables"
 		if mode != iptables.ModeAuto {
 			c.Backend += "-" + string(mode)
 		}
-		c.Unchecked = append(c.Unchecked, "the node's iptables tools: the node's filesystem is not visible to this agent (its /proc is not mounted)")
+		c.NotChecked = append(c.NotChecked, "the node's iptables tools: not looked for, this agent sees nothing of the node's filesystem")
 		if mode == iptables.ModeAuto {
-			c.Unchecked = append(c.Unchecked, "the kernel: which iptables flavour the plugin detects is not known without the node's filesystem")
+			c.NotChecked = append(c.NotChecked, "the kernel: not tried, the iptables flavour the plugin detects from the node's tools not known")
 			return c
 		}
 	}
 	if missing := missingCaps(); missing != "" {
-		c.Unchecked = append(c.Unchecked, "the kernel: this agent lacks "+missing+" to write rules in a throwaway network namespace")
+		c.NotChecked = append(c.NotChecked, "the kernel: not tried, writing a pod's rules in a throwaway network namespace takes CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW, and this agent lacks "+missing)
 		return c
 	}
 	err := probeKernel(ctx, cfg, mode)
 	var unprobed *unprobedError
 	switch {
 	case errors.As(err, &unprobed):
-		c.Unchecked = append(c.Unchecked, "the kernel: "+unprobed.Error())
+		c.NotChecked = append(c.NotChecked, "the kernel: not tried, "+unprobed.Error())
 	case err != nil:
 		c.Problem = fmt.Errorf("%w: the plugin's %s backend (%s) cannot write a pod's rules on this kernel (tried in a throwaway network namespace): %w: %s",
 			ErrKernelRefused, c.Backend, settingOf(cfg, derefTools(c.Tools, mode)), err, kernelNeeds(cfg.Backend, mode))
@@ -235,7 +252,10 @@ func missingCaps() string {
 				missing = append(missing, c.name)
 			}
 		}
-		return strings.Join(missing, " and ")
+		if len(missing) > 1 {
+			return strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1]
+		}
+		return strings.Join(missing, "")
 	}
 	return ""
 }

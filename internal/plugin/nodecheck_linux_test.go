@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -17,51 +18,79 @@ import (
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
-// CheckNode judges the node's tools with the plugin's own choice of them, on the
-// node's root filesystem, and its kernel by writing a pod's rules in a throwaway
-// namespace with the backend's own code (this kernel runs every backend); what
-// is missing is named with the setting that asks for it.
+// CheckNode judges the node's tools with the plugin's own choice of them, in
+// the view of the node's filesystem the agent has (all of it through its /proc,
+// only its /usr, /sbin and /bin as the default chart mounts them, or nothing),
+// and its kernel by writing a pod's rules in a throwaway namespace with the
+// backend's own code (this kernel runs every backend); what is missing is named
+// with the setting that asks for it, and what cannot be seen is said, never
+// counted missing.
 func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 	root.Require(t)
-	debian := noderoot.Debian("legacy").Make(t)
-	minimal := noderoot.Minimal().Make(t)
+	whole := func(fs noderoot.FS) func(t *testing.T) iptables.NodeView {
+		return func(t *testing.T) iptables.NodeView { return iptables.NodeView{Root: fs.Make(t)} }
+	}
+	mounted := func(fs noderoot.FS) func(t *testing.T) iptables.NodeView {
+		return func(t *testing.T) iptables.NodeView {
+			return iptables.NodeView{Root: fs.Mounted(iptables.NodePathDirs...).Make(t), Dirs: iptables.NodePathDirs}
+		}
+	}
 	legacyOnly := noderoot.FS{Files: map[string]os.FileMode{"usr/sbin/xtables-legacy-multi": 0o755}, Links: map[string]string{
 		"usr/sbin/iptables-legacy-save": "xtables-legacy-multi", "usr/sbin/iptables-legacy-restore": "xtables-legacy-multi",
-		"usr/sbin/ip6tables-legacy-save": "xtables-legacy-multi", "usr/sbin/ip6tables-legacy-restore": "xtables-legacy-multi"}}.Make(t)
+		"usr/sbin/ip6tables-legacy-save": "xtables-legacy-multi", "usr/sbin/ip6tables-legacy-restore": "xtables-legacy-multi"}}
+	// Fedora CoreOS and RHCOS: /usr/local is a link to /var/usrlocal, outside
+	// the node's /usr, /sbin and /bin.
+	usrLocalInVar := func(fs noderoot.FS) noderoot.FS {
+		fs.Links["usr/local"] = "../var/usrlocal"
+		return fs
+	}
+	nothingInstalled := noderoot.Minimal()
+	nothingInstalled.Links = map[string]string{}
 	for _, tc := range []struct {
-		name          string
-		cfg           Config
-		nodeRoot      string
-		backend       string
-		tools         string // the IPv4 restore the plugin runs, when known
-		problem       error
-		problemSays   []string
-		uncheckedSays []string
+		name           string
+		cfg            Config
+		view           func(t *testing.T) iptables.NodeView
+		backend        string
+		tools          string // the IPv4 restore the plugin runs, when known
+		problem        error
+		problemSays    []string
+		notCheckedSays []string
 	}{
-		{name: "native nftables: the kernel is tried", cfg: Config{Backend: BackendNftables}, nodeRoot: minimal, backend: "nftables"},
-		{name: "auto on Debian: nft, and this kernel runs it", nodeRoot: debian, backend: "iptables-nft", tools: "/usr/sbin/iptables-nft-restore"},
-		{name: "legacy on Debian: this kernel runs it", cfg: Config{IptablesMode: iptables.ModeLegacy}, nodeRoot: debian, backend: "iptables-legacy",
+		{name: "native nftables: the kernel is tried", cfg: Config{Backend: BackendNftables}, view: whole(noderoot.Minimal()), backend: "nftables"},
+		{name: "auto on Debian: nft, and this kernel runs it", view: whole(noderoot.Debian("legacy")), backend: "iptables-nft", tools: "/usr/sbin/iptables-nft-restore"},
+		{name: "legacy on Debian: this kernel runs it", cfg: Config{IptablesMode: iptables.ModeLegacy}, view: whole(noderoot.Debian("legacy")), backend: "iptables-legacy",
 			tools: "/usr/sbin/iptables-legacy-restore"},
-		{name: "auto on a node without iptables", nodeRoot: minimal, backend: "iptables-legacy", problem: ErrNodeToolsMissing, problemSays: []string{
+		{name: "auto on a node without iptables", view: whole(noderoot.Minimal()), backend: "iptables-legacy", problem: ErrNodeToolsMissing, problemSays: []string{
 			"native_nftables: false, iptables_mode unset: legacy, as detected from the node's tools",
 			"runs the node's iptables tools, and found no iptables-legacy-save and iptables-legacy-restore (or iptables-save and iptables-restore), nor ip6tables-legacy-save",
-			"in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at " + minimal + ")",
+			"in /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin of the node (seen at ",
 			"set native_nftables: true"}},
-		{name: "nft asked for on a legacy-only node", cfg: Config{IptablesMode: iptables.ModeNFT}, nodeRoot: legacyOnly, backend: "iptables-nft",
+		{name: "nft asked for on a legacy-only node", cfg: Config{IptablesMode: iptables.ModeNFT}, view: whole(legacyOnly), backend: "iptables-nft",
 			problem: ErrNodeToolsMissing, problemSays: []string{"native_nftables: false, iptables_mode: nft", "iptables-nft-save and iptables-nft-restore",
 				"the node has iptables-legacy: set iptables_mode: legacy (or leave it unset, to detect)"}},
-		{name: "auto, the node not visible", nodeRoot: "", backend: "iptables", uncheckedSays: []string{
-			"the node's iptables tools: the node's filesystem is not visible", "the kernel: which iptables flavour the plugin detects is not known"}},
-		{name: "legacy, the node not visible: the kernel is still tried", cfg: Config{IptablesMode: iptables.ModeLegacy}, nodeRoot: "", backend: "iptables-legacy",
-			uncheckedSays: []string{"the node's iptables tools: the node's filesystem is not visible"}},
+		{name: "the node's /usr, /sbin and /bin alone: Debian's tools found, the kernel tried", view: mounted(noderoot.Debian("nft")), backend: "iptables-nft",
+			tools: "/usr/sbin/iptables-nft-restore"},
+		{name: "the node's /usr, /sbin and /bin alone: a node without iptables", view: mounted(noderoot.Minimal()), backend: "iptables-legacy",
+			problem: ErrNodeToolsMissing, problemSays: []string{"found no iptables-legacy-save",
+				"of the node (its /usr, /sbin, /bin seen at "}},
+		{name: "the node's /usr, /sbin and /bin alone: none found, /usr/local not seen", view: mounted(usrLocalInVar(nothingInstalled)), backend: "iptables-legacy",
+			notCheckedSays: []string{"the node's iptables tools: none of them found where this agent sees the node, and they may be where it does not: found no iptables-legacy-save",
+				"the kernel: not tried, the iptables flavour the plugin detects from the node's tools not known"}},
+		{name: "the node's /usr, /sbin and /bin alone: legacy asked for, none found, /usr/local not seen: the kernel is still tried", cfg: Config{IptablesMode: iptables.ModeLegacy},
+			view: mounted(usrLocalInVar(nothingInstalled)), backend: "iptables-legacy",
+			notCheckedSays: []string{"the node's iptables tools: none of them found where this agent sees the node, and they may be where it does not: found no iptables-legacy-save"}},
+		{name: "the node's /usr, /sbin and /bin alone: legacy found, nft may be in the /usr/local not seen", view: mounted(usrLocalInVar(legacyOnly)), backend: "iptables-legacy",
+			tools: "/usr/sbin/iptables-legacy-restore", notCheckedSays: []string{"the kernel: not tried, the iptables flavour the plugin detects not known: it picks nft where iptables-nft-restore is installed, " +
+				"and this agent found none where it sees the node, but cannot see /usr/local/sbin: it leads to /var/usrlocal/sbin"}},
+		{name: "auto, the node not visible", view: func(*testing.T) iptables.NodeView { return iptables.NodeView{} }, backend: "iptables", notCheckedSays: []string{
+			"the node's iptables tools: not looked for, this agent sees nothing of the node's filesystem", "the kernel: not tried, the iptables flavour the plugin detects from the node's tools not known"}},
+		{name: "legacy, the node not visible: the kernel is still tried", cfg: Config{IptablesMode: iptables.ModeLegacy}, view: func(*testing.T) iptables.NodeView { return iptables.NodeView{} },
+			backend: "iptables-legacy", notCheckedSays: []string{"the node's iptables tools: not looked for, this agent sees nothing of the node's filesystem"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := istioRulesOfThisNamespace(t)
 			tc.cfg.AgentRunDir = t.TempDir()
-			c := CheckNode(context.Background(), &tc.cfg, tc.nodeRoot)
-			if left, _ := os.ReadDir(filepath.Join(tc.cfg.AgentRunDir, XtablesDirName)); len(left) > 0 {
-				t.Errorf("the probe left %d files in the plugin's lock dir, %s first", len(left), left[0].Name())
-			}
+			c := CheckNode(context.Background(), &tc.cfg, tc.view(t))
 			if c.Backend != tc.backend {
 				t.Errorf("Backend = %q, want %q", c.Backend, tc.backend)
 			}
@@ -76,19 +105,36 @@ func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 					t.Errorf("Problem %q does not say %q", c.Problem, s)
 				}
 			}
-			if len(c.Unchecked) != len(tc.uncheckedSays) {
-				t.Fatalf("Unchecked = %q, want %d entries", c.Unchecked, len(tc.uncheckedSays))
+			if len(c.NotChecked) != len(tc.notCheckedSays) {
+				t.Fatalf("NotChecked = %q, want %d entries", c.NotChecked, len(tc.notCheckedSays))
 			}
-			for i, s := range tc.uncheckedSays {
-				if !strings.HasPrefix(c.Unchecked[i], s) {
-					t.Errorf("Unchecked[%d] = %q, want it to start %q", i, c.Unchecked[i], s)
+			for i, s := range tc.notCheckedSays {
+				if !strings.HasPrefix(c.NotChecked[i], s) {
+					t.Errorf("NotChecked[%d] = %q, want it to start %q", i, c.NotChecked[i], s)
 				}
 			}
+			waitProbeDirsGone(t, tc.cfg.AgentRunDir)
 			if diff := cmp.Diff(before, istioRulesOfThisNamespace(t)); diff != "" {
 				t.Errorf("the probe wrote rules in the test's own network namespace (-before +after):\n%s", diff)
 			}
 		})
 	}
+}
+
+// waitProbeDirsGone waits for the kernel probe's lock directory to be removed
+// (after its last tool has ended, on a goroutine of its own) and fails the test
+// when something else is left in the plugin's lock dir.
+func waitProbeDirsGone(t *testing.T, runDir string) {
+	t.Helper()
+	dir := filepath.Join(runDir, XtablesDirName)
+	var left []os.DirEntry
+	for range 100 {
+		if left, _ = os.ReadDir(dir); len(left) == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("the probe left %d files in the plugin's lock dir, %s first", len(left), left[0].Name())
 }
 
 // A kernel that refuses the flavour's tables (here legacy iptables' own words
@@ -106,11 +152,11 @@ func TestCheckNodeNamesAKernelThatRefusesTheFlavour(t *testing.T) {
 	}
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	cfg := Config{IptablesMode: iptables.ModeLegacy, AgentRunDir: t.TempDir()}
-	c := CheckNode(context.Background(), &cfg, noderoot.Debian("nft").Make(t))
+	c := CheckNode(context.Background(), &cfg, iptables.NodeView{Root: noderoot.Debian("nft").Make(t)})
 	if !errors.Is(c.Problem, ErrKernelRefused) {
 		t.Fatalf("Problem = %v, want ErrKernelRefused", c.Problem)
 	}
-	for _, s := range []string{"the plugin's iptables-legacy backend (native_nftables: false, iptables_mode: legacy)", "Table does not exist",
+	for _, s := range []string{"the plugin's iptables-legacy backend (native_nftables: false, iptables_mode: legacy) cannot write a pod's rules on this kernel", "Table does not exist",
 		"iptables-legacy needs the kernel's ip_tables (CONFIG_IP_NF_IPTABLES"} {
 		if !strings.Contains(c.Problem.Error(), s) {
 			t.Errorf("Problem %q does not say %q", c.Problem, s)

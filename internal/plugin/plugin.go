@@ -1018,18 +1018,42 @@ func NodeRootIn(hostProc string) string {
 	return ""
 }
 
+// NodeViewIn is the node's filesystem as a container sees it (the agent's, the
+// doctor's in the agent pod): all of it through the node's /proc mounted at
+// hostProc (NodeRootIn), else those of the node's iptables.NodePathDirs mounted
+// at their own paths under dirsRoot (the chart's read-only /host/usr, /host/sbin
+// and /host/bin), else nothing (a view that is not Visible).
+func NodeViewIn(hostProc, dirsRoot string) iptables.NodeView {
+	if root := NodeRootIn(hostProc); root != "" {
+		return iptables.NodeView{Root: root}
+	}
+	if dirsRoot == "" {
+		return iptables.NodeView{}
+	}
+	var dirs []string
+	for _, d := range iptables.NodePathDirs {
+		if fi, err := os.Stat(filepath.Join(dirsRoot, d)); err == nil && fi.IsDir() {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return iptables.NodeView{}
+	}
+	return iptables.NodeView{Root: dirsRoot, Dirs: dirs}
+}
+
 // ForNode returns cfg for code that programs or reads pods' rules from a container
 // on the node (repair in place, the doctor in the agent pod) rather than from the
 // node as the plugin does. When cfg leaves the iptables flavour to detection, the
 // flavour is the one the node's plugin detects from the node's own binaries (seen
-// at nodeRoot), not the container's: the agent image carries both flavours, and
+// in view), not the container's: the agent image carries both flavours, and
 // reading or writing the other one would miss the plugin's rules or add a second
-// set. With nodeRoot "" (the node is not visible) cfg is returned unchanged.
-func ForNode(cfg *Config, nodeRoot string) *Config {
-	if cfg.Backend == BackendNftables || cfg.IptablesMode != iptables.ModeAuto || nodeRoot == "" {
+// set. With a view that is not Visible cfg is returned unchanged.
+func ForNode(cfg *Config, view iptables.NodeView) *Config {
+	if cfg.Backend == BackendNftables || cfg.IptablesMode != iptables.ModeAuto || !view.Visible() {
 		return cfg
 	}
 	c := *cfg
-	c.IptablesMode = iptables.DetectMode(nodeRoot)
+	c.IptablesMode = iptables.DetectMode(view)
 	return &c
 }

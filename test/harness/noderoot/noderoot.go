@@ -7,6 +7,7 @@ package noderoot
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -15,6 +16,7 @@ import (
 type FS struct {
 	Files map[string]os.FileMode
 	Links map[string]string // path -> link target
+	Dirs  []string          // directories made even when empty
 }
 
 // Make writes fs under a new temp dir and returns it. The root holds usr/, as a
@@ -28,6 +30,9 @@ func (fs FS) Make(t testing.TB) string {
 		}
 	}
 	mkdir("usr")
+	for _, d := range fs.Dirs {
+		mkdir(d)
+	}
 	for p, mode := range fs.Files {
 		mkdir(filepath.Dir(p))
 		if err := os.WriteFile(filepath.Join(root, p), []byte("#!/bin/sh\nexit 1\n"), mode); err != nil {
@@ -67,4 +72,35 @@ func Debian(flavour string) FS {
 // minimal images): a runtime and nothing of netfilter's.
 func Minimal() FS {
 	return FS{Files: map[string]os.FileMode{"usr/bin/containerd": 0o755, "usr/bin/kubelet": 0o755}}
+}
+
+// Mounted is fs as a container sees it with only dirs of the node mounted at
+// their own paths (the chart's read-only mounts of the node's /usr, /sbin and
+// /bin under /host): each dir's content, where a dir that is a link on the node
+// (a merged /usr's sbin -> usr/sbin) shows its target's content, as a bind mount
+// of it does. Nothing else of fs is in it.
+func (fs FS) Mounted(dirs ...string) FS {
+	out := FS{Files: map[string]os.FileMode{}, Links: map[string]string{}}
+	for _, d := range dirs {
+		d = strings.Trim(d, "/")
+		src := d
+		if target, ok := fs.Links[d]; ok {
+			src = strings.Trim(filepath.Join(filepath.Dir(d), target), "/")
+			if filepath.IsAbs(target) {
+				src = strings.Trim(target, "/")
+			}
+		}
+		for p, mode := range fs.Files {
+			if rest, ok := strings.CutPrefix(p, src+"/"); ok {
+				out.Files[d+"/"+rest] = mode
+			}
+		}
+		for p, target := range fs.Links {
+			if rest, ok := strings.CutPrefix(p, src+"/"); ok {
+				out.Links[d+"/"+rest] = target
+			}
+		}
+		out.Dirs = append(out.Dirs, d)
+	}
+	return out
 }
