@@ -1,13 +1,20 @@
 package agent
 
 import (
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/test/harness/chartrender"
 	"github.com/istio-cni/istio-cni/test/harness/noderoot"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
@@ -164,6 +171,150 @@ func TestTheNodeCheckWithTheChartsCapabilities(t *testing.T) {
 			}
 			if got := p.metric(t, "istio_cni_plugin_backend_unusable"); got != 0 {
 				t.Errorf("istio_cni_plugin_backend_unusable = %v, want 0", got)
+			}
+		})
+	}
+}
+
+// chartAgent is what the default chart's agent container may use of the node,
+// as the reviewed render has it (chartrender: test/chart keeps it equal to
+// helm's): its capabilities in setpriv's form, and the node's directories it
+// mounts under NODE_DIRS_ROOT (host path -> mount path).
+type chartAgent struct {
+	caps     string
+	dirsRoot string
+	mounts   map[string]string
+	readOnly bool
+}
+
+func defaultChartAgent(t *testing.T) chartAgent {
+	t.Helper()
+	render, err := chartrender.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := render.DaemonSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *corev1.Container
+	for i := range ds.Spec.Template.Spec.Containers {
+		if ds.Spec.Template.Spec.Containers[i].Name == "install-cni" {
+			c = &ds.Spec.Template.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		t.Fatalf("%s: no install-cni container", render.Path)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || (sc.Privileged != nil && *sc.Privileged) {
+		t.Fatalf("%s: the agent's securityContext %+v does not drop ALL unprivileged: this test's setpriv would not be the chart's", render.Path, sc)
+	}
+	a := chartAgent{caps: "-all", mounts: map[string]string{}, readOnly: true}
+	for _, cap := range sc.Capabilities.Add {
+		a.caps += ",+" + strings.ToLower(string(cap))
+	}
+	for _, e := range c.Env {
+		if e.Name == "NODE_DIRS_ROOT" {
+			a.dirsRoot = e.Value
+		}
+	}
+	if a.dirsRoot == "" {
+		a.dirsRoot = DefaultNodeDirsRoot
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, vm := range c.VolumeMounts {
+		if host, ok := hostPaths[vm.Name]; ok && slices.Contains(iptables.NodePathDirs, strings.TrimPrefix(vm.MountPath, a.dirsRoot)) {
+			a.mounts[host] = vm.MountPath
+			a.readOnly = a.readOnly && vm.ReadOnly
+		}
+	}
+	return a
+}
+
+// With the default chart's mounts and capabilities (the reviewed render: the
+// node's /usr, /sbin and /bin read-only under NODE_DIRS_ROOT, DAC_OVERRIDE
+// alone, no /proc), the real agent, run in a mount namespace of its own where
+// those host paths of a node's root are bind-mounted read-only at the render's
+// mount paths (a merged /usr's /sbin link followed, as the runtime does), sees
+// that a node without iptables lacks the plugin's tools: not ready, naming
+// them, the gauge 1. On Debian's iptables it finds them, is ready, and says the
+// kernel was not tried, why, and which values would let it.
+func TestTheDefaultChartsAgentSeesANodeWithoutIptables(t *testing.T) {
+	root.Require(t) // mounts
+	t.Parallel()
+	chart := defaultChartAgent(t)
+	if len(chart.mounts) == 0 {
+		t.Fatal("the default chart mounts none of the node's /usr, /sbin and /bin: the agent cannot see the node's tools")
+	}
+	if !chart.readOnly {
+		t.Errorf("the default chart mounts the node's %v writable, want read-only", chart.mounts)
+	}
+	debian := noderoot.Debian("nft")
+	debian.Links["sbin"] = "usr/sbin" // a merged /usr
+	debian.Links["bin"] = "usr/bin"
+	debian.Dirs = []string{"usr/bin"}
+	minimal := noderoot.Minimal() // a node OS's own /sbin and /bin, without iptables
+	minimal.Dirs = []string{"sbin", "bin", "usr/sbin"}
+	for _, tc := range []struct {
+		name  string
+		node  noderoot.FS
+		ready bool
+		says  []string
+	}{
+		{"a node without iptables", minimal, false, []string{
+			"this node cannot run the plugin's rule backend, so every meshed pod's ADD fails here",
+			"found no iptables-legacy-save and iptables-legacy-restore (or iptables-save and iptables-restore), nor ip6tables-legacy-save",
+			"of the node (its /usr, /sbin, /bin seen at "}},
+		{"Debian's iptables, merged /usr", debian, true, []string{
+			"node check: nothing missing for the plugin's rule backend in what this agent can check, the rest not checked",
+			"backend=iptables-nft", "nodeDirs=/usr,/sbin,/bin", "/usr/sbin/iptables-nft-restore",
+			"the kernel: not tried, writing a pod's rules in a throwaway network namespace takes CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newNode(t)
+			n.writeCalico(t)
+			nodeRoot := tc.node.Make(t)
+			view := t.TempDir() // the container's NODE_DIRS_ROOT
+			var script strings.Builder
+			for _, host := range slices.Sorted(maps.Keys(chart.mounts)) {
+				dst := filepath.Join(view, strings.TrimPrefix(chart.mounts[host], chart.dirsRoot))
+				// As the kubelet (hostPath type Directory) and the runtime do: a
+				// missing directory refuses the pod, a link is followed.
+				src := filepath.Join(nodeRoot, host)
+				fmt.Fprintf(&script, "test -d '%s' || { echo 'the node has no %s' >&2; exit 1; }\n", src, host)
+				fmt.Fprintf(&script, "mkdir -p '%s' && mount --bind -o ro '%s' '%s' || exit 1\n", dst, src, dst)
+			}
+			script.WriteString(`exec setpriv --bounding-set="$CAPS" --inh-caps="$CAPS" -- "$@"` + "\n")
+			wrapper := []string{"env", "CAPS=" + chart.caps, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script.String(), "sh"}
+			p := n.startAgentVia(t, wrapper, "NODE_DIRS_ROOT="+view, "REPAIR_PROC_DIR="+t.TempDir()) // no /proc: the chart mounts none
+			var body string
+			eventually(t, 10*time.Second, "/readyz answers the node check's finding", func() bool {
+				var code int
+				code, body = p.readyz()
+				return code == http.StatusOK || strings.Contains(body, "rule backend")
+			})
+			if tc.ready {
+				p.waitReady(t)
+				body = p.waitLog(t, "the check's finding", `.*node check: .*`)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(body, s) {
+					t.Errorf("%q does not say %q", body, s)
+				}
+			}
+			want := 1.0
+			if tc.ready {
+				want = 0
+			}
+			if got := p.metric(t, "istio_cni_plugin_backend_unusable"); got != want {
+				t.Errorf("istio_cni_plugin_backend_unusable = %v, want %v", got, want)
 			}
 		})
 	}

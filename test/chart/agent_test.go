@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/istio-cni/istio-cni/internal/agent"
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
 
@@ -98,6 +99,7 @@ func TestTheAgentAcceptsTheRenderedEnvironment(t *testing.T) {
 				t.Errorf("repair watches node %q, want %q", s.Repair.NodeName, node)
 			}
 			checkMultusSettings(t, m, s, podName)
+			checkNodeView(t, m, s)
 			if got := s.MonitoringAddress.String(); strings.Contains(strings.Join(v.args, " "), "monitoringBindAddress=hostIP") && got != "192.0.2.10" {
 				t.Errorf("MONITORING_ADDRESS resolves to %s, want the node's address 192.0.2.10", got)
 			}
@@ -161,6 +163,38 @@ func TestJSONLogsReachThePluginsEntry(t *testing.T) {
 				t.Errorf("the plugin's log_as_json is %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// checkNodeView: what the agent's node check reads of the node is where the
+// chart mounts it. The node's /proc, when mounted, at the agent's
+// Repair.ProcDir; else in iptables mode, unless nodeCheck.mountToolDirs is
+// false, each of the node's iptables.NodePathDirs read-only at NodeDirsRoot +
+// the dir, which plugin.NodeViewIn turns into the view the check looks in.
+func checkNodeView(t *testing.T, m *manifest, s agent.Settings) {
+	t.Helper()
+	mounts := m.hostPaths(t)
+	proc, hasProc := mounts["/proc"]
+	if hasProc && proc != s.Repair.ProcDir {
+		t.Errorf("the node's /proc is mounted at %s, but the agent reads it at %s", proc, s.Repair.ProcDir)
+	}
+	var dirs []string
+	for _, d := range iptables.NodePathDirs {
+		if mp, ok := mounts[d]; ok {
+			dirs = append(dirs, d)
+			if want := filepath.Join(s.NodeDirsRoot, d); mp != want {
+				t.Errorf("the node's %s is mounted at %s, but the agent looks at %s", d, mp, want)
+			}
+		}
+	}
+	if hasProc || s.NativeNftables {
+		if len(dirs) > 0 {
+			t.Errorf("the node's %v mounted beside its /proc or in nftables mode: the node check needs neither", dirs)
+		}
+		return
+	}
+	if len(dirs) > 0 && len(dirs) != len(iptables.NodePathDirs) {
+		t.Errorf("the node's %v mounted, want all of %v or none", dirs, iptables.NodePathDirs)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
@@ -183,14 +184,41 @@ func TestValuesReachTheObjects(t *testing.T) {
 			"/var/lib/cni/bin":      "/host/opt/cni/bin",
 			"/etc/cni/multus/net.d": "/host/etc/cni/net.d",
 			"/var/run/istio-cni":    "/var/run/istio-cni",
+			"/usr":                  "/host/usr",
+			"/sbin":                 "/host/sbin",
+			"/bin":                  "/host/bin",
 		},
 	}, {
-		name: "defaults mount /opt/cni/bin and /etc/cni/net.d",
+		name: "defaults mount /opt/cni/bin and /etc/cni/net.d, and for the node check the node's /usr, /sbin and /bin",
 		paths: map[string]string{
 			"/opt/cni/bin":       "/host/opt/cni/bin",
 			"/etc/cni/net.d":     "/host/etc/cni/net.d",
 			"/var/run/istio-cni": "/var/run/istio-cni",
+			"/usr":               "/host/usr",
+			"/sbin":              "/host/sbin",
+			"/bin":               "/host/bin",
 		},
+	}, {
+		name: "the node check's mounts of the node's /usr, /sbin and /bin are read-only, of directories the node has, under NODE_DIRS_ROOT",
+		env:  map[string]string{"NODE_DIRS_ROOT": "/host"},
+		check: func(t *testing.T, m *manifest) {
+			wantToolDirs(t, m, true)
+		},
+	}, {
+		name:  "no node check mounts in nftables mode, which runs no tool of the node's",
+		args:  []string{"--set", "nativeNftables=true"},
+		unset: []string{"NODE_DIRS_ROOT"},
+		check: func(t *testing.T, m *manifest) { wantToolDirs(t, m, false) },
+	}, {
+		name:  "no node check mounts with nodeCheck.mountToolDirs=false",
+		args:  []string{"--set", "nodeCheck.mountToolDirs=false"},
+		unset: []string{"NODE_DIRS_ROOT"},
+		check: func(t *testing.T, m *manifest) { wantToolDirs(t, m, false) },
+	}, {
+		name:  "no node check mounts where the node's /proc shows all of it",
+		args:  []string{"--set", "repair.repairPods=true"},
+		unset: []string{"NODE_DIRS_ROOT"},
+		check: func(t *testing.T, m *manifest) { wantToolDirs(t, m, false) },
 	}, {
 		name: "the run dir is mounted at the node's own path",
 		args: []string{"--set", "cniAgentRunDir=/run/mesh-cni"},
@@ -541,6 +569,41 @@ func TestValuesReachTheObjects(t *testing.T) {
 	}
 }
 
+// wantToolDirs checks the node check's mounts: with want, each of the node's
+// iptables.NodePathDirs read-only (under it too, where the runtime can) at
+// /host + the dir, of type Directory (the kubelet refuses a node without it
+// rather than the runtime making it in the node's root); without, none of them.
+func wantToolDirs(t *testing.T, m *manifest, want bool) {
+	t.Helper()
+	ds := m.daemonSet(t)
+	volumes := map[string]corev1.Volume{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	seen := map[string]bool{}
+	for _, vm := range m.agent(t).VolumeMounts {
+		v := volumes[vm.Name]
+		if v.HostPath == nil || !slices.Contains(iptables.NodePathDirs, v.HostPath.Path) {
+			continue
+		}
+		seen[v.HostPath.Path] = true
+		if vm.MountPath != "/host"+v.HostPath.Path {
+			t.Errorf("the node's %s is mounted at %s, want /host%s", v.HostPath.Path, vm.MountPath, v.HostPath.Path)
+		}
+		if !vm.ReadOnly || vm.RecursiveReadOnly == nil || *vm.RecursiveReadOnly != corev1.RecursiveReadOnlyIfPossible || vm.MountPropagation != nil {
+			t.Errorf("the node's %s: readOnly %v, recursiveReadOnly %v, propagation %v; want read-only, IfPossible, none", v.HostPath.Path, vm.ReadOnly, vm.RecursiveReadOnly, vm.MountPropagation)
+		}
+		if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory {
+			t.Errorf("the node's %s: hostPath type %v, want Directory", v.HostPath.Path, v.HostPath.Type)
+		}
+	}
+	for _, d := range iptables.NodePathDirs {
+		if seen[d] != want {
+			t.Errorf("the node's %s mounted: %v, want %v", d, seen[d], want)
+		}
+	}
+}
+
 // wantMounted checks that each host path of want is mounted into the agent at its
 // mount path.
 func wantMounted(t *testing.T, m *manifest, want map[string]string) {
@@ -819,17 +882,18 @@ func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 		privileged bool
 		caps       []corev1.Capability
 		hostProc   bool
+		toolDirs   bool // the node check's read-only /usr, /sbin and /bin
 	}{
-		{name: "defaults", caps: []corev1.Capability{"DAC_OVERRIDE"}},
+		{name: "defaults", caps: []corev1.Capability{"DAC_OVERRIDE"}, toolDirs: true},
 		{name: "repair in place enters pod namespaces", args: []string{"--set", "repair.repairPods=true"}, caps: netnsCaps, hostProc: true},
-		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}},
+		{name: "repair in place needs repair on", args: []string{"--set", "repair.repairPods=true", "--set", "repair.enabled=false"}, caps: []corev1.Capability{"DAC_OVERRIDE"}, toolDirs: true},
 		{name: "troubleshooting lets the doctor enter pod namespaces", args: []string{"--set", "troubleshooting.enabled=true"}, caps: doctorCaps, hostProc: true},
 		{name: "troubleshooting without repair", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.enabled=false"}, caps: doctorCaps, hostProc: true},
 		{name: "troubleshooting and repair in place", args: []string{"--set", "troubleshooting.enabled=true", "--set", "repair.repairPods=true"}, caps: doctorCaps, hostProc: true},
-		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true},
+		{name: "privileged", args: []string{"--set", "privileged=true"}, privileged: true, toolDirs: true},
 		{name: "privileged with troubleshooting", args: []string{"--set", "privileged=true", "--set", "troubleshooting.enabled=true"}, privileged: true, hostProc: true},
 		{name: "privileged with repair in place", args: []string{"--set", "privileged=true", "--set", "repair.repairPods=true"}, privileged: true, hostProc: true},
-		{name: "privileged and nothing else", args: []string{"--set", "privileged=true", "--set", "repair.enabled=false"}, privileged: true},
+		{name: "privileged and nothing else", args: []string{"--set", "privileged=true", "--set", "repair.enabled=false"}, privileged: true, toolDirs: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -856,6 +920,7 @@ func TestPrivilegeFollowsTheSwitches(t *testing.T) {
 			if proc != c.hostProc {
 				t.Errorf("node's /proc mounted: %v, want %v", proc, c.hostProc)
 			}
+			wantToolDirs(t, m, c.toolDirs)
 			checkSecurityContextRules(t, m)
 		})
 	}
