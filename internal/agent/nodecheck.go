@@ -58,6 +58,13 @@ func (a *agent) reconcileNode() (retry bool) {
 	if c.Tools != nil {
 		attrs = append(attrs, "detected", c.Tools.Detected, "restore", c.Tools.Restore)
 	}
+	if len(c.Families) > 0 {
+		kernel := "took an IPv4 pod's rules and a dual-stack pod's"
+		if len(c.Families) == 1 {
+			kernel = "took an IPv4 pod's rules; IPv6 not tried: " + c.IPv6Skipped
+		}
+		attrs = append(attrs, "kernel", kernel)
+	}
 	if len(c.NotChecked) > 0 {
 		attrs = append(attrs, "notChecked", strings.Join(c.NotChecked, "; "), "hint", nodeCheckMoreHint)
 	}

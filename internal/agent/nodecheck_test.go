@@ -132,7 +132,8 @@ func (p *agentProc) procDir(t *testing.T) string {
 
 // The agent run with the chart's capabilities: with those repair in place and
 // troubleshooting add (NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE) it tries the
-// kernel for each backend and finds nothing missing on this kernel, which runs them all
+// kernel for each backend, a dual-stack pod's rules too (this machine has an
+// IPv6 address), and finds nothing missing on this kernel, which runs them all
 // (no false refusal keeps a working node not ready); with the default set
 // (DAC_OVERRIDE alone) it cannot make a namespace, says the kernel was not
 // tried, why, and which chart values would let it, and is ready.
@@ -146,11 +147,11 @@ func TestTheNodeCheckWithTheChartsCapabilities(t *testing.T) {
 		says       []string
 	}{
 		{"repair in place, iptables detected", netnsCaps, nil,
-			[]string{"node check: this node runs the plugin's rule backend", "backend=iptables-nft"}},
+			[]string{"node check: this node runs the plugin's rule backend", "backend=iptables-nft", "kernel=\"took an IPv4 pod's rules and a dual-stack pod's\""}},
 		{"repair in place, iptables legacy", netnsCaps, []string{"IPTABLES_MODE=legacy"},
 			[]string{"node check: this node runs the plugin's rule backend", "backend=iptables-legacy"}},
 		{"repair in place, native nftables", netnsCaps, []string{"NATIVE_NFTABLES=true"},
-			[]string{"node check: this node runs the plugin's rule backend", "backend=nftables"}},
+			[]string{"node check: this node runs the plugin's rule backend", "backend=nftables", "kernel=\"took an IPv4 pod's rules and a dual-stack pod's\""}},
 		{"the default capabilities", "-all,+dac_override", nil,
 			[]string{"node check: nothing missing for the plugin's rule backend in what this agent can check, the rest not checked", "backend=iptables-nft",
 				"the kernel: not tried, writing a pod's rules in a throwaway network namespace takes CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW, and this agent lacks CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,11 @@ type NodeCheck struct {
 	// Tools are the node's iptables tools the plugin runs (iptables backend, the
 	// node's tools seen).
 	Tools *iptables.Tools
+	// Families are the address families whose rules the kernel took in the
+	// probe, IPv4 first; IPv6Skipped says why IPv6 was not tried when the probe
+	// ran without it.
+	Families    []redirect.Family
+	IPv6Skipped string
 	// NotChecked says, one entry per part, what could not be checked and why
 	// (the node's tools not visible, the capabilities to make a namespace
 	// missing): not a problem of the node's, and the plugin may still fail there.
@@ -52,14 +58,15 @@ var (
 // tools, with the plugin's own choice of them (iptables.NodeTools in view, the
 // node's filesystem as this process sees it: all of it, some of its
 // directories, or nothing), and its kernel, by writing the rules of a pod of
-// Istio's default sidecar capture (IPv4, every port in and out) in a throwaway
-// network namespace (netns.InThrowaway) with the same backend code, within
-// KernelProbeBound. In iptables mode the probe's tools are this process's (the
-// agent's image carries both flavours), in the flavour the node's plugin picks:
-// the node's kernel is what is tried. The node's own namespace is never
-// touched. What cannot be seen is never counted missing: a tool that may be
-// where the view does not reach is NotChecked. It runs nothing of the plugin's
-// ADD, whose cost it leaves as it is: the agent runs it.
+// Istio's default sidecar capture (every port in and out; IPv4, and IPv6 too
+// where the node has IPv6, nodeIPv6) in a throwaway network namespace
+// (netns.InThrowaway) with the same backend code, within KernelProbeBound. In
+// iptables mode the probe's tools are this process's (the agent's image carries
+// both flavours), in the flavour the node's plugin picks: the node's kernel is
+// what is tried. The node's own namespace is never touched. What cannot be seen
+// is never counted missing: a tool that may be where the view does not reach is
+// NotChecked. It runs nothing of the plugin's ADD, whose cost it leaves as it
+// is: the agent runs it.
 func CheckNode(ctx context.Context, cfg *Config, view iptables.NodeView) NodeCheck {
 	var c NodeCheck
 	mode := cfg.IptablesMode
@@ -111,14 +118,24 @@ func CheckNode(ctx context.Context, cfg *Config, view iptables.NodeView) NodeChe
 		c.NotChecked = append(c.NotChecked, "the kernel: not tried, writing a pod's rules in a throwaway network namespace takes CAP_SYS_ADMIN, CAP_NET_ADMIN and CAP_NET_RAW, and this agent lacks "+missing)
 		return c
 	}
-	err := probeKernel(ctx, cfg, mode)
+	families := []redirect.Family{redirect.IPv4}
+	if c.IPv6Skipped = nodeIPv6(); c.IPv6Skipped == "" {
+		families = append(families, redirect.IPv6)
+	}
+	tried, err := probeKernel(ctx, cfg, mode, families)
 	var unprobed *unprobedError
 	switch {
 	case errors.As(err, &unprobed):
 		c.NotChecked = append(c.NotChecked, "the kernel: not tried, "+unprobed.Error())
 	case err != nil:
-		c.Problem = fmt.Errorf("%w: the plugin's %s backend (%s) cannot write a pod's rules on this kernel (tried in a throwaway network namespace): %w: %s",
-			ErrKernelRefused, c.Backend, settingOf(cfg, derefTools(c.Tools, mode)), err, kernelNeeds(cfg.Backend, mode))
+		which := "a pod's rules"
+		if len(tried) > 0 { // a dual-stack pod's, after the IPv4 pod's took
+			which = "a dual-stack pod's IPv6 rules (it took an IPv4 pod's; the node has IPv6)"
+		}
+		c.Problem = fmt.Errorf("%w: the plugin's %s backend (%s) cannot write %s on this kernel (tried in a throwaway network namespace): %w: %s",
+			ErrKernelRefused, c.Backend, settingOf(cfg, derefTools(c.Tools, mode)), which, err, kernelNeeds(cfg.Backend, mode))
+	default:
+		c.Families = tried
 	}
 	return c
 }
@@ -152,14 +169,36 @@ func settingOf(cfg *Config, t iptables.Tools) string {
 func kernelNeeds(b Backend, mode iptables.Mode) string {
 	switch {
 	case b == BackendNftables:
-		return "the kernel needs nf_tables (CONFIG_NF_TABLES, with nft_chain_nat, nft_redir, nft_ct and nft_socket, as modules or built in)"
+		return "the kernel needs nf_tables (CONFIG_NF_TABLES, with nft_chain_nat, nft_redir, nft_ct and nft_socket, as modules or built in; for IPv6 pods CONFIG_NF_TABLES_IPV6)"
 	case mode == iptables.ModeNFT:
-		return "iptables-nft needs the kernel's nf_tables with its xtables compatibility (CONFIG_NF_TABLES, CONFIG_NFT_COMPAT, nft_chain_nat, and the xt_ matches and targets the rules use): " +
+		return "iptables-nft needs the kernel's nf_tables with its xtables compatibility (CONFIG_NF_TABLES, CONFIG_NFT_COMPAT, nft_chain_nat, and the xt_ matches and targets the rules use; for IPv6 pods CONFIG_NF_TABLES_IPV6): " +
 			"a kernel without it runs iptables-legacy, iptables_mode: legacy, where it has ip_tables and the node iptables-legacy"
 	default:
-		return "iptables-legacy needs the kernel's ip_tables (CONFIG_IP_NF_IPTABLES, iptable_nat, iptable_mangle, and the xt_ matches and targets the rules use): " +
+		return "iptables-legacy needs the kernel's ip_tables (CONFIG_IP_NF_IPTABLES, iptable_nat, iptable_mangle, and the xt_ matches and targets the rules use; for IPv6 pods ip6_tables, ip6table_nat and ip6table_mangle): " +
 			"a kernel without it (some build only nf_tables) runs iptables-nft or nftables, native_nftables: true"
 	}
+}
+
+// nodeIPv6 says why this thread's network namespace (the agent's, on the host
+// network: the node's) does not use IPv6, "" when it does: an interface holds
+// an IPv6 address beyond loopback and link-local. A node with IPv6 off
+// (ipv6.disable=1, net.ipv6.conf.all.disable_ipv6=1) or unused starts no IPv6
+// pod, and its kernel's IPv6 tables are not tried: their absence is no problem
+// there.
+func nodeIPv6() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return fmt.Sprintf("the node's addresses could not be read: %v", err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() == nil && !ipn.IP.IsLoopback() && !ipn.IP.IsLinkLocalUnicast() {
+			return ""
+		}
+	}
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return "the node's kernel has IPv6 off (no /proc/sys/net/ipv6: ipv6.disable=1, or built without it)"
+	}
+	return "the node has no IPv6 address beyond loopback and link-local (IPv6 disabled or unused)"
 }
 
 // unprobedError says the kernel probe could not be made (not a kernel's refusal).
@@ -167,63 +206,101 @@ type unprobedError struct{ why string }
 
 func (e *unprobedError) Error() string { return e.why }
 
-// probePlan is the probe's pod: Istio's default sidecar capture, IPv4 (a node
-// with IPv6 off still runs IPv4 pods), every port captured in and out.
-func probePlan() (*redirect.Plan, error) {
+// familyError is a probe's failure in one family.
+type familyError struct {
+	family redirect.Family
+	err    error
+}
+
+func (e *familyError) Error() string { return e.err.Error() }
+func (e *familyError) Unwrap() error { return e.err }
+
+// probePlan is the probe's pod: Istio's default sidecar capture, every port
+// captured in and out, with IPv6 (a dual-stack pod's rules) or without.
+func probePlan(ipv6 bool) (*redirect.Plan, error) {
 	spec := redirect.DefaultSpec()
 	spec.InboundPorts.All = true
 	spec.OutboundCIDRs.All = true
+	spec.IPv6 = ipv6
 	return redirect.Build(spec)
 }
 
-// probeKernel writes probePlan's rules in a throwaway network namespace with the
-// backend cfg names (mode: the flavour the node's plugin uses), within
-// KernelProbeBound.
-func probeKernel(ctx context.Context, cfg *Config, mode iptables.Mode) error {
-	plan, err := probePlan()
-	if err != nil {
-		return &unprobedError{fmt.Sprintf("the probe's plan: %v", err)}
-	}
+// probeKernel writes, with the backend cfg names (mode: the flavour the node's
+// plugin uses), the probe pod's rules in a throwaway network namespace of
+// their own for each of families in turn, IPv4 first (an IPv4 pod's rules,
+// then a dual-stack pod's), within KernelProbeBound, and returns the families
+// the kernel took; a refusal is a *familyError naming the family.
+func probeKernel(ctx context.Context, cfg *Config, mode iptables.Mode, families []redirect.Family) (tried []redirect.Family, err error) {
 	ctx, cancel := context.WithTimeout(ctx, KernelProbeBound)
 	defer cancel()
 	var b capture.Backend
+	cleanup := func() {}
 	if cfg.Backend == BackendNftables {
 		b = nftables.NewBackend()
 	} else {
-		// Its locks in a directory of its own, removed after it, in the plugin's
-		// lock dir (the agent's root filesystem may be read-only, the run dir is
-		// the node's and writable).
+		// Its locks in a directory of its own, in the plugin's lock dir (the
+		// agent's root filesystem may be read-only, the run dir is the node's and
+		// writable), removed after the probe's last tool has ended.
 		xtables := filepath.Join(cfg.AgentRunDir, XtablesDirName)
 		if err := os.MkdirAll(xtables, 0o755); err != nil {
-			return &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
+			return nil, &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
 		}
 		dir, err := os.MkdirTemp(xtables, "node-check-")
 		if err != nil {
-			return &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
+			return nil, &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
 		}
-		defer os.RemoveAll(dir)
 		ib, err := iptables.NewBackend(iptables.Config{Mode: mode, LockDir: dir})
 		if err != nil {
-			return &unprobedError{fmt.Sprintf("this agent's image lacks the tools to try it: %v", err)}
+			os.RemoveAll(dir)
+			return nil, &unprobedError{fmt.Sprintf("this agent's image lacks the tools to try it: %v", err)}
 		}
 		b = ib
+		cleanup = func() { os.RemoveAll(dir) }
 	}
-	done := make(chan error, 1)
+	type result struct {
+		family redirect.Family
+		err    error
+	}
+	results := make(chan result, len(families)) // never blocks the probe after a timeout
 	go func() {
-		done <- netns.InThrowaway(func() error {
-			_, err := b.Apply(ctx, plan)
-			return err
-		})
-	}()
-	select {
-	case err := <-done:
-		if errors.Is(err, netns.ErrNoThrowaway) {
-			return &unprobedError{err.Error()}
+		// The directory goes after the last tool has ended: one that outlives the
+		// bound is killed with ctx, which this function's return cancels.
+		defer cleanup()
+		for _, f := range families {
+			plan, err := probePlan(f == redirect.IPv6)
+			if err != nil {
+				results <- result{f, &unprobedError{fmt.Sprintf("the probe's plan: %v", err)}}
+				return
+			}
+			err = netns.InThrowaway(func() error {
+				_, err := b.Apply(ctx, plan)
+				return err
+			})
+			if errors.Is(err, netns.ErrNoThrowaway) {
+				err = &unprobedError{err.Error()}
+			}
+			results <- result{f, err}
+			if err != nil {
+				return
+			}
 		}
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("no answer within %s (KernelProbeBound): %w", KernelProbeBound, ctx.Err())
+	}()
+	for range families {
+		select {
+		case r := <-results:
+			var unprobed *unprobedError
+			switch {
+			case errors.As(r.err, &unprobed):
+				return tried, unprobed
+			case r.err != nil:
+				return tried, &familyError{r.family, r.err}
+			}
+			tried = append(tried, r.family)
+		case <-ctx.Done():
+			return tried, &familyError{families[len(tried)], fmt.Errorf("no answer within %s (KernelProbeBound): %w", KernelProbeBound, ctx.Err())}
+		}
 	}
+	return tried, nil
 }
 
 // missingCaps names the capabilities the probe needs that this process lacks

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/noderoot"
 	"github.com/istio-cni/istio-cni/test/harness/root"
+	"github.com/istio-cni/istio-cni/test/harness/testns"
 )
 
 // CheckNode judges the node's tools with the plugin's own choice of them, in
@@ -113,6 +116,9 @@ func TestCheckNodeNamesWhatTheNodeLacksForThePluginsBackend(t *testing.T) {
 					t.Errorf("NotChecked[%d] = %q, want it to start %q", i, c.NotChecked[i], s)
 				}
 			}
+			if tc.problem == nil && len(tc.notCheckedSays) == 0 && len(c.Families) == 0 {
+				t.Errorf("Families = %v, want the kernel tried", c.Families)
+			}
 			waitProbeDirsGone(t, tc.cfg.AgentRunDir)
 			if diff := cmp.Diff(before, istioRulesOfThisNamespace(t)); diff != "" {
 				t.Errorf("the probe wrote rules in the test's own network namespace (-before +after):\n%s", diff)
@@ -135,6 +141,87 @@ func waitProbeDirsGone(t *testing.T, runDir string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Errorf("the probe left %d files in the plugin's lock dir, %s first", len(left), left[0].Name())
+}
+
+// The probe tries IPv6 where the node has it (an IPv6 address beyond loopback
+// and link-local in the agent's network namespace, the node's): a kernel that
+// takes a pod's IPv4 rules and refuses a dual-stack pod's IPv6 ones (here
+// ip6tables-legacy-restore's own words for a kernel without ip6_tables, from a
+// stand-in first in PATH) is named with the family; a node with IPv6 disabled,
+// or without an IPv6 address, is not held to it: IPv4 alone is tried, and it
+// says why.
+func TestCheckNodeTriesIPv6WhereTheNodeHasIt(t *testing.T) {
+	root.Require(t)
+	bin := t.TempDir()
+	script := "#!/bin/sh\necho \"ip6tables-legacy-restore v1.8.9 (legacy): can't initialize ip6tables table \\`nat': Table does not exist (do you need to insmod?)\" >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "ip6tables-legacy-restore"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	nsDir := t.TempDir()
+	for _, tc := range []struct {
+		name         string
+		setUp        []string // ip commands in the namespace, the agent's (the node's)
+		problem      bool
+		families     []redirect.Family
+		skippedStart string
+	}{
+		{"an IPv6 address: IPv6 tried, refused", []string{"addr add fd00:10::1/128 dev lo"}, true, nil, ""},
+		{"loopback and link-local only: IPv4 alone", nil, false, []redirect.Family{redirect.IPv4},
+			"the node has no IPv6 address beyond loopback and link-local (IPv6 disabled or unused)"},
+		{"IPv6 disabled (net.ipv6.conf.all.disable_ipv6=1): IPv4 alone", []string{"addr add fd00:10::1/128 dev lo", "sysctl"}, false, []redirect.Family{redirect.IPv4},
+			"the node has no IPv6 address beyond loopback and link-local (IPv6 disabled or unused)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, err := testns.New(nsDir, fmt.Sprintf("node-%d", len(tc.name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { testns.Delete(ns) })
+			cfg := Config{IptablesMode: iptables.ModeLegacy, AgentRunDir: t.TempDir()}
+			var c NodeCheck
+			if err := netns.Do(ns, func() error {
+				for _, cmd := range tc.setUp {
+					if cmd == "sysctl" {
+						for _, dev := range []string{"all", "default", "lo"} {
+							if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+dev+"/disable_ipv6", []byte("1"), 0o644); err != nil {
+								return err
+							}
+						}
+						continue
+					}
+					if out, err := exec.Command("ip", strings.Fields(cmd)...).CombinedOutput(); err != nil {
+						return fmt.Errorf("ip %s: %v: %s", cmd, err, out)
+					}
+				}
+				c = CheckNode(context.Background(), &cfg, iptables.NodeView{Root: noderoot.Debian("legacy").Make(t)})
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.problem {
+				if !errors.Is(c.Problem, ErrKernelRefused) {
+					t.Fatalf("Problem = %v, want ErrKernelRefused", c.Problem)
+				}
+				for _, s := range []string{"cannot write a dual-stack pod's IPv6 rules (it took an IPv4 pod's; the node has IPv6) on this kernel", "Table does not exist",
+					"for IPv6 pods ip6_tables, ip6table_nat and ip6table_mangle"} {
+					if !strings.Contains(c.Problem.Error(), s) {
+						t.Errorf("Problem %q does not say %q", c.Problem, s)
+					}
+				}
+				return
+			}
+			if c.Problem != nil || len(c.NotChecked) > 0 {
+				t.Fatalf("Problem = %v, NotChecked = %q, want neither", c.Problem, c.NotChecked)
+			}
+			if diff := cmp.Diff(tc.families, c.Families); diff != "" {
+				t.Errorf("Families (-want +got):\n%s", diff)
+			}
+			if c.IPv6Skipped != tc.skippedStart {
+				t.Errorf("IPv6Skipped = %q, want %q", c.IPv6Skipped, tc.skippedStart)
+			}
+		})
+	}
 }
 
 // A kernel that refuses the flavour's tables (here legacy iptables' own words
