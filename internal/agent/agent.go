@@ -974,9 +974,10 @@ func removeStaleConfTemps(dir string) {
 }
 
 // removeStaleRunDirFiles deletes what a killed agent or plugin left in the run
-// directory: a half-written kubeconfig or TLS session (".NAME.tmp-*") and the
-// directory of a socket being made (unixsock.TempDirPrefix), each unless a live
-// writer holds it (livetemp), and, when this agent keeps no pod
+// directory: a half-written kubeconfig or TLS session (".NAME.tmp-*"), the
+// directory of a socket being made (unixsock.TempDirPrefix) and a node check's
+// probe locks (plugin.ProbeDirPrefix), each unless a live writer holds it
+// (livetemp), and, when this agent keeps no pod
 // cache, the pod files of an agent that did. No plugin reads them (no live agent
 // holds their lock, kube.AgentPodFilesLock), but nothing else would remove them.
 func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
@@ -991,6 +992,10 @@ func removeStaleRunDirFiles(s *Settings, log *slog.Logger) {
 	// The plugin's: the node's iptables-nft version being written (its GC removes
 	// them too, but containerd does not run GC).
 	iptables.RemoveAbandonedVersionTemps(filepath.Join(s.RunDir, plugin.XtablesDirName))
+	// A node check's kernel probe cut short by the agent's death: its lock directory.
+	if n := plugin.RemoveAbandonedProbeDirs(s.RunDir); n > 0 {
+		log.Info("removed the lock directories of node checks a killed agent left", "dir", filepath.Join(s.RunDir, plugin.XtablesDirName), "count", n)
+	}
 	if !s.PodCache {
 		dir := filepath.Join(s.RunDir, kube.AgentPodFilesDir)
 		if _, err := os.Lstat(dir); err == nil {

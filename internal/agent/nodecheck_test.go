@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -318,5 +319,49 @@ func TestTheDefaultChartsAgentSeesANodeWithoutIptables(t *testing.T) {
 				t.Errorf("istio_cni_plugin_backend_unusable = %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// An agent killed in the middle of its node check's kernel probe (here its
+// iptables-legacy-restore hangs, a stand-in first in PATH) leaves the probe's
+// lock directory in the run dir's xtables/; the next agent's start removes it,
+// and says so. (A live probe's, another agent's during a rolling update, stays:
+// plugin's TestRemoveAbandonedProbeDirsLeavesALiveProbesDir.)
+func TestAKilledAgentsProbeDirIsRemovedAtTheNextStart(t *testing.T) {
+	root.Require(t)
+	t.Parallel()
+	n := newNode(t)
+	n.writeCalico(t)
+	bin := t.TempDir()
+	pidFile := filepath.Join(bin, "pid")
+	standIn := "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'iptables-legacy-restore v1.8.9 (legacy)'; exit 0; }\necho $$ > " + pidFile + "\nexec sleep 60\n"
+	writeFile(t, filepath.Join(bin, "iptables-legacy-restore"), []byte(standIn), 0o755)
+	proc := fakeProc(t, noderoot.Debian("legacy").Make(t))
+	killed := n.startAgent(t, "PATH="+bin+":"+os.Getenv("PATH"), "IPTABLES_MODE=legacy", "REPAIR_PROC_DIR="+proc)
+	var left []string
+	eventually(t, 10*time.Second, "the probe's lock directory and its hanging tool", func() bool {
+		left, _ = filepath.Glob(filepath.Join(n.runDir, "xtables", "node-check-*"))
+		_, err := os.Stat(pidFile)
+		return len(left) == 1 && err == nil
+	})
+	killed.kill()
+	pid, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toolPID int
+	fmt.Sscan(string(pid), &toolPID)
+	if err := syscall.Kill(toolPID, syscall.SIGKILL); err != nil {
+		t.Fatalf("end the hanging tool %d: %v", toolPID, err)
+	}
+	if _, err := os.Stat(left[0]); err != nil {
+		t.Fatalf("the killed agent's probe directory is gone before the next start: %v", err)
+	}
+
+	next := n.startAgent(t, "IPTABLES_MODE=legacy", "REPAIR_PROC_DIR="+proc)
+	next.waitReady(t)
+	next.waitLog(t, "the removal said", `removed the lock directories of node checks a killed agent left.*count=1`)
+	if _, err := os.Stat(left[0]); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after the next agent's start (%v)", left[0], err)
 	}
 }

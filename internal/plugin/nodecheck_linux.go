@@ -13,6 +13,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/livetemp"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -53,6 +54,11 @@ var (
 	ErrNodeToolsMissing = errors.New("the node lacks the plugin's tools")
 	ErrKernelRefused    = errors.New("the node's kernel refuses the plugin's rules")
 )
+
+// ProbeDirPrefix starts the name of the directory, in the plugin's xtables
+// directory, where a kernel probe keeps its locks (livetemp: an agent's start
+// removes one a killed probe left, RemoveAbandonedProbeDirs).
+const ProbeDirPrefix = "node-check-"
 
 // CheckNode says whether the node can run the backend cfg gives the plugin: its
 // tools, with the plugin's own choice of them (iptables.NodeTools in view, the
@@ -240,22 +246,28 @@ func probeKernel(ctx context.Context, cfg *Config, mode iptables.Mode, families 
 	} else {
 		// Its locks in a directory of its own, in the plugin's lock dir (the
 		// agent's root filesystem may be read-only, the run dir is the node's and
-		// writable), removed after the probe's last tool has ended.
+		// writable), held (livetemp) until the probe's last tool has ended and
+		// the directory is gone: an agent killed meanwhile leaves it unlocked,
+		// and the next agent's start removes it (RemoveAbandonedProbeDirs).
 		xtables := filepath.Join(cfg.AgentRunDir, XtablesDirName)
 		if err := os.MkdirAll(xtables, 0o755); err != nil {
 			return nil, &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
 		}
-		dir, err := os.MkdirTemp(xtables, "node-check-")
+		dir, release, err := livetemp.MkdirTemp(xtables, ProbeDirPrefix)
 		if err != nil {
 			return nil, &unprobedError{fmt.Sprintf("a directory for the probe's locks: %v", err)}
 		}
 		ib, err := iptables.NewBackend(iptables.Config{Mode: mode, LockDir: dir})
 		if err != nil {
 			os.RemoveAll(dir)
+			release()
 			return nil, &unprobedError{fmt.Sprintf("this agent's image lacks the tools to try it: %v", err)}
 		}
 		b = ib
-		cleanup = func() { os.RemoveAll(dir) }
+		cleanup = func() {
+			os.RemoveAll(dir)
+			release()
+		}
 	}
 	type result struct {
 		family redirect.Family
@@ -301,6 +313,24 @@ func probeKernel(ctx context.Context, cfg *Config, mode iptables.Mode, families 
 		}
 	}
 	return tried, nil
+}
+
+// RemoveAbandonedProbeDirs removes from the plugin's xtables directory in
+// runDir the lock directories of kernel probes that a killed agent left
+// (ProbeDirPrefix), never one a live probe holds (livetemp: another agent's,
+// during a rolling update), and returns how many it removed. An agent's start
+// runs it.
+func RemoveAbandonedProbeDirs(runDir string) (removed int) {
+	dir := filepath.Join(runDir, XtablesDirName)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), ProbeDirPrefix) {
+			if ok, _ := livetemp.RemoveAbandoned(filepath.Join(dir, e.Name())); ok {
+				removed++
+			}
+		}
+	}
+	return removed
 }
 
 // missingCaps names the capabilities the probe needs that this process lacks

@@ -251,6 +251,83 @@ func TestCheckNodeNamesAKernelThatRefusesTheFlavour(t *testing.T) {
 	}
 }
 
+// A probe's lock directory that a killed agent left (no live probe holds its
+// lock) goes at the next agent's start; one a live probe holds (another
+// agent's, during a rolling update: here a probe whose iptables-legacy-restore,
+// a stand-in first in PATH, hangs) stays, and goes with the probe.
+func TestRemoveAbandonedProbeDirsLeavesALiveProbesDir(t *testing.T) {
+	root.Require(t)
+	runDir := t.TempDir()
+	xtables := filepath.Join(runDir, XtablesDirName)
+	killed := filepath.Join(xtables, ProbeDirPrefix+"killed")
+	if err := os.MkdirAll(killed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(xtables, "pod-lock-not-a-probe")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	pidFile := filepath.Join(bin, "pid")
+	// It answers the backend's --version (asked under a bound of its own) and
+	// hangs on the restore, which the probe's context ends.
+	standIn := "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'iptables-legacy-restore v1.8.9 (legacy)'; exit 0; }\necho $$ > " + pidFile + "\nexec sleep 30\n"
+	if err := os.WriteFile(filepath.Join(bin, "iptables-legacy-restore"), []byte(standIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan NodeCheck, 1)
+	t.Cleanup(func() {
+		// Whatever failed: the probe ends, and so does its tool, before the test.
+		cancel()
+		<-done
+		pid, err := os.ReadFile(pidFile)
+		if err != nil {
+			return
+		}
+		proc := "/proc/" + strings.TrimSpace(string(pid))
+		for range 200 {
+			if _, err := os.Stat(proc); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Errorf("the probe's tool (%s) outlived the probe", proc)
+	})
+	go func() {
+		done <- CheckNode(ctx, &Config{IptablesMode: iptables.ModeLegacy, AgentRunDir: runDir}, iptables.NodeView{Root: noderoot.Debian("legacy").Make(t)})
+	}()
+	var live []string
+	for range 500 {
+		live, _ = filepath.Glob(filepath.Join(xtables, ProbeDirPrefix+"[^k]*"))
+		if _, err := os.Stat(pidFile); err == nil && len(live) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(live) != 1 {
+		t.Fatalf("no live probe's directory in %s", xtables)
+	}
+
+	if got := RemoveAbandonedProbeDirs(runDir); got != 1 {
+		t.Errorf("removed %d, want 1", got)
+	}
+	for path, want := range map[string]bool{killed: false, live[0]: true, other: true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s there: %v, want %v", path, err == nil, want)
+		}
+	}
+	cancel()
+	for range 500 {
+		if _, err := os.Stat(live[0]); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("%s is left after its probe ended", live[0])
+}
+
 // istioRulesOfThisNamespace is every line of this process's network namespace's
 // rules that names Istio's chains or our tables, in the three ways they are
 // written.
