@@ -40,13 +40,15 @@ test-node: prereqs
 	KUBE_VERSION=$(KUBE_VERSION) CONTAINERD_VERSION=$(CONTAINERD_VERSION) $(GO) test -count=1 -timeout 30m ./test/node/ ./test/nodee2e/
 
 # test-unit runs the packages whose tests need neither root, a kernel feature nor
-# the cached Kubernetes binaries (they all pass as an unprivileged user); every other
-# test fails loudly without root, and make test runs them all.
+# the cached Kubernetes binaries (they all pass as an unprivileged user), built with
+# the tag unitonly, which leaves out their few test files that need root (those carry
+# //go:build !unitonly; test/layout checks it); every other test fails loudly
+# without root, and make test runs them all.
 UNIT_PKGS := ./internal/redirect/ ./internal/plugin/ ./internal/cnicmd/ ./internal/cniconf/ ./internal/istioiptables/ \
 	./internal/kube/ ./internal/cli/ ./internal/settings/ ./internal/pluginlog/ ./internal/ownfile/ ./internal/regularfile/ ./internal/apibound/ ./internal/unixsock/ \
 	./hack/hostcheck/ ./test/harness/trace/
 test-unit:
-	$(GO) test -count=1 $(UNIT_PKGS)
+	$(GO) test -count=1 -tags unitonly $(UNIT_PKGS)
 
 # test-race runs the product packages' tests under the race detector, with the
 # binaries they build (install-cni, istio-cni, istio-iptables) race-built too (they

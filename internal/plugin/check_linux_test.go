@@ -1,3 +1,5 @@
+//go:build !unitonly
+
 package plugin
 
 import (

@@ -96,3 +96,41 @@ func TestProductPackagesImportNoHarnessCode(t *testing.T) {
 		}
 	}
 }
+
+// make test-unit runs its packages (the Makefile's UNIT_PKGS) as an unprivileged
+// user with the build tag unitonly: no test file built under that tag may need
+// root (root.Require); such a file carries //go:build !unitonly, and make test,
+// which runs as root without the tag, runs it.
+func TestUnitPackagesHoldNoRootTestUnderTheUnitTag(t *testing.T) {
+	mk, err := os.ReadFile(filepath.Join(moduleRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(mk), "\nUNIT_PKGS :=")
+	if !ok {
+		t.Fatal("the Makefile has no UNIT_PKGS")
+	}
+	var pkgs []string
+	for _, line := range strings.Split(rest, "\n") {
+		pkgs = append(pkgs, strings.Fields(strings.TrimSuffix(line, "\\"))...)
+		if !strings.HasSuffix(line, "\\") {
+			break
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("UNIT_PKGS names no package")
+	}
+	lines := goList(t, append([]string{"-tags", "unitonly", "-f", `{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}} {{end}}{{range .XTestGoFiles}}{{$d}}/{{.}} {{end}}`}, pkgs...)...)
+	if len(lines) == 0 {
+		t.Fatalf("no test files in %v", pkgs)
+	}
+	for _, f := range lines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "root.Require(") {
+			t.Errorf("%s needs root (root.Require) and is built by make test-unit (tag unitonly): give it //go:build !unitonly", f)
+		}
+	}
+}
