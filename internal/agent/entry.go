@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 )
 
 // Entry builds the plugin's config entry: from the template when one is given
@@ -40,10 +42,74 @@ func Entry(s *Settings, template string) ([]byte, error) {
 		return nil, fmt.Errorf("plugin config entry: \"type\" is %q, want %q (the installed plugin's name%s)",
 			head.Type, s.PluginName(), prefixNote(s))
 	}
-	if _, err := plugin.ParseConfig(entry); err != nil {
+	cfg, err := plugin.ParseConfig(entry)
+	if err != nil {
 		return nil, fmt.Errorf("plugin config entry: %w", err)
 	}
+	if strings.TrimSpace(template) != "" {
+		if err := checkTemplateHolds(s, cfg); err != nil {
+			return nil, err
+		}
+	}
 	return entry, nil
+}
+
+// templatedSettings are the settings (by flag name) that the generated entry
+// carries and a template's entry replaces: Istio's install-cni builds its entry
+// from them.
+var templatedSettings = []string{"exclude-namespaces", "plugin-log-level", "native-nftables", "iptables-mode"}
+
+// checkTemplateHolds refuses a setting of templatedSettings that a flag or
+// variable gives and the template's entry does not hold: the entry is used as
+// written, so the setting would be ignored (EXCLUDE_NAMESPACES from Istio's
+// ConfigMap beside an older chart's CNI_NETWORK_CONFIG: the plugin would not skip
+// the namespaces it names). A placeholder (__LOG_LEVEL__) holds its setting.
+func checkTemplateHolds(s *Settings, cfg *plugin.Config) error {
+	var errs []error
+	differs := func(name, entry string) {
+		if given, ok := s.given[name]; ok {
+			errs = append(errs, fmt.Errorf("%s: %s, but the entry it gives %s: the agent uses a template's entry as written, "+
+				"so the setting would be ignored; write it into the template, or unset the setting", templateName(s), given, entry))
+		}
+	}
+	if want, got := namespaceSet(s.ExcludeNamespaces), namespaceSet(cfg.ExcludeNamespaces); !slices.Equal(want, got) {
+		differs("exclude-namespaces", fmt.Sprintf("excludes %s (exclude_namespaces)", namespacesText(got)))
+	}
+	if s.PluginLogLevel != cfg.LogLevel {
+		differs("plugin-log-level", fmt.Sprintf("logs at %s (plugin_log_level)", cfg.LogLevel))
+	}
+	if s.NativeNftables != (cfg.Backend == plugin.BackendNftables) {
+		differs("native-nftables", fmt.Sprintf("has native_nftables %t", cfg.Backend == plugin.BackendNftables))
+	}
+	if s.IptablesMode != cfg.IptablesMode {
+		mode := string(cfg.IptablesMode)
+		if cfg.IptablesMode == iptables.ModeAuto {
+			mode = "auto (detected)"
+		}
+		differs("iptables-mode", "has iptables_mode "+mode)
+	}
+	return errors.Join(errs...)
+}
+
+func templateName(s *Settings) string {
+	if s.NetworkConfigFile != "" {
+		return "CNI_NETWORK_CONFIG_FILE " + strconv.Quote(s.NetworkConfigFile)
+	}
+	return "CNI_NETWORK_CONFIG"
+}
+
+// namespaceSet is names sorted, each once.
+func namespaceSet(names []string) []string {
+	set := slices.Clone(names)
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
+func namespacesText(names []string) string {
+	if len(names) == 0 {
+		return "no namespace"
+	}
+	return redirect.Quote(strings.Join(names, ","))
 }
 
 func prefixNote(s *Settings) string {

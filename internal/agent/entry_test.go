@@ -165,6 +165,66 @@ func TestLegacyTemplatesAPIRootIsAURLOnAnIPv6Cluster(t *testing.T) {
 	}
 }
 
+// TestATemplateHoldsTheSettingsGivenBesideIt: the agent uses a template's entry
+// as written, so a plugin setting a flag or variable gives beside it, which
+// Istio's install-cni would write into its entry, must be in the entry too, or
+// the agent refuses to start naming both: before, an EXCLUDE_NAMESPACES (Istio's
+// ConfigMap's) beside an older chart's CNI_NETWORK_CONFIG was ignored, and the
+// pods of the namespaces it named were captured. A placeholder holds its
+// setting, and a setting left to its default is not checked.
+func TestATemplateHoldsTheSettingsGivenBesideIt(t *testing.T) {
+	cases := []struct {
+		name, template string
+		env            map[string]string
+		want           []string // the error's text; none: accepted
+	}{
+		{"the legacy template, its exclusions and its level placeholder", legacyTemplate,
+			map[string]string{"EXCLUDE_NAMESPACES": "kube-system,istio-system,kube-system", "PLUGIN_LOG_LEVEL": "debug"}, nil},
+		{"every setting as the template has it",
+			`{"type": "istio-cni", "exclude_namespaces": ["a", "b"], "plugin_log_level": "WARN", "native_nftables": true, "iptables_mode": "nft"}`,
+			map[string]string{"EXCLUDED_NAMESPACES": "b,a", "LOG_LEVEL": "warn", "NATIVE_NFTABLES": "true", "IPTABLES_MODE": "nft"}, nil},
+		{"settings left to their defaults", `{"type": "istio-cni", "exclude_namespaces": ["a"], "plugin_log_level": "debug", "native_nftables": true}`, nil, nil},
+		{"Istio's ConfigMap's exclusions beside a template without them", `{"type": "istio-cni"}`,
+			map[string]string{"EXCLUDE_NAMESPACES": "kube-system"},
+			[]string{`CNI_NETWORK_CONFIG: environment variable EXCLUDE_NAMESPACES "kube-system", but the entry it gives excludes no namespace (exclude_namespaces)`,
+				"the setting would be ignored", "write it into the template"}},
+		{"other exclusions than the legacy key's", `{"type": "istio-cni", "kubernetes": {"exclude_namespaces": ["istio-system"]}}`,
+			map[string]string{"EXCLUDED_NAMESPACES": "istio-system,kube-system"},
+			[]string{`environment variable EXCLUDED_NAMESPACES "istio-system,kube-system"`, `excludes "istio-system" (exclude_namespaces)`}},
+		{"native nftables the template does not ask for", `{"type": "istio-cni"}`, map[string]string{"NATIVE_NFTABLES": "true"},
+			[]string{`environment variable NATIVE_NFTABLES "true"`, "has native_nftables false"}},
+		{"iptables asked for, native nftables in the template", `{"type": "istio-cni", "native_nftables": true}`, map[string]string{"NATIVE_NFTABLES": "false"},
+			[]string{`environment variable NATIVE_NFTABLES "false"`, "has native_nftables true"}},
+		{"an iptables mode the template leaves to detection", `{"type": "istio-cni"}`, map[string]string{"IPTABLES_MODE": "legacy"},
+			[]string{`environment variable IPTABLES_MODE "legacy"`, "has iptables_mode auto (detected)"}},
+		{"another plugin level", `{"type": "istio-cni", "plugin_log_level": "info"}`, map[string]string{"PLUGIN_LOG_LEVEL": "debug"},
+			[]string{`environment variable PLUGIN_LOG_LEVEL "debug"`, "logs at info (plugin_log_level)"}},
+		{"the plugin's scope of the agent's level", `{"type": "istio-cni", "plugin_log_level": "info"}`, map[string]string{"AGENT_LOG_LEVEL": "default:info,cni-plugin:debug"},
+			[]string{`environment variable AGENT_LOG_LEVEL "default:info,cni-plugin:debug"`, "logs at info"}},
+		{"every setting named at once", `{"type": "istio-cni"}`,
+			map[string]string{"EXCLUDE_NAMESPACES": "a", "NATIVE_NFTABLES": "true", "PLUGIN_LOG_LEVEL": "debug"},
+			[]string{"EXCLUDE_NAMESPACES", "NATIVE_NFTABLES", "PLUGIN_LOG_LEVEL"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParse(t, tc.env)
+			_, err := Entry(&s, tc.template)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Entry: %v", err)
+				}
+				return
+			}
+			wanterr.Mentions(t, err, tc.want...)
+		})
+	}
+	t.Run("the file's name for CNI_NETWORK_CONFIG_FILE", func(t *testing.T) {
+		s := mustParse(t, map[string]string{"EXCLUDE_NAMESPACES": "a", "CNI_NETWORK_CONFIG_FILE": "/etc/istio-cni/entry.json"})
+		_, err := Entry(&s, `{"type": "istio-cni"}`)
+		wanterr.Mentions(t, err, `CNI_NETWORK_CONFIG_FILE "/etc/istio-cni/entry.json": environment variable EXCLUDE_NAMESPACES "a"`)
+	})
+}
+
 func TestTemplateValuesAreJSONEscaped(t *testing.T) {
 	s := mustParse(t, map[string]string{"CNI_BIN_DIR": `/opt/we"ird\bin`})
 	got, err := Entry(&s, `{"type": "istio-cni", "kubernetes": {"cni_bin_dir": "__CNI_BIN_DIR__"}}`)

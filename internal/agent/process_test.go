@@ -507,6 +507,8 @@ func TestAgentRefusesToStartOnSettingsTheNodeContradicts(t *testing.T) {
 		{"a bad setting", []string{"KUBECONFIG_MODE=999"}, `invalid environment variable KUBECONFIG_MODE: "999" is not an octal file mode`},
 		{"no plugin in the image dir", []string{"CNI_BIN_SOURCE_DIR=/"}, "CNI_BIN_SOURCE_DIR / holds no istio-cni binary"},
 		{"a template the plugin would refuse", []string{`CNI_NETWORK_CONFIG={"type": "istio-cni", "exclude_namespaces": ["Bad"]}`}, `"exclude_namespaces": "Bad" is not a namespace name`},
+		{"a setting the template does not hold", []string{`CNI_NETWORK_CONFIG={"type": "istio-cni", "exclude_namespaces": ["kube-system"]}`, "EXCLUDE_NAMESPACES=istio-system,kube-system"},
+			`CNI_NETWORK_CONFIG: environment variable EXCLUDE_NAMESPACES "istio-system,kube-system", but the entry it gives excludes "kube-system" (exclude_namespaces)`},
 		{"a missing secondary bin dir", []string{"SECONDARY_BIN_DIR=/nonexistent-bin"}, `SECONDARY_BIN_DIR "/nonexistent-bin" is not a directory`},
 		{"repair in place without the node's /proc", []string{"REPAIR_ENABLED=true", "REPAIR_REPAIR_PODS=true", "REPAIR_PROC_DIR=/nonexistent-proc", "NODE_NAME=node-a"},
 			`REPAIR_PROC_DIR "/nonexistent-proc" is not a directory, so repair in place (REPAIR_REPAIR_PODS=true) could enter no pod's network namespace`},
@@ -515,7 +517,10 @@ func TestAgentRefusesToStartOnSettingsTheNodeContradicts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			n := newNode(t)
-			cmd := exec.Command(built.agentBin)
+			// An agent that starts instead is stopped, and fails the case.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, built.agentBin)
 			cmd.Env = n.env(tc.env...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

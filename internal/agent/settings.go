@@ -19,6 +19,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/multus"
 	"github.com/istio-cni/istio-cni/internal/nad"
 	"github.com/istio-cni/istio-cni/internal/plugin"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/repair"
 	"github.com/istio-cni/istio-cni/internal/settings"
 	"github.com/istio-cni/istio-cni/internal/taint"
@@ -139,6 +140,12 @@ type Settings struct {
 	// campaigns to keep the NetworkAttachmentDefinition in meshed namespaces
 	// (MULTUS_*).
 	Multus nad.Config
+
+	// given are the settings of templatedSettings that a flag or variable gives,
+	// by flag name, each with where its value comes from and the value
+	// (`environment variable EXCLUDE_NAMESPACES "a,b"`): a template's entry must
+	// hold them (checkTemplateHolds).
+	given map[string]string
 }
 
 // Defaults, Istio's where Istio has one.
@@ -576,12 +583,19 @@ func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, erro
 	if err := table.Parse(&s, args, lookupEnv); err != nil {
 		return Settings{}, err
 	}
+	s.given = map[string]string{}
+	for _, name := range templatedSettings {
+		if v, source, ok := table.Lookup(name, args, lookupEnv); ok {
+			s.given[name] = source + " " + redirect.Quote(v)
+		}
+	}
 	// Istio's cni-plugin (or all) scope sets the plugin's level unless the plugin's
 	// own setting is given.
-	if levels, ok := table.Lookup("log_output_level", args, lookupEnv); ok {
+	if levels, source, ok := table.Lookup("log_output_level", args, lookupEnv); ok {
 		if l, ok := cli.ScopeLevel(levels, PluginLogScope); ok {
-			if _, given := table.Lookup("plugin-log-level", args, lookupEnv); !given {
+			if _, given := s.given["plugin-log-level"]; !given {
 				s.PluginLogLevel = l
+				s.given["plugin-log-level"] = source + " " + redirect.Quote(levels)
 			}
 		}
 	}

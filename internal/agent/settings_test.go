@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/istio-cni/istio-cni/internal/cli"
 	"github.com/istio-cni/istio-cni/internal/iptables"
@@ -297,7 +298,7 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			}
 			want := defaults()
 			tc.want(&want)
-			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmpopts.IgnoreUnexported(Settings{})); diff != "" {
 				t.Errorf("settings (-want +got):\n%s", diff)
 			}
 		})
@@ -335,7 +336,7 @@ func TestParseGivesIstiosChartEnvironmentIstiosMeaning(t *testing.T) {
 	want.Taint.Identity, want.Taint.AgentNamespace = "istio-cni-node-x1", "istio-system"
 	want.Multus.Identity, want.Multus.LeaseNamespace = "istio-cni-node-x1", "istio-system"
 	want.Repair.ProcDir = "/host/proc"
-	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmpopts.IgnoreUnexported(Settings{})); diff != "" {
 		t.Errorf("settings (-Istio's meaning +got):\n%s", diff)
 	}
 }

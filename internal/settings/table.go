@@ -204,11 +204,13 @@ func (t Table[T]) invalidValue(bad *pflag.InvalidValueError) error {
 }
 
 // Lookup is the value the setting named name takes from its flag in args or from
-// one of its variables (set and not blank), and whether it takes one from there
-// rather than from its Default: for a command where one setting may stand in for
-// another that is not given. Parse reports any error in args; here they only make
-// the flag count as not given.
-func (t Table[T]) Lookup(name string, args []string, lookupEnv func(string) (string, bool)) (string, bool) {
+// one of its variables (set and not blank), where it takes it from ("flag --x" or
+// "environment variable X", as Parse's errors name it), and whether it takes one
+// from there rather than from its Default: for a command where one setting may
+// stand in for another that is not given, or must agree with what is given.
+// Parse reports any error in args; here they only make the flag count as not
+// given.
+func (t Table[T]) Lookup(name string, args []string, lookupEnv func(string) (string, bool)) (value, source string, ok bool) {
 	fs := t.FlagSet()
 	fs.SetOutput(io.Discard)
 	flagOK := fs.Parse(args) == nil
@@ -217,12 +219,15 @@ func (t Table[T]) Lookup(name string, args []string, lookupEnv func(string) (str
 			continue
 		}
 		if flagOK && fs.Changed(name) {
-			return fs.Lookup(name).Value.String(), true
+			return fs.Lookup(name).Value.String(), "flag " + s.flag(), true
 		}
-		v, _, ok := s.fromEnv(lookupEnv)
-		return v, ok
+		v, env, ok := s.fromEnv(lookupEnv)
+		if !ok {
+			return "", "", false
+		}
+		return v, "environment variable " + env, true
 	}
-	return "", false
+	return "", "", false
 }
 
 // Field is a Set that parses the value with parse and stores the result in the

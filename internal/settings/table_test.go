@@ -99,6 +99,40 @@ func TestParseAppliesFlagsThenVariablesThenDefaults(t *testing.T) {
 	}
 }
 
+// TestLookupSaysWhereAGivenValueComesFrom: the value a setting takes from its flag
+// or a variable, named as Parse's errors name it, and nothing for a setting left
+// to its Default.
+func TestLookupSaysWhereAGivenValueComesFrom(t *testing.T) {
+	type found struct {
+		Value, Source string
+		OK            bool
+	}
+	cases := []struct {
+		name, setting string
+		args          []string
+		env           map[string]string
+		want          found
+	}{
+		{"not given", "port", nil, nil, found{}},
+		{"the flag, over its variable", "port", []string{"--port=8080"}, map[string]string{"PORT": "9090"}, found{"8080", "flag -p/--port", true}},
+		{"the variable", "port", nil, map[string]string{"PORT": "9090"}, found{"9090", "environment variable PORT", true}},
+		{"of several variables the one Parse reads", "name", nil, map[string]string{"OLD_NAME": "old", "NAME": "new"}, found{"new", "environment variable NAME", true}},
+		{"a blank variable is not given", "name", nil, map[string]string{"NAME": " "}, found{}},
+		{"a switch alone", "on", []string{"--on"}, nil, found{"true", "flag --on", true}},
+		{"a bad argument leaves the flag not given", "port", []string{"--nonexistent"}, map[string]string{"PORT": "9090"}, found{"9090", "environment variable PORT", true}},
+		{"no such setting", "nonexistent", nil, nil, found{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got found
+			got.Value, got.Source, got.OK = testTable(true).Lookup(tc.setting, tc.args, envOf(tc.env))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Lookup (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestEmptyIsValuePassesASetButEmptyVariable(t *testing.T) {
 	tbl := Table[conf]{Command: "demo", Settings: []Setting[conf]{
 		{Envs: []string{"GROUPS"}, EmptyIsValue: true, Usage: "groups (unset: all; empty: none)",
