@@ -149,7 +149,7 @@ const (
 const (
 	ReasonConfig      = "config"       // the network config on stdin
 	ReasonPrevResult  = "prev_result"  // the previous plugin's result
-	ReasonCNIArgs     = "cni_args"     // CNI_ARGS lacks the pod's name or namespace
+	ReasonCNIArgs     = "cni_args"     // a CNI_ARGS pair is not KEY=VALUE
 	ReasonPodLookup   = "pod_lookup"   // the pod (or its namespace) could not be read
 	ReasonPodSettings = "pod_settings" // the pod's annotations or the config make no valid plan
 	ReasonBackend     = "backend"      // the rule backend could not be set up
