@@ -26,7 +26,8 @@ import (
 // and removes what it had added (what a restore wrote before it failed), and adds
 // no TPROXY routing nor IPv6 passthrough address: a namespace is never left
 // half-captured. The same for a pod with hostUsers: false, whose iptables tools
-// run in its user namespace.
+// run in its user namespace. The rules are read with the backend's own tools
+// (liveRules).
 func TestFailedApplyLeavesNothing(t *testing.T) {
 	root.Require(t)
 	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldOwnerGroupsInclude: "no-such-group-x", redirect.FieldIPv6: "true"}.Plan(t)
@@ -55,11 +56,10 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 				if !strings.Contains(err.Error(), "no-such-group-x") {
 					t.Errorf("Apply: %v; want it refused at the unknown owner group no-such-group-x", err)
 				}
-				for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}, {"ip", "rule"}, {"ip", "-6", "addr", "show", "dev", "lo"}} {
-					out := testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
+				for what, out := range leftovers(t, ns, name, []string{"ip", "rule"}, []string{"ip", "-6", "addr", "show", "dev", "lo"}) {
 					for _, leftover := range []string{"ISTIO_", "istio-proxy", "lookup 133", "::6/128"} {
 						if strings.Contains(out, leftover) {
-							t.Errorf("after a failed apply, %v shows %q:\n%s", cmd, leftover, out)
+							t.Errorf("after a failed apply, %s shows %q:\n%s", what, leftover, out)
 						}
 					}
 				}
@@ -133,11 +133,10 @@ func TestApplyCutOffByItsBoundLeavesNothing(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Apply: %v; want it stopped by its bound", err)
 			}
-			for _, cmd := range [][]string{{"iptables-legacy-save"}, {"ip", "rule"}, {"ip", "-6", "rule"}, {"ip", "-6", "addr", "show", "dev", "lo"}} {
-				out := testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
+			for what, out := range leftovers(t, ns, b.Name(), []string{"ip", "rule"}, []string{"ip", "-6", "rule"}, []string{"ip", "-6", "addr", "show", "dev", "lo"}) {
 				for _, leftover := range []string{"ISTIO_", "lookup 133", "::6/128"} {
 					if strings.Contains(out, leftover) {
-						t.Errorf("after an apply cut off by its bound, %v shows %q:\n%s", cmd, leftover, out)
+						t.Errorf("after an apply cut off by its bound, %s shows %q:\n%s", what, leftover, out)
 					}
 				}
 			}
@@ -204,8 +203,8 @@ func TestAFailedApplyLeavesTheCaptureItFoundInPlace(t *testing.T) {
 // TestAFailedApplyRemovesTheRoutingItAdded: an apply that fails after it added
 // routing (here a dual-stack TPROXY plan in a namespace with IPv6 off: its
 // rules and IPv4's route and rule go in, IPv6's route is refused) removes what
-// it added, its rules too, and nothing else: IPv4's rule, when it was there
-// before the apply started, stays.
+// it added, its rules too (read with the backend's own tools, liveRules), and
+// nothing else: IPv4's rule, when it was there before the apply started, stays.
 func TestAFailedApplyRemovesTheRoutingItAdded(t *testing.T) {
 	root.Require(t)
 	plan := specs.Settings{redirect.FieldMode: "TPROXY", redirect.FieldInboundPorts: "*", redirect.FieldOutboundCIDRs: "*", redirect.FieldIPv6: "true"}.Plan(t)
@@ -241,11 +240,10 @@ func TestAFailedApplyRemovesTheRoutingItAdded(t *testing.T) {
 				if c.keep == "" && strings.Contains(rules, "lookup 133") {
 					t.Errorf("the failed apply left its rule:\n%s", rules)
 				}
-				for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}, {"ip", "route", "show", "table", "all"}} {
-					out := testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
+				for what, out := range leftovers(t, ns, name, []string{"ip", "route", "show", "table", "all"}) {
 					for _, leftover := range []string{"ISTIO_", "table 133"} {
 						if strings.Contains(out, leftover) {
-							t.Errorf("after the failed apply, %v shows %q:\n%s", cmd, leftover, out)
+							t.Errorf("after the failed apply, %s shows %q:\n%s", what, leftover, out)
 						}
 					}
 				}
@@ -275,15 +273,35 @@ func hangIP6TablesLegacyRestore(t *testing.T) {
 }
 
 // liveRules is the rules of the namespace ns as the tools of backend (a name of
-// backendFactories) print them: both families' iptables-save of its mode
-// (rulestext.Saved), or nft's listing of the ruleset.
+// backendFactories) print them: both families' save tools of its mode, the ones
+// the backend itself runs (iptables.NodeTools; rulestext.Saved), or nft's
+// listing of the ruleset. Not the plain iptables-save: that is whichever
+// variant the node's alternatives chose (here the nft one), and it does not
+// see the other variant's tables, so a check of a legacy backend's rules with
+// it could not fail.
 func liveRules(t *testing.T, ns, backend string) string {
 	t.Helper()
 	if mode, ok := strings.CutPrefix(backend, "iptables-"); ok {
-		return rulestext.Saved(testns.Run(t, ns, exec.Command("iptables-"+mode+"-save"))) + "\n" +
-			rulestext.Saved(testns.Run(t, ns, exec.Command("ip6tables-"+mode+"-save")))
+		tools, err := iptables.NodeTools("/", iptables.Mode(mode))
+		if err != nil {
+			t.Fatalf("the tools of %s: %v", backend, err)
+		}
+		return rulestext.Saved(testns.Run(t, ns, exec.Command(tools.Save[redirect.IPv4]))) + "\n" +
+			rulestext.Saved(testns.Run(t, ns, exec.Command(tools.Save[redirect.IPv6])))
 	}
 	return testns.Run(t, ns, exec.Command("nft", "list", "ruleset"))
+}
+
+// leftovers is what a check for rules and routing left behind in the namespace
+// ns reads, by what it ran: the rules as backend's tools print them (liveRules)
+// and the output of each command of routing.
+func leftovers(t *testing.T, ns, backend string, routing ...[]string) map[string]string {
+	t.Helper()
+	out := map[string]string{"the rules (" + backend + "'s tools)": liveRules(t, ns, backend)}
+	for _, cmd := range routing {
+		out[strings.Join(cmd, " ")] = testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
+	}
+	return out
 }
 
 // liveRouting is capture.RoutingOf without the tentative flag of ::6, which
