@@ -23,9 +23,13 @@ type Explanation struct {
 	Pod      string          `json:"pod"`
 	Decision plugin.Decision `json:"decision"`
 	// Capture summarises the spec in words; Rules are the backend's rules per family.
-	Capture []string          `json:"capture,omitempty"`
-	Backend string            `json:"backend,omitempty"`
-	Rules   map[string]string `json:"rules,omitempty"`
+	Capture []string `json:"capture,omitempty"`
+	// Warnings are what the plugin's ADD warns of for the pod, word for word: each
+	// variable of the sidecar's environment that shapes the capture and holds no
+	// boolean (plugin.PodPlan.EnvNotBool), which the capture takes as false.
+	Warnings []string          `json:"warnings,omitempty"`
+	Backend  string            `json:"backend,omitempty"`
+	Rules    map[string]string `json:"rules,omitempty"`
 	// Error is set when the pod would fail its ADD (for example a bad annotation).
 	Error string `json:"error,omitempty"`
 }
@@ -93,6 +97,9 @@ func explanation(pod *kube.Pod, pp plugin.PodPlan, err error, backend string) Ex
 		return ex
 	}
 	ex.Capture = Describe(*pp.Spec)
+	for _, e := range pp.EnvNotBool {
+		ex.Warnings = append(ex.Warnings, e.Warning())
+	}
 	ex.Backend = backend
 	ex.Rules = map[string]string{}
 	if backend == "nftables" {
@@ -223,6 +230,18 @@ func decisionLine(b *strings.Builder, d plugin.Decision, addErr string) (capture
 	return false
 }
 
+// captureLines are the lines under the "Decision:" line of a redirected pod, in
+// explain and inspect, one wording for both: the capture in words, then each
+// warning the plugin's ADD logs for the pod.
+func captureLines(b *strings.Builder, capture, warnings []string) {
+	for _, l := range capture {
+		fmt.Fprintf(b, "  %s\n", l)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(b, "  WARNING: %s\n", w)
+	}
+}
+
 // Text renders an explanation for people.
 func (ex Explanation) Text() string {
 	var b strings.Builder
@@ -230,9 +249,7 @@ func (ex Explanation) Text() string {
 	if !decisionLine(&b, ex.Decision, ex.Error) {
 		return b.String()
 	}
-	for _, l := range ex.Capture {
-		fmt.Fprintf(&b, "  %s\n", l)
-	}
+	captureLines(&b, ex.Capture, ex.Warnings)
 	keys := make([]string, 0, len(ex.Rules))
 	for k := range ex.Rules {
 		keys = append(keys, k)

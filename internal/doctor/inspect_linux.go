@@ -41,6 +41,9 @@ type Inspection struct {
 	Config   ConfigSource    `json:"config"`
 	Decision plugin.Decision `json:"decision"`
 	Capture  []string        `json:"capture,omitempty"`
+	// Warnings are what the plugin's ADD warns of for the pod (see
+	// Explanation.Warnings): the pod is captured, maybe not as its author meant.
+	Warnings []string `json:"warnings,omitempty"`
 	// Netns is where the pod's namespace was found (/proc/PID/ns/net or a bind mount).
 	Netns      string `json:"netns"`
 	NetnsInode uint64 `json:"netnsInode"`
@@ -91,7 +94,7 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 
 	pp, perr := plugin.PlanFor(plugin.ArgsFor(pod), cfg, pod, podNS, sandboxOf(pod, nsPath, src.Layout))
 	ex := explanation(pod, pp, perr, "iptables")
-	in.Decision, in.Capture, in.Error = ex.Decision, ex.Capture, ex.Error
+	in.Decision, in.Capture, in.Warnings, in.Error = ex.Decision, ex.Capture, ex.Warnings, ex.Error
 	plan := pp.Plan
 	// A pod the plugin does not redirect must hold no rules of ours: compare with
 	// the empty plan.
@@ -288,9 +291,7 @@ func (in *Inspection) Text() string {
 	fmt.Fprintf(&b, "), backend %s\n", in.Backend)
 	fmt.Fprintf(&b, "Network namespace: %s (inode %d)\n", in.Netns, in.NetnsInode)
 	if decisionLine(&b, in.Decision, in.Error) {
-		for _, l := range in.Capture {
-			fmt.Fprintf(&b, "  %s\n", l)
-		}
+		captureLines(&b, in.Capture, in.Warnings)
 	}
 	if in.Multus != nil {
 		b.WriteString(in.Multus.Text())

@@ -77,8 +77,10 @@ const chainedConflist = `{
 // TestInspectComparesLiveRulesWithWhatThePodRequires runs `inspect` against a real
 // API server and real pod namespaces found through /proc by the pod's address:
 // a pod captured by the plugin's own path (no differences), the same after a rule
-// is deleted by hand (reported), a pod the plugin skips (says which rule), one
-// the plugin skips that holds rules anyway, and the clear errors.
+// is deleted by hand (reported), a pod captured whose sidecar sets a variable
+// that shapes the capture to no boolean (the ADD's warning, the rules as the
+// capture takes it: false), a pod the plugin skips (says which rule), one the
+// plugin skips that holds rules anyway, and the clear errors.
 func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	root.Require(t)
 	cp := startControlPlane(t)
@@ -89,6 +91,9 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	// By hand, as someone debugging might: the inbound jump and one exclusion go.
 	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"))
 	testns.Run(t, brokenNS.path, exec.Command("iptables-nft", "-t", "nat", "-D", "ISTIO_OUTPUT", "-o", "lo", "-s", "127.0.0.6/32", "-j", "RETURN"))
+
+	runCapturedPod(t, cp, e.cfg, injectedPod("dns-yes", withProxyEnv(plugin.EnvDNSCapture, "yes"), withProxyEnv(plugin.EnvInvalidDrop, "on ")),
+		netip.MustParseAddr("10.251.7.7"))
 
 	runPod(t, cp, injectedPod("plain", withoutSidecar), netip.MustParseAddr("10.251.7.3"))
 
@@ -109,6 +114,8 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 		{name: "correct", args: []string{"inspect", "app/web"}, code: 0, golden: "correct.txt"},
 		{name: "correct-json", args: []string{"inspect", "app/web", "-o", "json"}, code: 0, golden: "correct.json"},
 		{name: "rule-deleted", args: []string{"inspect", "app/broken"}, code: 1, golden: "rule-deleted.txt"},
+		{name: "env-not-boolean", args: []string{"inspect", "app/dns-yes"}, code: 0, golden: "env-not-boolean.txt"},
+		{name: "env-not-boolean-json", args: []string{"inspect", "app/dns-yes", "-o", "json"}, code: 0, golden: "env-not-boolean.json"},
 		{name: "not-meshed", args: []string{"inspect", "app/plain"}, code: 3, golden: "not-meshed.txt"},
 		{name: "not-meshed-with-rules", args: []string{"inspect", "app/stray"}, code: 1, golden: "not-meshed-with-rules.txt"},
 		{name: "other-node", args: []string{"inspect", "app/elsewhere"}, code: 1,

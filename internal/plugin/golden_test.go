@@ -17,6 +17,7 @@ import (
 // quietly bless a changed verdict.
 var goldenRules = map[string]Rule{
 	"sidecar-default":              RuleSidecar,
+	"sidecar-env-not-boolean":      RuleSidecar,
 	"native-sidecar-dns-dualstack": RuleSidecar,
 	"ipv6-only":                    RuleSidecar,
 	"openshift-namespace-uid":      RuleSidecar,
@@ -49,7 +50,9 @@ type goldenDecision struct {
 	Pod      string      `json:"pod"`
 	Decision Decision    `json:"decision"`
 	Spec     *goldenSpec `json:"spec,omitempty"`
-	Error    string      `json:"error,omitempty"`
+	// EnvNotBool: what the ADD warns of.
+	EnvNotBool []EnvNotBool `json:"envNotBool,omitempty"`
+	Error      string       `json:"error,omitempty"`
 }
 
 // TestGoldenDecisions runs each API-server-shaped pod in testdata/pods, with its
@@ -94,6 +97,7 @@ func TestGoldenDecisions(t *testing.T) {
 				got.Error = err.Error()
 			} else if pp.Spec != nil {
 				got.Spec = &goldenSpec{Mode: pp.Spec.Mode.String(), Spec: *pp.Spec}
+				got.EnvNotBool = pp.EnvNotBool
 			}
 			out, err := json.MarshalIndent(got, "", "  ")
 			if err != nil {

@@ -449,8 +449,7 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 // proxy runs, which may not be what the pod's author meant ("yes", "on").
 func warnEnvNotBool(log *slog.Logger, notBool []EnvNotBool) {
 	for _, e := range notBool {
-		log.Warn("ADD: a variable of the sidecar's environment is not a boolean (true or false, 1 or 0): the capture takes it as false, as Istio's proxy and istio-init do",
-			"container", e.Container, "variable", e.Name, "value", e.Value)
+		log.Warn("ADD: "+EnvNotBoolWarning, "container", e.Container, "variable", e.Name, "value", e.Value)
 	}
 }
 

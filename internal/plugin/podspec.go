@@ -264,6 +264,17 @@ type EnvNotBool struct {
 	Container, Name, Value string
 }
 
+// EnvNotBoolWarning is what the ADD warns of an EnvNotBool: its log's message,
+// with the container, the variable and the value as fields.
+const EnvNotBoolWarning = "a variable of the sidecar's environment is not a boolean (true or false, 1 or 0): " +
+	"the capture takes it as false, as Istio's proxy and istio-init do"
+
+// Warning is the ADD's warning of e in one line, its fields after it as the log
+// has them: what the doctor's explain and inspect print.
+func (e EnvNotBool) Warning() string {
+	return fmt.Sprintf("%s (container %s, variable %s, value %q)", EnvNotBoolWarning, e.Container, e.Name, e.Value)
+}
+
 // envBool reads a boolean from the sidecar container c's environment as Istio's
 // proxy and plugin do: strconv.ParseBool's forms (1, t, T, TRUE, true, True and
 // their false counterparts), anything else, or absence, is false. A value that is
