@@ -282,7 +282,7 @@ func hangIP6TablesLegacyRestore(t *testing.T) {
 func liveRules(t *testing.T, ns, backend string) string {
 	t.Helper()
 	if mode, ok := strings.CutPrefix(backend, "iptables-"); ok {
-		tools, err := iptables.NodeTools("/", iptables.Mode(mode))
+		tools, err := iptables.NodeTools(iptables.NodeView{Root: "/"}, iptables.Mode(mode))
 		if err != nil {
 			t.Fatalf("the tools of %s: %v", backend, err)
 		}
