@@ -1,16 +1,19 @@
 package kube
 
 import (
+	"cmp"
 	"crypto/tls"
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 )
 
 // handshake is what a TLS server saw of one handshake or one request's
@@ -24,10 +27,11 @@ type handshake struct {
 // records every handshake it completes and the connection of every request it
 // answers; configure may change its TLS config before it starts.
 type exchangeServer struct {
-	srv        *httptest.Server
-	mu         sync.Mutex
-	handshakes []handshake
-	requests   []handshake
+	srv              *httptest.Server
+	mu               sync.Mutex
+	handshakes       []handshake
+	requests         []handshake
+	accepted, closed int // connections
 }
 
 func newExchangeServer(t *testing.T, configure func(*tls.Config)) (*exchangeServer, *Kubeconfig) {
@@ -49,17 +53,35 @@ func newExchangeServer(t *testing.T, configure func(*tls.Config)) (*exchangeServ
 	if configure != nil {
 		configure(s.srv.TLS)
 	}
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch st {
+		case http.StateNew:
+			s.accepted++
+		case http.StateClosed, http.StateHijacked:
+			s.closed++
+		}
+	}
 	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
 	return s, &Kubeconfig{Server: s.srv.URL, CAData: ca}
 }
 
-// seen returns, and forgets, what the server recorded since the last call. A
-// handshake is recorded before its first request is read, and a GET returns
-// after its answer, so after a GET both lists are complete.
+// seen returns, and forgets, what the server recorded since the last call, once
+// the server has closed every connection it accepted (within 5 s): the client
+// closes each of its connections, one that carries no request (a refused
+// session's classical handshake) right after its handshake, which the server
+// then finishes and records on its own time.
 func (s *exchangeServer) seen() (handshakes, requests []handshake) {
-	s.mu.Lock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		if s.closed == s.accepted || time.Now().After(deadline) {
+			break
+		}
+		s.mu.Unlock()
+	}
 	defer s.mu.Unlock()
 	handshakes, requests = s.handshakes, s.requests
 	s.handshakes, s.requests = nil, nil
@@ -69,10 +91,16 @@ func (s *exchangeServer) seen() (handshakes, requests []handshake) {
 func (s *exchangeServer) check(t *testing.T, what string, wantHandshakes, wantRequests []handshake) {
 	t.Helper()
 	handshakes, requests := s.seen()
-	if diff := cmp.Diff(wantHandshakes, handshakes); diff != "" {
+	// Two connections' handshakes may finish on the server in either order.
+	byCurve := func(a, b handshake) int {
+		return cmp.Or(cmp.Compare(a.Curve, b.Curve), cmp.Compare(boolInt(a.Resumed), boolInt(b.Resumed)))
+	}
+	slices.SortFunc(handshakes, byCurve)
+	wantHandshakes = slices.SortedFunc(slices.Values(wantHandshakes), byCurve)
+	if diff := gocmp.Diff(wantHandshakes, handshakes); diff != "" {
 		t.Errorf("%s: the server's handshakes (-want +got):\n%s", what, diff)
 	}
-	if diff := cmp.Diff(wantRequests, requests); diff != "" {
+	if diff := gocmp.Diff(wantRequests, requests); diff != "" {
 		t.Errorf("%s: the connections the server's requests came on (-want +got):\n%s", what, diff)
 	}
 }
@@ -129,6 +157,17 @@ func TestARefusedSessionsClassicalHandshakeCarriesNoRequest(t *testing.T) {
 		t.Error("the GET after ClassicalPause did not resume")
 	}
 	s.check(t, "a GET ClassicalPause after the refusal", []handshake{resumedX25519}, []handshake{resumedX25519})
+
+	// A refusal dated in the future (the clock set back since) does not hold the
+	// classical exchange back until the clock catches up.
+	s.srv.TLS.SetSessionTicketKeys([][32]byte{{4, 5, 6}})
+	getResumed(t, kc, path)
+	s.check(t, "GET after the server's second new ticket keys", []handshake{fullX25519, fullHybrid}, []handshake{fullHybrid})
+	now = now.Add(-24 * time.Hour)
+	if resumed, _ := getResumed(t, kc, path); !resumed {
+		t.Error("the GET with the clock set back did not resume")
+	}
+	s.check(t, "a GET with the clock set back a day", []handshake{resumedX25519}, []handshake{resumedX25519})
 }
 
 // Several API servers behind one address, each with its own ticket keys: a
@@ -199,4 +238,11 @@ func TestAResumptionWithoutX25519(t *testing.T) {
 			s.check(t, "second GET", want, tc.wantRq)
 		})
 	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

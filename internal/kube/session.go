@@ -100,12 +100,22 @@ func (s *SessionFile) Get(string) (*tls.ClientSessionState, bool) {
 
 // OfferClassical says whether a handshake offering the stored session offers
 // the classical key exchange (resumeCurves): there is a session, and no server
-// refused one offered that way in the last ClassicalPause.
+// refused one offered that way in the last ClassicalPause (a refusal dated in
+// the future, by a clock set back since, counts as over).
 func (s *SessionFile) OfferClassical() bool {
 	if _, ok := s.Get(""); !ok {
 		return false
 	}
-	return s.refused.IsZero() || timeNow().Sub(s.refused) >= ClassicalPause
+	return !s.pausing()
+}
+
+// pausing says whether a refusal is less than ClassicalPause old.
+func (s *SessionFile) pausing() bool {
+	if s.refused.IsZero() {
+		return false
+	}
+	age := timeNow().Sub(s.refused)
+	return age >= 0 && age < ClassicalPause
 }
 
 // Refused records that the server refused the stored session offered with the
@@ -181,7 +191,7 @@ func (s *SessionFile) Save(resumed bool) error {
 		return fmt.Errorf("tls session: %w", err)
 	}
 	var refused int64
-	if !s.refused.IsZero() && timeNow().Sub(s.refused) < ClassicalPause {
+	if s.pausing() {
 		refused = s.refused.Unix()
 	}
 	var buf bytes.Buffer
