@@ -39,13 +39,7 @@ func TestConcurrentAppliesToOneNamespace(t *testing.T) {
 			t.Run(string(m)+"/"+tc.name, func(t *testing.T) {
 				plan := tc.opts.Plan(t)
 				dir := t.TempDir()
-				mk := func() *Backend {
-					b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return b
-				}
+				mk := func() *Backend { return lockingBackend(t, m, dir) }
 				one := newNS(t)
 				if _, err := capture.Apply(context.Background(), one, mk(), plan); err != nil {
 					t.Fatal(err)
@@ -197,11 +191,7 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 	plan := backendCases[1].opts.Plan(t) // TPROXY, dual stack
 	for _, m := range modes(t) {
 		t.Run(string(m), func(t *testing.T) {
-			dir := t.TempDir()
-			b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := lockingBackend(t, m, t.TempDir())
 			ns := newNS(t)
 			// The other apply: its capture in place, its lock still held.
 			if _, err := capture.Apply(context.Background(), ns, b, plan); err != nil {
@@ -235,11 +225,7 @@ func TestAnApplyWaitingForTheApplyLockHasAddedNoRouting(t *testing.T) {
 	plan := backendCases[1].opts.Plan(t) // TPROXY, dual stack
 	for _, m := range modes(t) {
 		t.Run(string(m), func(t *testing.T) {
-			dir := t.TempDir()
-			b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := lockingBackend(t, m, t.TempDir())
 			ns := newNS(t)
 			release := holdApplyLock(t, b, ns)
 			defer release()
@@ -286,4 +272,15 @@ func holdApplyLock(t *testing.T, b *Backend, ns string) (release func()) {
 		t.Fatal(err)
 	}
 	return release
+}
+
+// lockingBackend is a backend of mode m whose namespaces' lock files and native
+// state live in dir (a test's own), as the plugin's live in its run directory.
+func lockingBackend(t *testing.T, m Mode, dir string) *Backend {
+	t.Helper()
+	b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

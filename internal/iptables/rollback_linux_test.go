@@ -45,11 +45,7 @@ func TestARollbackPutsEveryRuleBackInItsPlace(t *testing.T) {
 	for _, m := range modes(t) {
 		for _, c := range cases {
 			t.Run(string(m)+"/"+c.name, func(t *testing.T) {
-				dir := t.TempDir()
-				b, err := NewBackend(Config{Mode: m, LockDir: dir, NativeStateDir: dir})
-				if err != nil {
-					t.Fatal(err)
-				}
+				b := lockingBackend(t, m, t.TempDir())
 				ns := newNS(t)
 				c.setup(t, ns, m, b)
 				before := savedInBoth(t, ns, m)
