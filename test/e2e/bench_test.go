@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +49,14 @@ const IstioPluginEnv = "ISTIO_CNI_PLUGIN"
 type cniRun struct {
 	took           time.Duration
 	stdout, stderr string
+	// faults is the process's minor page faults (its rusage as wait4 gives it):
+	// each page the process touched first, mapped by the kernel at 2-3 us apiece
+	// on this VM, about a quarter of the plugin's CPU time in an ADD.
+	faults int64
+	// volSwitches and invSwitches are its context switches, voluntary (a thread
+	// blocked, and waits for a CPU again once woken: the cost that grows with a
+	// busy node) and involuntary (a thread was preempted).
+	volSwitches, invSwitches int64
 }
 
 func execPlugin(tb testing.TB, bin string, stdin []byte, env []string, p *sandboxPod) cniRun {
@@ -65,7 +74,11 @@ func execPlugin(tb testing.TB, bin string, stdin []byte, env []string, p *sandbo
 	if err != nil {
 		tb.Fatalf("%s ADD of %s/%s: %v: %s %s", filepath.Base(bin), p.ns, p.name, err, stdout.String(), stderr.String())
 	}
-	return cniRun{took: took, stdout: stdout.String(), stderr: stderr.String()}
+	run := cniRun{took: took, stdout: stdout.String(), stderr: stderr.String()}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		run.faults, run.volSwitches, run.invSwitches = ru.Minflt, ru.Nvcsw, ru.Nivcsw
+	}
+	return run
 }
 
 // phasesRE reads the phases the plugin logs with its ADD outcome (text handler).
@@ -276,6 +289,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 			ourEntry := tc.node.istioEntry(extra)
 			excluded := tc.namespace == "kube-system"
 			var lat, peer, empty []time.Duration
+			var faults, peerFaults, vol, inv []int64
 			var ratios []float64
 			var kept *refSandbox // the excluded case's one sandbox
 			phases := map[string][]time.Duration{}
@@ -310,6 +324,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 				runOurs := func() {
 					r := execPlugin(b, ours, stdinWith(b, ourEntry, mine.prevResult), nil, mine.sandboxPod)
 					o = r.took
+					faults, vol, inv = append(faults, r.faults), append(vol, r.volSwitches), append(inv, r.invSwitches)
 					names, ph := phasesOf(b, r.stderr)
 					if order == nil {
 						order = names
@@ -327,7 +342,9 @@ func BenchmarkPluginAdd(b *testing.B) {
 						p = execTook(b, "/bin/true")
 						empty = append(empty, execTook(b, emptyMain))
 					case istio != "":
-						p = execPlugin(b, istio, stdinWith(b, istioPeerEntry(tc.node, tc.nftables), theirs.prevResult), nil, theirs.sandboxPod).took
+						r := execPlugin(b, istio, stdinWith(b, istioPeerEntry(tc.node, tc.nftables), theirs.prevResult), nil, theirs.sandboxPod)
+						p = r.took
+						peerFaults = append(peerFaults, r.faults)
 					}
 				}
 				b.StartTimer()
@@ -355,6 +372,11 @@ func BenchmarkPluginAdd(b *testing.B) {
 			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.5)), "p50-ms")
 			b.ReportMetric(stats.Ms(stats.Percentile(lat, 0.99)), "p99-ms")
 			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(stats.Percentile(faults, 0.5)), "page-faults-p50")
+			b.ReportMetric(float64(stats.Percentile(vol, 0.5)), "vol-switches-p50")
+			if len(peerFaults) > 0 {
+				b.ReportMetric(float64(stats.Percentile(peerFaults, 0.5)), "istio-page-faults-p50")
+			}
 			peerName := "istio"
 			if excluded {
 				peerName = "bin-true"
@@ -383,7 +405,11 @@ func BenchmarkPluginAdd(b *testing.B) {
 			default:
 				verdict = fmt.Sprintf("no ratio: %s names no Istio plugin (make bench-add builds one unless it is none)", IstioPluginEnv)
 			}
-			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "))
+			process := fmt.Sprintf("median per process: %d page faults, %d voluntary and %d involuntary context switches", stats.Percentile(faults, 0.5), stats.Percentile(vol, 0.5), stats.Percentile(inv, 0.5))
+			if len(peerFaults) > 0 {
+				process += fmt.Sprintf(" (Istio's plugin: %d page faults)", stats.Percentile(peerFaults, 0.5))
+			}
+			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s\n%s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "), process)
 			summary[tc.name] = fmt.Sprintf("%-30s %3d runs: %s", tc.name, len(lat), verdict)
 		})
 	}
