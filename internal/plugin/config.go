@@ -31,15 +31,16 @@ import (
 //
 // Precedence when both formats set the same thing: the current key wins.
 //
-//	log level           plugin_log_level > log_level > "info"
+//	log level           plugin_log_level > log_level > "info" (an empty or blank
+//	                    level is as if absent, as Istio's plugin reads it)
 //	excluded namespaces exclude_namespaces > kubernetes.exclude_namespaces > none
 //	kubeconfig          <cni_agent_run_dir>/istio-cni-kubeconfig when cni_agent_run_dir
 //	                    is set > kubernetes.kubeconfig > /var/run/istio-cni/istio-cni-kubeconfig
 //	log socket          log_socket > log_uds_address > <run dir>/pseq.sock
 //
-// A key that is present always counts, even when empty: "exclude_namespaces": []
-// excludes nothing although kubernetes.exclude_namespaces lists some, and
-// "log_socket": "" turns the socket off.
+// A key that is present always counts, even when empty, but for a log level:
+// "exclude_namespaces": [] excludes nothing although kubernetes.exclude_namespaces
+// lists some, and "log_socket": "" turns the socket off.
 type Config struct {
 	// The standard CNI fields: cniVersion, name, type, prevResult and the rest.
 	types.NetConf
@@ -377,10 +378,13 @@ func (r rawConfig) withDefaults() Config {
 	if k == nil {
 		k = &rawKubernetes{}
 	}
+	// An empty or blank level names none: Istio's plugin sets its level only from
+	// a plugin_log_level that is not empty, and its legacy plugin read an empty
+	// log_level as info. So the other key, then the default, speaks.
 	switch {
-	case r.PluginLogLevel != nil:
+	case levelGiven(r.PluginLogLevel):
 		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.PluginLogLevel), "plugin_log_level"
-	case r.LogLevel != nil:
+	case levelGiven(r.LogLevel):
 		c.LogLevel, c.keys["LogLevel"] = logLevel(*r.LogLevel), "log_level"
 	}
 	if r.CNIAgentRunDir != nil {
@@ -451,6 +455,10 @@ func (r rawConfig) withDefaults() Config {
 	}
 	return c
 }
+
+// levelGiven says whether a log level key names a level: present, and not empty
+// or blank.
+func levelGiven(v *string) bool { return v != nil && strings.TrimSpace(*v) != "" }
 
 // logLevel is the level named by v, or v itself (trimmed, lower-case) for Validate
 // to report when it names none.

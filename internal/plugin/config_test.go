@@ -93,6 +93,39 @@ func TestParseConfigAcceptsEachFormat(t *testing.T) {
 			want: func(c *Config) { c.LogLevel = cli.LevelWarn },
 		},
 		{
+			// Istio's plugin sets its level only from a plugin_log_level that is not
+			// empty, and its legacy plugin read any level it did not know as info.
+			name: "an empty level is Istio's default",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","plugin_log_level":""}`,
+			want: func(c *Config) {},
+		},
+		{
+			name: "an empty legacy level is Istio's default",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","log_level":""}`,
+			want: func(c *Config) {},
+		},
+		{
+			name: "a blank level is as if absent",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","plugin_log_level":" \t","log_level":"  "}`,
+			want: func(c *Config) {},
+		},
+		{
+			name: "an empty current level leaves the legacy one to speak",
+			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni","plugin_log_level":"","log_level":"debug"}`,
+			want: func(c *Config) { c.LogLevel = cli.LevelDebug },
+		},
+		{
+			name: "Istio's installer's entry with no level and no namespace excluded",
+			json: `{"cniVersion":"0.3.1","name":"istio-cni","type":"istio-cni","ipam":{},"dns":{},
+				"plugin_log_level":"","cni_agent_run_dir":"/var/run/istio-cni","ambient_enabled":false,
+				"enablement_selectors":[],"exclude_namespaces":null,"pod_namespace":"istio-system",
+				"native_nftables":false,"enable_ambient_detection_retry":false}`,
+			want: func(c *Config) {
+				c.CNIVersion = "0.3.1"
+				c.PodNamespace = "istio-system"
+			},
+		},
+		{
 			name: "mixed formats: the current keys win",
 			json: `{"cniVersion":"1.0.0","name":"istio-cni","type":"istio-cni",
 				"plugin_log_level":"error","log_level":"debug",
@@ -161,6 +194,8 @@ func TestParseConfigErrorsNameTheKeyAndValue(t *testing.T) {
 		{"bad log level", `{"plugin_log_level":"loud"}`,
 			`plugin config: "plugin_log_level": "loud" is not a log level (panic, fatal, error, warn, info, debug, none)`},
 		{"bad legacy log level", `{"log_level":"verbose"}`,
+			`plugin config: "log_level": "verbose" is not a log level (panic, fatal, error, warn, info, debug, none)`},
+		{"bad legacy log level beside an empty current one", `{"plugin_log_level":"","log_level":"verbose"}`,
 			`plugin config: "log_level": "verbose" is not a log level (panic, fatal, error, warn, info, debug, none)`},
 		{"log level of the wrong type", `{"plugin_log_level":3}`,
 			`plugin config: "plugin_log_level": got number, want a string`},
@@ -248,6 +283,7 @@ func TestWithDefaultsRecordsWhichKeyWasUsed(t *testing.T) {
 	}{
 		{"current log level", `{"plugin_log_level":"x","log_level":"y"}`, "LogLevel", "plugin_log_level"},
 		{"legacy log level", `{"log_level":"y"}`, "LogLevel", "log_level"},
+		{"legacy log level beside an empty current one", `{"plugin_log_level":"","log_level":"y"}`, "LogLevel", "log_level"},
 		{"default log level", `{}`, "LogLevel", ""},
 		{"kubeconfig from run dir", `{"cni_agent_run_dir":"/r","kubernetes":{"kubeconfig":"/k"}}`, "Kubeconfig", "cni_agent_run_dir"},
 		{"legacy kubeconfig", `{"kubernetes":{"kubeconfig":"/k"}}`, "Kubeconfig", "kubernetes.kubeconfig"},
