@@ -203,6 +203,9 @@ func Run(ctx context.Context, s Settings, stdout io.Writer, log *slog.Logger) (e
 	stopControllers := startControllers()
 	defer stopControllers()
 
+	for _, n := range s.Notices {
+		log.Warn(n)
+	}
 	log.Info("install-cni started", "version", version.Version, "chained", s.Chained, "confDir", s.MountedNetDir, "binDirs", a.binDirs,
 		"runDir", s.RunDir, "entryType", s.PluginName())
 

@@ -141,6 +141,12 @@ type Settings struct {
 	// (MULTUS_*).
 	Multus nad.Config
 
+	// Notices are settings accepted that do nothing here, as they do nothing in
+	// Istio's install-cni (ISTIO_OWNED_CNI_CONFIG=true outside ambient mode, a
+	// repair controller with every action off), each saying so: the agent logs
+	// them at start.
+	Notices []string
+
 	// given are the settings of templatedSettings that a flag or variable gives,
 	// by flag name, each with where its value comes from and the value
 	// (`environment variable EXCLUDE_NAMESPACES "a,b"`): a template's entry must
@@ -204,9 +210,10 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "cni-conf-name", Envs: []string{"CNI_CONF_NAME"},
 		Usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default zz-istio-cni.conf, which sorts after the node's network config)",
 		Set:   setConfName},
-	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true,
-		Usage: "insert into the primary CNI's chain; false writes a standalone config",
-		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, parseBool)},
+	// Set but empty, false: Istio's install-cni reads it so (settings.IstioSwitch).
+	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true, EmptyIsValue: true,
+		Usage: "insert into the primary CNI's chain; false (or set but empty, as Istio reads it) writes a standalone config",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, settings.IstioSwitch)},
 	{Name: "cni-conf-group-read", Envs: []string{"CNI_CONF_GROUP_READ"}, Default: "false", Bool: true,
 		Usage: "the standalone config's mode is 0640 instead of 0600 (a chained entry's file keeps the primary's mode)",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.ConfGroupRead }, parseBool)},
@@ -574,12 +581,15 @@ var ErrHelp = settings.ErrHelp
 
 // Parse turns command-line arguments and environment variables (looked up with
 // lookupEnv) into Settings. A flag overrides its variables; an empty variable counts
-// as unset. Every error names the flag or variable and quotes the value.
+// as unset, but for Istio's switches whose default is true, which are false then, as
+// Istio reads them (settings.IstioSwitch). Every error names the flag or variable
+// and quotes the value.
 func Parse(args []string, lookupEnv func(string) (string, bool)) (Settings, error) {
-	if err := refuseUnimplemented(lookupEnv); err != nil {
+	notices, err := istioSwitches(lookupEnv)
+	if err != nil {
 		return Settings{}, err
 	}
-	var s Settings
+	s := Settings{Notices: notices}
 	if err := table.Parse(&s, args, lookupEnv); err != nil {
 		return Settings{}, err
 	}
@@ -651,6 +661,10 @@ func (s *Settings) parseControllers(lookupEnv func(string) (string, bool)) error
 	var err error
 	if s.Repair, err = repair.ConfigFromEnv(lookup); err != nil {
 		errs = append(errs, fmt.Errorf("repair controller: %w", err))
+	} else if s.Repair.Idle {
+		s.Notices = append(s.Notices, fmt.Sprintf("the repair controller is not started: %s is true, but %s, %s and %s are all false, "+
+			"so it would do nothing with a broken pod (Istio's install-cni runs it and it does nothing); turn one of them on for repair, "+
+			"or set %s=false", repair.EnvEnabled, repair.EnvRepairPods, repair.EnvDeletePods, repair.EnvLabelPods, repair.EnvEnabled))
 	}
 	if s.Taint, err = taint.ConfigFromEnv(lookup); err != nil {
 		errs = append(errs, fmt.Errorf("node readiness controller: %w", err))
@@ -790,29 +804,40 @@ const EnvAmbientEnabled = "AMBIENT_ENABLED"
 // own (ISTIO_OWNED_CNI_CONFIG_FILENAME) instead of into the primary's.
 const EnvIstioOwnedCNIConfig = "ISTIO_OWNED_CNI_CONFIG"
 
-// refused are Istio's switches this istio-cni does not implement, and why: true
-// stops the agent, since ignoring it would leave the node other than its owner
-// asked for. False (or unset) is what Istio's sidecar mode sets.
-var refused = []struct{ env, why string }{
-	{EnvAmbientEnabled, "this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it"},
-	{EnvIstioOwnedCNIConfig, "Istio's install-cni writes its own copy of the chain (ISTIO_OWNED_CNI_CONFIG_FILENAME) in ambient mode only, which this istio-cni does not have; this agent inserts its entry into the primary network's own config file, so does not write a copy of the chain; set it to false or unset it (CNI_CONF_NAME picks the file)"},
+// istioSwitchesNotHere are Istio's switches for what this istio-cni does not
+// implement. A refused one stops the agent when true, since ignoring it would leave
+// the node other than its owner asked for; one not refused has an effect in Istio's
+// install-cni only in ambient mode (AMBIENT_ENABLED, refused), so true is accepted
+// with a notice, as Istio's accepts it. False, unset or empty is Istio's sidecar mode.
+var istioSwitchesNotHere = []struct {
+	env    string
+	refuse bool
+	why    string
+}{
+	{EnvAmbientEnabled, true, "this istio-cni has no ambient mode (it captures sidecar pods only); use Istio's own istio-cni for ambient, or unset it"},
+	{EnvIstioOwnedCNIConfig, false, "Istio's install-cni writes a copy of the chain in a file of its own (ISTIO_OWNED_CNI_CONFIG_FILENAME) " +
+		"only in ambient mode, which this istio-cni does not have; without it Istio's inserts its entry into the primary network's own " +
+		"config file, as this agent does, so it has no effect (nor has ISTIO_OWNED_CNI_CONFIG_FILENAME)"},
 }
 
-// refuseUnimplemented stops the agent when one of the refused switches is on, or
-// is not a boolean.
-func refuseUnimplemented(lookupEnv func(string) (string, bool)) error {
-	for _, r := range refused {
+// istioSwitches stops the agent when a refused switch of istioSwitchesNotHere is
+// on, or one of them is not a boolean, and returns the notices of those accepted on.
+func istioSwitches(lookupEnv func(string) (string, bool)) (notices []string, err error) {
+	for _, r := range istioSwitchesNotHere {
 		v, ok := lookupEnv(r.env)
-		if !ok || strings.TrimSpace(v) == "" {
+		if !ok {
 			continue
 		}
-		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		on, err := settings.IstioSwitch(v)
 		if err != nil {
-			return fmt.Errorf("invalid environment variable %s: %q is not true or false", r.env, v)
+			return nil, fmt.Errorf("invalid environment variable %s: %w", r.env, err)
 		}
-		if on {
-			return fmt.Errorf("environment variable %s=%s: %s", r.env, v, r.why)
+		switch {
+		case on && r.refuse:
+			return nil, fmt.Errorf("environment variable %s=%s: %s", r.env, v, r.why)
+		case on:
+			notices = append(notices, fmt.Sprintf("environment variable %s=%s has no effect: %s", r.env, v, r.why))
 		}
 	}
-	return nil
+	return notices, nil
 }

@@ -285,6 +285,37 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			want: func(s *Settings) {},
 		},
 		{
+			// Istio's install-cni writes its own copy of the chain only in ambient
+			// mode; otherwise it inserts the entry into the primary's file, as here.
+			name: "Istio-owned CNI config on, which Istio's install-cni honours in ambient mode only",
+			env:  map[string]string{"ISTIO_OWNED_CNI_CONFIG": "true", "ISTIO_OWNED_CNI_CONFIG_FILENAME": "02-istio-cni.conflist"},
+			want: func(s *Settings) {
+				s.Notices = []string{"environment variable ISTIO_OWNED_CNI_CONFIG=true has no effect: " + istioSwitchesNotHere[1].why}
+			},
+		},
+		{
+			// Istio's install-cni reads a variable set but empty as set: an empty
+			// switch is false there, not its default.
+			name: "CHAINED_CNI_PLUGIN set but empty is false, as Istio reads it",
+			env:  map[string]string{"CHAINED_CNI_PLUGIN": ""},
+			want: func(s *Settings) { s.Chained = false },
+		},
+		{
+			name: "REPAIR_ENABLED set but empty is false, as Istio reads it",
+			env:  map[string]string{"REPAIR_ENABLED": " "},
+			want: func(s *Settings) { s.Repair.Enabled = false },
+		},
+		{
+			name: "a repair controller with every action off is not started, as Istio's does nothing",
+			env:  map[string]string{"REPAIR_REPAIR_PODS": "", "REPAIR_DELETE_PODS": "false", "REPAIR_LABEL_PODS": "false"},
+			want: func(s *Settings) {
+				s.Repair.Enabled, s.Repair.Idle, s.Repair.RepairPods = false, true, false
+				s.Notices = []string{"the repair controller is not started: REPAIR_ENABLED is true, but REPAIR_REPAIR_PODS, REPAIR_DELETE_PODS " +
+					"and REPAIR_LABEL_PODS are all false, so it would do nothing with a broken pod (Istio's install-cni runs it and it does nothing); " +
+					"turn one of them on for repair, or set REPAIR_ENABLED=false"}
+			},
+		},
+		{
 			name: "a bracketed IPv6 API server address",
 			env:  map[string]string{"KUBERNETES_SERVICE_HOST": "[fd00::1]"},
 			want: func(s *Settings) { s.KubeHost = "fd00::1" },
@@ -354,8 +385,6 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"relative dir by flag", []string{"--cni-agent-run-dir=run"}, nil, []string{"--cni-agent-run-dir", `"run"`}},
 		{"relative node dirs root", nil, map[string]string{"NODE_DIRS_ROOT": "host"}, []string{"NODE_DIRS_ROOT", `"host"`, "absolute"}},
 		{"chained not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "yes please"}, []string{"CHAINED_CNI_PLUGIN", `"yes please"`}},
-		{"Istio-owned CNI config", nil, map[string]string{"ISTIO_OWNED_CNI_CONFIG": "true", "ISTIO_OWNED_CNI_CONFIG_FILENAME": "02-istio-cni.conflist"},
-			[]string{"ISTIO_OWNED_CNI_CONFIG=true", "does not write a copy of the chain"}},
 		{"Istio-owned switch not a bool", nil, map[string]string{"ISTIO_OWNED_CNI_CONFIG": "yes"}, []string{"ISTIO_OWNED_CNI_CONFIG", `"yes"`}},
 		{"kubeconfig mode not octal", nil, map[string]string{"KUBECONFIG_MODE": "0999"}, []string{"KUBECONFIG_MODE", `"0999"`, "octal"}},
 		{"kubeconfig mode without its leading 0", nil, map[string]string{"KUBECONFIG_MODE": "420"}, []string{"KUBECONFIG_MODE", `"420"`, "leading 0", "0420", "decimal"}},
@@ -392,7 +421,8 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"no node name for the pod cache", nil, map[string]string{"NODE_NAME": "", "REPAIR_ENABLED": "false"}, []string{"NODE_NAME", "POD_CACHE_ENABLED"}},
 		{"no node name for repair", nil, map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false"}, []string{"REPAIR_NODE_NAME", "NODE_NAME"}},
 		{"repair exit code", nil, map[string]string{"REPAIR_INIT_CONTAINER_EXIT_CODE": "300"}, []string{"REPAIR_INIT_CONTAINER_EXIT_CODE", "300"}},
-		{"repair with nothing to do", nil, map[string]string{"REPAIR_REPAIR_PODS": "false"}, []string{"REPAIR_ENABLED", "REPAIR_REPAIR_PODS"}},
+		{"chained switch not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "on"}, []string{"CHAINED_CNI_PLUGIN", `"on"`}},
+		{"repair switch not a bool", nil, map[string]string{"REPAIR_REPAIR_PODS": "yes"}, []string{"REPAIR_REPAIR_PODS", `"yes"`}},
 		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "", "UNINSTALL_ON_EXIT": "never"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
 		{"exit decision without the downward API", nil, map[string]string{"POD_NAME": "", "POD_NAMESPACE": ""}, []string{"UNINSTALL_ON_EXIT=auto", "POD_NAME, POD_NAMESPACE are not set", "always or never"}},
 		{"exit mode", nil, map[string]string{"UNINSTALL_ON_EXIT": "sometimes"}, []string{"UNINSTALL_ON_EXIT", `"sometimes"`, "auto, always or never"}},

@@ -63,6 +63,11 @@ const (
 type Config struct {
 	// Enabled runs the controller at all (REPAIR_ENABLED, default true).
 	Enabled bool
+	// Idle says REPAIR_ENABLED is true but every action is off (REPAIR_REPAIR_PODS,
+	// REPAIR_DELETE_PODS and REPAIR_LABEL_PODS false), which Istio's install-cni
+	// accepts and then does nothing with a broken pod: ConfigFromEnv sets Enabled
+	// false instead, and the agent says why at start.
+	Idle bool
 	// RepairPods programs the capture into a broken pod's running network namespace
 	// (REPAIR_REPAIR_PODS, default true). It takes precedence over DeletePods and
 	// LabelPods, which remain fallbacks when an in-place repair cannot work.
@@ -139,10 +144,17 @@ func DefaultConfig() Config {
 // DefaultConfig and validates them. Every error names the variable and the value.
 func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return settings.FromEnv(lookup, DefaultConfig(), func(r *settings.Reader, c *Config) {
-		r.Bool(EnvEnabled, &c.Enabled)
-		r.Bool(EnvRepairPods, &c.RepairPods)
-		r.Bool(EnvDeletePods, &c.DeletePods)
-		r.Bool(EnvLabelPods, &c.LabelPods)
+		// Istio's switches, read as Istio's install-cni reads them: set but empty
+		// is false.
+		r.IstioSwitch(EnvEnabled, &c.Enabled)
+		r.IstioSwitch(EnvRepairPods, &c.RepairPods)
+		r.IstioSwitch(EnvDeletePods, &c.DeletePods)
+		r.IstioSwitch(EnvLabelPods, &c.LabelPods)
+		if c.Enabled && !c.RepairPods && !c.DeletePods && !c.LabelPods {
+			// Istio's controller runs and does nothing with a broken pod; this one
+			// is not started (Idle says why).
+			c.Enabled, c.Idle = false, true
+		}
 		r.String(EnvLabelKey, &c.LabelKey)
 		r.String(EnvLabelValue, &c.LabelValue)
 		r.String(EnvNodeNameAgent, &c.NodeName)

@@ -60,7 +60,6 @@ func TestConfigFromEnvRejectsBadSettingsNamingThem(t *testing.T) {
 	}{
 		{"no node", nil, []string{EnvNodeName}},
 		{"bad bool", []string{"NODE_NAME", "n", EnvDeletePods, "yes please"}, []string{EnvDeletePods, `"yes please"`}},
-		{"no action", []string{"NODE_NAME", "n", EnvRepairPods, "false"}, []string{EnvEnabled, EnvRepairPods, EnvDeletePods, EnvLabelPods}},
 		{"bad label", []string{"NODE_NAME", "n", EnvLabelPods, "true", EnvLabelKey, "not a key", EnvLabelValue, "has space"}, []string{EnvLabelKey, EnvLabelValue}},
 		{"exit code", []string{"NODE_NAME", "n", EnvInitExitCode, "300"}, []string{EnvInitExitCode, "300"}},
 		{"exit code not a number", []string{"NODE_NAME", "n", EnvInitExitCode, "x"}, []string{EnvInitExitCode}},
@@ -79,6 +78,40 @@ func TestConfigFromEnvRejectsBadSettingsNamingThem(t *testing.T) {
 	}
 	if _, err := ConfigFromEnv(env(EnvEnabled, "false")); err != nil {
 		t.Errorf("disabled config rejected: %v", err)
+	}
+}
+
+// TestConfigFromEnvReadsIstiosSwitchesAsIstiosInstallCNIDoes: Istio's install-cni
+// takes a switch set but empty as false (not as its default), and runs a repair
+// controller with every action off, which then does nothing with a broken pod;
+// here that controller is not started (Idle).
+func TestConfigFromEnvReadsIstiosSwitchesAsIstiosInstallCNIDoes(t *testing.T) {
+	for _, tc := range []struct {
+		name                                 string
+		env                                  []string
+		enabled, idle, repair, delete, label bool
+	}{
+		{name: "defaults", enabled: true, repair: true},
+		{name: "REPAIR_ENABLED empty is false", env: []string{EnvEnabled, ""}, repair: true},
+		{name: "REPAIR_ENABLED blank is false", env: []string{EnvEnabled, "  "}, repair: true},
+		{name: "REPAIR_REPAIR_PODS empty is false, so nothing is done",
+			env: []string{EnvRepairPods, ""}, idle: true},
+		{name: "REPAIR_REPAIR_PODS empty beside deleting",
+			env: []string{EnvRepairPods, "", EnvDeletePods, "true", EnvLabelPods, ""}, enabled: true, delete: true},
+		{name: "labelling alone", env: []string{EnvRepairPods, "false", EnvDeletePods, " ", EnvLabelPods, "1"}, enabled: true, label: true},
+		{name: "every action off", env: []string{EnvEnabled, "true", EnvRepairPods, "false", EnvDeletePods, "false", EnvLabelPods, "false"}, idle: true},
+		{name: "every action off and disabled", env: []string{EnvEnabled, "false", EnvRepairPods, "false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ConfigFromEnv(env(append([]string{"NODE_NAME", "n"}, tc.env...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Enabled != tc.enabled || got.Idle != tc.idle || got.RepairPods != tc.repair || got.DeletePods != tc.delete || got.LabelPods != tc.label {
+				t.Errorf("enabled %t, idle %t, repair %t, delete %t, label %t; want %t, %t, %t, %t, %t",
+					got.Enabled, got.Idle, got.RepairPods, got.DeletePods, got.LabelPods, tc.enabled, tc.idle, tc.repair, tc.delete, tc.label)
+			}
+		})
 	}
 }
 

@@ -56,6 +56,37 @@ func (r *Reader) Bool(name string, dst *bool) {
 	parse(r, name, dst, strconv.ParseBool, "true or false")
 }
 
+// IstioSwitch parses one of Istio's install-cni switches (see IstioSwitch).
+func (r *Reader) IstioSwitch(name string, dst *bool) {
+	if v, ok := r.lookup(name); ok {
+		b, err := IstioSwitch(v)
+		if err != nil {
+			r.Add(name, "%v", err)
+			return
+		}
+		*dst = b
+	}
+}
+
+// IstioSwitch reads a switch of Istio's install-cni as Istio's reads it, where its
+// reading means something: strconv.ParseBool's forms (true, false, 1, 0, ...),
+// trimmed, and a value set but empty or blank is false (Istio's install-cni reads
+// its variables through viper with AllowEmptyEnv, which takes an empty variable as
+// set, and an empty switch as false, not as its default). Any other value is an
+// error, where Istio's reads it as false without a word: "yes" or "on" asks for
+// the opposite.
+func IstioSwitch(v string) (bool, error) {
+	t := strings.TrimSpace(v)
+	if t == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(t)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", v)
+	}
+	return b, nil
+}
+
 // Int parses a decimal integer.
 func (r *Reader) Int(name string, dst *int) {
 	parse(r, name, dst, strconv.Atoi, "an integer")

@@ -86,3 +86,46 @@ func TestFromEnvReadsOverTheDefaultThenValidates(t *testing.T) {
 		})
 	}
 }
+
+// TestIstioSwitchReadsAsIstiosInstallCNI: Istio's install-cni (viper with
+// AllowEmptyEnv) reads a switch set but empty as false; a word it would read as
+// false without a word is refused here.
+func TestIstioSwitchReadsAsIstiosInstallCNI(t *testing.T) {
+	for _, tc := range []struct {
+		v       string
+		want    bool
+		wantErr string
+	}{
+		{v: "", want: false},
+		{v: "  ", want: false},
+		{v: "true", want: true},
+		{v: " TRUE ", want: true},
+		{v: "1", want: true},
+		{v: "false", want: false},
+		{v: "0", want: false},
+		{v: "yes", wantErr: `"yes" is not true or false`},
+		{v: "on ", wantErr: `"on " is not true or false`},
+	} {
+		got, err := IstioSwitch(tc.v)
+		if gotErr := fmt.Sprint(err); (err != nil || tc.wantErr != "") && gotErr != tc.wantErr {
+			t.Errorf("IstioSwitch(%q): error %q, want %q", tc.v, gotErr, tc.wantErr)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("IstioSwitch(%q) = %t, want %t", tc.v, got, tc.want)
+		}
+	}
+	env := map[string]string{"EMPTY": "", "ON": "true", "BAD": "sure"}
+	r := NewReader(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	empty, on, bad, unset := true, false, true, true
+	r.IstioSwitch("EMPTY", &empty)
+	r.IstioSwitch("ON", &on)
+	r.IstioSwitch("BAD", &bad)
+	r.IstioSwitch("UNSET", &unset)
+	if empty || !on || !bad || !unset {
+		t.Errorf("empty %t on %t bad %t unset %t; want false true true (kept) true (default)", empty, on, bad, unset)
+	}
+	if err := r.Err(); err == nil || err.Error() != `BAD: "sure" is not true or false` {
+		t.Errorf("errors: %v", err)
+	}
+}
