@@ -85,7 +85,9 @@ func TestNotesTellWhatWasInstalled(t *testing.T) {
 			[]string{"NetworkAttachmentDefinition istio-cni in: bookinfo)"}, nil},
 		{"seed command", seedArgs, []string{"Excluded namespaces: none"}, nil},
 		{"repair in place", []string{"--set", "repair.repairPods=true", "--set", "repair.deletePods=false"}, []string{"Repair:   repair in place, else label"}, nil},
-		{"repair off", []string{"--set", "repair.enabled=false"}, []string{"Repair:   off"}, nil},
+		{"repair off", []string{"--set", "repair.enabled=false"}, []string{"Repair:   off\n"}, nil},
+		{"repair with every action off", []string{"--set", "repair.deletePods=false", "--set", "repair.labelPods=false"},
+			[]string{"Repair:   off (repair.enabled is true, but repair.repairPods, repair.deletePods and repair.labelPods are all false: nothing to do with a broken pod)"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

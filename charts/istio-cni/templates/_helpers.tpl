@@ -77,7 +77,7 @@ in place fails; with none of them it only reports the pod (events).
 {{- $r := .Values.repair -}}
 {{- $fallback := ternary "delete" (ternary "label" "report" $r.labelPods) $r.deletePods -}}
 {{- if not $r.enabled -}}
-off
+off{{ if hasKey $r "__idle" }} (repair.enabled is true, but repair.repairPods, repair.deletePods and repair.labelPods are all false: nothing to do with a broken pod){{ end }}
 {{- else if $r.repairPods -}}
 repair in place, else {{ $fallback }}
 {{- else -}}
@@ -192,14 +192,16 @@ schema refuses NoExecute, so tolerationSeconds never matters here.)
 {{- end }}
 
 {{/*
-A repair controller with nothing to do is refused, as the agent refuses it
-(REPAIR_ENABLED with every action off): better at install than in a crash-looping agent.
+A repair controller with every action off does nothing with a broken pod: Istio's chart
+renders it so and its install-cni runs it idle; the agent does not start it (it warns).
+Here it is rendered off (REPAIR_ENABLED "false", no grant for it), and NOTES says why.
 */}}
-{{- define "istio-cni.checkRepairActions" -}}
-{{- $r := .Values.repair }}
-{{- if and $r.enabled (not (or $r.repairPods $r.deletePods $r.labelPods)) }}
-{{- fail "repair.enabled is true, but repair.repairPods, repair.deletePods and repair.labelPods are all false: nothing would be done with a broken pod; turn one on, or set repair.enabled=false" }}
-{{- end }}
+{{- define "istio-cni.idleRepair" -}}
+{{- $r := .Values.repair -}}
+{{- if and $r.enabled (not (or $r.repairPods $r.deletePods $r.labelPods)) -}}
+{{- $_ := set $r "enabled" false -}}
+{{- $_ := set $r "__idle" true -}}
+{{- end -}}
 {{- end }}
 
 {{/*

@@ -22,6 +22,7 @@ find it done. After it, templates read only this chart's names:
 {{- include "istio-cni.resolveIstioNames" . -}}
 {{- include "istio-cni.refuseIstioFeatures" . -}}
 {{- include "istio-cni.checkGlobalKeys" . -}}
+{{- include "istio-cni.idleRepair" . -}}
 {{- end -}}
 {{- end }}
 
