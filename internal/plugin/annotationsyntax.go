@@ -102,6 +102,42 @@ func checkCIDRList(v string) error {
 	return nil
 }
 
+// checkInterfaceList is Istio's ValidateInterfaceNames (pkg/util/net), which its
+// plugin makes of excludeInterfaces, reroute-virtual-interfaces and the deprecated
+// kubevirtInterfaces: "", or names split at commas, each trimmed, that start with a
+// letter and hold only letters, digits, _, . and - (at most 15, which the parser
+// checks). So a blank value, an empty item ("eth0,,eth1", "eth0,") and a name Linux
+// takes that Istio's check does not ("1eth", "_x", "veth@1") are refused.
+func checkInterfaceList(v string) error {
+	if v == "" {
+		return nil
+	}
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("%s is blank: Istio's plugin refuses it (an empty value means no interfaces)", redirect.Quote(v))
+	}
+	for _, item := range strings.Split(v, ",") {
+		name := strings.TrimSpace(item)
+		if name == "" {
+			return errEmptyItem(v)
+		}
+		if !istioInterfaceName(name) {
+			return fmt.Errorf("%s is not an interface name Istio's plugin takes (a letter first, then letters, digits, _, . and -)", redirect.Quote(name))
+		}
+	}
+	return nil
+}
+
+// istioInterfaceName is Istio's pattern of an interface name, ^[a-zA-Z][a-zA-Z0-9_.\-]*$.
+func istioInterfaceName(name string) bool {
+	for i, c := range name {
+		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !letter && (i == 0 || !(c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-')) {
+			return false
+		}
+	}
+	return name != ""
+}
+
 func errSpacedWildcard(v string) error {
 	return fmt.Errorf(`%s is not the wildcard: Istio's plugin takes "*" only without spaces`, redirect.Quote(v))
 }

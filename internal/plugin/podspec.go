@@ -50,6 +50,7 @@ var alwaysExcludedInboundPorts = []uint16{15020, 15021, 15090}
 // the capture field it sets, Istio's CNI default when it is absent ("" and absent
 // leave the field as redirect.DefaultSpec has it) and the check Istio's plugin makes
 // of a value the pod gives (see annotationsyntax.go; nil: Istio's plugin takes any).
+// The virtual interfaces' annotations, read after these, get checkInterfaceList too.
 var annotationFields = [...]struct {
 	key   string
 	field redirect.Field
@@ -63,7 +64,7 @@ var annotationFields = [...]struct {
 	{AnnotationExcludeInboundPorts, redirect.FieldInboundPortsExclude, defaultExcludeInboundPorts, checkPortList},
 	{AnnotationIncludeOutboundPorts, redirect.FieldOutboundPorts, "", checkPortListUntrimmed},
 	{AnnotationExcludeOutboundPorts, redirect.FieldOutboundPortsExclude, defaultExcludeOutboundPorts, checkPortListUntrimmed},
-	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, "", nil},
+	{AnnotationExcludeInterfaces, redirect.FieldExcludeInterfaces, "", checkInterfaceList},
 }
 
 // specFromPod builds the capture spec of a pod selected for redirection, as Istio's
@@ -115,7 +116,11 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect
 		virtKey = AnnotationKubevirtInterfaces
 		virtIfaces = ann[virtKey]
 	}
-	set(virtKey, redirect.FieldRerouteVirtualInterfaces, virtIfaces)
+	if set(virtKey, redirect.FieldRerouteVirtualInterfaces, virtIfaces) {
+		if err := checkInterfaceList(virtIfaces); err != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %w", virtKey, err))
+		}
+	}
 	// The always excluded ports count towards the list's limit, so the pod's own
 	// list can go over it only here, where the error can still name the annotation.
 	given := len(spec.InboundPortsExclude)
