@@ -422,6 +422,9 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"no node name for repair", nil, map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false"}, []string{"REPAIR_NODE_NAME", "NODE_NAME"}},
 		{"repair exit code", nil, map[string]string{"REPAIR_INIT_CONTAINER_EXIT_CODE": "300"}, []string{"REPAIR_INIT_CONTAINER_EXIT_CODE", "300"}},
 		{"chained switch not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "on"}, []string{"CHAINED_CNI_PLUGIN", `"on"`}},
+		// Istio's install-cni reads " true" as false: neither reading is taken.
+		{"Istio switch with spaces", nil, map[string]string{"SKIP_TLS_VERIFY": " true"}, []string{"SKIP_TLS_VERIFY", `" true"`, "reads it as false"}},
+		{"Istio switch with a newline", nil, map[string]string{"NATIVE_NFTABLES": "true\n"}, []string{"NATIVE_NFTABLES", `"true\n"`, "reads it as false"}},
 		{"repair switch not a bool", nil, map[string]string{"REPAIR_REPAIR_PODS": "yes"}, []string{"REPAIR_REPAIR_PODS", `"yes"`}},
 		{"taint without a pod name", nil, map[string]string{"TAINT_ENABLED": "true", "POD_NAME": "", "UNINSTALL_ON_EXIT": "never"}, []string{"TAINT_IDENTITY", "POD_NAME"}},
 		{"exit decision without the downward API", nil, map[string]string{"POD_NAME": "", "POD_NAMESPACE": ""}, []string{"UNINSTALL_ON_EXIT=auto", "POD_NAME, POD_NAMESPACE are not set", "always or never"}},

@@ -165,7 +165,11 @@ func ConfigFromEnv(lookup func(string) (string, bool)) (Config, error) {
 		if v, ok := lookup(EnvInitTerminationMsg); ok {
 			c.InitTerminationMsg = v // compared trimmed; kept as given for messages
 		}
-		r.Int(EnvInitExitCode, &c.InitExitCode)
+		if v, ok := lookup(EnvInitExitCode); ok && strings.TrimSpace(v) == "" {
+			c.InitExitCode = 0 // as Istio's install-cni reads it set but empty: any code
+		} else {
+			r.Int(EnvInitExitCode, &c.InitExitCode)
+		}
 		r.String(EnvLabelSelectors, &c.LabelSelector)
 		r.String(EnvFieldSelectors, &c.FieldSelector)
 		r.Int(EnvMaxRetries, &c.MaxRetries)

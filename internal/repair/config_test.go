@@ -115,6 +115,18 @@ func TestConfigFromEnvReadsIstiosSwitchesAsIstiosInstallCNIDoes(t *testing.T) {
 	}
 }
 
+// TestConfigFromEnvReadsAnEmptyExitCodeAsIstiosInstallCNIDoes: Istio's reads
+// REPAIR_INIT_CONTAINER_EXIT_CODE set but empty as 0, which matches any code.
+func TestConfigFromEnvReadsAnEmptyExitCodeAsIstiosInstallCNIDoes(t *testing.T) {
+	got, err := ConfigFromEnv(env("NODE_NAME", "n", EnvInitExitCode, " "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.InitExitCode != 0 {
+		t.Errorf("exit code %d, want 0 (any code)", got.InitExitCode)
+	}
+}
+
 func TestBrokenFollowsIstiosRule(t *testing.T) {
 	term := func(code int32, msg string) *corev1.ContainerStateTerminated {
 		return &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}

@@ -70,21 +70,27 @@ func (r *Reader) IstioSwitch(name string, dst *bool) {
 
 // IstioSwitch reads a switch of Istio's install-cni as Istio's reads it, where its
 // reading means something: strconv.ParseBool's forms (true, false, 1, 0, ...),
-// trimmed, and a value set but empty or blank is false (Istio's install-cni reads
-// its variables through viper with AllowEmptyEnv, which takes an empty variable as
+// and a value set but empty or blank is false (Istio's install-cni reads its
+// variables through viper with AllowEmptyEnv, which takes an empty variable as
 // set, and an empty switch as false, not as its default). Any other value is an
 // error, where Istio's reads it as false without a word: "yes" or "on" asks for
-// the opposite.
+// the opposite, and so does " true" (a word with spaces around it, which
+// strconv.ParseBool does not take).
 func IstioSwitch(v string) (bool, error) {
 	t := strings.TrimSpace(v)
 	if t == "" {
 		return false, nil
 	}
-	b, err := strconv.ParseBool(t)
-	if err != nil {
-		return false, fmt.Errorf("%q is not true or false", v)
+	b, err := strconv.ParseBool(v)
+	switch {
+	case err == nil:
+		return b, nil
+	case t != v:
+		if _, err := strconv.ParseBool(t); err == nil {
+			return false, fmt.Errorf("%q has spaces around it, and Istio's install-cni reads it as false: write it without them", v)
+		}
 	}
-	return b, nil
+	return false, fmt.Errorf("%q is not true or false", v)
 }
 
 // Int parses a decimal integer.

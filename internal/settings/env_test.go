@@ -99,12 +99,15 @@ func TestIstioSwitchReadsAsIstiosInstallCNI(t *testing.T) {
 		{v: "", want: false},
 		{v: "  ", want: false},
 		{v: "true", want: true},
-		{v: " TRUE ", want: true},
+		{v: "TRUE", want: true},
 		{v: "1", want: true},
 		{v: "false", want: false},
 		{v: "0", want: false},
 		{v: "yes", wantErr: `"yes" is not true or false`},
 		{v: "on ", wantErr: `"on " is not true or false`},
+		// Istio's reads these as false, whatever they say.
+		{v: " true", wantErr: `" true" has spaces around it, and Istio's install-cni reads it as false: write it without them`},
+		{v: "false\n", wantErr: `"false\n" has spaces around it, and Istio's install-cni reads it as false: write it without them`},
 	} {
 		got, err := IstioSwitch(tc.v)
 		if gotErr := fmt.Sprint(err); (err != nil || tc.wantErr != "") && gotErr != tc.wantErr {
