@@ -62,6 +62,8 @@ func TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt(t *testing.T) {
 		name string
 		args []string
 		want map[string]any
+		// level is the level the plugin reads, when not want's plugin_log_level.
+		level string
 	}{{
 		name: "defaults",
 		want: map[string]any{
@@ -111,6 +113,24 @@ func TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt(t *testing.T) {
 				"exclude_namespaces": []any{},
 			},
 		},
+	}, {
+		// Istio's plugin reads an empty level as its default, as the plugin here does.
+		name: "an empty log level is the plugin's default",
+		args: []string{"--set-string", "logLevel="},
+		want: map[string]any{
+			"cniVersion": "0.3.1", "name": "istio-cni", "type": "istio-cni",
+			"plugin_log_level":   "",
+			"cni_agent_run_dir":  "/var/run/istio-cni",
+			"exclude_namespaces": []any{"istio-system"},
+			"pod_namespace":      "kube-system",
+			"native_nftables":    false,
+			"kubernetes": map[string]any{
+				"kubeconfig":         "__KUBECONFIG_FILEPATH__",
+				"cni_bin_dir":        "/opt/cni/bin",
+				"exclude_namespaces": []any{"istio-system"},
+			},
+		},
+		level: "info",
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,8 +147,12 @@ func TestNetworkConfigHoldsEveryFieldAndThePluginAcceptsIt(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the plugin refuses the rendered config: %v", err)
 			}
-			if string(cfg.LogLevel) != c.want["plugin_log_level"] {
-				t.Errorf("plugin reads log level %q, want %v", cfg.LogLevel, c.want["plugin_log_level"])
+			wantLevel := c.want["plugin_log_level"].(string)
+			if c.level != "" {
+				wantLevel = c.level
+			}
+			if string(cfg.LogLevel) != wantLevel {
+				t.Errorf("plugin reads log level %q, want %v", cfg.LogLevel, wantLevel)
 			}
 			if cfg.AgentRunDir != c.want["cni_agent_run_dir"] {
 				t.Errorf("plugin reads run dir %q, want %v", cfg.AgentRunDir, c.want["cni_agent_run_dir"])
