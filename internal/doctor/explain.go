@@ -24,9 +24,11 @@ type Explanation struct {
 	Decision plugin.Decision `json:"decision"`
 	// Capture summarises the spec in words; Rules are the backend's rules per family.
 	Capture []string `json:"capture,omitempty"`
-	// Warnings are what the plugin's ADD warns of for the pod, word for word: each
-	// variable of the sidecar's environment that shapes the capture and holds no
-	// boolean (plugin.PodPlan.EnvNotBool), which the capture takes as false.
+	// Warnings are what the plugin's ADD warns of for the pod, word for word
+	// (plugin.PodPlan.Warnings): each variable of the sidecar's environment that
+	// shapes the capture and holds no boolean, which the capture takes as false, and
+	// each other container that runs as the proxy's uid or gid, whose traffic
+	// bypasses the proxy.
 	Warnings []string          `json:"warnings,omitempty"`
 	Backend  string            `json:"backend,omitempty"`
 	Rules    map[string]string `json:"rules,omitempty"`
@@ -97,9 +99,7 @@ func explanation(pod *kube.Pod, pp plugin.PodPlan, err error, backend string) Ex
 		return ex
 	}
 	ex.Capture = Describe(*pp.Spec)
-	for _, e := range pp.EnvNotBool {
-		ex.Warnings = append(ex.Warnings, e.Warning())
-	}
+	ex.Warnings = pp.Warnings()
 	ex.Backend = backend
 	ex.Rules = map[string]string{}
 	if backend == "nftables" {

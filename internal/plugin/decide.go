@@ -15,6 +15,9 @@ import (
 const (
 	ContainerIstioInit  = "istio-init"
 	ContainerIstioProxy = "istio-proxy"
+	// ContainerIstioValidation is the injector's init container that checks the
+	// capture; it runs as the proxy's uid and gid by design.
+	ContainerIstioValidation = "istio-validation"
 	// NodeAgentPodPrefix starts the names of the istio-cni-node DaemonSet's pods.
 	NodeAgentPodPrefix = "istio-cni-node-"
 

@@ -56,3 +56,44 @@ func TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD(t *testing.T) {
 		t.Errorf("warnings of the ADD and the CHECK (-want +got):\n%s\nthe log file holds:\n%s", diff, data)
 	}
 }
+
+// TestAContainerRunningAsTheProxysIDIsWarnedOfOncePerADD: an ADD of a pod whose
+// app container runs as the proxy's uid by its own security context (1337,
+// beside istio-proxy's default) sets up the capture, as Istio's plugin does, and
+// its log holds one warning naming the container, the uid and where it comes
+// from; a CHECK after it warns of nothing.
+func TestAContainerRunningAsTheProxysIDIsWarnedOfOncePerADD(t *testing.T) {
+	root.Require(t)
+	pod := injectedPod(withContainerSecurity("app", int64p(1337), int64p(1000)))
+	n := newCheckNode(t, "nftables", pod)
+	logFile := filepath.Join(t.TempDir(), "istio-cni.log")
+	n.conf = []byte(strings.Replace(string(n.conf), `"log_file":""`, fmt.Sprintf(`"log_file":%q`, logFile), 1))
+	if err := n.plugin().Add(n.args()); err != nil {
+		t.Fatalf("ADD: %v\n%s", err, n.stderr.String())
+	}
+	if err := n.plugin().Check(n.args()); err != nil {
+		t.Fatalf("CHECK: %v\n%s", err, n.stderr.String())
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type warning struct {
+		Msg, Pod, Container, From string
+		UID                       uint32
+	}
+	var got []warning
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var rec struct {
+			Level string
+			warning
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Level == "WARN" && strings.Contains(rec.Msg, "proxy's uid or gid") {
+			got = append(got, rec.warning)
+		}
+	}
+	want := []warning{{"ADD: " + SharedProxyIDWarning, "default/web-1", "app", "container", 1337}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings of the ADD and the CHECK (-want +got):\n%s\nthe log file holds:\n%s", diff, data)
+	}
+}

@@ -22,6 +22,8 @@ var goldenRules = map[string]Rule{
 	"ipv6-only":                    RuleSidecar,
 	"openshift-namespace-uid":      RuleSidecar,
 	"pod-level-run-as-user":        RuleSidecar,
+	"bad-pod-level-run-as-user":    RuleSidecar,
+	"proxy-uid-shared":             RuleSidecar,
 	"traffic-annotations":          RuleSidecar,
 	"kubevirt-interfaces":          RuleSidecar,
 	"bad-annotation":               RuleSidecar,
@@ -52,7 +54,9 @@ type goldenDecision struct {
 	Spec     *goldenSpec `json:"spec,omitempty"`
 	// EnvNotBool: what the ADD warns of.
 	EnvNotBool []EnvNotBool `json:"envNotBool,omitempty"`
-	Error      string       `json:"error,omitempty"`
+	// SharedProxyID: what the ADD warns of.
+	SharedProxyID []SharedProxyID `json:"sharedProxyID,omitempty"`
+	Error         string          `json:"error,omitempty"`
 }
 
 // TestGoldenDecisions runs each API-server-shaped pod in testdata/pods, with its
@@ -97,7 +101,7 @@ func TestGoldenDecisions(t *testing.T) {
 				got.Error = err.Error()
 			} else if pp.Spec != nil {
 				got.Spec = &goldenSpec{Mode: pp.Spec.Mode.String(), Spec: *pp.Spec}
-				got.EnvNotBool = pp.EnvNotBool
+				got.EnvNotBool, got.SharedProxyID = pp.EnvNotBool, pp.SharedProxyID
 			}
 			out, err := json.MarshalIndent(got, "", "  ")
 			if err != nil {

@@ -23,6 +23,23 @@ type PodPlan struct {
 	// boolean (set with Spec): each counted as false, as the proxy counts it, and
 	// ADD warns of each.
 	EnvNotBool []EnvNotBool
+	// SharedProxyID are the other containers that run as the proxy's uid or gid
+	// (set with Spec): the capture exempts their traffic as the proxy's, and ADD
+	// warns of each (see ProxyIdentity).
+	SharedProxyID []SharedProxyID
+}
+
+// Warnings are what ADD warns of for the pod, one line each, as its log has them:
+// what the doctor's explain and inspect print.
+func (pp PodPlan) Warnings() []string {
+	var out []string
+	for _, e := range pp.EnvNotBool {
+		out = append(out, e.Warning())
+	}
+	for _, s := range pp.SharedProxyID {
+		out = append(out, s.Warning())
+	}
+	return out
 }
 
 // PlanFor is the one path from a pod to its rules: selection, pod to spec, spec to
@@ -68,7 +85,7 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sa
 			return pp, fmt.Errorf("pod %s: %w: %w", pod.Key(), ErrNetnsUnreadable, err)
 		}
 	}
-	spec, notBool, err := specFromPod(pod, cfg, addrs)
+	spec, warn, err := specFromPod(pod, cfg, addrs)
 	if err != nil {
 		return pp, err
 	}
@@ -76,7 +93,7 @@ func PlanFor(args PodArgs, cfg *Config, pod *kube.Pod, ns *kube.Namespace, sb Sa
 	if err != nil {
 		return pp, fmt.Errorf("pod %s: %w", pod.Key(), err)
 	}
-	pp.Spec, pp.Plan, pp.EnvNotBool = &spec, plan, notBool
+	pp.Spec, pp.Plan, pp.EnvNotBool, pp.SharedProxyID = &spec, plan, warn.notBool, warn.shared
 	return pp, nil
 }
 

@@ -305,7 +305,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		return err
 	}
 	d, plan := pp.Decision, pp.Plan
-	warnEnvNotBool(log.Logger, pp.EnvNotBool)
+	warnPodPlan(log.Logger, pp)
 	ev.Reason = pluginlog.ReasonOutput
 	if d.Verdict != Redirect {
 		ev.Outcome = pluginlog.OutcomePassedThrough
@@ -444,12 +444,18 @@ func (p *Plugin) decide(ctx context.Context, cfg *Config, podArgs PodArgs, netns
 	return pp, nil
 }
 
-// warnEnvNotBool warns, once per variable, of the sidecar's variables that hold
-// no boolean (see envBool): the capture is built as if each were false, as the
-// proxy runs, which may not be what the pod's author meant ("yes", "on").
-func warnEnvNotBool(log *slog.Logger, notBool []EnvNotBool) {
-	for _, e := range notBool {
+// warnPodPlan warns of what the pod's plan holds that may not be what the pod's
+// author meant (PodPlan.Warnings has the same in one line each): once per
+// variable of the sidecar's that holds no boolean (see envBool), which the
+// capture takes as false, as the proxy runs; and once per other container that
+// runs as the proxy's uid or gid (see ProxyIdentity), whose traffic bypasses the
+// proxy.
+func warnPodPlan(log *slog.Logger, pp PodPlan) {
+	for _, e := range pp.EnvNotBool {
 		log.Warn("ADD: "+EnvNotBoolWarning, "container", e.Container, "variable", e.Name, "value", e.Value)
+	}
+	for _, s := range pp.SharedProxyID {
+		log.Warn("ADD: "+SharedProxyIDWarning, "container", s.Container, s.Kind, s.ID, "from", s.From())
 	}
 }
 

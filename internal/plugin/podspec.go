@@ -72,9 +72,10 @@ var annotationFields = [...]struct {
 // container's environment and identity, and IPv6 from the sandbox's addresses (see
 // PlanFor). The node's extra_bypass_uids are added to the proxy's uids. Each
 // annotation is parsed once, straight into the spec; every error names the pod, the
-// annotation and the value. notBool are the proxy's variables that hold no
-// boolean (see envBool).
-func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect.Spec, notBool []EnvNotBool, err error) {
+// annotation and the value. warn are the proxy's variables that hold no boolean
+// (see envBool) and the other containers that run as the proxy's uid or gid (see
+// ProxyIdentity).
+func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect.Spec, warn podWarnings, err error) {
 	ann := pod.Metadata.Annotations
 	spec = redirect.DefaultSpec()
 	var errs []error
@@ -133,12 +134,15 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect
 		errs = append(errs, fmt.Errorf("annotation %s: %d ports given; with %s, which are always excluded, that is %d, more than the limit of %d",
 			AnnotationExcludeInboundPorts, given, portsText(alwaysExcludedInboundPorts), n, redirect.MaxListItems))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return redirect.Spec{}, nil, podError(pod, err)
-	}
-
 	proxy, _, _ := pod.Container(ContainerIstioProxy)
-	uid, gid := ProxyIdentity(pod, proxy)
+	uid, gid, shared, err := ProxyIdentity(pod, proxy)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return redirect.Spec{}, podWarnings{}, podError(pod, err)
+	}
+	warn.shared = shared
 	spec.ProxyUIDs = []uint32{uid}
 	for _, extra := range cfg.ExtraBypassUIDs {
 		if !slices.Contains(spec.ProxyUIDs, extra) {
@@ -151,7 +155,7 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect
 	proxyBool := func(name string) bool {
 		b, bad := envBool(proxy, name)
 		if bad != nil {
-			notBool = append(notBool, *bad)
+			warn.notBool = append(warn.notBool, *bad)
 		}
 		return b
 	}
@@ -163,9 +167,15 @@ func specFromPod(pod *kube.Pod, cfg *Config, podIPs []netip.Addr) (spec redirect
 	}
 	_, spec.IPv6, _ = redirect.PodAddress(podIPs, proxyBool(EnvDualStack))
 	if err := spec.Validate(); err != nil {
-		return redirect.Spec{}, nil, podError(pod, nameAnnotationItems(err, gave))
+		return redirect.Spec{}, podWarnings{}, podError(pod, nameAnnotationItems(err, gave))
 	}
-	return spec, notBool, nil
+	return spec, warn, nil
+}
+
+// podWarnings are what the ADD warns of for a pod it captures (see PodPlan).
+type podWarnings struct {
+	notBool []EnvNotBool
+	shared  []SharedProxyID
 }
 
 // annotationItems is how many list items (ports, CIDRs, interfaces) an
@@ -249,18 +259,161 @@ func podError(pod *kube.Pod, err error) error {
 
 // ProxyIdentity is the uid and gid whose traffic is the proxy's: istio-proxy's
 // runAsUser and runAsGroup, 1337 when unset or 0 (Istio's rule). Istio reads only
-// the container's security context; a pod-level runAsUser is what the proxy then
-// actually runs as, so it is used when the container sets none.
-func ProxyIdentity(pod *kube.Pod, proxy kube.Container) (uid, gid uint32) {
+// the container's security context; a pod-level runAsUser (runAsGroup) is what the
+// proxy then actually runs as, so it is used when the container sets none, but
+// only when no other container runs as it too.
+//
+// The capture exempts every process that runs as the proxy's uid or gid, so
+// shared are the other containers (init containers included, istio-validation,
+// which runs as the proxy's identity by design, not) that run as either, each of
+// whose traffic bypasses the proxy: the ADD warns of each. err is set when an id
+// comes from the pod's security context and another container runs as it too:
+// taking the pod's id would let that container's traffic bypass the proxy, and
+// Istio's default would have the proxy capture its own, so the pod is refused
+// (fail closed). The ADD, CHECK, repair and the doctor all get the identity, the
+// warnings and the refusal here, through PlanFor.
+func ProxyIdentity(pod *kube.Pod, proxy kube.Container) (uid, gid uint32, shared []SharedProxyID, err error) {
+	var own kube.SecurityContext
+	if proxy.SecurityContext != nil {
+		own = *proxy.SecurityContext
+	}
 	u, g := proxy.RunAs(pod.Spec.SecurityContext)
-	return idOrDefault(u), idOrDefault(g)
+	uid, gid = idOrDefault(u), idOrDefault(g)
+	ids := [...]struct {
+		kind, field string
+		id          uint32
+		// fromPod: the id is the pod's, istio-proxy setting none.
+		fromPod bool
+		of      func(u, g *int64) *int64
+		set     func(sc *kube.SecurityContext) bool
+	}{
+		{"uid", "runAsUser", uid, own.RunAsUser == nil && validID(u),
+			func(u, _ *int64) *int64 { return u }, func(sc *kube.SecurityContext) bool { return sc.RunAsUser != nil }},
+		{"gid", "runAsGroup", gid, own.RunAsGroup == nil && validID(g),
+			func(_, g *int64) *int64 { return g }, func(sc *kube.SecurityContext) bool { return sc.RunAsGroup != nil }},
+	}
+	var errs []error
+	for _, id := range ids {
+		var sharing []SharedProxyID
+		for i, c := range pod.AllContainers() {
+			if c.Name == proxy.Name || c.Name == ContainerIstioValidation {
+				continue
+			}
+			cu, cg := c.RunAs(pod.Spec.SecurityContext)
+			if v := id.of(cu, cg); v == nil || *v != int64(id.id) {
+				continue
+			}
+			sharing = append(sharing, SharedProxyID{
+				Container: c.Name, Init: i < len(pod.Spec.InitContainers), Kind: id.kind, ID: id.id,
+				Own: c.SecurityContext != nil && id.set(c.SecurityContext),
+			})
+		}
+		if len(sharing) == 0 {
+			continue
+		}
+		if id.fromPod {
+			errs = append(errs, fmt.Errorf("istio-proxy sets no securityContext.%[1]s, so the proxy's %[2]s is the pod's securityContext.%[1]s, %[3]d, "+
+				"and %[4]s %[5]s as %[2]s %[3]d too: the capture would exempt %[6]s traffic, which would bypass the proxy; "+
+				"set istio-proxy's securityContext.%[1]s to a %[2]s no other container runs as (Istio's injector sets %[7]d)",
+				id.field, id.kind, id.id, containersText(sharing), runsOrRun(sharing), itsOrTheir(sharing), redirect.DefaultProxyUID))
+			continue
+		}
+		shared = append(shared, sharing...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, nil, err
+	}
+	return uid, gid, shared, nil
 }
 
+// containersText is "the container app" or "the containers app and setup (init)".
+func containersText(cs []SharedProxyID) string {
+	var b strings.Builder
+	b.WriteString("the container")
+	if len(cs) > 1 {
+		b.WriteString("s")
+	}
+	for i, c := range cs {
+		switch {
+		case i == 0:
+			b.WriteString(" ")
+		case i == len(cs)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(c.Container)
+		if c.Init {
+			b.WriteString(" (init)")
+		}
+	}
+	return b.String()
+}
+
+func runsOrRun(cs []SharedProxyID) string {
+	if len(cs) > 1 {
+		return "run"
+	}
+	return "runs"
+}
+
+func itsOrTheir(cs []SharedProxyID) string {
+	if len(cs) > 1 {
+		return "their"
+	}
+	return "its"
+}
+
+// idOrDefault is a security context's uid or gid as the proxy's: the default
+// (1337) when unset, 0 or out of range (see validID).
 func idOrDefault(id *int64) uint32 {
-	if id == nil || *id <= 0 || *id > 1<<32-1 {
+	if !validID(id) {
 		return redirect.DefaultProxyUID
 	}
 	return uint32(*id)
+}
+
+// validID reports whether id is set and usable as the proxy's uid or gid: not 0
+// (Istio's "unset") and within the kernel's 32 bits.
+func validID(id *int64) bool {
+	return id != nil && *id > 0 && *id <= 1<<32-1
+}
+
+// SharedProxyID is another container of the pod that runs as the proxy's uid or
+// gid (see ProxyIdentity): the capture exempts its traffic too, so that traffic
+// bypasses the proxy. Istio's plugin allows it, and some pods do it on purpose
+// (an init container that must reach a server before the proxy is up, say), so
+// the ADD allows it and warns.
+type SharedProxyID struct {
+	Container string `json:"container"`
+	// Init: Container is an init container.
+	Init bool `json:"init,omitempty"`
+	// Kind is "uid" or "gid", ID its value.
+	Kind string `json:"kind"`
+	ID   uint32 `json:"id"`
+	// Own: the container sets it in its own security context; else it inherits
+	// the pod's.
+	Own bool `json:"own,omitempty"`
+}
+
+// SharedProxyIDWarning is what the ADD warns of a SharedProxyID: its log's
+// message, with the container, the uid or gid and where it comes from as fields.
+const SharedProxyIDWarning = "another container runs as the proxy's uid or gid: the capture exempts its traffic, " +
+	"which bypasses the proxy (as with Istio's plugin)"
+
+// From is where the container's id comes from: "container" (its own security
+// context) or "pod" (the pod's).
+func (s SharedProxyID) From() string {
+	if s.Own {
+		return "container"
+	}
+	return "pod"
+}
+
+// Warning is the ADD's warning of s in one line, its fields after it as the log
+// has them: what the doctor's explain and inspect print.
+func (s SharedProxyID) Warning() string {
+	return fmt.Sprintf("%s (container %s, %s %d, from %s)", SharedProxyIDWarning, s.Container, s.Kind, s.ID, s.From())
 }
 
 // EnvNotBool is a variable of the sidecar's environment that shapes the capture

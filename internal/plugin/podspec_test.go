@@ -112,9 +112,9 @@ func TestSpecFromPod(t *testing.T) {
 		{name: "custom uid alone keeps gid 1337", pod: injectedPod(withProxySecurity(int64p(1000650000), nil)),
 			want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{1000650000} }},
 		{name: "uid 0 means the default", pod: injectedPod(withProxySecurity(int64p(0), int64p(0)))},
-		{name: "pod-level runAsUser applies when istio-proxy sets none", pod: injectedPod(func(p *kube.Pod) {
+		{name: "pod-level runAsUser applies when istio-proxy sets none and no other container runs as it", pod: injectedPod(func(p *kube.Pod) {
 			p.Spec.SecurityContext = &kube.PodSecurityContext{RunAsUser: int64p(2000)}
-		}), want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{2000} }},
+		}, withContainerSecurity("app", int64p(1000), nil)), want: func(s *redirect.Spec) { s.ProxyUIDs = []uint32{2000} }},
 		{name: "istio-proxy's runAsUser wins over the pod's", pod: injectedPod(withProxySecurity(int64p(1337), nil), func(p *kube.Pod) {
 			p.Spec.SecurityContext = &kube.PodSecurityContext{RunAsUser: int64p(2000)}
 		})},
