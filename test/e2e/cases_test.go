@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
@@ -1027,4 +1028,52 @@ func undoDefaultRunDir(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAProxyUIDFromThePodThatAnotherContainerSharesFailsAddClosed: istio-proxy
+// sets no runAsUser or runAsGroup and the pod's securityContext sets both, which
+// the app inherits: exempting the pod's ids as the proxy's would let the app's
+// traffic bypass the proxy, so the ADD fails, naming the pod, each id, the pod's
+// securityContext, the app and the fix, and the pod's namespace holds none of our
+// rules (both backends). With the app setting its own ids, the pod's are the
+// proxy's alone and are exempted: the pod's uid reaches the network directly, the
+// app's is captured.
+func TestAProxyUIDFromThePodThatAnotherContainerSharesFailsAddClosed(t *testing.T) {
+	podIDs := func(p *corev1.Pod) {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](2000), RunAsGroup: ptr.To[int64](3000)}
+	}
+	ownApp := func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)}
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			list := n.chain(n.istioEntry(b.extra))
+			pod := createPod(t, shared, meshedPod("podids-"+b.name, "web", nil, podIDs))
+			sb := n.newSandbox(pod)
+			_, err := n.add(list, sb)
+			if err == nil {
+				t.Fatal("ADD succeeded for a pod whose app shares the proxy's uid and gid from the pod's securityContext")
+			}
+			wanterr.Mentions(t, err, "podids-"+b.name+"/web",
+				"the pod's securityContext.runAsUser, 2000", "the container app runs as uid 2000 too",
+				"the pod's securityContext.runAsGroup, 3000", "the container app runs as gid 3000 too",
+				"set istio-proxy's securityContext.runAsUser", "set istio-proxy's securityContext.runAsGroup")
+			wantNoRules(t, sb, "a refused ADD")
+
+			own := createPod(t, shared, meshedPod("podids-"+b.name, "own", nil, podIDs, ownApp))
+			sb2, _ := n.addPod(t, list, own)
+			serveTraffic(t, n, sb2)
+			if _, out := landings(t, n, sb2); !strings.HasPrefix(out, "outbound ") { // as uid 1000, the app's
+				t.Errorf("the app's outbound landed on %q, want the proxy", out)
+			}
+			proxy, err := sandbox.ProbeAs(sb2.netns, selfExe, 2000, "tcp", netip.AddrPortFrom(sb2.gw, uint16(n.svcPort)), "-test.run=^$")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(proxy, "node ") {
+				t.Errorf("uid 2000's outbound (the proxy's) landed on %q, want the node's service (exempt)", proxy)
+			}
+		})
+	}
 }
