@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -199,7 +200,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 	var perConn *time.Duration
 	var named func() bool
 	nf, namespace, name, ok := parseNodeArgs("probe", args, stderr, func(fs *flag.FlagSet) {
-		appUID = fs.Uint("app-uid", 0, "uid (and gid) of the outbound probe: an application's (default: the app container's runAsUser, else 1000)")
+		appUID = fs.Uint("app-uid", 0, "uid (and gid) of the outbound probe: an application's (default: the app container's runAsUser unless the capture exempts it as the proxy's, else 1000)")
 		target4 = fs.String("outbound-target", DefaultOutboundV4.String(), "IPv4 address:port the outbound probe connects to (default: this one when the pod's settings capture it, else one they capture)")
 		target6 = fs.String("outbound-target6", DefaultOutboundV6.String(), "IPv6 address:port of the outbound probe (IPv6 pods)")
 		probePort = fs.Uint("probe-port", istioiptables.DefaultProbePort, "the validation's probe port (istio-validation's --probe-port)")
@@ -243,7 +244,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		spec := *pp.Spec
 		if *appUID == 0 {
-			o.AppUID = defaultAppUID(t.pod)
+			o.AppUID = defaultAppUID(t.pod, spec)
 		}
 		o.Proc = t.ns.Proc
 		res, err := Probe(ctx, t.pod.Key(), t.ns.Path, t.ns.Source, spec, o)
@@ -263,13 +264,15 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // defaultAppUID is the uid the pod's first application container runs as, when it is set
-// and is not the proxy's; else 1000.
-func defaultAppUID(pod *kube.Pod) uint32 {
+// and its traffic is captured (it is not one of spec's proxy uids or gids, which the
+// plugin decides: the probe runs as it with the same gid); else 1000.
+func defaultAppUID(pod *kube.Pod, spec redirect.Spec) uint32 {
 	for _, c := range pod.Spec.Containers {
-		if c.Name == "istio-proxy" {
+		if c.Name == plugin.ContainerIstioProxy {
 			continue
 		}
-		if u, _ := c.RunAs(pod.Spec.SecurityContext); u != nil && *u > 0 && *u != redirect.DefaultProxyUID && *u < 1<<32 {
+		if u, _ := c.RunAs(pod.Spec.SecurityContext); u != nil && *u > 0 && *u < 1<<32 &&
+			!slices.Contains(spec.ProxyUIDs, uint32(*u)) && !slices.Contains(spec.ProxyGIDs, uint32(*u)) {
 			return uint32(*u)
 		}
 		break
