@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
@@ -79,7 +81,8 @@ const chainedConflist = `{
 // a pod captured by the plugin's own path (no differences), the same after a rule
 // is deleted by hand (reported), a pod captured whose sidecar sets a variable
 // that shapes the capture to no boolean (the ADD's warning, the rules as the
-// capture takes it: false), a pod the plugin skips (says which rule), one the
+// capture takes it: false), a pod whose app runs as the proxy's uid (captured,
+// the ADD's warning), a pod the plugin skips (says which rule), one the
 // plugin skips that holds rules anyway, and the clear errors.
 func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 	root.Require(t)
@@ -94,6 +97,12 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 
 	runCapturedPod(t, cp, e.cfg, injectedPod("dns-yes", withProxyEnv(plugin.EnvDNSCapture, "yes"), withProxyEnv(plugin.EnvInvalidDrop, "on ")),
 		netip.MustParseAddr("10.251.7.7"))
+
+	// The app runs as the proxy's uid: captured, as by Istio's plugin, and warned of.
+	runCapturedPod(t, cp, e.cfg, injectedPod("vault", func(p *corev1.Pod) {
+		uid := int64(1337)
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: &uid}
+	}), netip.MustParseAddr("10.251.7.8"))
 
 	runPod(t, cp, injectedPod("plain", withoutSidecar), netip.MustParseAddr("10.251.7.3"))
 
@@ -116,6 +125,7 @@ func TestInspectComparesLiveRulesWithWhatThePodRequires(t *testing.T) {
 		{name: "rule-deleted", args: []string{"inspect", "app/broken"}, code: 1, golden: "rule-deleted.txt"},
 		{name: "env-not-boolean", args: []string{"inspect", "app/dns-yes"}, code: 0, golden: "env-not-boolean.txt"},
 		{name: "env-not-boolean-json", args: []string{"inspect", "app/dns-yes", "-o", "json"}, code: 0, golden: "env-not-boolean.json"},
+		{name: "proxy-uid-shared", args: []string{"inspect", "app/vault"}, code: 0, golden: "proxy-uid-shared.txt"},
 		{name: "not-meshed", args: []string{"inspect", "app/plain"}, code: 3, golden: "not-meshed.txt"},
 		{name: "not-meshed-with-rules", args: []string{"inspect", "app/stray"}, code: 1, golden: "not-meshed-with-rules.txt"},
 		{name: "other-node", args: []string{"inspect", "app/elsewhere"}, code: 1,
