@@ -258,7 +258,7 @@ func podError(pod *kube.Pod, err error) error {
 }
 
 // ProxyIdentity is the uid and gid whose traffic is the proxy's: istio-proxy's
-// runAsUser and runAsGroup, 1337 when unset or 0 (Istio's rule). Istio reads only
+// runAsUser and runAsGroup, 1337 when unset or 0 (Istio's rule) or past 32 bits. Istio reads only
 // the container's security context; a pod-level runAsUser (runAsGroup) is what the
 // proxy then actually runs as, so it is used when the container sets none, but
 // only when no other container runs as it too.
@@ -293,9 +293,10 @@ func ProxyIdentity(pod *kube.Pod, proxy kube.Container) (uid, gid uint32, shared
 			func(_, g *int64) *int64 { return g }, func(sc *kube.SecurityContext) bool { return sc.RunAsGroup != nil }},
 	}
 	var errs []error
+	all := pod.AllContainers()
 	for _, id := range ids {
 		var sharing []SharedProxyID
-		for i, c := range pod.AllContainers() {
+		for i, c := range all {
 			if c.Name == proxy.Name || c.Name == ContainerIstioValidation {
 				continue
 			}
