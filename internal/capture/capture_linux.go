@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/istio-cni/istio-cni/internal/applylock"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
@@ -35,10 +36,11 @@ type Backend interface {
 // rollbackApplier is a Backend whose apply says how to undo it (both backends
 // are): rollback puts the namespace's rules back as the apply found them before
 // it wrote, the capture of an earlier apply to the same pod included, or removes
-// ours when it found none; release lets go of a lock of the namespace that the
-// apply keeps until its caller's routing and rollback are done (the iptables
-// backend's apply lock): a rollback run after the lock was let go could undo
-// what a concurrent apply wrote and reported done.
+// ours when it found none; release lets go of the namespace's apply lock
+// (applylock), which the apply keeps until its caller's routing and rollback are
+// done: a rollback run after the lock was let go could undo what a concurrent
+// apply wrote and reported done, and routing this apply added and then removes
+// could be what a concurrent apply found in place and relies on.
 type rollbackApplier interface {
 	ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error)
 }
@@ -68,12 +70,13 @@ func applyRules(ctx context.Context, b Backend, plan *redirect.Plan) (changed bo
 // namespace's apply lock, its bound ran out, the backend refused its input) has
 // touched no routing: an entry it had added and then removed could be one
 // another apply found there and relies on, which would report its capture done
-// without it. The iptables backend's apply lock is held through the routing and
-// the rollback.
+// without it. The namespace's apply lock (applylock), which both backends take
+// before they read the rules, is held through the routing and the rollback.
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
 	timing.Mark(ctx, "before-apply")
-	err = netns.Do(nsPath, func() error {
+	err = netns.DoWithFD(nsPath, func(fd int) error {
 		timing.Mark(ctx, "netns-enter")
+		ctx := applylock.InNamespace(ctx, fd)
 		var aerr error
 		var rollback func(context.Context) error
 		var release func()

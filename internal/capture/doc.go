@@ -6,6 +6,9 @@
 // An apply that fails puts the namespace back as it found it (Apply): the rules
 // go back to those the backend read before it wrote them, the capture of an
 // earlier apply to the same pod included (ours are removed where there were
-// none), and the routing entries it added are removed, only those. Cleanup, the
-// plugin's DEL, removes every rule and routing entry of ours, whoever added them.
+// none), and the routing entries it added are removed, only those. The backend's
+// apply lock of the namespace (applylock) is held from before the backend reads
+// the rules until the routing and the rollback are done: another apply into the
+// namespace never writes in between. Cleanup, the plugin's DEL, removes every rule
+// and routing entry of ours, whoever added them.
 package capture

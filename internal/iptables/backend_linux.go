@@ -11,13 +11,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/istio-cni/istio-cni/internal/applylock"
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/nftables"
-	"github.com/istio-cni/istio-cni/internal/ownfile"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
@@ -26,8 +25,8 @@ import (
 type Config struct {
 	Mode Mode
 	// LockDir holds one xtables lock file per network namespace (legacy mode), so
-	// pods set up in parallel do not wait for each other, and one apply lock file
-	// per namespace (both modes, see Backend.ApplyWithRollback). When empty,
+	// pods set up in parallel do not wait for each other (the apply lock of
+	// Backend.ApplyWithRollback is the namespace's own, applylock). When empty,
 	// iptables' own XTABLES_LOCKFILE, if set in the environment, is the one lock
 	// of every namespace (as iptables itself uses it); otherwise
 	// /run/istio-cni/xtables.
@@ -491,61 +490,10 @@ func (b *Backend) revert(ctx context.Context, families []redirect.Family, found 
 	return errors.Join(errs...)
 }
 
-// lockApply takes the namespace's apply lock (see ApplyWithRollback) and returns
-// its release. It is a file of its own beside the namespace's xtables lock, never
-// that file: legacy iptables-restore takes the xtables lock itself, and a
-// second lock of the same file by this process would wait for itself. Waiting
-// ends with ctx.
+// lockApply takes the namespace's apply lock (see ApplyWithRollback;
+// applylock) and returns its release.
 func (b *Backend) lockApply(ctx context.Context) (func(), error) {
-	name := "xtables-apply.lock"
-	if id, err := netns.ID("/proc/thread-self/ns/net"); err == nil {
-		name = fmt.Sprintf("xtables-apply-%d.lock", id) // GC removes it with the xtables locks
-	}
-	path := filepath.Join(b.lockDir, name)
-	if err := os.MkdirAll(b.lockDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create the apply lock's directory: %w", err)
-	}
-	open := func() (*os.File, error) {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("open the namespace's apply lock: %w", err)
-		}
-		return f, nil
-	}
-	f, err := open()
-	if err != nil {
-		return nil, err
-	}
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			fi, err := f.Stat()
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("lock %s: %w", path, err)
-			}
-			if ownfile.Is(path, fi) {
-				return func() { _ = f.Close() }, nil
-			}
-			// The plugin's GC removed the file (an hour unused) between this open
-			// and this lock: a lock of it excludes no apply that opens the path now.
-			f.Close()
-			if f, err = open(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for another apply's lock %s: %w", path, ctx.Err())
-		case <-time.After(wait):
-		}
-	}
+	return applylock.Take(ctx)
 }
 
 // Verify implements capture.Backend.

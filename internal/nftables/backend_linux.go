@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/istio-cni/istio-cni/internal/applylock"
 	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
@@ -60,9 +61,11 @@ func (b *Backend) Name() string { return "nftables" }
 // Apply makes our tables hold exactly the plan, in one transaction that deletes
 // and recreates every table of ours (including tables a previous plan needed and
 // this one does not). When the live tables already equal the plan nothing is
-// written and changed is false.
+// written and changed is false. The namespace's apply lock is let go on
+// return.
 func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) {
-	changed, _, _, err := b.ApplyWithRollback(ctx, plan)
+	changed, _, release, err := b.ApplyWithRollback(ctx, plan)
+	release()
 	return changed, err
 }
 
@@ -77,8 +80,15 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 // our tables is left with none. Tables that hold what this backend does not
 // write (a rule it cannot read, a named set, a dormant table, a hook of another
 // kind: someone changed them since) cannot be written back: rollback says so
-// and leaves the apply's tables, a whole capture. Nothing is held: release does
-// nothing.
+// and leaves the apply's tables, a whole capture.
+//
+// The apply holds the namespace's apply lock (applylock.Take) from before its
+// read, and release lets it go: capture.Apply does, once its routing and its
+// rollback are done. Another apply into the namespace (a retried ADD beside the
+// first, the agent's repair in place) then neither writes between this one's
+// write and its rollback, which would put back the tables found before and so
+// undo what it reported done, nor finds this one's routing in place and relies
+// on it while this one, failing, is about to remove it. Before, it took none.
 func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error) {
 	rollback, release = func(context.Context) error { return nil }, func() {}
 	rs, err := translate(plan, b.groups)
@@ -86,11 +96,16 @@ func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (c
 		return false, rollback, release, fmt.Errorf("apply nftables: %w", err)
 	}
 	timing.Mark(ctx, "nft-translate")
+	if release, err = applylock.Take(ctx); err != nil {
+		return false, rollback, func() {}, fmt.Errorf("apply nftables: %w", err)
+	}
+	timing.Mark(ctx, "nft-apply-lock")
 	changed, found, err := b.applyOnce(ctx, rs)
 	if err != nil {
-		// A table of ours may have appeared since the read (a concurrent apply),
-		// which fails "create table" and with it the whole transaction, changing
-		// nothing. Read again, on a new socket, and retry once.
+		// A table of ours may have appeared since the read (an apply of a
+		// build before the lock, during an upgrade), which fails "create
+		// table" and with it the whole transaction, changing nothing. Read
+		// again, on a new socket, and retry once.
 		changed, found, err = b.applyOnce(ctx, rs)
 	}
 	if err != nil {

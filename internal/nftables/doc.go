@@ -15,7 +15,10 @@
 // Backend applies a plan in one atomic transaction in the calling thread's network
 // namespace and removes our tables on cleanup. When the rest of an apply fails after
 // the transaction (capture.Apply's routing), its rollback writes back, in one
-// transaction too, the tables the apply found (rulesetOf). Apply, Verify and Cleanup read the
+// transaction too, the tables the apply found (rulesetOf). An apply holds the
+// namespace's apply lock (applylock) from before its read until capture.Apply's
+// routing and rollback are done, so that no other apply into the namespace
+// writes in between. Apply, Verify and Cleanup read the
 // live tables over netlink, never by parsing nft's text, which changes between nft
 // versions: decodeRule turns each rule's expressions back into the typed rule they
 // encode, and rules are compared as such, so handles, counters and comments do

@@ -147,7 +147,9 @@ const (
 	// TLS session to the API server, so the next run resumes it (kube.SessionFile).
 	TLSSessionName = "istio-cni-tls-session"
 	// XtablesDirName is the directory in the run directory where the plugin keeps
-	// the per-namespace xtables and apply locks and the node's iptables-nft version.
+	// the per-namespace xtables locks of legacy iptables and the node's
+	// iptables-nft version (and where GC removes the apply lock files of builds
+	// before the apply lock became the namespace's own, applylock).
 	XtablesDirName = "xtables"
 	// LogSocketName is the agent's SOCK_SEQPACKET socket for this plugin's log
 	// records and events (pluginlog.Options.Socket); Istio's plugin posts to

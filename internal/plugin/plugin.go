@@ -951,8 +951,10 @@ func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
 // now: opening or locking it changes none of its times, so its age alone does not
 // say it is unused. It is unlinked while GC holds the lock itself, so no writer
 // holds it then; one that opened it just before may still lock the unlinked file:
-// the apply lock's taker then opens the path again (iptables.Backend.lockApply),
-// while iptables' own xtables lock is as exposed as any removable lock file.
+// the apply lock files of builds before this one (xtables-apply-*: the apply
+// lock is now an flock of the namespace itself, applylock) were opened again
+// then, while iptables' own xtables lock is as exposed as any removable lock
+// file.
 func removeUnheldLock(path string) bool {
 	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {
