@@ -69,10 +69,9 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 }
 
 // TestAFailedApplyLeavesANewNamespaceAsItWas: in a pod's new namespace every
-// backend writes its rules (iptables-nft natively, without the namespace's apply
-// lock, which its rollback then takes), and the IPv6 passthrough address is
-// refused (the pod's IPv6 is off): the rollback removes the rules, and the
-// namespace's rules are what they were before the apply, none of ours.
+// backend writes its rules (iptables-nft natively), and the IPv6 passthrough
+// address is refused (the pod's IPv6 is off): the rollback removes the rules, and
+// the namespace's rules are what they were before the apply, none of ours.
 func TestAFailedApplyLeavesANewNamespaceAsItWas(t *testing.T) {
 	root.Require(t)
 	plan := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Plan(t)

@@ -339,73 +339,54 @@ func (b *Backend) Apply(ctx context.Context, plan *redirect.Plan) (bool, error) 
 // a rollback that puts back a state the other apply has since replaced after
 // reporting success. They happen: the repair controller repairs a pod in place
 // while the plugin's ADD is still programming it, and a runtime retries an ADD
-// whose first plugin process is still running. So every read-then-restore holds
-// the namespace's apply lock (lockApply), and the caller releases it with
-// release once the rest of its apply (capture.Apply's routing) and its
-// rollback, if any, are done: capture.Apply does. The native write into a new
-// namespace, the common nft-mode ADD, takes no lock: it creates its tables
-// exclusively, so of two racing writes one fails whole, and that one then takes
-// the lock and reads what the other wrote, as the nftables backend does. A rule
-// set the native writer does not translate is restored under the lock. The
-// rollback of an apply that wrote natively and took no lock (or gave up waiting
-// for it) takes the lock itself, within its own bound.
+// whose first plugin process is still running. So every apply holds the
+// namespace's apply lock (lockApply) from before it looks, and the caller
+// releases it with release once the rest of its apply (capture.Apply's
+// routing) and its rollback, if any, are done: capture.Apply does. The native
+// write into a new namespace, the common nft-mode ADD, took no lock (it creates
+// its tables exclusively, so of two racing writes one fails whole): another
+// apply could then write, and report done, between its write and its
+// rollback, which removed what the other wrote, or find its routing in place
+// while it was about to remove it. It still creates them exclusively, for an
+// apply that takes no lock (one of a build before, during an upgrade):
+// refused, it reads what is there and restores what is still missing.
 func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (changed bool, rollback func(context.Context) error, release func(), err error) {
 	release = func() {}
 	// found is what of ours each family held before this apply wrote it (nil: no
 	// table), for each family it wrote or tried to.
 	found := map[redirect.Family]map[redirect.Table]*liveTable{}
 	var written []redirect.Family
-	locked := false
 	rollback = func(ctx context.Context) error {
 		if len(written) == 0 {
 			return nil
 		}
-		if !locked {
-			r, err := b.lockApply(ctx)
-			if err != nil {
-				return fmt.Errorf("put back the rules found before the apply: %w", err)
-			}
-			defer r()
-		}
 		return b.revert(ctx, written, found)
 	}
-	u := podUserNamespace()
-	defer u.close()
 	layouts, err := planLayouts(plan)
 	if err != nil {
 		return false, rollback, release, err
 	}
-	lock := func() error {
-		if locked {
-			return nil
-		}
-		r, err := b.lockApply(ctx)
-		if err != nil {
-			return err
-		}
-		release, locked = r, true
-		timing.Mark(ctx, "iptables-apply-lock")
-		return nil
+	u := podUserNamespace()
+	defer u.close()
+	r, err := b.lockApply(ctx)
+	if err != nil {
+		return false, rollback, release, err
 	}
+	release = r
+	timing.Mark(ctx, "iptables-apply-lock")
 	// The native batch goes from this process's user namespace, where the kernel
 	// refuses the owner matches of a pod with hostUsers: false (podUserNamespace):
 	// such a pod's rules are restored in its own.
 	native := b.nativeAllowed() && u == ownUserNS
-	if !native {
-		// Every write is a read and a restore: lock before looking.
-		if err := lock(); err != nil {
-			return false, rollback, release, err
-		}
-	}
 	held := b.tablesHeld()
 	timing.Mark(ctx, "iptables-probe")
 	for _, f := range []redirect.Family{redirect.IPv4, redirect.IPv6} {
 		want, planned := layouts[f]
 		if !held[f] && len(diffTables(f, want, nil)) == 0 {
-			continue // no table and none wanted (an IPv4-only plan's IPv6): no lock either
+			continue // no table and none wanted (an IPv4-only plan's IPv6)
 		}
 		var nativeErr error
-		if !held[f] && native && !locked {
+		if !held[f] && native {
 			// A new namespace: the batch iptables-nft-restore would send, sent
 			// here (see native_linux.go); what it does not translate is restored.
 			if objs, err := translateNative(f, want); err == nil {
@@ -416,17 +397,11 @@ func (b *Backend) ApplyWithRollback(ctx context.Context, plan *redirect.Plan) (c
 					changed = true
 					continue
 				}
-				// The kernel refused the batch whole: nothing of it is left. A
-				// racing apply may have written the tables since the probe: read
-				// again under the lock, then restore what is still missing.
+				// The kernel refused the batch whole: nothing of it is left. An
+				// apply that takes no lock may have written the tables since the
+				// probe: look again, then restore what is still missing.
+				held = b.tablesHeld()
 			}
-		}
-		if !locked {
-			if err := lock(); err != nil {
-				return changed, rollback, release, err
-			}
-			// Another apply may have written while this one waited.
-			held = b.tablesHeld()
 		}
 		var live map[redirect.Table]*liveTable
 		if held[f] {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/netns"
+	"github.com/istio-cni/istio-cni/internal/redirect"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/rulestext"
 	"github.com/istio-cni/istio-cni/test/harness/specs"
@@ -71,11 +72,12 @@ func TestConcurrentAppliesToOneNamespace(t *testing.T) {
 	}
 }
 
-// TestNativeWriteMeetsTablesWrittenSinceTheProbe: when another apply writes the
-// family's tables between this apply's look (no table) and its native write,
-// the write's exclusive table creation is refused whole, and the apply reads
-// what is there and finds the plan in place: no rule is added twice, and
-// nothing is reported refused.
+// TestNativeWriteMeetsTablesWrittenSinceTheProbe: when an apply that takes no
+// apply lock (one of a build before the native write took it, during an
+// upgrade) writes the family's tables between this apply's look (no table) and
+// its native write, the write's exclusive table creation is refused whole, and
+// the apply reads what is there and finds the plan in place: no rule is added
+// twice, and nothing is reported refused.
 func TestNativeWriteMeetsTablesWrittenSinceTheProbe(t *testing.T) {
 	root.Require(t)
 	dir := t.TempDir()
@@ -86,15 +88,12 @@ func TestNativeWriteMeetsTablesWrittenSinceTheProbe(t *testing.T) {
 	if !b.NativeWrites() {
 		t.Fatal("this node's iptables-nft is not written natively: the test needs the native write (iptables-nft with nft_compat)")
 	}
-	other, err := NewBackend(Config{Mode: ModeNFT, LockDir: dir, NativeStateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	plan := specs.Sidecar().Plan(t)
 	var raced, refusedByKernel []error
 	b.writeNative = func(objs []nativeObjects) error {
-		// The other apply, between this one's probe and its write.
-		if _, err := other.Apply(context.Background(), plan); err != nil {
+		// The other apply's native write, of the same plan, between this
+		// one's probe and its write.
+		if err := writeNative(objs); err != nil {
 			return err
 		}
 		err := writeNative(objs)
@@ -117,11 +116,70 @@ func TestNativeWriteMeetsTablesWrittenSinceTheProbe(t *testing.T) {
 		t.Errorf("changed %v, refusals reported %v: want the plan found in place", changed, refusedByKernel)
 	}
 	one := newNS(t)
-	if _, err := capture.Apply(context.Background(), one, other, plan); err != nil {
+	if _, err := capture.Apply(context.Background(), one, lockingBackend(t, ModeNFT, dir), plan); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := savedInBoth(t, ns, ModeNFT), savedInBoth(t, one, ModeNFT); got != want {
 		t.Errorf("the namespace holds:\n%s\nwant what one apply leaves:\n%s", got, want)
+	}
+}
+
+// TestANativeApplyBesideAFailingOneKeepsItsRules: in nft mode a pod's new
+// namespace is written natively. That apply fails after its write (IPv6's
+// passthrough address is refused: the pod's IPv6 is off) and, between its
+// write and its rollback, another apply into the namespace (the agent's repair
+// in place, a retried ADD: here with an IPv4-only plan) runs. That apply
+// succeeds, and its rules are whole afterwards: it waited for the failing
+// apply's rollback, which put back what that apply had found (nothing of ours).
+// The native write took no lock, so the other apply wrote and reported done
+// meanwhile, and the rollback then removed its rules.
+func TestANativeApplyBesideAFailingOneKeepsItsRules(t *testing.T) {
+	root.Require(t)
+	dir := t.TempDir()
+	failing := lockingBackend(t, ModeNFT, dir)
+	if !failing.NativeWrites() {
+		t.Fatal("this node's iptables-nft is not written natively: the test needs the native write (iptables-nft with nft_compat)")
+	}
+	other := lockingBackend(t, ModeNFT, dir)
+	plan := specs.Sidecar().Plan(t)
+	ns := newNS(t)
+	runIn(t, ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+	done := make(chan error, 1)
+	applied := false
+	var beside error
+	writes := 0
+	failing.writeNative = func(objs []nativeObjects) error {
+		if err := writeNative(objs); err != nil {
+			return err
+		}
+		if writes++; writes == 2 { // IPv6's, the last: the other apply, before the routing and the rollback
+			go func() {
+				_, err := capture.Apply(context.Background(), ns, other, plan)
+				done <- err
+			}()
+			select {
+			case beside = <-done:
+				applied = true
+			case <-time.After(time.Second):
+			}
+		}
+		return nil
+	}
+	dual := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Plan(t)
+	if _, err := capture.Apply(context.Background(), ns, failing, dual); err == nil || !strings.Contains(err.Error(), "add ::6/128 to lo") {
+		t.Fatalf("the failing apply: %v; want IPv6's passthrough address refused", err)
+	}
+	if writes != 2 {
+		t.Fatalf("the failing apply wrote %d families natively, want both", writes)
+	}
+	if !applied {
+		beside = <-done
+	}
+	if beside != nil {
+		t.Fatalf("the apply beside the failing one: %v", beside)
+	}
+	if diffs, err := capture.Verify(context.Background(), ns, other, plan); err != nil || len(diffs) > 0 {
+		t.Errorf("after the failing apply's rollback, Verify of the apply beside it, which succeeded: %q, %v; want its capture whole", diffs, err)
 	}
 }
 

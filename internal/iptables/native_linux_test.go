@@ -196,16 +196,17 @@ func applyInNewNamespace(t *testing.T, b *Backend, plan *redirect.Plan) (ns, pha
 
 // TestApplyWritesANewNamespaceNatively checks the switch in Apply: in nft mode a
 // new namespace's default sidecar rules are written without iptables-restore
-// (its phase is absent, the native one present), verify finds them exact, a second
-// apply changes nothing, and cleanup removes them.
+// (its phase is absent, the native one present), under the namespace's apply
+// lock, taken before the apply looks, verify finds them exact, a second apply
+// changes nothing, and cleanup removes them.
 func TestApplyWritesANewNamespaceNatively(t *testing.T) {
 	root.Require(t)
 	b, ns, plan, phases := applySidecarInNewNamespace(t)
 	if !strings.Contains(phases, "iptables-native-ipv4") || strings.Contains(phases, "iptables-restore-ipv4") {
 		t.Errorf("phases %s: want the IPv4 rules written natively, without iptables-restore", phases)
 	}
-	if strings.Contains(phases, "iptables-apply-lock") || strings.Contains(phases, "ipv6") {
-		t.Errorf("phases %s: the native write of a new namespace took the apply lock, or this IPv4 plan touched IPv6", phases)
+	if !strings.Contains(phases, "iptables-apply-lock iptables-probe") || strings.Contains(phases, "ipv6") {
+		t.Errorf("phases %s: want the apply lock taken before the look, and this IPv4 plan not to touch IPv6", phases)
 	}
 	diffs, err := capture.Verify(context.Background(), ns, b, plan)
 	if err != nil || len(diffs) > 0 {

@@ -19,13 +19,13 @@ import (
 // in place applies into a pod's network namespace (it holds the namespace's
 // apply lock, an flock of the namespace itself, which it opens through /proc,
 // as the test does here, where the plugin opens the runtime's path), the pod's
-// nftables ADD waits for it rather than write beside it. An ADD whose bound
-// runs out first fails, its error naming the namespace and the process that
-// holds the lock (here the test's own); once the repair is done, the ADD goes
-// through.
+// ADD, with either backend, waits for it rather than write beside it. An ADD
+// whose bound runs out first fails, its error naming the namespace and the
+// process that holds the lock (here the test's own); once the repair is done,
+// the ADD goes through.
 func TestAnADDWaitsForTheApplyInItsNamespaceAndNamesIt(t *testing.T) {
 	root.Require(t)
-	for _, backend := range []string{"nftables"} {
+	for _, backend := range []string{"iptables", "nftables"} {
 		t.Run(backend, func(t *testing.T) {
 			n := newCheckNode(t, backend, injectedPod())
 			id, err := netns.ID(n.ns)
