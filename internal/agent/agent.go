@@ -431,45 +431,54 @@ func (w *watcher) classify(ev fsnotify.Event) dirty {
 // directory, a subdirectory, a name the runtime does not load) rewrites that file,
 // and the conf dir's watch sees no event of it. Best effort: a directory that cannot
 // be watched is logged, and the entry is then put back at the conf dir's next event.
-func (a *agent) watchLinkedConfig(w *watcher) {
+//
+// added says a directory's watch was added for the file: a rewrite of it between
+// the reconcile that found the link and the watch's start made no event, so the
+// caller looks at the config again (the loop does, before it waits).
+func (a *agent) watchLinkedConfig(w *watcher) (added bool) {
 	w.linked = ""
 	if a.cfg.current == "" {
-		return
+		return false
 	}
 	target, err := filepath.EvalSymlinks(a.cfg.current)
 	if err != nil || target == filepath.Clean(a.cfg.current) {
-		return
+		return false
 	}
 	dir, name := filepath.Dir(target), filepath.Base(target)
 	// Events name a directory as it was added: a directory watched already (the
 	// conf dir, under a path that may not be the resolved one) keeps its path.
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return
+		return false
 	}
 	for _, known := range slices.Concat(slices.Collect(maps.Keys(w.dirs)), slices.Collect(maps.Keys(w.linkedDirs))) {
 		if ki, err := os.Stat(known); err == nil && os.SameFile(fi, ki) {
 			w.linked = filepath.Join(known, name)
-			return
+			return false
 		}
 	}
 	if err := w.Add(dir); err != nil {
 		a.report("watch:"+dir, fmt.Errorf("watch %s, the directory of %s, which %s links to: %w%s", dir, name, a.cfg.current, err, inotifyHint(err)),
 			"a rewrite of that file is noticed only at the config dir's next change")
-		return
+		return false
 	}
 	if w.linkedDirs == nil {
 		w.linkedDirs = map[string]bool{}
 	}
 	w.linkedDirs[dir] = true
 	w.linked = target
+	return true
 }
 
 // loop reacts to changes until ctx ends. Events that arrive together are handled in
 // one reconcile; nothing runs while nothing changes (no polling).
 func (a *agent) loop(ctx context.Context, w *watcher) {
 	for {
-		a.watchLinkedConfig(w)
+		if a.watchLinkedConfig(w) {
+			// Its rewrites since the reconcile that found the link made no event.
+			a.reconcile(dirtyConfig)
+			continue
+		}
 		var d dirty
 		select {
 		case <-ctx.Done():

@@ -522,3 +522,57 @@ func TestOnlyAPrimaryThatDropsTheEntryAtOnceMakesTheAgentNotReady(t *testing.T) 
 		t.Errorf("not ready for %q, want the primary's 3 quick rewrites named", why)
 	}
 }
+
+// TestARewriteOfTheLinkedConfigBeforeItsWatchStartsIsSeen: the config holding our
+// entry links to a file in a subdirectory of the conf dir, which the conf dir's
+// watch does not see. The loop watches that file's directory once the reconcile
+// has found the link; a primary that rewrote the file in between (without our
+// entry) made no event the watch could see. Before, the entry stayed out until
+// the conf dir's next change (CI saw it: the process test's first rewrite, right
+// after the agent was ready, not put back in 5 s); now the loop looks at the
+// config again once it has added the watch.
+func TestARewriteOfTheLinkedConfigBeforeItsWatchStartsIsSeen(t *testing.T) {
+	a := configAgent(t)
+	dir := a.s.MountedNetDir
+	target := filepath.Join(dir, "calico", "calico.conflist")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, target, []byte(calicoConflist), 0o644)
+	link := filepath.Join(dir, "10-calico.conflist")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(dirtyConfig)
+	if !hasEntryLast(link) || !a.ready.Load() {
+		t.Fatalf("after the install: entry last %v, ready %v", hasEntryLast(link), a.ready.Load())
+	}
+	// The primary rewrites its file before the loop watches its directory.
+	writeLikeACNI(t, target, []byte(calicoConflist))
+
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	if err := fw.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{Watcher: fw, dirs: map[string][]watchedDir{dir: {a.watchedDirs()[0]}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.loop(ctx, w); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(5 * time.Second); !hasEntryLast(link); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the entry is not back in %s 5 s after the loop started: %v", target, pluginTypes(t, link))
+		}
+	}
+	// And a rewrite after the watch started is seen as before.
+	writeLikeACNI(t, target, []byte(calicoConflist))
+	for deadline := time.Now().Add(5 * time.Second); !hasEntryLast(link); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a rewrite after the watch started: the entry is not back in %s in 5 s: %v", target, pluginTypes(t, link))
+		}
+	}
+}
