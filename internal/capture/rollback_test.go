@@ -77,13 +77,7 @@ func TestAFailedApplyLeavesANewNamespaceAsItWas(t *testing.T) {
 	plan := specs.Sidecar().With(specs.Settings{redirect.FieldIPv6: "true"}).Plan(t)
 	for name, b := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			ns, err := testns.New(t.TempDir(), "ns")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { testns.Delete(ns) })
-			testns.Run(t, ns, exec.Command("ip", "link", "set", "lo", "up"))
-			testns.Run(t, ns, exec.Command("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"))
+			ns := ipv6OffNamespace(t)
 			before := liveRules(t, ns, name)
 			if _, err := capture.Apply(context.Background(), ns, b, plan); err == nil || !strings.Contains(err.Error(), "add ::6/128 to lo") {
 				t.Fatalf("Apply: %v; want the IPv6 passthrough address refused", err)
@@ -218,17 +212,11 @@ func TestAFailedApplyRemovesTheRoutingItAdded(t *testing.T) {
 	for name, b := range backends(t) {
 		for _, c := range cases {
 			t.Run(name+"/"+c.name, func(t *testing.T) {
-				ns, err := testns.New(t.TempDir(), "ns")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { testns.Delete(ns) })
-				testns.Run(t, ns, exec.Command("ip", "link", "set", "lo", "up"))
-				testns.Run(t, ns, exec.Command("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"))
+				ns := ipv6OffNamespace(t)
 				for _, cmd := range c.setup {
 					testns.Run(t, ns, exec.Command(cmd[0], cmd[1:]...))
 				}
-				_, err = capture.Apply(context.Background(), ns, b, plan)
+				_, err := capture.Apply(context.Background(), ns, b, plan)
 				if err == nil || !strings.Contains(err.Error(), "add local default route to table 133 (family 10)") {
 					t.Fatalf("Apply: %v; want IPv6's route refused", err)
 				}

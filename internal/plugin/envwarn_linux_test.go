@@ -12,18 +12,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 )
 
-// TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD: an ADD of a pod
-// whose istio-proxy sets ISTIO_META_DNS_CAPTURE=yes and ISTIO_DUAL_STACK="on "
-// (neither a boolean as Istio reads them) sets up the capture as if both were
-// false, as the proxy runs, and its log holds one warning for each, naming the
-// container, the variable and the value; a variable that is a boolean
-// (INVALID_DROP=true) is not warned of, and a CHECK after it warns of nothing.
-func TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD(t *testing.T) {
-	root.Require(t)
-	pod := injectedPod(withProxyEnv(EnvDNSCapture, "yes"), withProxyEnv(EnvDualStack, "on "), withProxyEnv(EnvInvalidDrop, "true"))
+// addThenCheckLog runs an ADD and then a CHECK of pod (nftables) with the
+// plugin's log in a file of its own, and returns the file.
+func addThenCheckLog(t *testing.T, pod *kube.Pod) []byte {
+	t.Helper()
 	n := newCheckNode(t, "nftables", pod)
 	logFile := filepath.Join(t.TempDir(), "istio-cni.log")
 	n.conf = []byte(strings.Replace(string(n.conf), `"log_file":""`, fmt.Sprintf(`"log_file":%q`, logFile), 1))
@@ -37,6 +33,19 @@ func TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+// TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD: an ADD of a pod
+// whose istio-proxy sets ISTIO_META_DNS_CAPTURE=yes and ISTIO_DUAL_STACK="on "
+// (neither a boolean as Istio reads them) sets up the capture as if both were
+// false, as the proxy runs, and its log holds one warning for each, naming the
+// container, the variable and the value; a variable that is a boolean
+// (INVALID_DROP=true) is not warned of, and a CHECK after it warns of nothing.
+func TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD(t *testing.T) {
+	root.Require(t)
+	pod := injectedPod(withProxyEnv(EnvDNSCapture, "yes"), withProxyEnv(EnvDualStack, "on "), withProxyEnv(EnvInvalidDrop, "true"))
+	data := addThenCheckLog(t, pod)
 	type warning struct{ Pod, Container, Variable, Value string }
 	var got []warning
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
@@ -65,19 +74,7 @@ func TestASidecarVariableThatIsNotABooleanIsWarnedOfOncePerADD(t *testing.T) {
 func TestAContainerRunningAsTheProxysIDIsWarnedOfOncePerADD(t *testing.T) {
 	root.Require(t)
 	pod := injectedPod(withContainerSecurity("app", int64p(1337), int64p(1000)))
-	n := newCheckNode(t, "nftables", pod)
-	logFile := filepath.Join(t.TempDir(), "istio-cni.log")
-	n.conf = []byte(strings.Replace(string(n.conf), `"log_file":""`, fmt.Sprintf(`"log_file":%q`, logFile), 1))
-	if err := n.plugin().Add(n.args()); err != nil {
-		t.Fatalf("ADD: %v\n%s", err, n.stderr.String())
-	}
-	if err := n.plugin().Check(n.args()); err != nil {
-		t.Fatalf("CHECK: %v\n%s", err, n.stderr.String())
-	}
-	data, err := os.ReadFile(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := addThenCheckLog(t, pod)
 	type warning struct {
 		Msg, Pod, Container, From string
 		UID                       uint32
