@@ -210,10 +210,10 @@ var table = settings.Table[Settings]{Command: "install-cni", SetDefaults: true, 
 	{Name: "cni-conf-name", Envs: []string{"CNI_CONF_NAME"},
 		Usage: "config file to edit (chained; default: the runtime's choice) or to write (standalone; default zz-istio-cni.conf, which sorts after the node's network config)",
 		Set:   setConfName},
-	// Set but empty, false: Istio's install-cni reads it so (settings.IstioSwitch).
+	// Set but empty: refused (chainedSwitch).
 	{Name: "chained-cni-plugin", Envs: []string{"CHAINED_CNI_PLUGIN"}, Default: "true", Bool: true, EmptyIsValue: true,
-		Usage: "insert into the primary CNI's chain; false (or set but empty, as Istio reads it) writes a standalone config",
-		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, settings.IstioSwitch)},
+		Usage: "insert into the primary CNI's chain; false writes a standalone config",
+		Set:   settings.Field(func(s *Settings) *bool { return &s.Chained }, chainedSwitch)},
 	{Name: "cni-conf-group-read", Envs: []string{"CNI_CONF_GROUP_READ"}, Default: "false", Bool: true,
 		Usage: "the standalone config's mode is 0640 instead of 0600 (a chained entry's file keeps the primary's mode)",
 		Set:   settings.Field(func(s *Settings) *bool { return &s.ConfGroupRead }, settings.IstioSwitch)},
@@ -803,6 +803,21 @@ const EnvAmbientEnabled = "AMBIENT_ENABLED"
 // EnvIstioOwnedCNIConfig is Istio's switch for writing the chain to a file of its
 // own (ISTIO_OWNED_CNI_CONFIG_FILENAME) instead of into the primary's.
 const EnvIstioOwnedCNIConfig = "ISTIO_OWNED_CNI_CONFIG"
+
+// chainedSwitch reads CHAINED_CNI_PLUGIN as an Istio switch (settings.IstioSwitch),
+// but for a value set but empty or blank, which it refuses. Istio's install-cni
+// reads that as false, a standalone config, which a runtime without Multus never
+// runs (it loads the primary's file): every pod would start without the plugin,
+// where this agent's default, true, would capture them; neither is a guess to
+// make for the node's owner.
+func chainedSwitch(v string) (bool, error) {
+	if strings.TrimSpace(v) == "" {
+		return false, fmt.Errorf("%q: set but empty, which Istio's install-cni reads as false, a standalone config that a runtime "+
+			"without Multus never runs (every pod would start without the plugin): set it to true (the default, an entry in the "+
+			"primary network's chain) or false", v)
+	}
+	return settings.IstioSwitch(v)
+}
 
 // istioSwitchesNotHere are Istio's switches for what this istio-cni does not
 // implement. A refused one stops the agent when true, since ignoring it would leave

@@ -294,13 +294,6 @@ func TestParseReadsFlagsAndIstiosEnvironmentVariables(t *testing.T) {
 			},
 		},
 		{
-			// Istio's install-cni reads a variable set but empty as set: an empty
-			// switch is false there, not its default.
-			name: "CHAINED_CNI_PLUGIN set but empty is false, as Istio reads it",
-			env:  map[string]string{"CHAINED_CNI_PLUGIN": ""},
-			want: func(s *Settings) { s.Chained = false },
-		},
-		{
 			name: "REPAIR_ENABLED set but empty is false, as Istio reads it",
 			env:  map[string]string{"REPAIR_ENABLED": " "},
 			want: func(s *Settings) { s.Repair.Enabled = false },
@@ -422,6 +415,10 @@ func TestParseErrorsNameTheSettingAndTheValue(t *testing.T) {
 		{"no node name for repair", nil, map[string]string{"NODE_NAME": "", "POD_CACHE_ENABLED": "false"}, []string{"REPAIR_NODE_NAME", "NODE_NAME"}},
 		{"repair exit code", nil, map[string]string{"REPAIR_INIT_CONTAINER_EXIT_CODE": "300"}, []string{"REPAIR_INIT_CONTAINER_EXIT_CODE", "300"}},
 		{"chained switch not a bool", nil, map[string]string{"CHAINED_CNI_PLUGIN": "on"}, []string{"CHAINED_CNI_PLUGIN", `"on"`}},
+		// Istio's install-cni reads it as false, a standalone config no runtime
+		// without Multus runs: neither reading is a guess to make.
+		{"chained switch set but empty", nil, map[string]string{"CHAINED_CNI_PLUGIN": ""}, []string{"CHAINED_CNI_PLUGIN", `""`, "set but empty", "without Multus"}},
+		{"chained switch blank", nil, map[string]string{"CHAINED_CNI_PLUGIN": " "}, []string{"CHAINED_CNI_PLUGIN", `" "`, "set but empty"}},
 		// Istio's install-cni reads " true" as false: neither reading is taken.
 		{"Istio switch with spaces", nil, map[string]string{"SKIP_TLS_VERIFY": " true"}, []string{"SKIP_TLS_VERIFY", `" true"`, "reads it as false"}},
 		{"Istio switch with a newline", nil, map[string]string{"NATIVE_NFTABLES": "true\n"}, []string{"NATIVE_NFTABLES", `"true\n"`, "reads it as false"}},
