@@ -210,22 +210,15 @@ func nameAnnotationItems(err error, given []annotationItems) error {
 			b.WriteString("s")
 		}
 		fromAnnotations := 0
+		names := make([]string, len(given))
 		for i, g := range given {
-			switch {
-			case i == 0:
-				b.WriteString(" ")
-			case i == len(given)-1:
-				b.WriteString(" and ")
-			default:
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s (%d", g.key, g.n)
+			names[i] = fmt.Sprintf("%s (%d)", g.key, g.n)
 			if i == 0 {
-				b.WriteString(" items")
+				names[i] = fmt.Sprintf("%s (%d items)", g.key, g.n)
 			}
-			b.WriteString(")")
 			fromAnnotations += g.n
 		}
+		b.WriteString(" " + andList(names))
 		fmt.Fprintf(&b, ", with the %d items the plugin adds (the proxy's uid and gid, the inbound ports always excluded, extra_bypass_uids): %d items in all, more than the limit of %d",
 			ie.Total-fromAnnotations, ie.Total, redirect.MaxSpecItems)
 		out = append(out, errors.New(b.String()))
@@ -235,18 +228,19 @@ func nameAnnotationItems(err error, given []annotationItems) error {
 
 // portsText is "15020, 15021 and 15090".
 func portsText(ports []uint16) string {
-	var b strings.Builder
+	items := make([]string, len(ports))
 	for i, p := range ports {
-		switch {
-		case i == 0:
-		case i == len(ports)-1:
-			b.WriteString(" and ")
-		default:
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Itoa(int(p)))
+		items[i] = strconv.Itoa(int(p))
 	}
-	return b.String()
+	return andList(items)
+}
+
+// andList is "a", "a and b", "a, b and c": the lists the plugin's errors name.
+func andList(items []string) string {
+	if len(items) <= 1 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 func podError(pod *kube.Pod, err error) error {
@@ -329,26 +323,17 @@ func ProxyIdentity(pod *kube.Pod, proxy kube.Container) (uid, gid uint32, shared
 
 // containersText is "the container app" or "the containers app and setup (init)".
 func containersText(cs []SharedProxyID) string {
-	var b strings.Builder
-	b.WriteString("the container")
-	if len(cs) > 1 {
-		b.WriteString("s")
-	}
+	names := make([]string, len(cs))
 	for i, c := range cs {
-		switch {
-		case i == 0:
-			b.WriteString(" ")
-		case i == len(cs)-1:
-			b.WriteString(" and ")
-		default:
-			b.WriteString(", ")
-		}
-		b.WriteString(c.Container)
+		names[i] = c.Container
 		if c.Init {
-			b.WriteString(" (init)")
+			names[i] += " (init)"
 		}
 	}
-	return b.String()
+	if len(cs) > 1 {
+		return "the containers " + andList(names)
+	}
+	return "the container " + andList(names)
 }
 
 func runsOrRun(cs []SharedProxyID) string {
