@@ -8,8 +8,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/istio-cni/istio-cni/test/nodee2e/meshnode"
 )
@@ -55,10 +57,18 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 			pods := createPods(t, meshnode.MeshedPod(ns, "web"), meshnode.MeshedPod(ns, "broken"),
 				meshnode.MeshedPod("istio-system", "skipped-"+tc.name), plain, withoutHostUsers(meshnode.MeshedPod(ns, "userns")))
 
+			diagnosed := false
 			doctor := func(args ...string) (string, int) {
 				t.Helper()
 				out, err := s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
 					"--", "istio-cni-doctor"}, args...)...)
+				if strings.Contains(out, "network is unreachable") && !diagnosed {
+					// Seen once in CI (the nftables case, every call): say where the
+					// doctor ran and what the node could route, so a recurrence names
+					// its cause.
+					diagnosed = true
+					t.Logf("the doctor could not route to the API server; the node and the agent's container:\n%s", routeDiag(agent))
+				}
 				var exit *exec.ExitError
 				switch {
 				case err == nil:
@@ -110,6 +120,38 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 			want("probe after deleting the output hook's rule", 1, out, code, "NOT redirected")
 		})
 	}
+}
+
+// routeDiag says, for a failed connection from the agent's container, which
+// network namespace that container and the node are in and what each can route,
+// and the node's nftables tables (kube-proxy's DNAT for the kubernetes Service).
+func routeDiag(agent *corev1.Pod) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var b strings.Builder
+	run := func(name string, args ...string) {
+		out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+		fmt.Fprintf(&b, "$ %s %s (%v)\n%s\n", name, strings.Join(args, " "), err, out)
+	}
+	run("readlink", "/proc/self/ns/net")
+	run("ip", "-4", "route", "show", "table", "all")
+	run("ip", "-4", "rule")
+	run("nft", "list", "tables")
+	run("ip", "-4", "route", "get", "10.96.0.1")
+	p, err := theNode.Client().CoreV1().Pods(agent.Namespace).Get(ctx, agent.Name, metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "agent pod: %v\n", err)
+		return b.String()
+	}
+	pid, err := meshnode.PID(ctx, theNode, p, "install-cni")
+	if err != nil {
+		fmt.Fprintf(&b, "agent container: %v\n", err)
+		return b.String()
+	}
+	run("readlink", fmt.Sprintf("/proc/%d/ns/net", pid))
+	run("nsenter", "-t", fmt.Sprint(pid), "-n", "ip", "-4", "route", "show", "table", "all")
+	run("nsenter", "-t", fmt.Sprint(pid), "-n", "ip", "-4", "route", "get", "10.96.0.1")
+	return b.String()
 }
 
 // podExec runs a command in the pod's network namespace from the node.
