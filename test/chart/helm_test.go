@@ -32,8 +32,9 @@ const (
 	namespace = "kube-system"
 )
 
-// profiles are the platform values files shipped with the chart.
-var profiles = []string{"default", "gke", "openshift"}
+// profiles are the platform values files shipped with the chart: default and one per
+// platform of Istio's platform switch.
+var profiles = []string{"default", "gke", "k3d", "k3s", "microk8s", "minikube", "openshift"}
 
 func profileFile(name string) string {
 	return filepath.Join(chartDir, "profiles", name+".yaml")

@@ -348,7 +348,6 @@ func TestIstioValuesOfMissingFeaturesAreRefused(t *testing.T) {
 		{"image variant", []string{"--set", "variant=distroless"}, []string{`variant "distroless"`, "one variant"}},
 		{"image variant under cni", []string{"--set", "cni.variant=debug"}, []string{`variant "debug"`}},
 		{"istio-owned config", []string{"--set", "istioOwnedCNIConfig=true"}, []string{"istioOwnedCNIConfig is true"}},
-		{"platform switch", []string{"--set", "global.platform=openshift"}, []string{`global.platform is "openshift"`, "profiles/<default|gke|openshift>.yaml"}},
 		{"resource scope", []string{"--set", "global.resourceScope=cluster"}, []string{`global.resourceScope is "cluster"`}},
 		{"cni disabled", []string{"--set", "cni.enabled=false"}, []string{"cni.enabled is false"}},
 		{"istio's internal defaults block", []string{"--set", "_internal_defaults_do_not_set.hub=x"}, []string{"_internal_defaults_do_not_set", "top level"}},

@@ -30,7 +30,7 @@ var seedArgs = []string{
 	"--set", "logLevel=debug",
 }
 
-// variants are the renders whose every object is validated offline: the three
+// variants are the renders whose every object is validated offline: the
 // profiles, the seed command, and the switches that add or remove objects and fields.
 var variants = []struct {
 	name string
@@ -39,6 +39,11 @@ var variants = []struct {
 	{"profile default", []string{"-f", profileFile("default")}},
 	{"profile gke", []string{"-f", profileFile("gke")}},
 	{"profile openshift", []string{"-f", profileFile("openshift")}},
+	{"profile k3d", []string{"-f", profileFile("k3d")}},
+	{"profile k3s", []string{"-f", profileFile("k3s")}},
+	{"profile microk8s", []string{"-f", profileFile("microk8s")}},
+	{"profile minikube with troubleshooting", []string{"-f", profileFile("minikube"), "--set", "troubleshooting.enabled=true"}},
+	{"platform gke in istio-system", []string{"--set", "global.platform=gke", "--namespace", "istio-system"}},
 	{"seed command", seedArgs},
 	{"all features", []string{"-f", "testdata/values/all-features.yaml"}},
 	{"repair off", []string{"--set", "repair.enabled=false"}},

@@ -1040,19 +1040,28 @@ func TestGKEProfileUsesHomeKubernetesBin(t *testing.T) {
 // TestGKEOutsideKubeSystemNeedsTheResourceQuota: GKE admits pods of the
 // system-node-critical (and system-cluster-critical) priority class outside kube-system
 // only in a namespace with a ResourceQuota on that class ("insufficient quota to match
-// these scopes"): the GKE profile installed into istio-system, Istio's namespace, without
-// resourceQuotas would be a DaemonSet none of whose pods is ever created. The chart refuses
-// it, saying what to set; with the quota, or in kube-system, or off GKE, it renders.
+// these scopes"): GKE's bin dir (set, or detected from a -gke Kubernetes version) in
+// istio-system, Istio's namespace, without resourceQuotas would be a DaemonSet none of
+// whose pods is ever created. The chart refuses it, saying what to set; with the quota, or
+// in kube-system, or off GKE, it renders. GKE's platform (its profile names it) turns the
+// quota on there itself.
 func TestGKEOutsideKubeSystemNeedsTheResourceQuota(t *testing.T) {
-	wantRefused(t, []string{"-f", profileFile("gke"), "--namespace", "istio-system"},
+	wantRefused(t, []string{"--set", "cniBinDir=/home/kubernetes/bin", "--namespace", "istio-system"},
 		[]string{"GKE", "istio-system", "system-node-critical", "resourceQuotas.enabled=true", "kube-system"})
-	m := mustRender(t, "-f", profileFile("gke"), "--namespace", "istio-system", "--set", "resourceQuotas.enabled=true")
-	if d := m.find("ResourceQuota", "istio-cni-resource-quota"); d == nil || d.ns != "istio-system" {
-		t.Errorf("GKE profile in istio-system with resourceQuotas.enabled: ResourceQuota %v, want one in istio-system", d)
+	for _, args := range [][]string{
+		{"--set", "cniBinDir=/home/kubernetes/bin", "--namespace", "istio-system", "--set", "resourceQuotas.enabled=true"},
+		{"-f", profileFile("gke"), "--namespace", "istio-system"},
+		{"-f", profileFile("gke"), "--namespace", "istio-system", "--set", "resourceQuotas.enabled=true"},
+	} {
+		m := mustRender(t, args...)
+		if d := m.find("ResourceQuota", "istio-cni-resource-quota"); d == nil || d.ns != "istio-system" {
+			t.Errorf("%v: ResourceQuota %v, want one in istio-system", args, d)
+		}
 	}
 	for _, args := range [][]string{
 		{"-f", profileFile("gke")}, // kube-system: GKE admits the class there
 		{"-f", profileFile("gke"), "--namespace", "istio-system", "--set", "priorityClassName=mesh-node"},
+		{"--set", "cniBinDir=/home/kubernetes/bin", "--namespace", "istio-system", "--set", "priorityClassName=mesh-node"},
 		{"-f", profileFile("default"), "--namespace", "istio-system"}, // not GKE
 	} {
 		if m := mustRender(t, args...); m.find("ResourceQuota", "istio-cni-resource-quota") != nil {

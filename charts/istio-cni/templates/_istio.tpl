@@ -7,10 +7,12 @@ find it done. After it, templates read only this chart's names:
   1. The nested `cni:` block (Istio's chart up to 1.23, IstioOperator's values.cni) is laid
      over the top-level values, key by key: cni.X wins over X, as in Istio's chart. An
      empty string or null under cni: means "not set" (IstioOperator writes them).
-  2. Where Istio has another name for one of this chart's settings, the value is resolved
+  2. Istio's platform switch (platform, global.platform) fills in its platform's values
+     where the user's leave them unset (istio-cni.platform).
+  3. Where Istio has another name for one of this chart's settings, the value is resolved
      into this chart's name; this chart's own name wins when set, then Istio's top-level
      name, then Istio's global.<name>, then the default.
-  3. Istio settings for features this chart does not have are refused, naming the value.
+  4. Istio settings for features this chart does not have are refused, naming the value.
 */}}
 {{- define "istio-cni.init" -}}
 {{- if not (hasKey .Values "__istioValuesResolved") -}}
@@ -19,10 +21,102 @@ find it done. After it, templates read only this chart's names:
 {{- with .Values.cni -}}
 {{- include "istio-cni.overlay" (list $.Values .) -}}
 {{- end -}}
+{{- include "istio-cni.platform" . -}}
 {{- include "istio-cni.resolveIstioNames" . -}}
 {{- include "istio-cni.refuseIstioFeatures" . -}}
 {{- include "istio-cni.checkGlobalKeys" . -}}
 {{- include "istio-cni.idleRepair" . -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Istio's platform switch: platform, else global.platform. Istio's chart takes the first
+that is set and says nothing of the two set apart, so two different values are refused,
+naming both. A platform's values are its profile here, profiles/<platform>.yaml, the
+file `-f` installs (one definition for both ways; the file names its platform too, so
+that it gets what only the switch can decide, GKE's ResourceQuota). They are laid under
+the user's values, as Istio lays its platform profile between its defaults and the
+user's: a key is the platform's where the user's values leave it unset, that is absent,
+empty, or equal to this chart's default (istio-cni.platformDefaults). Helm hands a chart
+its defaults and the user's values as one, so a value set equal to the default cannot be
+told from it: --set cniConfDir=/etc/cni/net.d with platform=k3s gives k3s's directory
+(README: "Platforms"; the install notes list what the platform set).
+GKE admits the system-*-critical classes outside kube-system only under a ResourceQuota
+on them, which Istio's platform turns on: here it is turned on outside kube-system only,
+where it is needed; in kube-system it would cap every pod of the class (resourcequota.yaml
+refuses it there).
+*/}}
+{{- define "istio-cni.platform" -}}
+{{- $v := .Values -}}
+{{- $g := $v.global | default dict -}}
+{{- $top := toString ($v.platform | default "") -}}
+{{- $global := toString ($g.platform | default "") -}}
+{{- if and $top $global (ne $top $global) -}}
+{{- fail (printf "platform is %q and global.platform is %q: two different platforms; set one of them, or both to the same" $top $global) -}}
+{{- end -}}
+{{- $name := $top | default $global -}}
+{{- if $name -}}
+{{- $field := ternary "platform" "global.platform" (ne $top "") -}}
+{{- $known := list "gke" "k3d" "k3s" "microk8s" "minikube" "openshift" -}}
+{{- if not (has $name $known) -}}
+{{- fail (printf "%s %q is not one of Istio's platforms gke, k3d, k3s, microk8s, minikube and openshift (in lower case); EKS, AKS, kind and kubeadm clusters need no platform (Istio has none for them: the chart's defaults fit them), so leave %s empty" $field $name $field) -}}
+{{- end -}}
+{{- $file := printf "profiles/%s.yaml" $name -}}
+{{- $profile := $.Files.Get $file | fromYaml -}}
+{{- if ne (toString (get $profile "platform")) $name -}}
+{{- fail (printf "%s %q: the chart's %s, which holds that platform's values, is missing or does not say platform: %s; the chart is incomplete" $field $name $file $name) -}}
+{{- end -}}
+{{- $_ := unset $profile "platform" -}}
+{{- $record := dict "set" list -}}
+{{- include "istio-cni.fillUnset" (list $v $profile (include "istio-cni.platformDefaults" . | fromYaml) "" $record) -}}
+{{- if and (eq $name "gke") (ne $.Release.Namespace "kube-system") (has $v.priorityClassName (list "system-node-critical" "system-cluster-critical")) (not $v.resourceQuotas.enabled) -}}
+{{- $_ := set $v.resourceQuotas "enabled" true -}}
+{{- $_ := set $record "set" (append $record.set "resourceQuotas.enabled") -}}
+{{- end -}}
+{{- $_ := set $v "__platform" (dict "name" $name "set" $record.set) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+This chart's defaults (values.yaml) of the keys a platform profile sets: a user's value
+equal to one of these counts as unset. test/chart checks them against values.yaml.
+*/}}
+{{- define "istio-cni.platformDefaults" -}}
+cniBinDir: ""
+cniConfDir: /etc/cni/net.d
+cniNetnsDir: /var/run/netns
+cniConfFileName: ""
+chained: true
+privileged: false
+multus:
+  enabled: false
+resourceQuotas:
+  enabled: false
+seLinuxOptions: {}
+{{- end }}
+
+{{/*
+fillUnset (list dst src defaults path record): sets each key of src in dst where dst
+leaves it unset (absent, null, "", or equal to defaults' value), descending into maps;
+record.set lists the keys set (dotted).
+*/}}
+{{- define "istio-cni.fillUnset" -}}
+{{- $dst := index . 0 -}}
+{{- $src := index . 1 -}}
+{{- $defaults := index . 2 | default dict -}}
+{{- $path := index . 3 -}}
+{{- $record := index . 4 -}}
+{{- range $k, $want := $src -}}
+{{- $key := ternary $k (printf "%s.%s" $path $k) (eq $path "") -}}
+{{- $have := get $dst $k -}}
+{{- if and (kindIs "map" $want) $want (kindIs "map" $have) -}}
+{{- include "istio-cni.fillUnset" (list $have $want (get $defaults $k) $key $record) -}}
+{{- else if or (not (hasKey $dst $k)) (kindIs "invalid" $have) (eq (toString $have) "") (and (hasKey $defaults $k) (eq (toJson $have) (toJson (get $defaults $k)))) -}}
+{{- if ne (toJson $have) (toJson $want) -}}
+{{- $_ := set $dst $k $want -}}
+{{- $_ := set $record "set" (append $record.set $key) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end }}
 
@@ -272,11 +366,6 @@ case only: one letter apart is too often another chart's own key there.
 {{- end -}}
 {{- if and $p (not (has (toString $p) (list "default" "demo" "minimal" "empty" "preview" "remote" "stable"))) -}}
 {{- fail (printf "%s %q is not one of Istio's profiles (default, demo, minimal, empty, preview, remote, stable)" $name (toString $p)) -}}
-{{- end -}}
-{{- end -}}
-{{- range $name, $p := dict "platform" $v.platform "global.platform" $g.platform -}}
-{{- with $p -}}
-{{- fail (printf "%s is %q: this chart has no platform switch; install with its profile instead (-f charts/istio-cni/profiles/<default|gke|openshift>.yaml), or with Istio's manifests/helm-profiles/platform-%s.yaml, whose cni: block it reads" $name (toString .) (toString .)) -}}
 {{- end -}}
 {{- end -}}
 {{- with $g.resourceScope -}}
