@@ -56,6 +56,9 @@ func BenchmarkPodStartLatency(b *testing.B) {
 			sumBefore, countBefore := sandboxMetric(b)
 			var lat []time.Duration
 			var pods []*corev1.Pod
+			// The plugin's log keeps the records of a run before this one (the
+			// testing package's first run with b.N=1 names its pods the same).
+			since := time.Now()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				p := meshnode.MeshedPod(ns, fmt.Sprintf("p%d", i))
@@ -80,7 +83,7 @@ func BenchmarkPodStartLatency(b *testing.B) {
 			}
 			if withCNI {
 				b.ReportMetric(stats.Ms(installToReady), "install-to-ready-ms")
-				if took := pluginAddTimes(b, ns); len(took) > 0 {
+				if took := pluginAddTimes(b, ns, since); len(took) > 0 {
 					b.ReportMetric(stats.Ms(stats.Percentile(took, 0.5)), "plugin-add-p50-ms")
 					b.ReportMetric(stats.Ms(stats.Percentile(took, 0.99)), "plugin-add-p99-ms")
 				}
@@ -154,10 +157,10 @@ func sandboxMetric(tb testing.TB) (sum, count float64) {
 }
 
 // pluginAddTimes are the "took" of the plugin's ADDs that captured pods in
-// namespace, from the records the plugin sends to the agent (pluginADDs).
-func pluginAddTimes(tb testing.TB, namespace string) []time.Duration {
+// namespace since then, from the records the plugin sends to the agent (pluginADDs).
+func pluginAddTimes(tb testing.TB, namespace string, since time.Time) []time.Duration {
 	tb.Helper()
-	ok, _ := pluginADDs(tb, namespace)
+	ok, _ := pluginADDs(tb, namespace, since)
 	var took []time.Duration
 	for _, a := range ok {
 		took = append(took, a.Took)

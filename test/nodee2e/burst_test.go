@@ -41,6 +41,7 @@ var burstBackends = []struct {
 
 // addRecord is one ADD outcome the plugin logged (through the agent's log socket).
 type addRecord struct {
+	Time   time.Time                `json:"time"`
 	Level  string                   `json:"level"`
 	Msg    string                   `json:"msg"`
 	Pod    string                   `json:"pod"`
@@ -58,14 +59,17 @@ type burstResult struct {
 	dels     []addRecord // the DELs of the pods' deletion, all at once after the burst
 	failures []string    // kubelet's FailedCreatePodSandBox events
 	took     time.Duration
+	began    time.Time // when the burst began: its records are those written since
 }
 
-// pluginADDs reads the plugin's ADD outcome records for pods in namespace from
-// the log file every plugin process appends to in the agent's run dir (and the
-// file it was rotated to): what the plugin itself wrote, whatever reached the agent.
-func pluginADDs(tb testing.TB, namespace string) (ok, failed []addRecord) {
+// pluginADDs reads the plugin's ADD outcome records for pods in namespace, written
+// at or after since, from the log file every plugin process appends to in the
+// agent's run dir (and the file it was rotated to): what the plugin itself wrote,
+// whatever reached the agent. The file outlives an install, so since keeps out an
+// earlier run's records of the same pods (go test -count=2).
+func pluginADDs(tb testing.TB, namespace string, since time.Time) (ok, failed []addRecord) {
 	tb.Helper()
-	return addRecords(pluginLog(tb), namespace)
+	return addRecords(pluginLog(tb), namespace, since)
 }
 
 // pluginLog is the log file every plugin process appends to in the agent's run
@@ -85,18 +89,18 @@ func pluginLog(tb testing.TB) []byte {
 
 // agentLogADDs reads the same records from the agent's container log, where they
 // arrive over the plugin's log channel (pseq.sock).
-func agentLogADDs(tb testing.TB, agent *corev1.Pod, namespace string) (ok, failed []addRecord) {
+func agentLogADDs(tb testing.TB, agent *corev1.Pod, namespace string, since time.Time) (ok, failed []addRecord) {
 	tb.Helper()
 	raw, err := theNode.Client().CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{Container: "install-cni"}).DoRaw(context.Background())
 	if err != nil {
 		tb.Fatalf("agent log: %v", err)
 	}
-	return addRecords(raw, namespace)
+	return addRecords(raw, namespace, since)
 }
 
 // pluginDELs reads the plugin's DEL records ("DEL: done", with their run time and
-// phases) of pods in namespace from the same log file.
-func pluginDELs(tb testing.TB, namespace string) []addRecord {
+// phases) of pods in namespace, written at or after since, from the same log file.
+func pluginDELs(tb testing.TB, namespace string, since time.Time) []addRecord {
 	tb.Helper()
 	var dels []addRecord
 	for _, line := range strings.Split(string(pluginLog(tb)), "\n") {
@@ -104,7 +108,7 @@ func pluginDELs(tb testing.TB, namespace string) []addRecord {
 			addRecord
 			Command string `json:"command"`
 		}
-		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "DEL" || !strings.HasPrefix(rec.Pod, namespace+"/") || rec.Phases == nil {
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "DEL" || !strings.HasPrefix(rec.Pod, namespace+"/") || rec.Phases == nil || rec.Time.Before(since) {
 			continue
 		}
 		dels = append(dels, rec.addRecord)
@@ -112,15 +116,15 @@ func pluginDELs(tb testing.TB, namespace string) []addRecord {
 	return dels
 }
 
-// addRecords picks the plugin's ADD outcome records of pods in namespace from
-// JSON log lines (other lines are skipped).
-func addRecords(raw []byte, namespace string) (ok, failed []addRecord) {
+// addRecords picks the plugin's ADD outcome records of pods in namespace, written
+// at or after since, from JSON log lines (other lines are skipped).
+func addRecords(raw []byte, namespace string, since time.Time) (ok, failed []addRecord) {
 	for _, line := range strings.Split(string(raw), "\n") {
 		var rec struct {
 			addRecord
 			Command string `json:"command"`
 		}
-		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "ADD" || !strings.HasPrefix(rec.Pod, namespace+"/") {
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "ADD" || !strings.HasPrefix(rec.Pod, namespace+"/") || rec.Time.Before(since) {
 			continue
 		}
 		switch {
@@ -144,6 +148,8 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 		tb.Fatal(err)
 	}
 	pods := theNode.Client().CoreV1().Pods(namespace)
+	// The records of this burst's ADDs and DELs are those written from here on.
+	began := time.Now()
 	var names []string
 	for i := range burstPods {
 		names = append(names, fmt.Sprintf("burst-%d", i))
@@ -155,9 +161,8 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 			gone = append(gone, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})
 		}
 		waitPodsGoneWithin(tb, gone, 5*time.Minute)
-		r.dels = pluginDELs(tb, namespace)
+		r.dels = pluginDELs(tb, namespace, began)
 	}()
-	began := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, burstPods)
 	for _, name := range names {
@@ -176,7 +181,7 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 	for err := range errs {
 		tb.Fatal(err)
 	}
-	r = burstResult{pods: burstPods}
+	r = burstResult{pods: burstPods, began: began}
 	for {
 		list, err := pods.List(ctx, metav1.ListOptions{})
 		if err == nil {
@@ -205,7 +210,7 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 			r.failures = append(r.failures, fmt.Sprintf("%s: %s", ev.InvolvedObject.Name, ev.Message))
 		}
 	}
-	r.adds, r.failed = pluginADDs(tb, namespace)
+	r.adds, r.failed = pluginADDs(tb, namespace, began)
 	return r
 }
 
@@ -243,7 +248,7 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 			}
 			// Every record the plugin wrote reached the agent: none lost on the way
 			// in a burst (the datagram channel of earlier builds lost 1-2 of 110).
-			relayed, relayedFailed := agentLogADDs(t, agent, "burst-"+be.name)
+			relayed, relayedFailed := agentLogADDs(t, agent, "burst-"+be.name, r.began)
 			if len(relayed) != len(r.adds) || len(relayedFailed) != len(r.failed) {
 				t.Errorf("the agent's log has %d successful and %d failed ADDs of the burst, the plugin's own log %d and %d", len(relayed), len(relayedFailed), len(r.adds), len(r.failed))
 			}

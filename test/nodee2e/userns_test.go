@@ -52,6 +52,7 @@ func TestPodsWithHostUsersFalseAreCapturedByEveryBackend(t *testing.T) {
 			s := session(t)
 			install(t, s, values(t, tc.values...))
 			ns := "userns-" + tc.name
+			since := time.Now()
 			pods := createPods(t, withoutHostUsers(meshnode.MeshedPod(ns, "client")), withoutHostUsers(meshnode.MeshedPod(ns, "app")))
 			client, app := pods[0], pods[1]
 			for _, p := range pods {
@@ -61,7 +62,7 @@ func TestPodsWithHostUsersFalseAreCapturedByEveryBackend(t *testing.T) {
 				}
 			}
 			checkRequestThroughProxies(t, s, client, app, net.JoinHostPort(app.Status.PodIP, "8080"), "127.0.0.6")
-			if ok, failed := pluginADDs(t, ns); len(ok) != len(pods) || len(failed) != 0 {
+			if ok, failed := pluginADDs(t, ns, since); len(ok) != len(pods) || len(failed) != 0 {
 				t.Errorf("the plugin's ADDs in %s: %d captured, %d failed %+v; want %d captured", ns, len(ok), len(failed), failed, len(pods))
 			}
 
@@ -76,7 +77,7 @@ func TestPodsWithHostUsersFalseAreCapturedByEveryBackend(t *testing.T) {
 			waitPodsGone(t, pods)
 			var dels []addRecord
 			for deadline := time.Now().Add(30 * time.Second); ; {
-				dels = pluginDELRecords(t, ns)
+				dels = pluginDELRecords(t, ns, since)
 				done := map[string]bool{}
 				for _, d := range dels {
 					done[d.Pod] = done[d.Pod] || d.Msg == "DEL: done"
@@ -154,9 +155,9 @@ func checkOwnUserNamespace(t testing.TB, p *corev1.Pod) {
 	t.Logf("pod %s: app pid %d, uid_map %s", p.Name, pid, strings.Join(strings.Fields(string(uidMap)), " "))
 }
 
-// pluginDELRecords are the plugin's records of DELs of pods in namespace, at
-// every level.
-func pluginDELRecords(tb testing.TB, namespace string) []addRecord {
+// pluginDELRecords are the plugin's records of DELs of pods in namespace written
+// at or after since, at every level.
+func pluginDELRecords(tb testing.TB, namespace string, since time.Time) []addRecord {
 	tb.Helper()
 	var out []addRecord
 	for _, line := range strings.Split(string(pluginLog(tb)), "\n") {
@@ -164,7 +165,7 @@ func pluginDELRecords(tb testing.TB, namespace string) []addRecord {
 			addRecord
 			Command string `json:"command"`
 		}
-		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "DEL" || !strings.HasPrefix(rec.Pod, namespace+"/") {
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Command != "DEL" || !strings.HasPrefix(rec.Pod, namespace+"/") || rec.Time.Before(since) {
 			continue
 		}
 		out = append(out, rec.addRecord)
