@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,64 @@ type burstResult struct {
 	failures []string    // kubelet's FailedCreatePodSandBox events
 	took     time.Duration
 	began    time.Time // when the burst began: its records are those written since
+	// agentCPU is the CPU time the agent's process took from the burst's start
+	// until its pods were Ready, nodeCPU that of the whole node (every CPU, busy).
+	agentCPU, nodeCPU time.Duration
+}
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// processCPU is the CPU time pid and its waited-for children have taken
+// (utime, stime, cutime and cstime of /proc/PID/stat).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// After the command's ")", field 3 is the state; utime is field 14.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 15 {
+		tb.Fatalf("/proc/%d/stat: %q", pid, data)
+	}
+	var total time.Duration
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/%d/stat: %q: %v", pid, v, err)
+		}
+		total += time.Duration(n) * clockTick
+	}
+	return total
+}
+
+// nodeCPU is the busy CPU time of the whole machine (/proc/stat's cpu line but
+// idle and iowait), summed over its CPUs.
+func nodeCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		tb.Fatalf("/proc/stat: %q", line)
+	}
+	var busy time.Duration
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/stat: %q: %v", v, err)
+		}
+		busy += time.Duration(n) * clockTick
+	}
+	return busy
 }
 
 // pluginADDs reads the plugin's ADD outcome records for pods in namespace, written
@@ -140,7 +199,7 @@ func addRecords(raw []byte, namespace string, since time.Time) (ok, failed []add
 // runBurst creates burstPods meshed pods in namespace at once, waits until they
 // are Ready (or the bound passes), reads what the plugin logged of their ADDs,
 // deletes them all at once and reads what it logged of their DELs.
-func runBurst(tb testing.TB, namespace string) (r burstResult) {
+func runBurst(tb testing.TB, namespace string, agent *corev1.Pod) (r burstResult) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), burstReadyBound)
 	defer cancel()
@@ -148,6 +207,11 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 		tb.Fatal(err)
 	}
 	pods := theNode.Client().CoreV1().Pods(namespace)
+	agentPID, err := meshnode.PID(ctx, theNode, agent, "install-cni")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	agentBefore, nodeBefore := processCPU(tb, agentPID), nodeCPU(tb)
 	// The records of this burst's ADDs and DELs are those written from here on.
 	began := time.Now()
 	var names []string
@@ -201,6 +265,7 @@ func runBurst(tb testing.TB, namespace string) (r burstResult) {
 		time.Sleep(time.Second)
 	}
 	r.took = time.Since(began)
+	r.agentCPU, r.nodeCPU = processCPU(tb, agentPID)-agentBefore, nodeCPU(tb)-nodeBefore
 	evs, err := theNode.Client().CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		tb.Fatalf("events: %v", err)
@@ -224,7 +289,7 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			s := session(t)
 			agent := install(t, s, values(t, be.values...))
-			r := runBurst(t, "burst-"+be.name)
+			r := runBurst(t, "burst-"+be.name, agent)
 			if r.ready != burstPods {
 				t.Errorf("%d of %d pods Ready after %s", r.ready, burstPods, r.took.Round(time.Second))
 			}
@@ -253,8 +318,8 @@ func TestBurstOf110MeshedPodsEveryADDSucceeds(t *testing.T) {
 				t.Errorf("the agent's log has %d successful and %d failed ADDs of the burst, the plugin's own log %d and %d", len(relayed), len(relayedFailed), len(r.adds), len(r.failed))
 			}
 			st := summarize(r.adds)
-			t.Logf("%s: %d pods Ready in %s; ADD p50 %.1f ms, p99 %.1f ms; lookups by the agent's cache %d, by the API server %d",
-				be.name, r.ready, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), st.cacheLookups, st.apiLookups)
+			t.Logf("%s: %d pods Ready in %s; ADD p50 %.1f ms, p99 %.1f ms; lookups by the agent's cache %d, by the API server %d; CPU until Ready: agent %.2f s of the node's %.1f s",
+				be.name, r.ready, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), st.cacheLookups, st.apiLookups, r.agentCPU.Seconds(), r.nodeCPU.Seconds())
 		})
 	}
 }
@@ -493,14 +558,14 @@ const burstRatioGoal = 5
 func runBursts(b *testing.B, backend string, extra []string) burstBench {
 	s := session(b)
 	s.Out = discard{}
-	install(b, s, values(b, extra...))
+	agent := install(b, s, values(b, extra...))
 	floorLog := chainFloorPlugin(b)
 	var all, allFloor []addRecord
 	var lines []string
 	out := burstBench{}
 	for run := range burstRuns {
 		namespace := fmt.Sprintf("burst-bench-%s-%d", backend, run)
-		r := runBurst(b, namespace)
+		r := runBurst(b, namespace, agent)
 		all = append(all, r.adds...)
 		floorAdds := floorADDs(b, floorLog, namespace)
 		allFloor = append(allFloor, floorAdds...)
@@ -519,8 +584,8 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 			out.withinFromMain++
 		}
 		// Three lines a run: the testing package cuts a benchmark's log after ten.
-		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s, ADD p50 %.1f p99 %.1f ms (p99/p50 %.2f; from main p50 %.1f p99 %.1f ms, %.2f), lookup p99 %.2f ms (socket %d, longest %.1f ms; API %d), rules p99 %.1f ms; %s; floor plugin: %d ADDs, p50 %.1f p99 %.1f ms (p99/p50 %.2f; from main p50 %.1f p99 %.1f ms, %.2f)",
-			run+1, r.ready, burstPods, r.took.Round(time.Second), stats.Ms(st.p50), stats.Ms(st.p99), ratio,
+		lines = append(lines, fmt.Sprintf("run %d: %d/%d Ready in %s (CPU: agent %.2f s, node %.1f s), ADD p50 %.1f p99 %.1f ms (p99/p50 %.2f; from main p50 %.1f p99 %.1f ms, %.2f), lookup p99 %.2f ms (socket %d, longest %.1f ms; API %d), rules p99 %.1f ms; %s; floor plugin: %d ADDs, p50 %.1f p99 %.1f ms (p99/p50 %.2f; from main p50 %.1f p99 %.1f ms, %.2f)",
+			run+1, r.ready, burstPods, r.took.Round(time.Second), r.agentCPU.Seconds(), r.nodeCPU.Seconds(), stats.Ms(st.p50), stats.Ms(st.p99), ratio,
 			stats.Ms(st.mainP50), stats.Ms(st.mainP99), st.mainRatio(), stats.Ms(st.lookupP99), st.socketLookups, stats.Ms(st.socketMax), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds),
 			floor.n, stats.Ms(floor.p50), stats.Ms(floor.p99), floorRatio, stats.Ms(floor.mainP50), stats.Ms(floor.mainP99), floor.mainRatio()),
 			"  "+tailPhases(r.adds, 6),
