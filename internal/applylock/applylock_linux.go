@@ -32,17 +32,30 @@ func InNamespace(ctx context.Context, fd int) context.Context {
 }
 
 // Take takes the apply lock of the calling thread's network namespace (see the
-// package doc) and returns its release. It waits while another apply holds it,
-// at most WaitBound and until ctx ends; then the error is a *HeldError naming
+// package doc) and returns its release. It waits while another apply, a
+// removal or a read holds it, at most WaitBound and until ctx ends; then the
+// error is a *HeldError naming
 // the namespace and the holder, which wraps context.DeadlineExceeded (or ctx's
 // error). Uncontended it is two flock calls, the lock and its release (and the
 // open and close of the namespace's file unless ctx gives a descriptor of it,
 // InNamespace): no file is made or written, on any file system.
 func Take(ctx context.Context) (release func(), err error) {
-	return take(ctx, WaitBound)
+	return take(ctx, WaitBound, unix.LOCK_EX)
 }
 
-func take(ctx context.Context, bound time.Duration) (release func(), err error) {
+// TakeShared is Take for a reader of the namespace's capture (capture.Verify,
+// capture.Check: the plugin's CHECK, the agent's verify, the doctor): it waits,
+// within the same bounds and failing with the same HeldError, while an apply or
+// a removal holds the lock, and holds it shared, so that readers do not wait
+// for one another and an apply or a removal waits for them (see the package
+// doc).
+func TakeShared(ctx context.Context) (release func(), err error) {
+	return take(ctx, WaitBound, unix.LOCK_SH)
+}
+
+// take takes the lock, exclusive or shared (how: unix.LOCK_EX or
+// unix.LOCK_SH), waiting at most bound.
+func take(ctx context.Context, bound time.Duration, how int) (release func(), err error) {
 	fd, given := ctx.Value(namespaceKey{}).(int)
 	if !given {
 		if fd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
@@ -56,7 +69,7 @@ func take(ctx context.Context, bound time.Duration) (release func(), err error) 
 	}
 	var start time.Time
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(fd, how|unix.LOCK_NB)
 		if err == nil {
 			return func() {
 				_ = unix.Flock(fd, unix.LOCK_UN)
@@ -91,8 +104,9 @@ type HeldError struct {
 	// Namespace is the network namespace, as the kernel names it: net:[INODE].
 	Namespace string
 	// Holder is the process that holds the lock, as /proc/locks shows it:
-	// "pid 1234 (istio-cni)", the plugin's ADD; "(install-cni)", the agent's
-	// repair in place; or why it cannot be named.
+	// "pid 1234 (istio-cni)", the plugin's ADD, DEL or CHECK; "(install-cni)",
+	// the agent's repair in place; or why it cannot be named. Of readers that
+	// hold it shared, it names the first /proc/locks lists.
 	Holder string
 	Waited time.Duration
 	// Bound says which bound ran out: WaitBound, or the caller's.

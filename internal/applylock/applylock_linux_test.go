@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/test/harness/root"
 	"github.com/istio-cni/istio-cni/test/harness/testns"
@@ -31,6 +33,13 @@ func newNS(t *testing.T) string {
 // descriptor stays open until the release, as capture.Apply's does.
 func takeIn(ctx context.Context, t *testing.T, ns string, viaPath bool, bound time.Duration) (release func(), err error) {
 	t.Helper()
+	return takeHow(ctx, t, ns, viaPath, bound, unix.LOCK_EX)
+}
+
+// takeHow is takeIn, the lock taken exclusive or shared (how: unix.LOCK_EX,
+// unix.LOCK_SH).
+func takeHow(ctx context.Context, t *testing.T, ns string, viaPath bool, bound time.Duration, how int) (release func(), err error) {
+	t.Helper()
 	taken := make(chan error, 1)
 	let := make(chan struct{})
 	gone := make(chan struct{})
@@ -43,7 +52,7 @@ func takeIn(ctx context.Context, t *testing.T, ns string, viaPath bool, bound ti
 				ctx = InNamespace(ctx, fd)
 			}
 			ran = true
-			held, err := take(ctx, bound)
+			held, err := take(ctx, bound, how)
 			taken <- err
 			if err == nil {
 				<-let
@@ -127,6 +136,54 @@ func TestTheApplyLockIsPerNamespace(t *testing.T) {
 	again()
 }
 
+// TestReadersShareTheLockAndExcludeAnApply: the lock taken shared (TakeShared:
+// capture.Verify and capture.Check, the plugin's CHECK, the doctor) is taken
+// at once by a second reader, through another descriptor of the namespace,
+// while an apply (Take) waits for both and gives up naming a holder; while an
+// apply holds it, a reader waits and gives up naming the apply. Once let go,
+// each is taken at once.
+func TestReadersShareTheLockAndExcludeAnApply(t *testing.T) {
+	root.Require(t)
+	ns := newNS(t)
+	bg := context.Background()
+	wantHeldBy := fmt.Sprintf("held by pid %d (%s): ", os.Getpid(), comm(t))
+
+	one, err := takeHow(bg, t, ns, true, WaitBound, unix.LOCK_SH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := takeHow(bg, t, ns, false, time.Nanosecond, unix.LOCK_SH)
+	if err != nil {
+		t.Fatalf("a second reader, while one holds the lock: %v", err)
+	}
+	_, err = takeHow(bg, t, ns, true, 100*time.Millisecond, unix.LOCK_EX)
+	var he *HeldError
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), wantHeldBy) {
+		t.Errorf("an apply while two readers hold the lock: %v; want a HeldError saying %q", err, wantHeldBy)
+	}
+	one()
+	_, err = takeHow(bg, t, ns, true, 100*time.Millisecond, unix.LOCK_EX)
+	if !errors.As(err, &he) {
+		t.Errorf("an apply while one reader still holds the lock: %v; want a HeldError", err)
+	}
+	two()
+
+	apply, err := takeHow(bg, t, ns, true, time.Nanosecond, unix.LOCK_EX)
+	if err != nil {
+		t.Fatalf("an apply once the readers let go: %v", err)
+	}
+	_, err = takeHow(bg, t, ns, true, 100*time.Millisecond, unix.LOCK_SH)
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), wantHeldBy) || !strings.Contains(err.Error(), "(the apply lock's bound, 100ms)") {
+		t.Errorf("a reader while an apply holds the lock: %v; want a HeldError saying %q and the bound", err, wantHeldBy)
+	}
+	apply()
+	again, err := takeHow(bg, t, ns, false, time.Nanosecond, unix.LOCK_SH)
+	if err != nil {
+		t.Fatalf("a reader once the apply let go: %v", err)
+	}
+	again()
+}
+
 // comm is this process's name, as /proc/PID/comm shows it.
 func comm(t *testing.T) string {
 	t.Helper()
@@ -165,12 +222,14 @@ func TestAWaitEndsWithTheCallersBound(t *testing.T) {
 // BenchmarkTakeUncontended is what an apply pays for the lock when no other
 // apply holds it (every ADD's case): Take and its release, through the
 // namespace's descriptor that the caller holds (capture.Apply's, InNamespace)
-// or through /proc/thread-self/ns/net.
+// or through /proc/thread-self/ns/net; and what a read pays (TakeShared,
+// through the descriptor capture.Verify and capture.Check hold: CHECK's path).
 func BenchmarkTakeUncontended(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		given bool
-	}{{"descriptor", true}, {"proc", false}} {
+		take  func(context.Context) (func(), error)
+	}{{"descriptor", true, Take}, {"proc", false, Take}, {"descriptor-shared", true, TakeShared}} {
 		b.Run(c.name, func(b *testing.B) {
 			if err := netns.DoWithFD("/proc/self/ns/net", func(fd int) error {
 				ctx := context.Background()
@@ -178,7 +237,7 @@ func BenchmarkTakeUncontended(b *testing.B) {
 					ctx = InNamespace(ctx, fd)
 				}
 				for b.Loop() {
-					release, err := Take(ctx)
+					release, err := c.take(ctx)
 					if err != nil {
 						return err
 					}

@@ -73,7 +73,25 @@ func applyRules(ctx context.Context, b Backend, plan *redirect.Plan) (changed bo
 // without it. The namespace's apply lock (applylock), which both backends take
 // before they read the rules, is held through the routing and the rollback.
 func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, err error) {
+	changed, _, err = apply(ctx, nsPath, b, plan, false)
+	return changed, err
+}
+
+// ApplyAndVerify is Apply, then Verify, under one hold of the namespace's apply
+// lock: diffs are the differences from plan of what this apply left, never of
+// what another apply or a removal wrote between the two (a second take would
+// let one in), and the verify does not wait for the lock again. istio-iptables
+// and the agent's repair in place apply through it. A verify that fails or
+// finds differences rolls nothing back: the apply is done, and the caller
+// reports them.
+func ApplyAndVerify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (changed bool, diffs []string, err error) {
+	return apply(ctx, nsPath, b, plan, true)
+}
+
+// apply is Apply, and with verify ApplyAndVerify.
+func apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan, verify bool) (changed bool, diffs []string, err error) {
 	timing.Mark(ctx, "before-apply")
+	var verr error
 	err = netns.DoWithFD(nsPath, func(fd int) error {
 		timing.Mark(ctx, "netns-enter")
 		ctx := applylock.InNamespace(ctx, fd)
@@ -88,6 +106,9 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 			timing.Mark(ctx, "routing")
 		}
 		if aerr == nil {
+			if verify {
+				diffs, verr = verifyHere(ctx, b, plan)
+			}
 			return nil
 		}
 		// An apply that wrote nothing (it gave up waiting for the namespace's
@@ -105,9 +126,12 @@ func Apply(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (
 	})
 	timing.Mark(ctx, "netns-exit")
 	if err != nil {
-		return false, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
+		return false, nil, fmt.Errorf("apply %s capture in %s: %w", b.Name(), nsPath, err)
 	}
-	return changed, nil
+	if verr != nil {
+		return changed, nil, fmt.Errorf("verify %s capture in %s: %w", b.Name(), nsPath, verr)
+	}
+	return changed, diffs, nil
 }
 
 // RollbackBound bounds the rollback of a failed apply (its rules put back as it
@@ -124,22 +148,58 @@ func rollbackContext(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(context.WithoutCancel(ctx), RollbackBound)
 }
 
-// Verify compares the namespace's live rules and routing with the plan.
+// Verify compares the namespace's live rules and routing with the plan. It
+// holds the namespace's apply lock, shared (applylock.TakeShared), while it
+// reads: an apply is several steps (one family's rules, the other's, the
+// routing, a rollback), and a read between two of them would report
+// differences that the apply's end removes, or, in TPROXY mode, rules without
+// their routing. It waits for an apply or a removal in progress, within
+// applylock.WaitBound and ctx, and fails with its applylock.HeldError, naming
+// the holder, rather than report what it read meanwhile.
 func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) ([]string, error) {
 	var diffs []string
-	err := netns.Do(nsPath, func() error {
-		rd, err := verifyRouting(plan)
-		if err != nil {
-			return err
-		}
-		bd, err := b.Verify(ctx, plan)
-		diffs = append(rd, bd...)
+	err := locked(ctx, nsPath, applylock.TakeShared, func() (err error) {
+		diffs, err = verifyHere(ctx, b, plan)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verify %s capture in %s: %w", b.Name(), nsPath, err)
 	}
 	return diffs, nil
+}
+
+// verifyHere is Verify in the calling thread's namespace, its lock held: the
+// routing's differences, then the rules'.
+func verifyHere(ctx context.Context, b Backend, plan *redirect.Plan) ([]string, error) {
+	rd, err := verifyRouting(plan)
+	if err != nil {
+		return nil, err
+	}
+	bd, err := b.Verify(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	return append(rd, bd...), nil
+}
+
+// locked runs fn in the network namespace at nsPath, holding the namespace's
+// apply lock as take takes it (applylock.Take to remove the capture,
+// applylock.TakeShared to read it) through the descriptor netns.DoWithFD
+// opened: no second open, and so no more than the two flock calls. fn is given
+// no part of the lock: what it calls must not take it again (a second
+// descriptor's flock would wait for this one, held by the same process, until
+// the bound ran out).
+func locked(ctx context.Context, nsPath string, take func(context.Context) (func(), error), fn func() error) error {
+	return netns.DoWithFD(nsPath, func(fd int) error {
+		timing.Mark(ctx, "netns-enter")
+		release, err := take(applylock.InNamespace(ctx, fd))
+		if err != nil {
+			return err
+		}
+		defer release()
+		timing.Mark(ctx, "apply-lock")
+		return fn()
+	})
 }
 
 // chainReader is a Backend that reads its live chains back (both backends are).
@@ -156,7 +216,7 @@ type chainReader interface {
 // change since the ADD explains as well as a fault (an annotation edited, the
 // plugin upgraded: the ADD's rules stay until the pod is recreated).
 func Check(ctx context.Context, nsPath string, b Backend, want *redirect.Plan) (broken, differ []string, err error) {
-	err = netns.Do(nsPath, func() error {
+	err = locked(ctx, nsPath, applylock.TakeShared, func() error {
 		if want != nil {
 			rd, err := verifyRouting(want)
 			if err != nil {
@@ -199,6 +259,11 @@ func Check(ctx context.Context, nsPath string, b Backend, want *redirect.Plan) (
 // says which routing entries it removed (see removeRouting). plan may be nil;
 // routing is then removed for the default mark and table. The rules and the
 // routing are each a phase of ctx's recorder (cleanup-rules, cleanup-routing).
+// It holds the namespace's apply lock (applylock.Take) through both: it waits
+// for an apply in progress, within applylock.WaitBound and ctx, then removes
+// what that apply left, and an apply waits for it; run during an apply it
+// removed rules that the apply then reported done, or left the routing the
+// apply added after it without its rules.
 func Cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) (removedRouting []string, err error) {
 	removedRouting, _, err = cleanup(ctx, nsPath, b, plan)
 	return removedRouting, err
@@ -212,8 +277,7 @@ func cleanup(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan)
 			IPv6InboundPassthroughAddr: redirect.InboundPassthroughV6}
 	}
 	timing.Mark(ctx, "before-cleanup")
-	err = netns.Do(nsPath, func() error {
-		timing.Mark(ctx, "netns-enter")
+	err = locked(ctx, nsPath, applylock.Take, func() error {
 		cerr := b.Cleanup(ctx)
 		timing.Mark(ctx, "cleanup-rules")
 		var rerr error

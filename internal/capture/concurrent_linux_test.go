@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,32 +137,50 @@ func wantApplyBesideARollback(t *testing.T, ns string, failing *redirect.Plan, r
 	}
 }
 
-// nftRollback is the rollback's write of an apply through an nft that pauses it
-// (pausedNftRollback).
-type nftRollback struct{ dir string }
+// nftPause is an nft first in PATH that pauses one of its writes
+// (pausedNftWrite).
+type nftPause struct{ dir string }
 
-// pausedNftRollback puts an nft first in PATH whose second `nft -f` (the
-// rollback's write of an apply through nftables.NewExecBackend, whose first
-// is its apply's) says it has started, then waits for release before it runs
-// the node's nft: the time between a failed apply's write and its rollback,
+// pausedNftRollback pauses the rollback's write of an apply through
+// nftables.NewExecBackend (its second `nft -f`, the first being its apply's)
+// before it runs: the time between a failed apply's write and its rollback,
 // where another apply could come, is as long as the test needs.
-func pausedNftRollback(t *testing.T) *nftRollback {
+func pausedNftRollback(t *testing.T) *nftPause {
+	t.Helper()
+	return pausedNftWrite(t, 2, false)
+}
+
+// pausedNftWrite puts an nft first in PATH whose nth `nft -f` (a write of
+// nftables.NewExecBackend: an apply's, a rollback's, a removal's) says it has
+// started, then waits for release, before it runs the node's nft or, with
+// after, once it has run it (its exit status kept): an apply paused so holds
+// its rules and not yet its routing, a removal holds no rules and still the
+// routing.
+func pausedNftWrite(t *testing.T, n int, after bool) *nftPause {
 	t.Helper()
 	real, err := exec.LookPath("nft")
 	if err != nil {
 		t.Fatalf("nft not installed: %v", err)
 	}
-	r := &nftRollback{dir: t.TempDir()}
+	r := &nftPause{dir: t.TempDir()}
 	bin := t.TempDir()
+	pause := "  if [ $n -eq " + strconv.Itoa(n) + " ]; then\n" +
+		"    : >" + r.dir + "/started\n" +
+		"    i=0; while [ ! -e " + r.dir + "/go ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done\n" +
+		"  fi\n"
+	run := "exec " + real + " \"$@\"\n"
+	if after {
+		run = real + " \"$@\"; rc=$?\n" +
+			"if [ \"$1\" = -f ]; then\n" + pause + "fi\n" +
+			"exit $rc\n"
+		pause = ""
+	}
 	script := "#!/bin/sh\n" +
 		"if [ \"$1\" = -f ]; then\n" +
 		"  n=$(($(cat " + r.dir + "/writes 2>/dev/null || echo 0) + 1)); echo $n >" + r.dir + "/writes\n" +
-		"  if [ $n -eq 2 ]; then\n" +
-		"    : >" + r.dir + "/started\n" +
-		"    i=0; while [ ! -e " + r.dir + "/go ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done\n" +
-		"  fi\n" +
+		pause +
 		"fi\n" +
-		"exec " + real + " \"$@\"\n"
+		run
 	if err := os.WriteFile(filepath.Join(bin, "nft"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -169,17 +188,17 @@ func pausedNftRollback(t *testing.T) *nftRollback {
 	return r
 }
 
-// waitStarted waits until the rollback's write has started (and pauses).
-func (r *nftRollback) waitStarted(t *testing.T) {
+// waitStarted waits until the paused write has started (and pauses).
+func (r *nftPause) waitStarted(t *testing.T) {
 	t.Helper()
-	poll.Until(t, 10*time.Second, 5*time.Millisecond, "the failing apply's rollback has started", func() bool {
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, "the paused nft write has started", func() bool {
 		_, err := os.Stat(filepath.Join(r.dir, "started"))
 		return !errors.Is(err, os.ErrNotExist)
 	})
 }
 
-// release lets the rollback's write run.
-func (r *nftRollback) release(t *testing.T) {
+// release lets the paused write go on.
+func (r *nftPause) release(t *testing.T) {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(r.dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)

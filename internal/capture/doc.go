@@ -10,5 +10,8 @@
 // apply lock of the namespace (applylock) is held from before the backend reads
 // the rules until the routing and the rollback are done: another apply into the
 // namespace never writes in between. Cleanup, the plugin's DEL, removes every rule
-// and routing entry of ours, whoever added them.
+// and routing entry of ours, whoever added them, holding the same lock
+// exclusive; Verify and Check hold it shared, so they never read an apply or a
+// removal half done (applylock's doc says why shared). ApplyAndVerify verifies
+// what it applied under the apply's own hold of the lock.
 package capture

@@ -256,15 +256,17 @@ func TestAnApplyThatWroteNothingRollsNothingBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := savedInBoth(t, ns, m)
-			defer holdApplyLock(t, b, ns)()
+			release := holdApplyLock(t, b, ns)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			if _, err := capture.Apply(ctx, ns, b, plan); !errors.Is(err, context.DeadlineExceeded) {
+				release()
 				t.Fatalf("Apply while another held the namespace's apply lock: %v, want it stopped by its bound", err)
 			}
 			if got := savedInBoth(t, ns, m); got != want {
 				t.Errorf("after an apply that wrote nothing failed, the namespace holds:\n%s\nwant the other apply's rules:\n%s", got, want)
 			}
+			release() // the other apply is done: Verify waits for it (capture.Verify holds the lock shared)
 			if diffs, err := capture.Verify(context.Background(), ns, b, plan); err != nil || len(diffs) > 0 {
 				t.Errorf("after an apply that wrote nothing failed, Verify: %q, %v; want the other apply's capture whole", diffs, err)
 			}

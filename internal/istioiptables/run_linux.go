@@ -99,11 +99,9 @@ func apply(ctx context.Context, log *slog.Logger, cfg Config, nsPath string, pla
 	if err != nil {
 		return err
 	}
-	changed, err := capture.Apply(ctx, nsPath, b, plan)
-	if err != nil {
-		return err
-	}
-	diffs, err := capture.Verify(ctx, nsPath, b, plan)
+	// One hold of the namespace's apply lock for both: the verify reads what
+	// this apply left, not another's apply or removal made in between.
+	changed, diffs, err := capture.ApplyAndVerify(ctx, nsPath, b, plan)
 	if err != nil {
 		return err
 	}

@@ -723,13 +723,31 @@ func lookupFailure(err error, kind string) string {
 // ApplyAndWarn applies plan in the network namespace at netns as capture.Apply
 // does, and logs each native iptables-nft write the kernel refused before the
 // restore wrote the same rules (the pod is captured either way; see
-// iptables.WithNativeFallbacks): the plugin's ADD and the repair in place apply
-// through it.
+// iptables.WithNativeFallbacks): the plugin's ADD applies through it, and the
+// repair in place through ApplyVerifiedAndWarn. The ADD verifies nothing after
+// it (CHECK does, later, taking the namespace's apply lock again).
 func ApplyAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture.Backend, plan *redirect.Plan) error {
-	var refused []error
-	_, err := capture.Apply(iptables.WithNativeFallbacks(ctx, &refused), netns, b, plan)
-	warnRefused(log, refused)
+	_, err := applyAndWarn(ctx, log, netns, b, plan, false)
 	return err
+}
+
+// ApplyVerifiedAndWarn is ApplyAndWarn, and lists the differences from plan of
+// what the apply left, read under the same hold of the namespace's apply lock
+// (capture.ApplyAndVerify): the agent's repair in place, which fails on any.
+func ApplyVerifiedAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture.Backend, plan *redirect.Plan) (diffs []string, err error) {
+	return applyAndWarn(ctx, log, netns, b, plan, true)
+}
+
+func applyAndWarn(ctx context.Context, log *slog.Logger, netns string, b capture.Backend, plan *redirect.Plan, verify bool) (diffs []string, err error) {
+	var refused []error
+	ctx = iptables.WithNativeFallbacks(ctx, &refused)
+	if verify {
+		_, diffs, err = capture.ApplyAndVerify(ctx, netns, b, plan)
+	} else {
+		_, err = capture.Apply(ctx, netns, b, plan)
+	}
+	warnRefused(log, refused)
+	return diffs, err
 }
 
 func warnRefused(log *slog.Logger, refused []error) {

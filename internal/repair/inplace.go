@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/kube"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 )
@@ -84,11 +83,7 @@ func (c *Controller) repairInPlace(ctx context.Context, pod *corev1.Pod, why str
 		return false, "", fmt.Errorf("repair pod %s in place: %w; not programmed", key, err)
 	}
 	b := c.inPlace.Backend
-	if err := plugin.ApplyAndWarn(repairCtx, c.log.With("pod", key), ns.Path, b, plan); err != nil {
-		c.metrics.count(ActionRepair, ResultFail)
-		return false, "", fmt.Errorf("repair pod %s in place (namespace %s): %w", key, ns.Source, err)
-	}
-	diffs, err := capture.Verify(repairCtx, ns.Path, b, plan)
+	diffs, err := plugin.ApplyVerifiedAndWarn(repairCtx, c.log.With("pod", key), ns.Path, b, plan)
 	if err == nil && len(diffs) > 0 {
 		err = fmt.Errorf("rules differ after apply: %s", strings.Join(diffs, "; "))
 	}
