@@ -57,17 +57,34 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 			pods := createPods(t, meshnode.MeshedPod(ns, "web"), meshnode.MeshedPod(ns, "broken"),
 				meshnode.MeshedPod("istio-system", "skipped-"+tc.name), plain, withoutHostUsers(meshnode.MeshedPod(ns, "userns")))
 
+			// unroutable bounds, over the subtest, the wait for a route to the API
+			// server from the agent's container (the node's, host network).
+			unroutable := time.Now().Add(unroutableBound)
 			diagnosed := false
 			doctor := func(args ...string) (string, int) {
 				t.Helper()
-				out, err := s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
-					"--", "istio-cni-doctor"}, args...)...)
-				if strings.Contains(out, "network is unreachable") && !diagnosed {
-					// Seen once in CI (the nftables case, every call): say where the
-					// doctor ran and what the node could route, so a recurrence names
-					// its cause.
-					diagnosed = true
-					t.Logf("the doctor could not route to the API server; the node and the agent's container:\n%s", routeDiag(agent))
+				var out string
+				var err error
+				for {
+					out, err = s.Kubectl(context.Background(), append([]string{"exec", "-n", meshnode.Namespace, agent.Name, "-c", "install-cni",
+						"--", "istio-cni-doctor"}, args...)...)
+					if !strings.Contains(out, "network is unreachable") {
+						break
+					}
+					// Seen once in CI (the nftables case, every call for 9 s): the
+					// node had no route to the kubernetes Service's address, which
+					// is the machine's state, not the doctor's. Say where the doctor
+					// ran and what the node could route, so that a recurrence names
+					// its cause, and wait for the route within the bound.
+					if !diagnosed {
+						diagnosed = true
+						t.Logf("the doctor could not route to the API server; the node and the agent's container:\n%s", routeDiag(agent))
+					}
+					if time.Now().After(unroutable) {
+						t.Logf("no route to the API server from the agent's container for %s; the node and the agent's container now:\n%s", unroutableBound, routeDiag(agent))
+						break
+					}
+					time.Sleep(time.Second)
 				}
 				var exit *exec.ExitError
 				switch {
@@ -121,6 +138,10 @@ func TestDoctorInAgentPodInspectsAndProbesMeshedExcludedAndBrokenPods(t *testing
 		})
 	}
 }
+
+// unroutableBound bounds the doctor test's wait for a route from the agent's
+// container to the API server (routeDiag says why there was none).
+const unroutableBound = 30 * time.Second
 
 // routeDiag says, for a failed connection from the agent's container, which
 // network namespace that container and the node are in and what each can route,
