@@ -57,6 +57,8 @@ type cniRun struct {
 	// blocked, and waits for a CPU again once woken: the cost that grows with a
 	// busy node) and involuntary (a thread was preempted).
 	volSwitches, invSwitches int64
+	// cpu is the CPU time it took, user and system, all of its threads.
+	cpu time.Duration
 }
 
 func execPlugin(tb testing.TB, bin string, stdin []byte, env []string, p *sandboxPod) cniRun {
@@ -77,6 +79,7 @@ func execPlugin(tb testing.TB, bin string, stdin []byte, env []string, p *sandbo
 	run := cniRun{took: took, stdout: stdout.String(), stderr: stderr.String()}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		run.faults, run.volSwitches, run.invSwitches = ru.Minflt, ru.Nvcsw, ru.Nivcsw
+		run.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	return run
 }
@@ -290,6 +293,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 			excluded := tc.namespace == "kube-system"
 			var lat, peer, empty []time.Duration
 			var faults, peerFaults, vol, inv []int64
+			var cpu, peerCPU []time.Duration
 			var ratios []float64
 			var kept *refSandbox // the excluded case's one sandbox
 			phases := map[string][]time.Duration{}
@@ -325,6 +329,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 					r := execPlugin(b, ours, stdinWith(b, ourEntry, mine.prevResult), nil, mine.sandboxPod)
 					o = r.took
 					faults, vol, inv = append(faults, r.faults), append(vol, r.volSwitches), append(inv, r.invSwitches)
+					cpu = append(cpu, r.cpu)
 					names, ph := phasesOf(b, r.stderr)
 					if order == nil {
 						order = names
@@ -345,6 +350,7 @@ func BenchmarkPluginAdd(b *testing.B) {
 						r := execPlugin(b, istio, stdinWith(b, istioPeerEntry(tc.node, tc.nftables), theirs.prevResult), nil, theirs.sandboxPod)
 						p = r.took
 						peerFaults = append(peerFaults, r.faults)
+						peerCPU = append(peerCPU, r.cpu)
 					}
 				}
 				b.StartTimer()
@@ -374,8 +380,10 @@ func BenchmarkPluginAdd(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(float64(stats.Percentile(faults, 0.5)), "page-faults-p50")
 			b.ReportMetric(float64(stats.Percentile(vol, 0.5)), "vol-switches-p50")
+			b.ReportMetric(stats.Ms(stats.Percentile(cpu, 0.5)), "cpu-ms-p50")
 			if len(peerFaults) > 0 {
 				b.ReportMetric(float64(stats.Percentile(peerFaults, 0.5)), "istio-page-faults-p50")
+				b.ReportMetric(stats.Ms(stats.Percentile(peerCPU, 0.5)), "istio-cpu-ms-p50")
 			}
 			peerName := "istio"
 			if excluded {
@@ -405,9 +413,10 @@ func BenchmarkPluginAdd(b *testing.B) {
 			default:
 				verdict = fmt.Sprintf("no ratio: %s names no Istio plugin (make bench-add builds one unless it is none)", IstioPluginEnv)
 			}
-			process := fmt.Sprintf("median per process: %d page faults, %d voluntary and %d involuntary context switches", stats.Percentile(faults, 0.5), stats.Percentile(vol, 0.5), stats.Percentile(inv, 0.5))
+			process := fmt.Sprintf("median per process: %.2f ms of CPU (user and system, all threads), %d page faults, %d voluntary and %d involuntary context switches",
+				stats.Ms(stats.Percentile(cpu, 0.5)), stats.Percentile(faults, 0.5), stats.Percentile(vol, 0.5), stats.Percentile(inv, 0.5))
 			if len(peerFaults) > 0 {
-				process += fmt.Sprintf(" (Istio's plugin: %d page faults)", stats.Percentile(peerFaults, 0.5))
+				process += fmt.Sprintf(" (Istio's plugin: %.2f ms of CPU, %d page faults)", stats.Ms(stats.Percentile(peerCPU, 0.5)), stats.Percentile(peerFaults, 0.5))
 			}
 			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s\n%s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "), process)
 			summary[tc.name] = fmt.Sprintf("%-30s %3d runs: %s", tc.name, len(lat), verdict)
