@@ -419,7 +419,11 @@ func BenchmarkPluginAdd(b *testing.B) {
 				process += fmt.Sprintf(" (Istio's plugin: %.2f ms of CPU, %d page faults)", stats.Ms(stats.Percentile(peerCPU, 0.5)), stats.Percentile(peerFaults, 0.5))
 			}
 			b.Logf("%s, %d runs: %s\nmedian ms per phase (package init %.2f of exec+runtime): %s\n%s", tc.name, len(lat), verdict, stats.Ms(initT), strings.Join(rows, ", "), process)
-			summary[tc.name] = fmt.Sprintf("%-30s %3d runs: %s", tc.name, len(lat), verdict)
+			cpuText := fmt.Sprintf("; CPU %.2f ms per ADD", stats.Ms(stats.Percentile(cpu, 0.5)))
+			if len(peerCPU) > 0 {
+				cpuText += fmt.Sprintf(" (Istio's %.2f)", stats.Ms(stats.Percentile(peerCPU, 0.5)))
+			}
+			summary[tc.name] = fmt.Sprintf("%-30s %3d runs: %s%s", tc.name, len(lat), verdict, cpuText)
 		})
 	}
 	lines := []string{"ADD against the goals (p50 exec to exit; ratio: median of the per-pair ratios to Istio's plugin):",
