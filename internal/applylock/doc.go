@@ -15,8 +15,8 @@
 // during an apply it removed rules that the apply then reported done, or the
 // apply's rollback put back rules it had removed, or the apply added its
 // routing after the removal and left it without its rules. Its reads
-// (capture.Verify and capture.Check: the plugin's CHECK, the agent's repair in
-// place, the doctor, istio-iptables) take it shared (TakeShared): a read
+// (capture.Verify, capture.Check and capture.Read: the plugin's CHECK, the
+// agent's repair in place, the doctor, istio-iptables) take it shared (TakeShared): a read
 // between two steps of an apply (one family's rules, the other's, the routing,
 // a rollback) reported differences that the apply's end removed, in TPROXY
 // mode the rules without their routing, and CHECK failed a healthy pod. Shared,
@@ -40,7 +40,9 @@
 // the agent's repair in place) does it under the same hold
 // (capture.ApplyAndVerify), which also keeps another apply or removal from
 // coming between the two. The ADD verifies nothing after its apply; the DEL
-// and the doctor only remove or read.
+// and the doctor only remove or read; the doctor reads all it shows (the live
+// rules, their differences, the other backend's stray rules) under one hold
+// (capture.Read), so that they are of one moment.
 //
 // The lock is an flock of the network namespace itself: of its nsfs file,
 // which every path to the namespace opens (the runtime's bind mount under

@@ -168,6 +168,38 @@ func Verify(ctx context.Context, nsPath string, b Backend, plan *redirect.Plan) 
 	return diffs, nil
 }
 
+// Read runs fn in the network namespace at nsPath holding the namespace's apply
+// lock shared, as Verify does, for a reader that reads more than one thing and
+// shows them together (the doctor: the live rules it prints, their differences
+// from the pod's plan, the other backend's stray rules): read under one hold,
+// they are of one moment, with no apply's step or removal between them; read
+// apart, the rules printed could be an apply's half while the differences were
+// read after its end. fn runs in the namespace (a process it starts is in it
+// too); verify is Verify there, under the same hold, with Verify's errors. fn
+// must not take the lock itself (see locked). fn's error is returned as it is;
+// entering the namespace or taking the lock fails naming nsPath, with the
+// lock's applylock.HeldError.
+func Read(ctx context.Context, nsPath string, fn func(verify func(b Backend, plan *redirect.Plan) ([]string, error)) error) error {
+	var ferr error
+	err := locked(ctx, nsPath, applylock.TakeShared, func() error {
+		ferr = fn(func(b Backend, plan *redirect.Plan) ([]string, error) {
+			diffs, err := verifyHere(ctx, b, plan)
+			if err != nil {
+				return nil, fmt.Errorf("verify %s capture in %s: %w", b.Name(), nsPath, err)
+			}
+			return diffs, nil
+		})
+		return ferr
+	})
+	if ferr != nil && errors.Is(err, ferr) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("read capture in %s: %w", nsPath, err)
+	}
+	return nil
+}
+
 // verifyHere is Verify in the calling thread's namespace, its lock held: the
 // routing's differences, then the rules'.
 func verifyHere(ctx context.Context, b Backend, plan *redirect.Plan) ([]string, error) {

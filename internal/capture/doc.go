@@ -12,6 +12,8 @@
 // namespace never writes in between. Cleanup, the plugin's DEL, removes every rule
 // and routing entry of ours, whoever added them, holding the same lock
 // exclusive; Verify and Check hold it shared, so they never read an apply or a
-// removal half done (applylock's doc says why shared). ApplyAndVerify verifies
-// what it applied under the apply's own hold of the lock.
+// removal half done (applylock's doc says why shared), and Read holds it shared
+// for a reader of several things (the doctor) that shows them as of one
+// moment. ApplyAndVerify verifies what it applied under the apply's own hold of
+// the lock.
 package capture

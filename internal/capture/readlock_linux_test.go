@@ -71,8 +71,8 @@ func wantHeld(t *testing.T, what string, err error, ns string) {
 
 // TestAReadWaitsForTheApplyInProgress: a TPROXY apply has written its rules
 // and not yet its routing (its nft write paused). A read of the namespace's
-// capture then, Verify (the agent's, the doctor's, istio-iptables') or Check
-// (the plugin's CHECK), waits for the apply: with a short bound it fails, its
+// capture then, Verify (the agent's, istio-iptables'), Read (the doctor's) or
+// Check (the plugin's CHECK), waits for the apply: with a short bound it fails, its
 // error the namespace's applylock.HeldError naming the apply's process, and
 // not a difference; without one it returns once the apply is done, with no
 // difference. Before, it took no lock and reported the routing missing: a
@@ -90,6 +90,13 @@ func TestAReadWaitsForTheApplyInProgress(t *testing.T) {
 		{"Check", func(ctx context.Context, ns string) ([]string, error) {
 			broken, differ, err := capture.Check(ctx, ns, nftables.NewBackend(), plan)
 			return append(broken, differ...), err
+		}},
+		{"Read", func(ctx context.Context, ns string) (diffs []string, err error) {
+			err = capture.Read(ctx, ns, func(verify func(capture.Backend, *redirect.Plan) ([]string, error)) (err error) {
+				diffs, err = verify(nftables.NewBackend(), plan)
+				return err
+			})
+			return diffs, err
 		}},
 	}
 	for _, r := range reads {
@@ -245,6 +252,22 @@ func TestTheReadsShareTheLockTheRemovalsDoNot(t *testing.T) {
 						return fmt.Errorf("differences %q %q", broken, differ)
 					}
 					return err
+				}},
+				{name: "Read", reads: true, call: func(ctx context.Context) error {
+					// Two verifies under the one hold, as the doctor's: the second
+					// does not wait for the first's lock.
+					return capture.Read(ctx, ns, func(verify func(capture.Backend, *redirect.Plan) ([]string, error)) error {
+						for range 2 {
+							diffs, err := verify(b, plan)
+							if err != nil {
+								return err
+							}
+							if len(diffs) > 0 {
+								return fmt.Errorf("differences %q", diffs)
+							}
+						}
+						return nil
+					})
 				}},
 				{name: "Cleanup", call: func(ctx context.Context) error {
 					_, err := capture.Cleanup(ctx, ns, b, nil)

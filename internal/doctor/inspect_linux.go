@@ -13,7 +13,6 @@ import (
 	"github.com/istio-cni/istio-cni/internal/capture"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
-	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -88,7 +87,8 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 	}
 	in.Backend, in.Notes = selected.Name(), notes
 
-	if err := readLiveRules(ctx, nsPath, cfg, in.Live); err != nil {
+	mode, err := liveIptablesMode(cfg)
+	if err != nil {
 		return nil, err
 	}
 
@@ -102,13 +102,23 @@ func Inspect(ctx context.Context, pod *kube.Pod, podNS *kube.Namespace, cfg *plu
 	if want == nil {
 		want = &redirect.Plan{}
 	}
-	if in.Differences, err = capture.Verify(ctx, nsPath, selected, want); err != nil {
-		return nil, err
-	}
-	if other != nil {
-		if in.Stray, err = capture.Verify(ctx, nsPath, other, &redirect.Plan{}); err != nil {
-			return nil, err
+	// The rules shown, their differences and the stray rules are read under one
+	// hold of the namespace's apply lock (capture.Read): all of one moment, never
+	// an apply's half shown beside the differences of its end.
+	err = capture.Read(ctx, nsPath, func(verify func(capture.Backend, *redirect.Plan) ([]string, error)) (err error) {
+		if err := readLiveRules(ctx, nsPath, mode, in.Live); err != nil {
+			return err
 		}
+		if in.Differences, err = verify(selected, want); err != nil {
+			return err
+		}
+		if other != nil {
+			in.Stray, err = verify(other, &redirect.Plan{})
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	in.Differences, in.Stray = nonNil(in.Differences), nonNil(in.Stray)
 	switch {
@@ -163,68 +173,73 @@ func inspectBackends(cfg *plugin.Config) (selected, other capture.Backend, notes
 	return selected, nft, notes, err
 }
 
-// readLiveRules reads our chains (iptables, in the mode the config selects) and
-// our tables (nftables) from the namespace, for people to read.
-func readLiveRules(ctx context.Context, nsPath string, cfg *plugin.Config, out map[string]string) error {
+// liveIptablesMode is the iptables flavour whose rules readLiveRules reads: the
+// one the config selects for its iptables backend.
+func liveIptablesMode(cfg *plugin.Config) (iptables.Mode, error) {
 	mode := iptables.ModeLegacy
-	if haveIptablesSave() { // else no iptables rules are read below
+	if haveIptablesSave() { // else no iptables rules are read
 		o := *cfg
 		o.Backend = plugin.BackendIptables
 		b, err := plugin.NewBackend(&o)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if ib, ok := b.(*iptables.Backend); ok {
 			mode = ib.Mode()
 		}
 	}
-	return netns.Do(nsPath, func() error {
-		for _, fam := range []struct{ key, prefix string }{{"iptables ipv4", "iptables"}, {"iptables ipv6", "ip6tables"}} {
-			bin := lookPath(fam.prefix+"-"+string(mode)+"-save", fam.prefix+"-save")
-			if bin == "" {
-				continue
+	return mode, nil
+}
+
+// readLiveRules reads our chains (iptables, in mode) and our tables (nftables)
+// for people to read, in the calling thread's network namespace, the pod's at
+// nsPath (capture.Read's fn).
+func readLiveRules(ctx context.Context, nsPath string, mode iptables.Mode, out map[string]string) error {
+	for _, fam := range []struct{ key, prefix string }{{"iptables ipv4", "iptables"}, {"iptables ipv6", "ip6tables"}} {
+		bin := lookPath(fam.prefix+"-"+string(mode)+"-save", fam.prefix+"-save")
+		if bin == "" {
+			continue
+		}
+		text, err := runIn(ctx, bin)
+		if err != nil {
+			if fam.prefix == "ip6tables" {
+				continue // a node without IPv6
 			}
-			text, err := runIn(ctx, bin)
-			if err != nil {
-				if fam.prefix == "ip6tables" {
-					continue // a node without IPv6
+			return fmt.Errorf("read live rules in %s: %w", nsPath, err)
+		}
+		out[fam.key] = ourIptablesLines(text)
+	}
+	if !haveNft() {
+		shapes, iptablesNft, err := readShapes()
+		if err != nil {
+			return fmt.Errorf("read live rules in %s through netlink: %w", nsPath, err)
+		}
+		text := shapesText(shapes)
+		for _, c := range iptablesNft {
+			text += c + " (iptables-nft)\n"
+		}
+		out["nftables (netlink)"] = text
+	}
+	if bin := lookPath("nft"); bin != "" {
+		text, err := runIn(ctx, bin, "list", "tables")
+		if err != nil {
+			return fmt.Errorf("read live rules in %s: %w", nsPath, err)
+		}
+		var tables []string
+		for _, l := range strings.Split(text, "\n") {
+			f := strings.Fields(l)
+			if len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], nftables.TablePrefix) {
+				t, err := runIn(ctx, bin, "list", "table", f[1], f[2])
+				if err != nil {
+					return fmt.Errorf("read live rules in %s: %w", nsPath, err)
 				}
-				return fmt.Errorf("read live rules in %s: %w", nsPath, err)
+				tables = append(tables, t)
 			}
-			out[fam.key] = ourIptablesLines(text)
 		}
-		if !haveNft() {
-			shapes, iptablesNft, err := readShapes()
-			if err != nil {
-				return fmt.Errorf("read live rules in %s through netlink: %w", nsPath, err)
-			}
-			text := shapesText(shapes)
-			for _, c := range iptablesNft {
-				text += c + " (iptables-nft)\n"
-			}
-			out["nftables (netlink)"] = text
-		}
-		if bin := lookPath("nft"); bin != "" {
-			text, err := runIn(ctx, bin, "list", "tables")
-			if err != nil {
-				return fmt.Errorf("read live rules in %s: %w", nsPath, err)
-			}
-			var tables []string
-			for _, l := range strings.Split(text, "\n") {
-				f := strings.Fields(l)
-				if len(f) == 3 && f[0] == "table" && strings.HasPrefix(f[2], nftables.TablePrefix) {
-					t, err := runIn(ctx, bin, "list", "table", f[1], f[2])
-					if err != nil {
-						return fmt.Errorf("read live rules in %s: %w", nsPath, err)
-					}
-					tables = append(tables, t)
-				}
-			}
-			sort.Strings(tables)
-			out["nftables"] = strings.Join(tables, "")
-		}
-		return nil
-	})
+		sort.Strings(tables)
+		out["nftables"] = strings.Join(tables, "")
+	}
+	return nil
 }
 
 func lookPath(names ...string) string {

@@ -3,17 +3,21 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/istio-cni/istio-cni/internal/applylock"
 	"github.com/istio-cni/istio-cni/internal/iptables"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/plugin"
 	"github.com/istio-cni/istio-cni/test/harness/controlplane"
 	"github.com/istio-cni/istio-cni/test/harness/root"
@@ -174,5 +178,78 @@ func TestRunInReturnsWhenItsContextEndsThoughAChildHoldsItsOutput(t *testing.T) 
 		}
 	case <-time.After(100*time.Millisecond + iptables.RunWaitDelay + 5*time.Second):
 		t.Fatal("runIn still waits for the killed tool's child, which holds its output")
+	}
+}
+
+// TestInspectReadsItsRulesAtOneMoment: the live rules inspect shows, their
+// differences from the pod's plan and the stray rules are read under one hold
+// of the namespace's apply lock (capture.Read). While an apply holds the lock
+// (here the test, from another descriptor of the namespace) and changes the
+// rules before it lets go, inspect waits, and then shows the rules it judged:
+// the hook rule the apply's step removed is missing from the rules shown as
+// from the differences. Before, the rules shown were read at once, outside the
+// lock, and the differences after the apply's end: the rules shown still held
+// the rule the differences said was missing.
+func TestInspectReadsItsRulesAtOneMoment(t *testing.T) {
+	root.Require(t)
+	cp := startControlPlane(t)
+	e := newNodeEnv(t, cp, "10-k8s.conflist", chainedConflist)
+	_, ns := runCapturedPod(t, cp, e.cfg, injectedPod("web"), netip.MustParseAddr("10.251.8.1"))
+
+	held, let, holderDone := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		holderDone <- netns.DoWithFD(ns.path, func(fd int) error {
+			release, err := applylock.Take(applylock.InNamespace(context.Background(), fd))
+			held <- err
+			if err != nil {
+				return err
+			}
+			<-let
+			release()
+			return nil
+		})
+	}()
+	if err := <-held; err != nil {
+		t.Fatalf("hold the namespace's apply lock: %v", err)
+	}
+	type result struct {
+		stdout, stderr string
+		code           int
+		took           time.Duration
+	}
+	inspected := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		stdout, stderr, code := e.run("inspect", "app/web", "-o", "json")
+		inspected <- result{stdout, stderr, code, time.Since(start)}
+	}()
+	// Inspect finds the pod and its namespace, and waits for the lock; then the
+	// apply's step, and the apply lets go.
+	const hold = 1500 * time.Millisecond
+	time.Sleep(hold)
+	const hook = "-A PREROUTING -p tcp -j ISTIO_INBOUND"
+	testns.Run(t, ns.path, exec.Command("iptables-nft", "-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"))
+	close(let)
+	if err := <-holderDone; err != nil {
+		t.Fatal(err)
+	}
+
+	r := <-inspected
+	if r.took < hold {
+		t.Errorf("inspect returned after %v, while the apply held the lock for %v: it did not wait", r.took, hold)
+	}
+	var in struct {
+		Live        map[string]string `json:"live"`
+		Differences []string          `json:"differences"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
+		t.Fatalf("inspect (exit %d): %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	missing := "ipv4: table nat: hook rule missing: " + hook
+	if !slices.Contains(in.Differences, missing) {
+		t.Errorf("differences %q lack %q", in.Differences, missing)
+	}
+	if live := in.Live["iptables ipv4"]; strings.Contains(live, hook) {
+		t.Errorf("the rules shown hold %q, which the differences say is missing: read outside the lock, before the apply's end:\n%s", hook, live)
 	}
 }
