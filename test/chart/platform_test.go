@@ -115,6 +115,16 @@ func TestPlatformSetsWhatIstiosPlatformSets(t *testing.T) {
 		{"minikube with the user's netns dir", []string{"--set", "global.platform=minikube", "--set", "troubleshooting.enabled=true", "--set", "cniNetnsDir=/run/netns"}, with(func(n *node) {
 			n.netnsDir = "/run/netns"
 		})},
+		// A profile given with -f is the user's own values: a --set beside it wins
+		// whatever its value, the chart's default included (the switch cannot tell
+		// that from unset, the file needs not).
+		{"openshift from its profile with the user's privileged and multus off", []string{"-f", profileFile("openshift"), "--set", "privileged=false", "--set", "multus.enabled=false"}, with(func(n *node) {
+			n.binDir, n.confDir, n.chained = "/var/lib/cni/bin", "/etc/cni/multus/net.d", "false"
+			n.seLinuxType = "spc_t"
+		})},
+		{"k3s from its profile with the user's cniConfDir equal to the default", []string{"-f", profileFile("k3s"), "--set", "cniConfDir=/etc/cni/net.d"}, with(func(n *node) {
+			n.binDir = "/var/lib/rancher/k3s/data/cni"
+		})},
 		// The corner case the chart README names: a value equal to the chart's default
 		// cannot be told from it, so the platform's is taken.
 		{"k3s with the user's cniConfDir equal to the default", []string{"--set", "global.platform=k3s", "--set", "cniConfDir=/etc/cni/net.d"}, with(func(n *node) {
@@ -173,10 +183,10 @@ func TestAValueAtTheChartsDefaultIsThePlatforms(t *testing.T) {
 		if err := yaml.Unmarshal(data, &profile); err != nil {
 			t.Fatal(err)
 		}
-		if profile["platform"] != p {
-			t.Errorf("profiles/%s.yaml: platform %v, want %s (the switch and the file install the same)", p, profile["platform"], p)
+		if profile["platformProfile"] != p {
+			t.Errorf("profiles/%s.yaml: platformProfile %v, want %s (the switch reads the file it names)", p, profile["platformProfile"], p)
 		}
-		delete(profile, "platform")
+		delete(profile, "platformProfile")
 		// troubleshooting mounts cniNetnsDir, so that minikube's shows in the render.
 		want := mustRender(t, "-f", profileFile(p), "--set", "troubleshooting.enabled=true")
 		for _, key := range leafKeys(profile, "") {
@@ -257,7 +267,9 @@ func TestPlatformsOtherThanIstiosAreRefused(t *testing.T) {
 		{"both, different", []string{"--set", "platform=k3s", "--set", "global.platform=k3d"},
 			`platform is "k3s" and global.platform is "k3d": two different platforms; set one of them, or both to the same`},
 		{"a profile and another platform", []string{"-f", profileFile("openshift"), "--set", "global.platform=gke"},
-			`platform is "openshift" and global.platform is "gke": two different platforms; set one of them, or both to the same`},
+			`global.platform is "gke", but the values come from the profile of openshift (-f profiles/openshift.yaml: platformProfile "openshift"): two different platforms; keep one of them`},
+		{"a profile's marker set by hand", []string{"--set", "platformProfile=eks"},
+			`platformProfile "eks" is not one of this chart's profiles gke, k3d, k3s, microk8s, minikube and openshift: it is set by the profile files (-f charts/istio-cni/profiles/<platform>.yaml), not by hand`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { wantRefused(t, c.args, []string{c.want}) })

@@ -33,8 +33,9 @@ find it done. After it, templates read only this chart's names:
 Istio's platform switch: platform, else global.platform. Istio's chart takes the first
 that is set and says nothing of the two set apart, so two different values are refused,
 naming both. A platform's values are its profile here, profiles/<platform>.yaml, the
-file `-f` installs (one definition for both ways; the file names its platform too, so
-that it gets what only the switch can decide, GKE's ResourceQuota). They are laid under
+file `-f` installs (one definition for both ways; the file names its platform in
+platformProfile, which the switch checks, and which gives a file given with -f what only
+the platform can decide, GKE's ResourceQuota, and nothing else). They are laid under
 the user's values, as Istio lays its platform profile between its defaults and the
 user's: a key is the platform's where the user's values leave it unset, that is absent,
 empty, or equal to this chart's default (istio-cni.platformDefaults). Helm hands a chart
@@ -55,20 +56,34 @@ refuses it there).
 {{- fail (printf "platform is %q and global.platform is %q: two different platforms; set one of them, or both to the same" $top $global) -}}
 {{- end -}}
 {{- $name := $top | default $global -}}
+{{- $known := list "gke" "k3d" "k3s" "microk8s" "minikube" "openshift" -}}
+{{- /* A profile file given with -f names its platform in platformProfile: its values
+     are the user's own, with Helm's precedence (a --set beside it wins, whatever its
+     value), so nothing is filled in for it; it gets only what the switch alone can
+     decide (GKE's quota) and the notes' line. */ -}}
+{{- $fromFile := toString ($v.platformProfile | default "") -}}
+{{- if and $fromFile (not (has $fromFile $known)) -}}
+{{- fail (printf "platformProfile %q is not one of this chart's profiles gke, k3d, k3s, microk8s, minikube and openshift: it is set by the profile files (-f charts/istio-cni/profiles/<platform>.yaml), not by hand" $fromFile) -}}
+{{- end -}}
+{{- if and $name $fromFile (ne $name $fromFile) -}}
+{{- fail (printf "%s is %q, but the values come from the profile of %s (-f profiles/%s.yaml: platformProfile %q): two different platforms; keep one of them" (ternary "platform" "global.platform" (ne $top "")) $name $fromFile $fromFile $fromFile) -}}
+{{- end -}}
+{{- $record := dict "set" list -}}
 {{- if $name -}}
 {{- $field := ternary "platform" "global.platform" (ne $top "") -}}
-{{- $known := list "gke" "k3d" "k3s" "microk8s" "minikube" "openshift" -}}
 {{- if not (has $name $known) -}}
 {{- fail (printf "%s %q is not one of Istio's platforms gke, k3d, k3s, microk8s, minikube and openshift (in lower case); EKS, AKS, kind and kubeadm clusters need no platform (Istio has none for them: the chart's defaults fit them), so leave %s empty" $field $name $field) -}}
 {{- end -}}
 {{- $file := printf "profiles/%s.yaml" $name -}}
 {{- $profile := $.Files.Get $file | fromYaml -}}
-{{- if ne (toString (get $profile "platform")) $name -}}
-{{- fail (printf "%s %q: the chart's %s, which holds that platform's values, is missing or does not say platform: %s; the chart is incomplete" $field $name $file $name) -}}
+{{- if ne (toString (get $profile "platformProfile")) $name -}}
+{{- fail (printf "%s %q: the chart's %s, which holds that platform's values, is missing or does not say platformProfile: %s; the chart is incomplete" $field $name $file $name) -}}
 {{- end -}}
-{{- $_ := unset $profile "platform" -}}
-{{- $record := dict "set" list -}}
+{{- $_ := unset $profile "platformProfile" -}}
 {{- include "istio-cni.fillUnset" (list $v $profile (include "istio-cni.platformDefaults" . | fromYaml) "" $record) -}}
+{{- end -}}
+{{- $name = $name | default $fromFile -}}
+{{- if $name -}}
 {{- if and (eq $name "gke") (ne $.Release.Namespace "kube-system") (has $v.priorityClassName (list "system-node-critical" "system-cluster-critical")) (not $v.resourceQuotas.enabled) -}}
 {{- $_ := set $v.resourceQuotas "enabled" true -}}
 {{- $_ := set $record "set" (append $record.set "resourceQuotas.enabled") -}}
