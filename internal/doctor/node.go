@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/istio-cni/istio-cni/internal/kube"
@@ -180,6 +181,18 @@ func inClusterKubeconfigFrom(getenv func(string) string, saDir string) (*kube.Ku
 	}, nil
 }
 
+// unroutableHint is what to add to an API call's error when this process's
+// network namespace had no route to the API server's address (ENETUNREACH,
+// EHOSTUNREACH): the doctor runs in the agent's pod, on the node's network, so
+// the node's routes are what to look at; "" for any other error.
+func unroutableHint(err error) string {
+	if !errors.Is(err, syscall.ENETUNREACH) && !errors.Is(err, syscall.EHOSTUNREACH) {
+		return ""
+	}
+	return "; this network namespace has no route to the API server's address: in the agent's pod that is the node's network " +
+		"(hostNetwork), so look at the node's routes to it (ip route get ADDRESS on the node) and at what provides the kubernetes Service's address there (kube-proxy or its replacement)"
+}
+
 // ParsePodRef parses NAMESPACE/NAME.
 func ParsePodRef(s string) (namespace, name string, err error) {
 	namespace, name, ok := strings.Cut(s, "/")
@@ -200,7 +213,7 @@ func (n *Node) GetPod(ctx context.Context, c *kube.Client, namespace, name strin
 		if errors.Is(err, kube.ErrNotFound) {
 			return nil, fmt.Errorf("pod %s/%s not found in the API server (kubectl get pods -n %s)", namespace, name, namespace)
 		}
-		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("get pod %s/%s: %w%s", namespace, name, err, unroutableHint(err))
 	}
 	switch node := pod.Spec.NodeName; {
 	case node == "":
