@@ -35,6 +35,23 @@ func mustWait[T any](t *testing.T, what string, ch <-chan T) (later func() T) {
 	}
 }
 
+// secondWaitsForFirst runs first, whose nft write (through the nft binary:
+// pausedNftWrite) pauses after it is done, and once it has paused, second, which
+// must wait for first's hold of the namespace's lock (mustWait; what names it);
+// then lets first go on and returns both errors.
+func secondWaitsForFirst(t *testing.T, what string, first, second func() error) (firstErr, secondErr error) {
+	t.Helper()
+	paused := pausedNftWrite(t, 1, true)
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first() }()
+	paused.waitStarted(t)
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- second() }()
+	later := mustWait(t, what, secondDone)
+	paused.release(t)
+	return <-firstDone, later()
+}
+
 // tproxyPlan is a TPROXY capture: rules, then the policy routing they need.
 func tproxyPlan(t *testing.T) *redirect.Plan {
 	t.Helper()
@@ -156,25 +173,17 @@ func TestARemovalAndAnApplyWaitForEachOther(t *testing.T) {
 	t.Run("a removal during an apply", func(t *testing.T) {
 		ns := ipv6OffNamespace(t)
 		before := liveRouting(t, ns)
-		paused := pausedNftWrite(t, 1, true)
-		applied := make(chan error, 1)
-		go func() {
-			_, err := capture.Apply(context.Background(), ns, nftables.NewExecBackend(), plan)
-			applied <- err
-		}()
-		paused.waitStarted(t)
-		removed := make(chan error, 1)
-		go func() {
-			_, err := capture.Cleanup(context.Background(), ns, nftables.NewBackend(), nil)
-			removed <- err
-		}()
-		removedLater := mustWait(t, "the removal during the apply", removed)
-		paused.release(t)
-		if err := <-applied; err != nil {
-			t.Fatalf("the apply: %v", err)
-		}
-		if err := removedLater(); err != nil {
-			t.Fatalf("the removal: %v", err)
+		applyErr, removeErr := secondWaitsForFirst(t, "the removal during the apply",
+			func() error {
+				_, err := capture.Apply(context.Background(), ns, nftables.NewExecBackend(), plan)
+				return err
+			},
+			func() error {
+				_, err := capture.Cleanup(context.Background(), ns, nftables.NewBackend(), nil)
+				return err
+			})
+		if applyErr != nil || removeErr != nil {
+			t.Fatalf("the apply: %v; the removal: %v", applyErr, removeErr)
 		}
 		if diffs, err := capture.Verify(context.Background(), ns, nftables.NewBackend(), &redirect.Plan{}); err != nil || len(diffs) > 0 {
 			t.Errorf("after the removal, the rules left: %q, %v; want none", diffs, err)
@@ -188,25 +197,17 @@ func TestARemovalAndAnApplyWaitForEachOther(t *testing.T) {
 		if _, err := capture.Apply(context.Background(), ns, nftables.NewBackend(), plan); err != nil {
 			t.Fatal(err)
 		}
-		paused := pausedNftWrite(t, 1, true)
-		removed := make(chan error, 1)
-		go func() {
-			_, err := capture.Cleanup(context.Background(), ns, nftables.NewExecBackend(), nil)
-			removed <- err
-		}()
-		paused.waitStarted(t)
-		applied := make(chan error, 1)
-		go func() {
-			_, err := capture.Apply(context.Background(), ns, nftables.NewBackend(), plan)
-			applied <- err
-		}()
-		appliedLater := mustWait(t, "the apply during the removal", applied)
-		paused.release(t)
-		if err := <-removed; err != nil {
-			t.Fatalf("the removal: %v", err)
-		}
-		if err := appliedLater(); err != nil {
-			t.Fatalf("the apply: %v", err)
+		removeErr, applyErr := secondWaitsForFirst(t, "the apply during the removal",
+			func() error {
+				_, err := capture.Cleanup(context.Background(), ns, nftables.NewExecBackend(), nil)
+				return err
+			},
+			func() error {
+				_, err := capture.Apply(context.Background(), ns, nftables.NewBackend(), plan)
+				return err
+			})
+		if removeErr != nil || applyErr != nil {
+			t.Fatalf("the removal: %v; the apply: %v", removeErr, applyErr)
 		}
 		if diffs, err := capture.Verify(context.Background(), ns, nftables.NewBackend(), plan); err != nil || len(diffs) > 0 {
 			t.Errorf("after the removal and the apply that waited for it: %q, %v; want the apply's capture whole", diffs, err)
