@@ -18,8 +18,8 @@ import (
 	"github.com/istio-cni/istio-cni/internal/timing"
 )
 
-// Client is a minimal Kubernetes API client: GET of single objects as JSON over
-// HTTPS. The plugin is exec'd once per pod, so it avoids client-go's start-up cost
+// Client is a minimal Kubernetes API client: GET of single objects over HTTPS, a
+// pod in protobuf and anything else in JSON. The plugin is exec'd once per pod, so it avoids client-go's start-up cost
 // (type registration, discovery) and size, and net/http's (package http1): each GET
 // is one HTTP/1.1 exchange on its own connection.
 type Client struct {
@@ -33,7 +33,18 @@ type Client struct {
 	resumed    bool         // the last connection resumed a stored TLS session
 	curve      tls.CurveID  // the last connection's key exchange
 	sessionErr error        // the last Save's error
+	encoding   string       // the last answer's: EncodingProtobuf or EncodingJSON
 }
+
+// The encodings of an answer, as Encoding names them.
+const (
+	EncodingProtobuf = "protobuf"
+	EncodingJSON     = "json"
+)
+
+// Encoding names the encoding of the last answer with status 200; empty before
+// one.
+func (c *Client) Encoding() string { return c.encoding }
 
 // ErrNotFound is returned when the object does not exist.
 var ErrNotFound = errors.New("not found")
@@ -212,10 +223,18 @@ func (e *StatusError) Error() string {
 // Get fetches path (e.g. /api/v1/namespaces/ns/pods/name) and decodes it into out.
 // The client's timeout bounds the whole exchange, connection and TLS handshake
 // included.
+//
+// A pod is asked for in protobuf, JSON accepted (see ProtobufContentType); every
+// other object in JSON.
 func (c *Client) Get(ctx context.Context, path string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.get(ctx, strings.TrimSuffix(c.base.EscapedPath(), "/")+path)
+	accept := "application/json"
+	pod, isPod := out.(*Pod)
+	if isPod {
+		accept = ProtobufContentType + ", application/json"
+	}
+	resp, err := c.get(ctx, strings.TrimSuffix(c.base.EscapedPath(), "/")+path, accept)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
@@ -224,20 +243,31 @@ func (c *Client) Get(ctx context.Context, path string, out any) error {
 			Reason  string `json:"reason"`
 			Message string `json:"message"`
 		}
-		_ = json.Unmarshal(resp.Body, &st)
+		if isProtobuf(resp.Body) {
+			_ = decodeStatusErrorProtobuf(resp.Body, &st.Reason, &st.Message)
+		} else {
+			_ = json.Unmarshal(resp.Body, &st)
+		}
 		serr := &StatusError{Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
 		if resp.StatusCode == 404 {
 			return fmt.Errorf("GET %s: %w: %w", path, ErrNotFound, serr)
 		}
 		return fmt.Errorf("GET %s: %w", path, serr)
 	}
-	if err := decodeJSON(resp.Body, out); err != nil {
+	if isPod && isProtobuf(resp.Body) {
+		c.encoding = EncodingProtobuf
+		err = decodePodProtobuf(resp.Body, pod)
+	} else {
+		c.encoding = EncodingJSON
+		err = decodeJSON(resp.Body, out)
+	}
+	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, &DecodeError{Err: err, Size: len(resp.Body)})
 	}
 	return nil
 }
 
-func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) {
+func (c *Client) get(ctx context.Context, path, accept string) (*http1.Response, error) {
 	var conn net.Conn
 	var err error
 	if c.tls != nil {
@@ -257,7 +287,7 @@ func (c *Client) get(ctx context.Context, path string) (*http1.Response, error) 
 	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
-	h := [][2]string{{"Accept", "application/json"}, {"User-Agent", "istio-cni"}}
+	h := [][2]string{{"Accept", accept}, {"User-Agent", "istio-cni"}}
 	if c.token != "" {
 		h = append(h, [2]string{"Authorization", "Bearer " + c.token})
 	}

@@ -598,7 +598,8 @@ func lookupObject[T any](ctx context.Context, cfg *Config, log *pluginlog.Logger
 	}
 	defer func() {
 		resumed, err := client.Resumed()
-		log.Logger = log.With(target.kind+"APITLSResumed", resumed, target.kind+"APITLSKeyExchange", client.KeyExchange())
+		log.Logger = log.With(target.kind+"APITLSResumed", resumed, target.kind+"APITLSKeyExchange", client.KeyExchange(),
+			target.kind+"APIEncoding", client.Encoding())
 		if err != nil {
 			log.Debug("the TLS session to the API server was not stored; the next run makes a full handshake", "error", err)
 		}

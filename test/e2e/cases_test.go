@@ -788,6 +788,112 @@ func TestTheNextADDResumesTheTLSSessionToTheAPIServer(t *testing.T) {
 	}
 }
 
+// TestThePodIsReadInProtobufAsInJSON: kube.Client asks the real API server for a
+// pod in protobuf (kube.ProtobufContentType) and gets it so; what it reads is
+// what the same pod's JSON from the same API server decodes to (kube.DecodePod),
+// for a pod that sets every field the plugin reads, one being deleted (held by a
+// finalizer) and, from the watch cache too, with its status set; a pod that does
+// not exist is ErrNotFound with the API server's message, which came in protobuf
+// as well. The plugin's ADD logs the encoding it read (podAPIEncoding).
+func TestThePodIsReadInProtobufAsInJSON(t *testing.T) {
+	ctx := t.Context()
+	n := newNode(t, shared)
+	kc, err := kube.LoadKubeconfig(filepath.Join(n.runDir, "istio-cni-kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kube.NewClient(kc, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rich := createPod(t, shared, meshedPod("proto", "rich", map[string]string{"traffic.sidecar.istio.io/excludeOutboundPorts": "15020"}, func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "rich", "empty": ""}
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](0)}
+		p.Spec.InitContainers = []corev1.Container{{
+			Name: "istio-proxy-native", Image: "proxyv2:1", Args: []string{"proxy", ""},
+			RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
+			Env:             []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "EMPTY"}},
+			Ports:           []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolUDP}},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337), RunAsGroup: ptr.To[int64](1337)},
+		}}
+		p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{}
+	}))
+	rich.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.9.0.7", PodIPs: []corev1.PodIP{{IP: "10.9.0.7"}, {IP: "fd00:9::7"}}}
+	if _, err := shared.AdminClient().CoreV1().Pods("proto").UpdateStatus(ctx, rich, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleting := createPod(t, shared, meshedPod("proto", "deleting", nil, func(p *corev1.Pod) { p.Finalizers = []string{"example.com/hold"} }))
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		shared.AdminClient().CoreV1().Pods("proto").Patch(context.Background(), deleting.Name, "application/merge-patch+json", patch, metav1.PatchOptions{})
+	})
+	if err := shared.AdminClient().CoreV1().Pods("proto").Delete(ctx, deleting.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{rich.Name, deleting.Name} {
+		for _, fromCache := range []bool{false, true} {
+			path := kube.PodPath("proto", name)
+			if fromCache {
+				path = kube.FromCache(path)
+			}
+			var got kube.Pod
+			// The watch cache may be a moment behind the status and the deletion.
+			var want *kube.Pod
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				req := shared.AdminClient().CoreV1().RESTClient().Get().AbsPath(kube.PodPath("proto", name)).SetHeader("Accept", "application/json")
+				if fromCache {
+					req = req.Param("resourceVersion", "0")
+				}
+				js, err := req.DoRaw(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, err = kube.DecodePod(js); err != nil {
+					t.Fatal(err)
+				}
+				got = kube.Pod{}
+				if err := client.Get(ctx, path, &got); err != nil {
+					t.Fatalf("GET %s: %v", path, err)
+				}
+				if cmp.Equal(*want, got) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if client.Encoding() != kube.EncodingProtobuf {
+				t.Errorf("GET %s: answered in %q; want %s", path, client.Encoding(), kube.EncodingProtobuf)
+			}
+			if diff := cmp.Diff(*want, got); diff != "" {
+				t.Errorf("GET %s: protobuf gives otherwise than JSON (-JSON +protobuf):\n%s", path, diff)
+			}
+			if name == deleting.Name && got.Metadata.DeletionTimestamp == nil {
+				t.Errorf("GET %s: no deletionTimestamp", path)
+			}
+			if name == rich.Name && (len(got.Status.PodIPs) != 2 || len(got.Spec.InitContainers) != 1) {
+				t.Errorf("GET %s: status or init containers missing: %+v", path, got)
+			}
+		}
+	}
+	var missing kube.Pod
+	err = client.Get(ctx, kube.PodPath("proto", "missing"), &missing)
+	var serr *kube.StatusError
+	if !errors.Is(err, kube.ErrNotFound) || !errors.As(err, &serr) || serr.Reason != "NotFound" || !strings.Contains(serr.Message, `pods "missing" not found`) {
+		t.Errorf("GET of a missing pod: %v; want ErrNotFound, reason NotFound and the API server's message", err)
+	}
+	// The ADD: a pod the plugin captures (rich's proxy would run as the pod's
+	// user 1000, which the plugin refuses).
+	list := n.chain(n.istioEntry(nil))
+	before := len(n.stderr.String())
+	sb, _ := n.addPod(t, list, createPod(t, shared, meshedPod("proto", "captured", nil)))
+	if log := n.stderr.String()[before:]; !strings.Contains(log, "podAPIEncoding=protobuf") {
+		t.Errorf("the ADD's log lacks podAPIEncoding=protobuf:\n%s", log)
+	}
+	if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
+		t.Errorf("no capture")
+	}
+}
+
 // TestAmbientPodIsRefusedNotStartedUncaptured: a pod that asks for Istio's ambient
 // mode (which this plugin does not have) fails its ADD with a message that says so,
 // and its namespace holds none of our rules; a sidecar pod with the same label is
