@@ -52,7 +52,7 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 	doc := strings.TrimPrefix(string(raw), "\ufeff")
 	// YAML 1.1 (kubectl's reader) breaks lines at NEL, LS and PS too, inside
 	// JSON's strings as well: refused, not read as characters.
-	if i := strings.IndexAny(doc, "\u0085\u2028\u2029"); i >= 0 {
+	if i := indexUnicodeLineBreak(doc); i >= 0 {
 		return nil, fmt.Errorf("line %d: a line break other than LF or CRLF (NEL, LS, PS) is not supported", strings.Count(doc[:i], "\n")+1)
 	}
 	if text := strings.TrimLeft(doc, " \t\r\n"); strings.HasPrefix(text, "{") {
@@ -76,6 +76,21 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 		return nil, p.errf(p.ls[p.i].no, "unexpected indentation")
 	}
 	return appendJSON(nil, v)
+}
+
+// indexUnicodeLineBreak returns the index of the first NEL, LS or PS in doc, or
+// -1. One search per character (each a short substring, found at memory speed),
+// where strings.IndexAny of the three decodes every rune of the document: a
+// kubeconfig is read on every ADD that asks the API server, and its inline CA and
+// token make it a few KiB.
+func indexUnicodeLineBreak(doc string) int {
+	first := -1
+	for _, lb := range []string{"\u0085", "\u2028", "\u2029"} {
+		if i := strings.Index(doc, lb); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	return first
 }
 
 // lineOfInvalidUTF8 is the line of raw's first byte that is not UTF-8.
