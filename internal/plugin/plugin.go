@@ -270,7 +270,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	podArgs, pre, err := decideWithoutPod(ctx, args, cfg, log)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 		return err
 	}
 	if pre.Verdict == Skip {
@@ -281,27 +281,27 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		if _, given := cfg.givenResult(); !given {
 			if _, err := result(cfg); err != nil {
 				ev.Reason = pluginlog.ReasonPrevResult
-				log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+				log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 				return err
 			}
 		}
 		ev.Reason = pluginlog.ReasonOutput
 		ev.Outcome = pluginlog.OutcomePassedThrough
-		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec)
+		log.Info("ADD: pod passed through", "decision", pre.Rule, "reason", pre.Reason, "took", time.Since(start), "phases", rec, processUsage())
 		logPeakMemory(log)
 		return p.printResult(cfg)
 	}
 	ev.Reason = pluginlog.ReasonPrevResult
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 		return cniError(types.ErrDecodingFailure, err)
 	}
 	rec.Mark("prev-result")
 	pp, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
 	if err != nil {
 		ev.Reason, err = failedStep(err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 		return err
 	}
 	d, plan := pp.Decision, pp.Plan
@@ -309,7 +309,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	ev.Reason = pluginlog.ReasonOutput
 	if d.Verdict != Redirect {
 		ev.Outcome = pluginlog.OutcomePassedThrough
-		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start), "phases", rec)
+		log.Info("ADD: pod passed through", "decision", d.Rule, "reason", d.Reason, "took", time.Since(start), "phases", rec, processUsage())
 		logPeakMemory(log)
 		return p.printResult(cfg)
 	}
@@ -317,7 +317,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	b, err := NewBackend(cfg)
 	if err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 		return cniError(types.ErrInternal, err)
 	}
 	ev.Reason = pluginlog.ReasonApply
@@ -327,15 +327,15 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		if gone, ok := netnsGone(args.Netns, err); ok {
 			ev.Reason = pluginlog.ReasonNetnsGone
-			log.Error("ADD failed", "error", gone, "reason", ev.Reason, "phases", rec)
+			log.Error("ADD failed", "error", gone, "reason", ev.Reason, "phases", rec, processUsage())
 			return gone
 		}
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec)
+		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
 		return cniError(types.ErrInternal, err)
 	}
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
-		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec)
+		"ipv6", plan.Family(redirect.IPv6) != nil, "applyTook", time.Since(applyStart), "took", time.Since(start), "phases", rec, processUsage())
 	logPeakMemory(log)
 	return p.printResult(cfg)
 }
@@ -987,6 +987,20 @@ func removeUnheldLock(path string) bool {
 		return false // held: in use
 	}
 	return os.Remove(path) == nil
+}
+
+// processUsage is the process's own CPU time so far and its context switches
+// (getrusage of this process, every thread): on an ADD's outcome line, beside
+// "took", it tells an ADD that waited for a CPU on a busy node (CPU far below its
+// time, involuntary switches: it was preempted) from one that did the work or
+// waited on a system call (voluntary switches). Empty when getrusage fails.
+func processUsage() slog.Attr {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return slog.Attr{}
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return slog.Group("process", "cpu", cpu, "voluntarySwitches", ru.Nvcsw, "involuntarySwitches", ru.Nivcsw)
 }
 
 // logPeakMemory logs, at debug level, the process's peak resident memory (VmHWM of

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -891,6 +892,45 @@ func TestThePodIsReadInProtobufAsInJSON(t *testing.T) {
 	}
 	if out := runIn(t, sb.netns, "iptables-save"); !strings.Contains(out, "ISTIO_REDIRECT") {
 		t.Errorf("no capture")
+	}
+}
+
+// TestTheADDsOutcomeLineSaysWhatItsProcessTook: a captured pod's ADD line and an
+// excluded pod's carry the plugin process's own CPU time (a positive duration,
+// at most the process's life) and its voluntary and involuntary context
+// switches, which tell an ADD that waited for a CPU from one that worked.
+func TestTheADDsOutcomeLineSaysWhatItsProcessTook(t *testing.T) {
+	n := newNode(t, shared)
+	list := n.chain(n.istioEntry(nil))
+	usage := regexp.MustCompile(`process\.cpu=(\S+) process\.voluntarySwitches=(\d+) process\.involuntarySwitches=(\d+)`)
+	took := regexp.MustCompile(` took=(\S+)`)
+	for _, tc := range []struct{ namespace, line string }{
+		{"usage", "ADD: traffic redirected to the sidecar"},
+		{"kube-system", "ADD: pod passed through"},
+	} {
+		pod := createPod(t, shared, meshedPod(tc.namespace, "usage-web", nil))
+		before := len(n.stderr.String())
+		start := time.Now()
+		n.addPod(t, list, pod)
+		chain := time.Since(start)
+		var line string
+		for _, l := range strings.Split(n.stderr.String()[before:], "\n") {
+			if strings.Contains(l, tc.line) {
+				line = l
+			}
+		}
+		m := usage.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("%s: no process usage on the line %q", tc.namespace, line)
+			continue
+		}
+		cpu, err := time.ParseDuration(m[1])
+		if err != nil || cpu <= 0 || cpu > chain {
+			t.Errorf("%s: process.cpu=%s (%v); want a positive duration under the chain's %v", tc.namespace, m[1], err, chain)
+		}
+		if tm := took.FindStringSubmatch(line); tm == nil {
+			t.Errorf("%s: no took on the line %q", tc.namespace, line)
+		}
 	}
 }
 

@@ -49,6 +49,13 @@ type addRecord struct {
 	Error  string                   `json:"error"`
 	Took   time.Duration            `json:"took"`
 	Phases map[string]time.Duration `json:"phases"`
+	// Process is the plugin process's own CPU time and context switches up to
+	// the record (an ADD's outcome line; zero in a record without them).
+	Process struct {
+		CPU                 time.Duration `json:"cpu"`
+		VoluntarySwitches   int64         `json:"voluntarySwitches"`
+		InvoluntarySwitches int64         `json:"involuntarySwitches"`
+	} `json:"process"`
 }
 
 // burstResult is what one burst saw.
@@ -517,7 +524,27 @@ func slowest(adds []addRecord) string {
 	for _, n := range names[:min(3, len(names))] {
 		parts = append(parts, fmt.Sprintf("%s %.1f", n, stats.Ms(worst.Phases[n])))
 	}
-	return fmt.Sprintf("slowest %.1f ms (%s ms)", stats.Ms(worst.Took), strings.Join(parts, ", "))
+	return fmt.Sprintf("slowest %.1f ms (%s ms; its process: CPU %.1f ms from its start, %d involuntary and %d voluntary context switches)",
+		stats.Ms(worst.Took), strings.Join(parts, ", "), stats.Ms(worst.Process.CPU), worst.Process.InvoluntarySwitches, worst.Process.VoluntarySwitches)
+}
+
+// usageStats sums up the plugin processes' own figures over adds: CPU time from its
+// start p50/p99, and involuntary context switches (preemptions) p50/p99, beside
+// their ADD's time: an ADD far slower than its CPU, preempted often, waited for
+// a CPU.
+func usageStats(adds []addRecord) string {
+	var cpu []time.Duration
+	var inv []int64
+	for _, a := range adds {
+		cpu = append(cpu, a.Process.CPU)
+		inv = append(inv, a.Process.InvoluntarySwitches)
+	}
+	if len(cpu) == 0 {
+		return "process: no ADD"
+	}
+	return fmt.Sprintf("process: CPU p50 %.2f p99 %.2f ms, involuntary switches p50 %d p99 %d",
+		stats.Ms(stats.Percentile(cpu, 0.5)), stats.Ms(stats.Percentile(cpu, 0.99)),
+		stats.Percentile(inv, 0.5), stats.Percentile(inv, 0.99))
 }
 
 // delStats sums up the DELs of a burst's pods, deleted all at once: their
@@ -674,7 +701,7 @@ func runBursts(b *testing.B, backend string, extra []string) burstBench {
 			run+1, r.ready, burstPods, r.took.Round(time.Second), r.agentCPU.Seconds(), r.nodeCPU.Seconds(), r.topCPU, stats.Ms(st.p50), stats.Ms(st.p99), ratio,
 			stats.Ms(st.mainP50), stats.Ms(st.mainP99), st.mainRatio(), stats.Ms(st.lookupP99), st.socketLookups, stats.Ms(st.socketMax), st.apiLookups, stats.Ms(st.rulesP99), slowest(r.adds),
 			floor.n, stats.Ms(floor.p50), stats.Ms(floor.p99), floorRatio, stats.Ms(floor.mainP50), stats.Ms(floor.mainP99), floor.mainRatio()),
-			"  "+tailPhases(r.adds, 6),
+			"  "+tailPhases(r.adds, 6)+"; "+usageStats(r.adds),
 			"  "+delStats(r.dels))
 	}
 	out.stats = summarize(all)
