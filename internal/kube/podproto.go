@@ -142,6 +142,9 @@ func (f pbField) int64(field string, to **int64) error {
 // unwrapProtobuf returns the object's bytes from the envelope in data, checking
 // that it holds an object of the kind wanted.
 func unwrapProtobuf(data []byte, kind string) ([]byte, error) {
+	if !isProtobuf(data) {
+		return nil, fmt.Errorf("envelope: not Kubernetes' protobuf (it does not start with %q)", ProtobufMagic)
+	}
 	var gotKind, encoding string
 	var raw []byte
 	hasRaw := false

@@ -179,6 +179,9 @@ func TestBadProtobufIsRefusedNamingTheField(t *testing.T) {
 		data []byte
 		want string
 	}{
+		{"empty", nil, `envelope: not Kubernetes' protobuf (it does not start with "k8s\x00")`},
+		{"shorter than the magic", ProtobufMagic[:3], `envelope: not Kubernetes' protobuf`},
+		{"JSON", []byte(`{"kind":"Pod"}`), `envelope: not Kubernetes' protobuf`},
 		{"a Status", status, `envelope: kind "Status", want Pod`},
 		{"no kind", ProtobufMagic, `envelope: kind "", want Pod`},
 		{"no object", envelope("Pod", "", nil), "envelope: no object"},
