@@ -227,7 +227,11 @@ func decodeMetaProtobuf(b []byte, m *ObjectMeta) error {
 			if err := f.want("metadata.deletionTimestamp", wireBytes); err != nil {
 				return err
 			}
-			var sec, nsec int64
+			// A meta/v1 Time: seconds (1) and nanos (2), which the API machinery
+			// neither writes nor reads (its JSON has whole seconds). The zero time
+			// (an empty message, as the API machinery reads and writes it) is
+			// JSON's null.
+			var sec int64
 			err := pbEach("metadata.deletionTimestamp", f.data, func(f pbField) error {
 				if f.num != 1 && f.num != 2 {
 					return nil
@@ -237,16 +241,16 @@ func decodeMetaProtobuf(b []byte, m *ObjectMeta) error {
 				}
 				if f.num == 1 {
 					sec = int64(f.v)
-				} else {
-					nsec = int64(int32(f.v))
 				}
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			t := time.Unix(sec, nsec).UTC()
-			m.DeletionTimestamp = &t
+			m.DeletionTimestamp = nil
+			if t := time.Unix(sec, 0).UTC(); len(f.data) > 0 && !t.IsZero() {
+				m.DeletionTimestamp = &t
+			}
 		case 11:
 			return decodeMapEntryProtobuf("metadata.labels", f, &m.Labels)
 		case 12:

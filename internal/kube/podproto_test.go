@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -86,6 +87,12 @@ func protoPods() map[string]*corev1.Pod {
 				PodIPs:     []corev1.PodIP{{IP: "10.1.2.3"}, {IP: "fd00::3"}},
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 			},
+		},
+		// metav1.Time{} is JSON's null, while the API machinery's protobuf gives
+		// it as an empty message.
+		"zero-deletion-timestamp": {
+			TypeMeta:   typeMeta,
+			ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: "ns", DeletionTimestamp: &metav1.Time{}},
 		},
 		"being-deleted": {
 			TypeMeta:   typeMeta,
@@ -244,4 +251,102 @@ func FuzzDecodePodProtobuf(f *testing.F) {
 			t.Errorf("a second decode differs: %v", err)
 		}
 	})
+}
+
+// asTheAPIMachineryReads is what the pod in raw (a Pod message) is to the plugin
+// as the API server would send it in JSON: decoded by the API machinery
+// (corev1.Pod's Unmarshal, as the API server reads etcd), written by
+// encoding/json, and read by decodePod; false when the API machinery refuses it
+// or its JSON cannot carry it (a time past the year 9999). again is the API
+// machinery's own encoding of that object, which the API server sends in
+// protobuf.
+func asTheAPIMachineryReads(t testing.TB, raw []byte) (want Pod, again []byte, ok bool) {
+	t.Helper()
+	var ref corev1.Pod
+	if ref.Unmarshal(raw) != nil {
+		return Pod{}, nil, false
+	}
+	js, err := json.Marshal(&ref)
+	if err != nil {
+		return Pod{}, nil, false
+	}
+	if decodePod(js, &want) != nil {
+		return Pod{}, nil, false
+	}
+	if again, err = ref.Marshal(); err != nil {
+		t.Fatal(err)
+	}
+	return want, again, true
+}
+
+// podEnvelope is raw (a Pod message) in the envelope the API server sends.
+func podEnvelope(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	unk := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: "Pod"}, Raw: raw}
+	env, err := unk.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append([]byte(nil), ProtobufMagic...), env...)
+}
+
+// TestTheDeletionTimestampReadsAsTheAPIMachineryReadsIt: a meta/v1 Time's nanos
+// are not read (the API machinery drops them, and its JSON has whole seconds),
+// the zero time (an empty message, or its seconds) is no deletion timestamp, as
+// its JSON null, and a second one replaces the first.
+func TestTheDeletionTimestampReadsAsTheAPIMachineryReadsIt(t *testing.T) {
+	// meta builds metadata{name: p, namespace: ns, deletionTimestamp: each of ts}.
+	meta := func(ts ...[]byte) []byte {
+		m := []byte{1<<3 | wireBytes, 1, 'p', 3<<3 | wireBytes, 2, 'n', 's'}
+		for _, t := range ts {
+			m = append(append(m, 9<<3|wireBytes, byte(len(t))), t...)
+		}
+		return append([]byte{1<<3 | wireBytes, byte(len(m))}, m...)
+	}
+	// stamp is a Time of seconds and nanos (0: not given).
+	stamp := func(seconds int64, nanos int32) []byte {
+		var b []byte
+		if seconds != 0 {
+			b = binary.AppendUvarint(append(b, 1<<3), uint64(seconds))
+		}
+		if nanos != 0 {
+			b = binary.AppendUvarint(append(b, 2<<3), uint64(int64(nanos)))
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		want string // RFC 3339, or "" for none
+	}{
+		{"seconds", meta(stamp(1795851005, 0)), "2026-11-28T07:30:05Z"},
+		{"nanos are dropped", meta(stamp(1795851005, 999999999)), "2026-11-28T07:30:05Z"},
+		{"negative nanos are dropped", meta(stamp(1795851005, -1)), "2026-11-28T07:30:05Z"},
+		{"the epoch", meta(stamp(0, 1)), "1970-01-01T00:00:00Z"},
+		{"an empty message", meta(stamp(0, 0)), ""},
+		{"the zero time's seconds", meta(stamp(-62135596800, 0)), ""},
+		{"given twice", meta(stamp(1795851005, 0), stamp(1795851006, 0)), "2026-11-28T07:30:06Z"},
+		{"given twice, the second empty", meta(stamp(1795851005, 0), stamp(0, 0)), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, _, ok := asTheAPIMachineryReads(t, tc.raw)
+			if !ok {
+				t.Fatal("the API machinery refuses it")
+			}
+			var got Pod
+			if err := decodePodProtobuf(podEnvelope(t, tc.raw), &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("decodes otherwise than the API machinery's JSON (-JSON +protobuf):\n%s", diff)
+			}
+			at := ""
+			if got.Metadata.DeletionTimestamp != nil {
+				at = got.Metadata.DeletionTimestamp.Format(time.RFC3339)
+			}
+			if at != tc.want {
+				t.Errorf("deletionTimestamp %q, want %q", at, tc.want)
+			}
+		})
+	}
 }
