@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // The API server's protobuf form of built-in objects (Kubernetes' own
@@ -126,8 +127,29 @@ func (f pbField) str(field string, to *string) error {
 	if err := f.want(field, wireBytes); err != nil {
 		return err
 	}
-	*to = string(f.data)
+	*to = pbString(f.data)
 	return nil
+}
+
+// pbString is a protobuf string as the API server's JSON has it. Kubernetes'
+// protobuf strings are any bytes (an object written in protobuf keeps them as
+// they came), and encoding/json writes each byte that is not part of a UTF-8
+// sequence as U+FFFD: the pod reads the same in either encoding.
+func pbString(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	s := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			s = utf8.AppendRune(s, utf8.RuneError)
+		} else {
+			s = append(s, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return string(s)
 }
 
 func (f pbField) int64(field string, to **int64) error {

@@ -94,6 +94,18 @@ func protoPods() map[string]*corev1.Pod {
 			TypeMeta:   typeMeta,
 			ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: "ns", DeletionTimestamp: &metav1.Time{}},
 		},
+		// Kubernetes' protobuf strings are any bytes (an object written in
+		// protobuf keeps them), while its JSON writes each byte that is not UTF-8
+		// as U+FFFD.
+		"not-utf8": {
+			TypeMeta: typeMeta,
+			ObjectMeta: metav1.ObjectMeta{Name: "p\xff", Namespace: "ns",
+				Labels:      map[string]string{"\xfe": "\xc3", "ok": "\xed\xa0\x80"},
+				Annotations: map[string]string{"traffic.sidecar.istio.io/excludeOutboundPorts": "15020,\xff\xff9090", "u": "\uFFFD\xef\xbf"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "\x80", Args: []string{"a\xffb"},
+				Env: []corev1.EnvVar{{Name: "E", Value: "\xf4\x90\x80\x80"}}}}},
+			Status: corev1.PodStatus{PodIP: "10.0.0.1\xff"},
+		},
 		"being-deleted": {
 			TypeMeta:   typeMeta,
 			ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "ns", UID: "u2", DeletionTimestamp: &deleted, DeletionGracePeriodSeconds: k8sptr.To[int64](30)},
@@ -349,4 +361,43 @@ func TestTheDeletionTimestampReadsAsTheAPIMachineryReadsIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzProtobufPodDecodesAsTheAPIMachinery: a pod's protobuf that the API
+// machinery decodes, decodes here to what the API server's JSON of that object
+// decodes to (asTheAPIMachineryReads): as given, when this decoder takes it (it
+// may refuse what the API machinery takes: a group, a varint over 64 bits), and
+// always once the API machinery has encoded the object again, which is what the
+// API server sends. Fields given twice merge as protobuf merges them, maps keep a
+// key's last value, and strings that are not UTF-8 read as JSON has them.
+func FuzzProtobufPodDecodesAsTheAPIMachinery(f *testing.F) {
+	for _, p := range protoPods() {
+		raw, err := p.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+		f.Add(append(raw, raw...)) // every field twice
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want, again, ok := asTheAPIMachineryReads(t, raw)
+		if !ok {
+			return
+		}
+		for _, tc := range []struct {
+			name string
+			raw  []byte
+		}{{"as given", raw}, {"encoded again", again}} {
+			var got Pod
+			if err := decodePodProtobuf(podEnvelope(t, tc.raw), &got); err != nil {
+				if tc.name == "as given" {
+					continue
+				}
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: decodes otherwise than the API machinery's JSON (-JSON +protobuf):\n%s", tc.name, diff)
+			}
+		}
+	})
 }
