@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes/scheme"
 	k8sptr "k8s.io/utils/ptr"
+
+	"github.com/istio-cni/istio-cni/test/harness/wanterr"
 )
 
 // encodeProtobuf is obj as the API server sends it in protobuf: the magic, then the
@@ -400,4 +405,87 @@ func FuzzProtobufPodDecodesAsTheAPIMachinery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGetAsksForAPodInProtobufAndTheRestInJSON: Get asks for a pod in protobuf
+// with JSON accepted and reads either answer (Encoding says which); it asks for
+// anything else in JSON alone and does not read protobuf into it; an API error's
+// reason and message are read in either encoding.
+func TestGetAsksForAPodInProtobufAndTheRestInJSON(t *testing.T) {
+	pod := protoPods()["sidecar-injected"]
+	podJSON, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podProto := encodeProtobuf(t, pod)
+	notFound := &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Message: `pods "web" not found`, Code: 404}
+	notFoundJSON, err := json.Marshal(notFound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accept string
+	var code int
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		w.WriteHeader(code)
+		w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := NewClient(&Kubeconfig{Server: srv.URL}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want Pod
+	if err := decodePod(podJSON, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		out        any
+		code       int
+		body       []byte
+		wantAccept string
+		want       any    // the object read
+		encoding   string // Encoding after it
+		wantErr    []string
+	}{
+		{"a pod in protobuf", &Pod{}, 200, podProto, ProtobufContentType + ", application/json", &want, EncodingProtobuf, nil},
+		{"a pod in JSON", &Pod{}, 200, podJSON, ProtobufContentType + ", application/json", &want, EncodingJSON, nil},
+		{"a missing pod, its Status in protobuf", &Pod{}, 404, encodeProtobuf(t, notFound), ProtobufContentType + ", application/json", nil, "",
+			[]string{"not found", `API server answered 404 NotFound: pods "web" not found`}},
+		{"a missing pod, its Status in JSON", &Pod{}, 404, notFoundJSON, ProtobufContentType + ", application/json", nil, "",
+			[]string{"not found", `API server answered 404 NotFound: pods "web" not found`}},
+		{"a namespace in JSON", &Namespace{}, 200, []byte(`{"metadata":{"name":"ns"}}`), "application/json",
+			&Namespace{Metadata: ObjectMeta{Name: "ns"}}, EncodingJSON, nil},
+		{"a namespace in protobuf, not asked for", &Namespace{}, 200, encodeProtobuf(t, &corev1.Namespace{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "ns"}}),
+			"application/json", nil, EncodingJSON, []string{"answer does not decode"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body = tc.code, tc.body
+			c.encoding = ""
+			err := c.Get(t.Context(), "/api/v1/namespaces/ns/pods/web", tc.out)
+			if accept != tc.wantAccept {
+				t.Errorf("Accept %q, want %q", accept, tc.wantAccept)
+			}
+			if c.Encoding() != tc.encoding {
+				t.Errorf("Encoding() %q, want %q", c.Encoding(), tc.encoding)
+			}
+			if tc.wantErr != nil {
+				wanterr.Mentions(t, err, tc.wantErr...)
+				if tc.code == 404 && !errors.Is(err, ErrNotFound) {
+					t.Errorf("%v is not ErrNotFound", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, tc.out); diff != "" {
+				t.Errorf("read (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
