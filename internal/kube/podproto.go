@@ -40,6 +40,9 @@ const (
 	wireFixed32 = 5
 )
 
+// maxFieldNumber is protobuf's highest field number.
+const maxFieldNumber = 1<<29 - 1
+
 var errTruncated = errors.New("truncated")
 
 // pbField is one field of a protobuf message as read off the wire: its number,
@@ -82,6 +85,10 @@ func pbEach(field string, b []byte, fn func(f pbField) error) error {
 		f := pbField{num: tag >> 3, wire: tag & 7}
 		if f.num == 0 {
 			return fmt.Errorf("%s: field number 0", field)
+		}
+		if f.num > maxFieldNumber {
+			// The API machinery would read it as its low 32 bits: another field.
+			return fmt.Errorf("%s: field number %d is out of range", field, f.num)
 		}
 		switch f.wire {
 		case wireVarint:

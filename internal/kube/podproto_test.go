@@ -223,6 +223,9 @@ func TestBadProtobufIsRefusedNamingTheField(t *testing.T) {
 		// status{a group (wire type 3)}.
 		{"group", envelope("Pod", "", []byte{3<<3 | wireBytes, 1, 1<<3 | 3}), "status: field 1: wire type 3 is not supported"},
 		{"field number 0", envelope("Pod", "", []byte{0 | wireVarint, 1}), "Pod: field number 0"},
+		// metadata{name: p} under field number 1<<29 (protobuf's highest is 1<<29 - 1).
+		{"field number out of range", envelope("Pod", "", append(binary.AppendUvarint(nil, 1<<29<<3|wireBytes), 3, 1<<3|wireBytes, 1, 'p')),
+			"Pod: field number 536870912 is out of range"},
 		{"varint of 11 bytes", envelope("Pod", "", []byte{9 << 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
 			"Pod: field 9: truncated varint"},
 	} {
@@ -384,6 +387,9 @@ func FuzzProtobufPodDecodesAsTheAPIMachinery(f *testing.F) {
 		f.Add(raw)
 		f.Add(append(raw, raw...)) // every field twice
 	}
+	// metadata{name: p} under field number 1<<32 | 1, which the API machinery
+	// reads as 1 (it keeps a field number's low 32 bits).
+	f.Add(append(binary.AppendUvarint(nil, (1<<32|1)<<3|wireBytes), 3, 1<<3|wireBytes, 1, 'p'))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		want, again, ok := asTheAPIMachineryReads(t, raw)
 		if !ok {
