@@ -19,9 +19,10 @@ import (
 )
 
 // Client is a minimal Kubernetes API client: GET of single objects over HTTPS, a
-// pod in protobuf and anything else in JSON. The plugin is exec'd once per pod, so it avoids client-go's start-up cost
-// (type registration, discovery) and size, and net/http's (package http1): each GET
-// is one HTTP/1.1 exchange on its own connection.
+// pod in protobuf and anything else in JSON. The plugin is exec'd once per pod, so
+// it avoids client-go's start-up cost (type registration, discovery) and size, and
+// net/http's (package http1): each GET is one HTTP/1.1 exchange on its own
+// connection.
 type Client struct {
 	base    *url.URL
 	addr    string // host:port to dial
