@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -881,6 +882,13 @@ func TestThePodIsReadInProtobufAsInJSON(t *testing.T) {
 	var serr *kube.StatusError
 	if !errors.Is(err, kube.ErrNotFound) || !errors.As(err, &serr) || serr.Reason != "NotFound" || !strings.Contains(serr.Message, `pods "missing" not found`) {
 		t.Errorf("GET of a missing pod: %v; want ErrNotFound, reason NotFound and the API server's message", err)
+	}
+	// That Status came in protobuf: the API server answers an error in the
+	// encoding the request asks for.
+	status, _ := shared.AdminClient().CoreV1().RESTClient().Get().AbsPath(kube.PodPath("proto", "missing")).
+		SetHeader("Accept", kube.ProtobufContentType+", application/json").Do(ctx).Raw()
+	if !bytes.HasPrefix(status, kube.ProtobufMagic) {
+		t.Errorf("a missing pod's Status asked for in protobuf came as %q", status)
 	}
 	// The ADD: a pod the plugin captures (rich's proxy would run as the pod's
 	// user 1000, which the plugin refuses).
