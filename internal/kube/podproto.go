@@ -130,6 +130,15 @@ func (f pbField) want(field string, wire uint64) error {
 	return nil
 }
 
+// fields calls fn with each field of the message f holds (pbEach), f being a
+// length-delimited field as the schema gives it.
+func (f pbField) fields(field string, fn func(f pbField) error) error {
+	if err := f.want(field, wireBytes); err != nil {
+		return err
+	}
+	return pbEach(field, f.data, fn)
+}
+
 func (f pbField) str(field string, to *string) error {
 	if err := f.want(field, wireBytes); err != nil {
 		return err
@@ -180,10 +189,7 @@ func unwrapProtobuf(data []byte, kind string) ([]byte, error) {
 	err := pbEach("envelope", data[len(ProtobufMagic):], func(f pbField) error {
 		switch f.num {
 		case 1: // typeMeta
-			if err := f.want("envelope.typeMeta", wireBytes); err != nil {
-				return err
-			}
-			return pbEach("envelope.typeMeta", f.data, func(f pbField) error {
+			return f.fields("envelope.typeMeta", func(f pbField) error {
 				if f.num == 2 {
 					return f.str("envelope.typeMeta.kind", &gotKind)
 				}
@@ -224,27 +230,18 @@ func decodePodProtobuf(data []byte, p *Pod) error {
 	return pbEach("Pod", raw, func(f pbField) error {
 		switch f.num {
 		case 1:
-			if err := f.want("metadata", wireBytes); err != nil {
-				return err
-			}
-			return decodeMetaProtobuf(f.data, &p.Metadata)
+			return decodeMetaProtobuf(f, &p.Metadata)
 		case 2:
-			if err := f.want("spec", wireBytes); err != nil {
-				return err
-			}
-			return decodeSpecProtobuf(f.data, &p.Spec)
+			return decodeSpecProtobuf(f, &p.Spec)
 		case 3:
-			if err := f.want("status", wireBytes); err != nil {
-				return err
-			}
-			return decodeStatusProtobuf(f.data, &p.Status)
+			return decodeStatusProtobuf(f, &p.Status)
 		}
 		return nil
 	})
 }
 
-func decodeMetaProtobuf(b []byte, m *ObjectMeta) error {
-	return pbEach("metadata", b, func(f pbField) error {
+func decodeMetaProtobuf(f pbField, m *ObjectMeta) error {
+	return f.fields("metadata", func(f pbField) error {
 		switch f.num {
 		case 1:
 			return f.str("metadata.name", &m.Name)
@@ -253,15 +250,12 @@ func decodeMetaProtobuf(b []byte, m *ObjectMeta) error {
 		case 5:
 			return f.str("metadata.uid", &m.UID)
 		case 9:
-			if err := f.want("metadata.deletionTimestamp", wireBytes); err != nil {
-				return err
-			}
 			// A meta/v1 Time: seconds (1) and nanos (2), which the API machinery
 			// neither writes nor reads (its JSON has whole seconds). The zero time
 			// (an empty message, as the API machinery reads and writes it) is
 			// JSON's null.
 			var sec int64
-			err := pbEach("metadata.deletionTimestamp", f.data, func(f pbField) error {
+			err := f.fields("metadata.deletionTimestamp", func(f pbField) error {
 				if f.num != 1 && f.num != 2 {
 					return nil
 				}
@@ -292,11 +286,8 @@ func decodeMetaProtobuf(b []byte, m *ObjectMeta) error {
 // decodeMapEntryProtobuf adds one entry of a map<string, string> (a message of
 // key 1 and value 2) to *to; a key given again takes its last value.
 func decodeMapEntryProtobuf(field string, f pbField, to *map[string]string) error {
-	if err := f.want(field, wireBytes); err != nil {
-		return err
-	}
 	var k, v string
-	err := pbEach(field, f.data, func(f pbField) error {
+	err := f.fields(field, func(f pbField) error {
 		switch f.num {
 		case 1:
 			return f.str(field, &k)
@@ -315,8 +306,8 @@ func decodeMapEntryProtobuf(field string, f pbField, to *map[string]string) erro
 	return nil
 }
 
-func decodeSpecProtobuf(b []byte, s *PodSpec) error {
-	return pbEach("spec", b, func(f pbField) error {
+func decodeSpecProtobuf(f pbField, s *PodSpec) error {
+	return f.fields("spec", func(f pbField) error {
 		switch f.num {
 		case 2:
 			return decodeContainerProtobuf("spec.containers", f, &s.Containers)
@@ -325,14 +316,11 @@ func decodeSpecProtobuf(b []byte, s *PodSpec) error {
 		case 10:
 			return f.str("spec.nodeName", &s.NodeName)
 		case 14:
-			if err := f.want("spec.securityContext", wireBytes); err != nil {
-				return err
-			}
 			if s.SecurityContext == nil {
 				s.SecurityContext = &PodSecurityContext{}
 			}
 			sc := s.SecurityContext
-			return pbEach("spec.securityContext", f.data, func(f pbField) error {
+			return f.fields("spec.securityContext", func(f pbField) error {
 				switch f.num {
 				case 2:
 					return f.int64("spec.securityContext.runAsUser", &sc.RunAsUser)
@@ -348,11 +336,8 @@ func decodeSpecProtobuf(b []byte, s *PodSpec) error {
 
 // decodeContainerProtobuf appends the container in f to *to.
 func decodeContainerProtobuf(field string, f pbField, to *[]Container) error {
-	if err := f.want(field, wireBytes); err != nil {
-		return err
-	}
 	var c Container
-	err := pbEach(field, f.data, func(f pbField) error {
+	err := f.fields(field, func(f pbField) error {
 		switch f.num {
 		case 1:
 			return f.str(field+".name", &c.Name)
@@ -365,11 +350,8 @@ func decodeContainerProtobuf(field string, f pbField, to *[]Container) error {
 			}
 			c.Args = append(c.Args, a)
 		case 6:
-			if err := f.want(field+".ports", wireBytes); err != nil {
-				return err
-			}
 			var p ContainerPort
-			err := pbEach(field+".ports", f.data, func(f pbField) error {
+			err := f.fields(field+".ports", func(f pbField) error {
 				switch f.num {
 				case 1:
 					return f.str(field+".ports.name", &p.Name)
@@ -388,11 +370,8 @@ func decodeContainerProtobuf(field string, f pbField, to *[]Container) error {
 			}
 			c.Ports = append(c.Ports, p)
 		case 7:
-			if err := f.want(field+".env", wireBytes); err != nil {
-				return err
-			}
 			var e EnvVar
-			err := pbEach(field+".env", f.data, func(f pbField) error {
+			err := f.fields(field+".env", func(f pbField) error {
 				switch f.num {
 				case 1:
 					return f.str(field+".env.name", &e.Name)
@@ -406,14 +385,11 @@ func decodeContainerProtobuf(field string, f pbField, to *[]Container) error {
 			}
 			c.Env = append(c.Env, e)
 		case 15:
-			if err := f.want(field+".securityContext", wireBytes); err != nil {
-				return err
-			}
 			if c.SecurityContext == nil {
 				c.SecurityContext = &SecurityContext{}
 			}
 			sc := c.SecurityContext
-			return pbEach(field+".securityContext", f.data, func(f pbField) error {
+			return f.fields(field+".securityContext", func(f pbField) error {
 				switch f.num {
 				case 4:
 					return f.int64(field+".securityContext.runAsUser", &sc.RunAsUser)
@@ -434,19 +410,16 @@ func decodeContainerProtobuf(field string, f pbField, to *[]Container) error {
 	return nil
 }
 
-func decodeStatusProtobuf(b []byte, s *PodStatus) error {
-	return pbEach("status", b, func(f pbField) error {
+func decodeStatusProtobuf(f pbField, s *PodStatus) error {
+	return f.fields("status", func(f pbField) error {
 		switch f.num {
 		case 1:
 			return f.str("status.phase", &s.Phase)
 		case 6:
 			return f.str("status.podIP", &s.PodIP)
 		case 12:
-			if err := f.want("status.podIPs", wireBytes); err != nil {
-				return err
-			}
 			var ip PodIP
-			err := pbEach("status.podIPs", f.data, func(f pbField) error {
+			err := f.fields("status.podIPs", func(f pbField) error {
 				if f.num == 1 {
 					return f.str("status.podIPs.ip", &ip.IP)
 				}
