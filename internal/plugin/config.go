@@ -185,6 +185,29 @@ func ParseConfig(data []byte) (*Config, error) {
 	return &cfg, nil
 }
 
+// CleanupConfig is the config a DEL removes the pod's capture with when
+// ParseConfig refuses the config: one that decodes, but with a value that no
+// longer validates (edited since the pod's ADD, or refused by a stricter build
+// since), still names where the ADD put the rules. It keeps only what the
+// cleanup uses (NewBackend's backend, iptables flavour and run directory), each
+// valid as Validate has it, over the defaults; an error when the config does not
+// decode or one of those is itself invalid.
+func CleanupConfig(data []byte) (*Config, error) {
+	raw, err := decodeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	given := raw.withDefaults()
+	cfg := rawConfig{}.withDefaults()
+	cfg.NetConf = given.NetConf
+	cfg.AgentRunDir, cfg.Backend, cfg.IptablesMode = given.AgentRunDir, given.Backend, given.IptablesMode
+	cfg.keys = given.keys
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
 // rawConfig is the config as written. Pointers tell "absent" from "empty"; keys the
 // plugin accepts only for compatibility are decoded to check their type.
 type rawConfig struct {

@@ -769,14 +769,22 @@ func NewBackend(cfg *Config) (capture.Backend, error) {
 
 // Del removes our rules when the namespace still exists. It always succeeds for a
 // namespace that is gone, and never fails for lack of the pod (DEL must be idempotent).
-// Its log line has its run time and phases, as an ADD's has.
+// A config that no longer validates (edited, or refused by a stricter build, since
+// the pod's ADD) still names where the rules are (CleanupConfig): they are removed
+// as with a valid one. Its log line has its run time and phases, as an ADD's has.
 func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 	start := time.Now()
 	rec := p.recorder()
 	cfg, log, err := p.setup(args, "DEL", rec)
 	defer log.Close()
 	if err != nil {
-		return nil // nothing of ours can be removed without a config; do not block the pod's deletion
+		if cfg, err = CleanupConfig(args.StdinData); err != nil {
+			// Nothing of ours can be found without the config; do not block the
+			// pod's deletion.
+			log.Debug("DEL: nothing to do: the config does not say where the rules are", "error", err)
+			return nil
+		}
+		log.Logger = log.With("command", "DEL", "containerID", shortID(args.ContainerID), "netns", args.Netns)
 	}
 	if podArgs, err := ParsePodArgs(args.Args); err == nil && podArgs.Name != "" {
 		log.Logger = log.With("pod", podArgs.Key())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -187,5 +188,37 @@ func TestADELOfARefusedConfigLetsThePrimaryReleaseTheAddress(t *testing.T) {
 	}
 	if ips := allocated(); len(ips) != 0 {
 		t.Errorf("after the DEL host-local still holds %v: ptp's DEL did not run", ips)
+	}
+}
+
+// TestADELWithAConfigThatNoLongerValidatesRemovesTheCapture: a pod's DEL whose
+// config no longer validates (a value edited since the ADD, or one a stricter
+// build refuses) still finds the rules where the config puts them and removes
+// them, and succeeds; DEL again succeeds. Before, it succeeded without removing
+// anything: the capture stayed in a namespace the runtime need not destroy.
+func TestADELWithAConfigThatNoLongerValidatesRemovesTheCapture(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend map[string]any
+	}{
+		{"iptables", nil},
+		{"nftables", map[string]any{"native_nftables": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			sb, res := n.addPod(t, n.chain(n.istioEntry(tc.backend)), createPod(t, shared, meshedPod("codes", "del-"+tc.name, nil)))
+			if out := runIn(t, sb.netns, "iptables-save") + runIn(t, sb.netns, "nft", "list", "ruleset"); !strings.Contains(out, "ISTIO_REDIRECT") {
+				t.Fatalf("no capture after the ADD:\n%s", out)
+			}
+			conf := n.istioEntry(tc.backend)
+			conf["name"], conf["cniVersion"], conf["prevResult"] = "k8s-pod-network", "1.1.0", res
+			conf["plugin_log_level"] = "loud"
+			for i := range 2 {
+				if err := n.execIstio("DEL", conf, sb); err != nil {
+					t.Fatalf("DEL %d with a config that no longer validates: %v", i+1, err)
+				}
+				wantNoRules(t, sb, fmt.Sprintf("DEL %d with a config that no longer validates", i+1))
+			}
+		})
 	}
 }
