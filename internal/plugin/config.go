@@ -649,6 +649,15 @@ func (c *Config) PrevResultIPs() ([]netip.Addr, error) {
 	return out, nil
 }
 
+// HasPrevResult says whether the config carries a previous result (a prevResult
+// that is not absent or null).
+func (c *Config) HasPrevResult() bool {
+	if len(c.prevResult) > 0 {
+		return string(c.prevResult) != "null"
+	}
+	return c.RawPrevResult != nil
+}
+
 // givenResult is the previous result as the runtime gave it, parsed once, when it
 // is of the config's version (what a runtime gives): ADD prints it as given
 // (printResult) and reads its addresses from it (PrevResultIPs). ok is false

@@ -843,6 +843,12 @@ func (p *Plugin) Check(args *cnicmd.CmdArgs) error {
 func (p *Plugin) check(args *cnicmd.CmdArgs, cfg *Config, log *pluginlog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.Timeout)
 	defer cancel()
+	if !cfg.HasPrevResult() {
+		// The spec has the runtime pass the result of the pod's ADD, and the
+		// plugin consult it (libcni passes the one it cached): without it there is
+		// no ADD to compare with, as the reference chained plugins refuse.
+		return cniError(types.ErrInvalidNetworkConfig, errors.New(`plugin config: "prevResult": missing: CHECK needs the result of the pod's ADD, which the runtime must pass (CNI spec, CHECK)`))
+	}
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
 		return cniError(types.ErrDecodingFailure, err)

@@ -222,3 +222,31 @@ func TestADELWithAConfigThatNoLongerValidatesRemovesTheCapture(t *testing.T) {
 		})
 	}
 }
+
+// TestCHECKWithoutThePreviousResultIsRefused: the spec has the runtime pass the
+// result of the pod's ADD to CHECK (libcni passes the one it cached) and the
+// plugin consult it; a CHECK without one is refused as an invalid config (7)
+// naming prevResult, as the reference chained plugins refuse it, where it passed.
+// With it, the same CHECK passes.
+func TestCHECKWithoutThePreviousResultIsRefused(t *testing.T) {
+	n := newNode(t, shared)
+	sb, res := n.addPod(t, n.chain(n.istioEntry(nil)), createPod(t, shared, meshedPod("codes", "check-prev", nil)))
+	conf := n.istioEntry(nil)
+	conf["name"], conf["cniVersion"], conf["prevResult"] = "k8s-pod-network", "1.1.0", res
+	if err := n.execIstio("CHECK", conf, sb); err != nil {
+		t.Fatalf("CHECK with the ADD's result: %v", err)
+	}
+	for _, prev := range []any{nil, "absent"} {
+		if prev == nil {
+			conf["prevResult"] = nil
+		} else {
+			delete(conf, "prevResult")
+		}
+		err := n.execIstio("CHECK", conf, sb)
+		var cerr *types.Error
+		if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidNetworkConfig {
+			t.Fatalf("CHECK with prevResult %v: %#v, want code 7", prev, err)
+		}
+		wanterr.Mentions(t, err, `"prevResult"`, "missing")
+	}
+}
