@@ -5,7 +5,7 @@
 // (JSON on stdout, exit status 1).
 //
 // It does what the CNI library's skel package does, with these differences, the
-// first three for a plugin exec'd once per pod, the last two as the CNI spec
+// first three for a plugin exec'd once per pod, the others as the CNI spec
 // (1.1.0) says:
 //   - no regular expression: skel's validation package compiles one at every start
 //     of the process (with the regexp and unicode tables' initialisation, about
@@ -18,7 +18,13 @@
 //     plugin's own namespace) succeeds without running: the ADD was refused the
 //     same way, and DEL must succeed when what it would remove is missing;
 //   - CNI_PATH is required for GC only (the spec makes it optional for the other
-//     commands; skel requires it for all).
+//     commands; skel requires it for all);
+//   - the error object printed on stdout has the spec's cniVersion (skel's has
+//     none): the config's when the plugin speaks it, else the newest it speaks;
+//   - an invalid CNI_* variable is the spec's code 4 with a message that names it
+//     and quotes its value (skel's names neither for CNI_CONTAINERID or
+//     CNI_IFNAME, and gives 8, none of the spec's codes, for CNI_NETNS the
+//     plugin's own namespace).
 //
 // The environment, stdin and stdout are parameters (Env), so the same dispatch
 // runs in a test or in another process than the plugin's own.
@@ -90,21 +96,46 @@ const maxInterfaceNameLength = 15
 // Main runs the command of this process's environment and exits 1 after printing
 // the error, if any, on stdout.
 func Main(funcs Funcs, versions version.PluginInfo, about string) {
-	if err := Run(Env{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}, funcs, versions, about); err != nil {
-		if perr := printError(os.Stdout, err); perr != nil {
+	if confVersion, err := run(Env{Getenv: os.Getenv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}, funcs, versions, about); err != nil {
+		if perr := PrintError(os.Stdout, err, ErrorVersion(confVersion, versions)); perr != nil {
 			fmt.Fprintln(os.Stderr, "writing the error to stdout:", perr)
 		}
 		os.Exit(1)
 	}
 }
 
-func printError(w io.Writer, e *types.Error) error {
-	out, err := json.MarshalIndent(e, "", "    ")
+// specError is the spec's error object: the CNI library's types.Error has no
+// cniVersion, which the spec lists first (every version since 0.1.0 has it).
+type specError struct {
+	CNIVersion string `json:"cniVersion"`
+	*types.Error
+}
+
+// PrintError writes e as the spec's error object, of cniVersion: the protocol
+// version in use (ErrorVersion).
+func PrintError(w io.Writer, e *types.Error, cniVersion string) error {
+	out, err := json.MarshalIndent(specError{CNIVersion: cniVersion, Error: e}, "", "    ")
 	if err != nil {
 		return err
 	}
 	_, err = w.Write(out)
 	return err
+}
+
+// ErrorVersion is the version of an error's object: the config's cniVersion when
+// the plugin speaks it, else (no config read, one of no version, or of one the
+// plugin refuses) the newest the plugin speaks.
+func ErrorVersion(confVersion string, versions version.PluginInfo) string {
+	supported := versions.SupportedVersions()
+	for _, v := range supported {
+		if v == confVersion {
+			return v
+		}
+	}
+	if len(supported) == 0 {
+		return version.Current()
+	}
+	return supported[len(supported)-1]
 }
 
 // required says which commands need a variable.
@@ -138,34 +169,42 @@ func requiredFor(cmd string) required {
 // it succeeded). An empty CNI_COMMAND with about set prints about and the
 // supported versions on stderr, as plugins do when run by hand.
 func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types.Error {
+	_, err := run(env, funcs, versions, about)
+	return err
+}
+
+// run is Run, and returns the config's cniVersion as far as it was read (""
+// before, or for a config whose version does not decode), for the version of the
+// error's object (ErrorVersion).
+func run(env Env, funcs Funcs, versions version.PluginInfo, about string) (confVersion string, _ *types.Error) {
 	cmd := env.Getenv("CNI_COMMAND")
 	args, err := argsFromEnv(env, cmd)
 	if err != nil {
 		if err.Code == types.ErrInvalidEnvironmentVariables && cmd == "" && about != "" {
 			fmt.Fprintln(env.Stderr, about)
 			fmt.Fprintf(env.Stderr, "CNI protocol versions supported: %s\n", strings.Join(versions.SupportedVersions(), ", "))
-			return nil
+			return "", nil
 		}
-		return err
+		return "", err
 	}
 	if cmd == "VERSION" {
 		if err := versions.Encode(env.Stdout); err != nil {
-			return types.NewError(types.ErrIOFailure, err.Error(), "")
+			return "", types.NewError(types.ErrIOFailure, err.Error(), "")
 		}
-		return nil
+		return "", nil
 	}
 	if requiredFor(cmd) == 0 {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", cmd), "")
+		return "", types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("unknown CNI_COMMAND: %v", cmd), "")
 	}
 	data, rerr := io.ReadAll(io.LimitReader(env.Stdin, MaxConfigBytes+1))
 	if rerr != nil {
-		return types.NewError(types.ErrIOFailure, fmt.Sprintf("error reading from stdin: %v", rerr), "")
+		return "", types.NewError(types.ErrIOFailure, fmt.Sprintf("error reading from stdin: %v", rerr), "")
 	}
 	if len(data) > MaxConfigBytes {
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("network config on stdin: more than %d bytes", MaxConfigBytes), "")
+		return "", types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("network config on stdin: more than %d bytes", MaxConfigBytes), "")
 	}
 	args.StdinData = data
-	err = refusal(cmd, data, args, versions)
+	confVersion, err = refusal(cmd, data, args, versions)
 	if err != nil {
 		if funcs.Refused != nil {
 			funcs.Refused(cmd, args, err)
@@ -176,9 +215,9 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 			// succeed then. A failed DEL would also stop the runtime's DEL of the
 			// chain here, before the plugins ahead of this one release the pod's
 			// address, and leave the sandbox undeletable.
-			return nil
+			return confVersion, nil
 		}
-		return err
+		return confVersion, err
 	}
 	var fn func(*CmdArgs) error
 	switch cmd {
@@ -194,25 +233,26 @@ func Run(env Env, funcs Funcs, versions version.PluginInfo, about string) *types
 		fn = funcs.Status
 	}
 	if fn == nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_COMMAND %s is not supported by this plugin", cmd), "")
+		return confVersion, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_COMMAND %s is not supported by this plugin", cmd), "")
 	}
 	if err := fn(args); err != nil {
 		var te *types.Error
 		if errors.As(err, &te) {
-			return te
+			return confVersion, te
 		}
-		return types.NewError(types.ErrInternal, err.Error(), "")
+		return confVersion, types.NewError(types.ErrInternal, err.Error(), "")
 	}
-	return nil
+	return confVersion, nil
 }
 
 // refusal is why cmd with the config data is refused before the plugin's function
 // runs, nil when it is not: the config's name and version, the command's minimum
 // version, and for ADD and DEL a CNI_NETNS that is the plugin's own namespace.
-func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo) *types.Error {
+// confVersion is the config's cniVersion, once read.
+func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo) (confVersion string, _ *types.Error) {
 	confVersion, err := checkConfig(data)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch cmd {
 	case "CHECK":
@@ -221,15 +261,18 @@ func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo
 		err = allowedFrom(cmd, confVersion, "1.1.0", versions)
 	}
 	if err != nil {
-		return err
+		return confVersion, err
 	}
 	if verErr := (&version.Reconciler{}).Check(confVersion, versions); verErr != nil {
-		return types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
+		return confVersion, types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
 	}
 	if (cmd == "ADD" || cmd == "DEL") && !netnsOverridden(args.NetnsOverride) && isOwnNetns(args.Netns) {
-		return types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", "")
+		// The spec's "invalid environment variables" (4), naming it; skel's code
+		// for it (8) is none of the spec's.
+		return confVersion, types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS %s: plugin's netns and netns from CNI_NETNS should not be the same (the runtime's own network namespace, not a container's)", redirect.Quote(args.Netns)), "")
 	}
-	return nil
+	return confVersion, nil
 }
 
 // argsFromEnv reads and checks the CNI_* variables cmd needs.
@@ -341,7 +384,7 @@ func allowedFrom(cmd, confVersion, min string, versions version.PluginInfo) *typ
 		return types.NewError(types.ErrDecodingFailure, err.Error(), "")
 	}
 	if !ok {
-		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("config version does not allow %s", cmd), "")
+		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("config version does not allow %s: cniVersion %s, %s needs %s or later", cmd, redirect.Quote(confVersion), cmd, min), "")
 	}
 	for _, v := range versions.SupportedVersions() {
 		ok, err := version.GreaterThanOrEqualTo(v, confVersion)
@@ -352,7 +395,7 @@ func allowedFrom(cmd, confVersion, min string, versions version.PluginInfo) *typ
 			return nil
 		}
 	}
-	return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("plugin version does not allow %s", cmd), "")
+	return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("plugin version does not allow %s: cniVersion %s is newer than every version the plugin speaks (%s)", cmd, redirect.Quote(confVersion), strings.Join(versions.SupportedVersions(), ", ")), "")
 }
 
 func netnsOverridden(v string) bool {
@@ -389,16 +432,22 @@ func validName(s string) bool {
 	return true
 }
 
-// ValidateContainerID checks CNI_CONTAINERID.
+// nameRule is the spec's rule for a container ID and a network name, as errors
+// state it.
+const nameRule = "a letter or digit, then letters, digits, '_', '.' and '-'"
+
+// ValidateContainerID checks CNI_CONTAINERID. Its errors are the spec's "invalid
+// environment variables" (4), whose message must name the variable (skel's does
+// not): they name it and quote the value.
 func ValidateContainerID(id string) *types.Error {
 	if id == "" {
-		return types.NewError(types.ErrUnknownContainer, "missing containerID", "")
+		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID is empty", "")
 	}
 	if len(id) > maxNameLength {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_CONTAINERID is %d bytes, longer than the limit of %d", len(id), maxNameLength), redirect.Quote(id))
 	}
 	if !validName(id) {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "invalid characters in containerID", id)
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_CONTAINERID %s: invalid characters in containerID (%s)", redirect.Quote(id), nameRule), "")
 	}
 	return nil
 }
@@ -412,25 +461,29 @@ func ValidateNetworkName(name string) *types.Error {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("network name is %d bytes, longer than the limit of %d", len(name), maxNameLength), redirect.Quote(name))
 	}
 	if !validName(name) {
-		return types.NewError(types.ErrInvalidNetworkConfig, "invalid characters found in network name", name)
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid characters found in network name %s (%s)", redirect.Quote(name), nameRule), "")
 	}
 	return nil
 }
 
 // ValidateInterfaceName checks CNI_IFNAME as the kernel would: not empty, at most
-// 15 bytes, not "." or "..", no '/', ':' or white space.
+// 15 bytes, not "." or "..", no '/', ':' or white space. Its errors name the
+// variable and quote the value (see ValidateContainerID).
 func ValidateInterfaceName(name string) *types.Error {
+	bad := func(why string) *types.Error {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_IFNAME %s: %s", redirect.Quote(name), why), "")
+	}
 	switch {
 	case name == "":
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "interface name is empty", "")
+		return bad("interface name is empty")
 	case len(name) > maxInterfaceNameLength:
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "interface name is too long", fmt.Sprintf("interface name should be less than %d characters", maxInterfaceNameLength+1))
+		return bad(fmt.Sprintf("interface name is too long (%d bytes; the kernel takes at most %d)", len(name), maxInterfaceNameLength))
 	case name == "." || name == "..":
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "interface name is . or ..", "")
+		return bad("interface name is . or ..")
 	}
 	for _, r := range name {
 		if r == '/' || r == ':' || unicode.IsSpace(r) {
-			return types.NewError(types.ErrInvalidEnvironmentVariables, "interface name contains / or : or whitespace characters", "")
+			return bad("interface name contains / or : or whitespace characters")
 		}
 	}
 	return nil

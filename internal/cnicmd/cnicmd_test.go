@@ -46,48 +46,54 @@ func with(env map[string]string, kv ...string) map[string]string {
 
 const conf11 = `{"cniVersion":"1.1.0","name":"k8s-pod-network","type":"istio-cni"}`
 
-// inputs are the cases both dispatchers are run on.
+// inputs are the cases both dispatchers are run on. names, when set, are what
+// the error's message must hold where skel's does not: the spec has the message
+// of an invalid variable (4) name it, and a value at fault (a variable's, the
+// network's name, the config's version) is quoted; the rest of the outcome is
+// skel's.
 var inputs = []struct {
 	name  string
 	env   map[string]string
 	stdin string
+	names []string
 }{
-	{"add", addEnv(), conf11},
-	{"add-old-config", addEnv(), `{"cniVersion":"0.3.1","name":"n","type":"istio-cni"}`},
-	{"add-no-version", addEnv(), `{"name":"n","type":"istio-cni"}`},
-	{"add-unsupported-version", addEnv(), `{"cniVersion":"0.2.0","name":"n"}`},
-	{"add-future-version", addEnv(), `{"cniVersion":"9.0.0","name":"n"}`},
-	{"add-bad-version", addEnv(), `{"cniVersion":"one","name":"n"}`},
-	{"add-no-name", addEnv(), `{"cniVersion":"1.1.0"}`},
-	{"add-bad-name", addEnv(), `{"cniVersion":"1.1.0","name":"-n"}`},
-	{"add-name-with-slash", addEnv(), `{"cniVersion":"1.1.0","name":"a/b"}`},
-	{"add-not-json", addEnv(), `{"cniVersion":`},
-	{"add-not-an-object", addEnv(), `["n"]`},
-	{"add-null", addEnv(), `null`},
-	{"add-name-not-a-string", addEnv(), `{"cniVersion":"1.1.0","name":5}`},
-	{"add-version-not-a-string", addEnv(), `{"cniVersion":1.1,"name":"n"}`},
-	{"add-keys-in-other-cases", addEnv(), `{"CNIVERSION":"0.3.1","Name":"n"}`},
-	{"add-duplicate-and-null-keys", addEnv(), `{"cniVersion":"0.3.1","name":"a","name":"n","cniVersion":null}`},
-	{"add-escaped-name", addEnv(), `{"cniVersion":"1.1.0","name":"k8s\u002dnet"}`},
-	{"add-missing-netns-and-ifname", with(addEnv(), "CNI_NETNS", "", "CNI_IFNAME", ""), conf11},
-	{"add-bad-container-id", with(addEnv(), "CNI_CONTAINERID", "abc def"), conf11},
-	{"add-container-id-leading-dot", with(addEnv(), "CNI_CONTAINERID", ".abc"), conf11},
-	{"add-container-id-dashes", with(addEnv(), "CNI_CONTAINERID", "a-b_c.d"), conf11},
-	{"add-long-ifname", with(addEnv(), "CNI_IFNAME", "eth0123456789012"), conf11},
-	{"add-ifname-dotdot", with(addEnv(), "CNI_IFNAME", ".."), conf11},
-	{"add-ifname-colon", with(addEnv(), "CNI_IFNAME", "eth:0"), conf11},
-	{"add-ifname-space", with(addEnv(), "CNI_IFNAME", "eth\u00a00"), conf11},
-	{"del", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_NETNS", ""), conf11},
-	{"del-no-container-id", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_CONTAINERID", ""), conf11},
-	{"check", with(addEnv(), "CNI_COMMAND", "CHECK"), conf11},
-	{"check-old-config", with(addEnv(), "CNI_COMMAND", "CHECK"), `{"cniVersion":"0.3.1","name":"n"}`},
-	{"gc", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, conf11},
-	{"gc-1.0", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"1.0.0","name":"n"}`},
-	{"status", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, conf11},
-	{"status-0.4", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"0.4.0","name":"n"}`},
-	{"version", map[string]string{"CNI_COMMAND": "VERSION"}, ""},
-	{"no-command", map[string]string{}, conf11},
-	{"no-command-at-all", map[string]string{"CNI_PATH": "/x"}, conf11},
+	{"add", addEnv(), conf11, nil},
+	{"add-old-config", addEnv(), `{"cniVersion":"0.3.1","name":"n","type":"istio-cni"}`, nil},
+	{"add-no-version", addEnv(), `{"name":"n","type":"istio-cni"}`, nil},
+	{"add-unsupported-version", addEnv(), `{"cniVersion":"0.2.0","name":"n"}`, nil},
+	{"add-future-version", addEnv(), `{"cniVersion":"9.0.0","name":"n"}`, nil},
+	{"add-bad-version", addEnv(), `{"cniVersion":"one","name":"n"}`, nil},
+	{"add-no-name", addEnv(), `{"cniVersion":"1.1.0"}`, nil},
+	{"add-bad-name", addEnv(), `{"cniVersion":"1.1.0","name":"-n"}`, []string{"network name", `"-n"`}},
+	{"add-name-with-slash", addEnv(), `{"cniVersion":"1.1.0","name":"a/b"}`, []string{"network name", `"a/b"`}},
+	{"add-not-json", addEnv(), `{"cniVersion":`, nil},
+	{"add-not-an-object", addEnv(), `["n"]`, nil},
+	{"add-null", addEnv(), `null`, nil},
+	{"add-name-not-a-string", addEnv(), `{"cniVersion":"1.1.0","name":5}`, nil},
+	{"add-version-not-a-string", addEnv(), `{"cniVersion":1.1,"name":"n"}`, nil},
+	{"add-keys-in-other-cases", addEnv(), `{"CNIVERSION":"0.3.1","Name":"n"}`, nil},
+	{"add-duplicate-and-null-keys", addEnv(), `{"cniVersion":"0.3.1","name":"a","name":"n","cniVersion":null}`, nil},
+	{"add-escaped-name", addEnv(), `{"cniVersion":"1.1.0","name":"k8s\u002dnet"}`, nil},
+	{"add-missing-netns-and-ifname", with(addEnv(), "CNI_NETNS", "", "CNI_IFNAME", ""), conf11, nil},
+	{"add-bad-container-id", with(addEnv(), "CNI_CONTAINERID", "abc def"), conf11, []string{"CNI_CONTAINERID", `"abc def"`}},
+	{"add-container-id-leading-dot", with(addEnv(), "CNI_CONTAINERID", ".abc"), conf11, []string{"CNI_CONTAINERID", `".abc"`}},
+	{"add-container-id-dashes", with(addEnv(), "CNI_CONTAINERID", "a-b_c.d"), conf11, nil},
+	{"add-long-ifname", with(addEnv(), "CNI_IFNAME", "eth0123456789012"), conf11, []string{"CNI_IFNAME", `"eth0123456789012"`, "too long"}},
+	{"add-ifname-dotdot", with(addEnv(), "CNI_IFNAME", ".."), conf11, []string{"CNI_IFNAME", `".."`}},
+	{"add-ifname-colon", with(addEnv(), "CNI_IFNAME", "eth:0"), conf11, []string{"CNI_IFNAME", `"eth:0"`}},
+	{"add-ifname-space", with(addEnv(), "CNI_IFNAME", "eth\u00a00"), conf11, []string{"CNI_IFNAME", `"eth\u00a00"`}},
+	{"del", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_NETNS", ""), conf11, nil},
+	{"del-no-container-id", with(addEnv(), "CNI_COMMAND", "DEL", "CNI_CONTAINERID", ""), conf11, nil},
+	{"check", with(addEnv(), "CNI_COMMAND", "CHECK"), conf11, nil},
+	{"check-old-config", with(addEnv(), "CNI_COMMAND", "CHECK"), `{"cniVersion":"0.3.1","name":"n"}`, []string{"config version does not allow CHECK", `"0.3.1"`, "0.4.0"}},
+	{"gc", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, conf11, nil},
+	{"gc-1.0", map[string]string{"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"1.0.0","name":"n"}`, []string{"config version does not allow GC", `"1.0.0"`, "1.1.0"}},
+	{"status", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, conf11, nil},
+	{"status-0.4", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"0.4.0","name":"n"}`, []string{"config version does not allow STATUS", `"0.4.0"`, "1.1.0"}},
+	{"status-future-version", map[string]string{"CNI_COMMAND": "STATUS", "CNI_PATH": "/opt/cni/bin"}, `{"cniVersion":"9.0.0","name":"n"}`, []string{"plugin version does not allow STATUS", `"9.0.0"`, "1.1.0"}},
+	{"version", map[string]string{"CNI_COMMAND": "VERSION"}, "", nil},
+	{"no-command", map[string]string{}, conf11, nil},
+	{"no-command-at-all", map[string]string{"CNI_PATH": "/x"}, conf11, nil},
 }
 
 // outcome is what a dispatcher did: the command it called, with which arguments,
@@ -185,6 +191,17 @@ func TestRunDoesWhatSkelDoes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := runSkel(t, tc.env, tc.stdin)
 			got := runOurs(tc.env, tc.stdin)
+			if tc.names != nil {
+				for _, n := range tc.names {
+					if !strings.Contains(got.Msg, n) {
+						t.Errorf("error %d %q does not name %s", got.Code, got.Msg, n)
+					}
+				}
+				if want.Code == 0 || want.Msg == got.Msg {
+					t.Errorf("skel's error is %d %q: is the difference still needed?", want.Code, want.Msg)
+				}
+				want.Msg, want.Detail = got.Msg, got.Detail
+			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Run differs from skel (-skel +ours):\n%s", diff)
 			}
@@ -204,7 +221,7 @@ func TestRunRefusesWhatSkelWouldNotCatch(t *testing.T) {
 		wantMsg  string
 	}{
 		{"stdin over the bound", addEnv(), big, types.ErrInvalidNetworkConfig, "network config on stdin: more than 4194304 bytes"},
-		{"own netns on ADD, refused before ADD runs", with(addEnv(), "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same"},
+		{"own netns on ADD, refused before ADD runs", with(addEnv(), "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidEnvironmentVariables, `CNI_NETNS "/proc/self/ns/net": plugin's netns and netns from CNI_NETNS should not be the same (the runtime's own network namespace, not a container's)`},
 		{"container ID over the bound", with(addEnv(), "CNI_CONTAINERID", strings.Repeat("a", 100<<10)), conf11, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID is 102400 bytes, longer than the limit of 1024"},
 		{"network name over the bound", addEnv(), `{"cniVersion":"1.1.0","name":"` + strings.Repeat("n", maxNameLength+1) + `"}`, types.ErrInvalidNetworkConfig, "network name is 1025 bytes, longer than the limit of 1024"},
 		{"unknown command", with(addEnv(), "CNI_COMMAND", "UPDATE"), conf11, types.ErrInvalidEnvironmentVariables, "unknown CNI_COMMAND: UPDATE"},
@@ -252,19 +269,53 @@ func TestRunReturnsTheCommandsError(t *testing.T) {
 }
 
 // TestPrintErrorIsTheSpecsJSON: the error printed on stdout decodes as the spec's
-// error object.
+// error object, cniVersion first, as the CNI library reads it back.
 func TestPrintErrorIsTheSpecsJSON(t *testing.T) {
 	var buf bytes.Buffer
-	if err := printError(&buf, types.NewError(types.ErrInvalidNetNS, "msg", "details")); err != nil {
+	if err := PrintError(&buf, types.NewError(types.ErrInvalidNetNS, "msg", "details"), "0.4.0"); err != nil {
 		t.Fatal(err)
 	}
 	var got map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"code": float64(types.ErrInvalidNetNS), "msg": "msg", "details": "details"}
+	want := map[string]any{"cniVersion": "0.4.0", "code": float64(types.ErrInvalidNetNS), "msg": "msg", "details": "details"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("printed error (-want +got):\n%s", diff)
+	}
+	var lib types.Error
+	if err := json.Unmarshal(buf.Bytes(), &lib); err != nil || lib.Code != types.ErrInvalidNetNS || lib.Msg != "msg" || lib.Details != "details" {
+		t.Errorf("the CNI library reads %+v (%v), want the code, msg and details", lib, err)
+	}
+}
+
+// TestAnErrorIsOfTheProtocolVersionInUse: an error's object is of the config's
+// version when the plugin speaks it, else of the newest it speaks (no config
+// read, a config of no version or of one refused).
+func TestAnErrorIsOfTheProtocolVersionInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		stdin string
+		want  string
+	}{
+		{"a 0.3.1 config", with(addEnv(), "CNI_COMMAND", "CHECK"), `{"cniVersion":"0.3.1","name":"n"}`, "0.3.1"},
+		{"a 1.0.0 config", with(addEnv(), "CNI_COMMAND", "STATUS"), `{"cniVersion":"1.0.0","name":"n"}`, "1.0.0"},
+		{"an ADD's own error, 0.4.0", addEnv(), `{"cniVersion":"0.4.0","name":"n"}`, "0.4.0"},
+		{"a 0.2.0 config", addEnv(), `{"cniVersion":"0.2.0","name":"n"}`, "1.1.0"},
+		{"no config read", with(addEnv(), "CNI_IFNAME", ""), `{"cniVersion":"0.4.0","name":"n"}`, "1.1.0"},
+		{"a config without a name", addEnv(), `{"cniVersion":"0.4.0"}`, "1.1.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			funcs := Funcs{Add: func(*CmdArgs) error { return errors.New("failed") }}
+			confVersion, e := run(Env{Getenv: func(k string) string { return tc.env[k] }, Stdin: strings.NewReader(tc.stdin), Stdout: io.Discard, Stderr: io.Discard}, funcs, versions, "")
+			if e == nil {
+				t.Fatal("no error")
+			}
+			if got := ErrorVersion(confVersion, versions); got != tc.want {
+				t.Errorf("error %q is of %q, want %q", e.Msg, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -71,7 +71,7 @@ func (p *Plugin) refused(cmd string, args *cnicmd.CmdArgs, cerr *types.Error) {
 		return
 	}
 	reason := pluginlog.ReasonConfig
-	if cerr.Code == types.ErrInvalidNetNS {
+	if cerr.Code == types.ErrInvalidEnvironmentVariables {
 		reason = pluginlog.ReasonEnvironment
 	}
 	var log *pluginlog.Logger

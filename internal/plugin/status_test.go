@@ -169,7 +169,7 @@ func TestARefusedADDIsToldWithItsReason(t *testing.T) {
 		want      string
 	}{
 		{"version", "ADD", types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", "config is \"0.2.0\""), "reason=config"},
-		{"own namespace", "ADD", types.NewError(types.ErrInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same", ""), "reason=environment"},
+		{"own namespace", "ADD", types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS /proc/self/ns/net: plugin's netns and netns from CNI_NETNS should not be the same", ""), "reason=environment"},
 		{"not an ADD", "CHECK", types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", ""), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

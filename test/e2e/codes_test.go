@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -248,5 +250,70 @@ func TestCHECKWithoutThePreviousResultIsRefused(t *testing.T) {
 			t.Fatalf("CHECK with prevResult %v: %#v, want code 7", prev, err)
 		}
 		wanterr.Mentions(t, err, `"prevResult"`, "missing")
+	}
+}
+
+// TestTheErrorObjectIsTheSpecs: the binary prints a failure as the spec's error
+// object, its cniVersion the protocol version in use: the config's when the
+// plugin speaks it, else the newest it speaks; an invalid variable is the spec's
+// 4 naming it (the plugin's own namespace as CNI_NETNS was the CNI library's 8,
+// none of the spec's codes). The CNI library's error type has no cniVersion, so
+// the runtime's reading cannot show it: stdout is read here.
+func TestTheErrorObjectIsTheSpecs(t *testing.T) {
+	n := newNode(t, shared)
+	sb := n.newSandbox(createPod(t, shared, meshedPod("codes", "error-object", nil)))
+	for _, tc := range []struct {
+		name       string
+		cmd        string
+		cniVersion string
+		extra      map[string]any
+		noIfName   bool
+		netns      string // "": the sandbox's
+		want       map[string]any
+		msg        string // what msg holds
+	}{
+		{"ADD, a bad value in a 0.4.0 config", "ADD", "0.4.0", map[string]any{"plugin_log_level": "loud"}, false, "",
+			map[string]any{"cniVersion": "0.4.0", "code": float64(types.ErrInvalidNetworkConfig)}, `"loud"`},
+		{"CHECK of a 0.3.1 config", "CHECK", "0.3.1", nil, false, "",
+			map[string]any{"cniVersion": "0.3.1", "code": float64(types.ErrIncompatibleCNIVersion)}, `"0.3.1"`},
+		{"ADD of a 0.2.0 config", "ADD", "0.2.0", nil, false, "",
+			map[string]any{"cniVersion": "1.1.0", "code": float64(types.ErrIncompatibleCNIVersion)}, "incompatible CNI versions"},
+		{"ADD without CNI_IFNAME", "ADD", "1.0.0", nil, true, "",
+			map[string]any{"cniVersion": "1.1.0", "code": float64(types.ErrInvalidEnvironmentVariables)}, "CNI_IFNAME"},
+		{"ADD into the plugin's own namespace", "ADD", "1.0.0", nil, false, "/proc/self/ns/net",
+			map[string]any{"cniVersion": "1.0.0", "code": float64(types.ErrInvalidEnvironmentVariables)}, `CNI_NETNS "/proc/self/ns/net"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conf := n.istioEntry(tc.extra)
+			conf["name"], conf["cniVersion"] = "k8s-pod-network", tc.cniVersion
+			cmd := exec.Command(filepath.Join(pluginDir, "istio-cni"))
+			netns := sb.netns
+			if tc.netns != "" {
+				netns = tc.netns
+			}
+			cmd.Env = []string{"CNI_COMMAND=" + tc.cmd, "CNI_CONTAINERID=" + sb.containerID, "CNI_NETNS=" + netns,
+				"CNI_ARGS=K8S_POD_NAMESPACE=codes;K8S_POD_NAME=error-object", "CNI_PATH=" + pluginDir}
+			if !tc.noIfName {
+				cmd.Env = append(cmd.Env, "CNI_IFNAME=eth0")
+			}
+			cmd.Stdin = bytes.NewReader(mustJSON(t, conf))
+			var stdout bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, n.stderr
+			if err := cmd.Run(); err == nil {
+				t.Fatalf("%s succeeded, want it to fail", tc.cmd)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+				t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+			}
+			for k, want := range tc.want {
+				if got[k] != want {
+					t.Errorf("%q is %v, want %v: %s", k, got[k], want, stdout.String())
+				}
+			}
+			if msg, _ := got["msg"].(string); !strings.Contains(msg, tc.msg) {
+				t.Errorf("msg %q does not say %s", msg, tc.msg)
+			}
+		})
 	}
 }
