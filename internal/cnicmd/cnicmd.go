@@ -13,7 +13,8 @@
 //   - the configuration is decoded once for its name and version;
 //   - a command is refused before it runs, not after, when CNI_NETNS is the
 //     plugin's own network namespace (skel checks after ADD and DEL, when the
-//     rules would already be in the host's namespace);
+//     rules would already be in the host's namespace, and not for CHECK, which
+//     would judge the host's rules as the pod's);
 //   - a DEL that the dispatch refuses (the config's name or version, CNI_NETNS the
 //     plugin's own namespace) succeeds without running: the ADD was refused the
 //     same way, and DEL must succeed when what it would remove is missing;
@@ -247,7 +248,8 @@ func run(env Env, funcs Funcs, versions version.PluginInfo, about string) (confV
 
 // refusal is why cmd with the config data is refused before the plugin's function
 // runs, nil when it is not: the config's name and version, the command's minimum
-// version, and for ADD and DEL a CNI_NETNS that is the plugin's own namespace.
+// version, and for ADD, DEL and CHECK a CNI_NETNS that is the plugin's own
+// namespace (CHECK would judge the node's rules as the pod's; skel lets it run).
 // confVersion is the config's cniVersion, once read.
 func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo) (confVersion string, _ *types.Error) {
 	confVersion, err := checkConfig(data)
@@ -266,7 +268,7 @@ func refusal(cmd string, data []byte, args *CmdArgs, versions version.PluginInfo
 	if verErr := (&version.Reconciler{}).Check(confVersion, versions); verErr != nil {
 		return confVersion, types.NewError(types.ErrIncompatibleCNIVersion, "incompatible CNI versions", verErr.Details())
 	}
-	if (cmd == "ADD" || cmd == "DEL") && !netnsOverridden(args.NetnsOverride) && isOwnNetns(args.Netns) {
+	if (cmd == "ADD" || cmd == "DEL" || cmd == "CHECK") && !netnsOverridden(args.NetnsOverride) && isOwnNetns(args.Netns) {
 		// The spec's "invalid environment variables" (4), naming it; skel's code
 		// for it (8) is none of the spec's.
 		return confVersion, types.NewError(types.ErrInvalidEnvironmentVariables,

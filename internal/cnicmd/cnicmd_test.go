@@ -222,6 +222,7 @@ func TestRunRefusesWhatSkelWouldNotCatch(t *testing.T) {
 	}{
 		{"stdin over the bound", addEnv(), big, types.ErrInvalidNetworkConfig, "network config on stdin: more than 4194304 bytes"},
 		{"own netns on ADD, refused before ADD runs", with(addEnv(), "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidEnvironmentVariables, `CNI_NETNS "/proc/self/ns/net": plugin's netns and netns from CNI_NETNS should not be the same (the runtime's own network namespace, not a container's)`},
+		{"own netns on CHECK, refused (skel lets it judge the host's rules)", with(addEnv(), "CNI_COMMAND", "CHECK", "CNI_NETNS", "/proc/self/ns/net"), conf11, types.ErrInvalidEnvironmentVariables, `CNI_NETNS "/proc/self/ns/net": plugin's netns and netns from CNI_NETNS should not be the same (the runtime's own network namespace, not a container's)`},
 		{"container ID over the bound", with(addEnv(), "CNI_CONTAINERID", strings.Repeat("a", 100<<10)), conf11, types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID is 102400 bytes, longer than the limit of 1024"},
 		{"network name over the bound", addEnv(), `{"cniVersion":"1.1.0","name":"` + strings.Repeat("n", maxNameLength+1) + `"}`, types.ErrInvalidNetworkConfig, "network name is 1025 bytes, longer than the limit of 1024"},
 		{"unknown command", with(addEnv(), "CNI_COMMAND", "UPDATE"), conf11, types.ErrInvalidEnvironmentVariables, "unknown CNI_COMMAND: UPDATE"},

@@ -282,6 +282,8 @@ func TestTheErrorObjectIsTheSpecs(t *testing.T) {
 			map[string]any{"cniVersion": "1.1.0", "code": float64(types.ErrInvalidEnvironmentVariables)}, "CNI_IFNAME"},
 		{"ADD into the plugin's own namespace", "ADD", "1.0.0", nil, false, "/proc/self/ns/net",
 			map[string]any{"cniVersion": "1.0.0", "code": float64(types.ErrInvalidEnvironmentVariables)}, `CNI_NETNS "/proc/self/ns/net"`},
+		{"CHECK of the plugin's own namespace", "CHECK", "1.0.0", map[string]any{"prevResult": map[string]any{"cniVersion": "1.0.0"}}, false, "/proc/self/ns/net",
+			map[string]any{"cniVersion": "1.0.0", "code": float64(types.ErrInvalidEnvironmentVariables)}, `CNI_NETNS "/proc/self/ns/net"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conf := n.istioEntry(tc.extra)
