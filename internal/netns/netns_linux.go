@@ -68,6 +68,11 @@ func DoWithFD(path string, fn func(fd int) error) error {
 	return <-errc
 }
 
+// ErrNotNetNS is a path that is not a network namespace: a file of another kind,
+// such as the mount point a namespace's bind mount leaves once it is unmounted
+// (the namespace is gone; the runtime removes the file after).
+var ErrNotNetNS = errors.New("not a network namespace file")
+
 // checkNetNS makes sure fd is a network namespace, so a wrong path cannot make Setns
 // switch some other namespace or fail obscurely.
 func checkNetNS(fd int) error {
@@ -76,7 +81,7 @@ func checkNetNS(fd int) error {
 		return err
 	}
 	if st.Type != unix.NSFS_MAGIC && st.Type != unix.PROC_SUPER_MAGIC {
-		return fmt.Errorf("not a network namespace file (filesystem type %#x)", st.Type)
+		return fmt.Errorf("%w (filesystem type %#x)", ErrNotNetNS, st.Type)
 	}
 	return nil
 }

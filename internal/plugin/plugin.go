@@ -24,6 +24,7 @@ import (
 	"github.com/istio-cni/istio-cni/internal/cnicmd"
 	"github.com/istio-cni/istio-cni/internal/iptables"
 	"github.com/istio-cni/istio-cni/internal/kube"
+	"github.com/istio-cni/istio-cni/internal/netns"
 	"github.com/istio-cni/istio-cni/internal/nftables"
 	"github.com/istio-cni/istio-cni/internal/pluginlog"
 	"github.com/istio-cni/istio-cni/internal/redirect"
@@ -341,13 +342,18 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 }
 
 // netnsGone is err as the runtime gets it when the pod's network namespace at
-// netns is gone (ok), whichever step found out: the CNI error for an invalid
-// variable, naming CNI_NETNS as the spec asks of that code.
-func netnsGone(netns string, err error) (gone error, ok bool) {
-	if _, serr := os.Stat(netns); serr == nil {
-		return nil, false
+// path is gone (ok), whichever step found out: the CNI error for an invalid
+// variable, naming CNI_NETNS as the spec asks of that code. A path that is left
+// but is no namespace (its bind mount gone, netns.ErrNotNetNS) is gone too.
+func netnsGone(path string, err error) (gone error, ok bool) {
+	why := "the network namespace is gone"
+	if _, serr := os.Stat(path); serr == nil {
+		if !errors.Is(err, netns.ErrNotNetNS) {
+			return nil, false
+		}
+		why = "not a network namespace: its mount is gone, or the path names another file"
 	}
-	return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (CNI_NETNS %s: the network namespace is gone)", err, netns)), true
+	return cniError(types.ErrInvalidEnvironmentVariables, fmt.Errorf("%w (CNI_NETNS %s: %s)", err, path, why)), true
 }
 
 // stepError is an error of decide marked with the step that failed (a
@@ -813,6 +819,11 @@ func (p *Plugin) Del(args *cnicmd.CmdArgs) error {
 		attrs = append(attrs, "routingRemoved", routing)
 	}
 	if err != nil {
+		if _, gone := netnsGone(args.Netns, err); gone {
+			// Its file left, its mount gone: nothing of ours is left either.
+			log.Debug("DEL: network namespace already gone", append([]any{"error", err}, attrs...)...)
+			return nil
+		}
 		// The namespace is about to be destroyed with everything in it.
 		log.Warn("DEL: cleanup incomplete", append([]any{"error", err}, attrs...)...)
 		return nil

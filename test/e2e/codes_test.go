@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/istio-cni/istio-cni/test/harness/testns"
 	"github.com/istio-cni/istio-cni/test/harness/wanterr"
@@ -127,25 +128,41 @@ func TestEveryErrorCarriesTheSpecsCode(t *testing.T) {
 
 // TestCheckOfAGoneNetnsNamesIt: CHECK of a pod whose network namespace is gone
 // fails with "invalid environment variables" (4) naming CNI_NETNS, and DEL of it
-// still succeeds, twice (the spec's idempotent DEL).
+// still succeeds, twice (the spec's idempotent DEL), with nothing to warn of.
+// Gone is removed, or unmounted with its file left (a runtime unmounts the
+// namespace before it removes the file); the latter's CHECK failed with 999 ("not
+// a network namespace file") and its DEL warned "cleanup incomplete".
 func TestCheckOfAGoneNetnsNamesIt(t *testing.T) {
-	n := newNode(t, shared)
-	list := n.chain(n.istioEntry(nil))
-	sb, res := n.addPod(t, list, createPod(t, shared, meshedPod("codes", "gone", nil)))
-	if err := testns.Delete(sb.netns); err != nil {
-		t.Fatal(err)
-	}
-	conf := n.istioEntry(nil)
-	conf["name"], conf["cniVersion"], conf["prevResult"] = "k8s-pod-network", "1.1.0", res
-	err := n.execIstio("CHECK", conf, sb)
-	var cerr *types.Error
-	if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(cerr.Msg, "CNI_NETNS "+sb.netns) {
-		t.Errorf("CHECK of a gone namespace: %v, want code 4 naming CNI_NETNS %s", err, sb.netns)
-	}
-	for i := range 2 {
-		if err := n.execIstio("DEL", conf, sb); err != nil {
-			t.Errorf("DEL %d of a gone namespace: %v", i+1, err)
-		}
+	for _, tc := range []struct {
+		name, pod string
+		gone      func(path string) error
+	}{
+		{"removed", "gone", testns.Delete},
+		{"unmounted, its file left", "gone-unmounted", func(path string) error { return unix.Unmount(path, unix.MNT_DETACH) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			list := n.chain(n.istioEntry(nil))
+			sb, res := n.addPod(t, list, createPod(t, shared, meshedPod("codes", tc.pod, nil)))
+			if err := tc.gone(sb.netns); err != nil {
+				t.Fatal(err)
+			}
+			conf := n.istioEntry(nil)
+			conf["name"], conf["cniVersion"], conf["prevResult"] = "k8s-pod-network", "1.1.0", res
+			err := n.execIstio("CHECK", conf, sb)
+			var cerr *types.Error
+			if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(cerr.Msg, "CNI_NETNS "+sb.netns) {
+				t.Errorf("CHECK of a gone namespace: %v, want code 4 naming CNI_NETNS %s", err, sb.netns)
+			}
+			for i := range 2 {
+				if err := n.execIstio("DEL", conf, sb); err != nil {
+					t.Errorf("DEL %d of a gone namespace: %v", i+1, err)
+				}
+			}
+			if log := n.stderr.String(); strings.Contains(log, "cleanup incomplete") {
+				t.Errorf("DEL of a gone namespace warned:\n%s", log)
+			}
+		})
 	}
 }
 
