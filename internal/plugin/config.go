@@ -185,10 +185,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	return &cfg, nil
 }
 
-// CleanupConfig is the config a DEL removes the pod's capture with when
-// ParseConfig refuses the config: one that decodes, but with a value that no
-// longer validates (edited since the pod's ADD, or refused by a stricter build
-// since), still names where the ADD put the rules. It keeps only what the
+// CleanupConfig is the config DEL removes the pod's capture with, and GC the
+// run directory's stale files, when ParseConfig refuses the config: one that
+// decodes, but with a value that no longer validates (edited since the pod's
+// ADD, or refused by a stricter build since), still names where the ADD put the
+// rules and its locks. It keeps only what the
 // cleanup uses (NewBackend's backend, iptables flavour and run directory), each
 // valid as Validate has it, over the defaults; an error when the config does not
 // decode or one of those is itself invalid.

@@ -969,26 +969,38 @@ func rememberIptablesVersion(cfg *Config, log *pluginlog.Logger) {
 // and the temporary files of the node's iptables-nft version that a killed plugin
 // left (no live writer holds their lock: livetemp): besides the locks the plugin
 // keeps only that version there (one small file, see
-// iptables.Config.NativeStateDir) outside pod namespaces.
+// iptables.Config.NativeStateDir) outside pod namespaces. A config that no longer
+// validates still names the run directory (CleanupConfig): GC goes on there, as
+// the spec asks, and reports the config's error after.
 func (p *Plugin) GC(args *cnicmd.CmdArgs) error {
-	return p.withConfig(args, "GC", func(cfg *Config, log *pluginlog.Logger) error {
-		dir := filepath.Join(cfg.AgentRunDir, XtablesDirName)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil
+	cfg, log, err := p.setup(args, "GC", nil)
+	defer log.Close()
+	if err != nil {
+		if c, cerr := CleanupConfig(args.StdinData); cerr == nil {
+			gc(c, log)
 		}
-		removed := 0
-		for _, e := range entries {
-			info, err := e.Info()
-			if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour &&
-				removeUnheldLock(filepath.Join(dir, e.Name())) {
-				removed++
-			}
+		return err
+	}
+	gc(cfg, log)
+	return nil
+}
+
+func gc(cfg *Config, log *pluginlog.Logger) {
+	dir := filepath.Join(cfg.AgentRunDir, XtablesDirName)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	removed := 0
+	for _, e := range entries {
+		info, err := e.Info()
+		if err == nil && strings.HasPrefix(e.Name(), "xtables-") && time.Since(info.ModTime()) > time.Hour &&
+			removeUnheldLock(filepath.Join(dir, e.Name())) {
+			removed++
 		}
-		temps := iptables.RemoveAbandonedVersionTemps(dir)
-		log.Debug("GC done", "removedLockFiles", removed, "removedTemporaries", temps)
-		return nil
-	})
+	}
+	temps := iptables.RemoveAbandonedVersionTemps(dir)
+	log.Debug("GC done", "removedLockFiles", removed, "removedTemporaries", temps)
 }
 
 // removeUnheldLock removes the lock file at path unless a process holds its lock

@@ -566,36 +566,55 @@ func TestVersionAdvertisesExactlyTheTestedSpecVersions(t *testing.T) {
 }
 
 // TestGCRemovesOnlyStaleLockFiles: CNI 1.1's GC runs through the chain and removes
-// the per-namespace xtables lock files older than an hour, and nothing else.
+// the per-namespace xtables lock files older than an hour, and nothing else. With
+// a config that no longer validates it does the same in the run directory the
+// config names and reports the config's error (7) after, as the spec asks of GC
+// (go on, remove what it can, report), where it removed nothing.
 func TestGCRemovesOnlyStaleLockFiles(t *testing.T) {
-	n := newNode(t, shared)
-	dir := filepath.Join(n.runDir, "xtables")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stale, fresh, other := filepath.Join(dir, "xtables-stale.lock"), filepath.Join(dir, "xtables-fresh.lock"), filepath.Join(dir, "keep-me")
-	for _, f := range []string{stale, fresh, other} {
-		if err := os.WriteFile(f, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := time.Now().Add(-2 * time.Hour)
-	for _, f := range []string{stale, other} {
-		if err := os.Chtimes(f, old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list := n.chain(n.istioEntry(nil))
-	if err := netns.Do(n.ns, func() error { return n.cni.GCNetworkList(t.Context(), list, &libcni.GCArgs{}) }); err != nil {
-		t.Fatalf("GC: %v", err)
-	}
-	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("GC left the stale lock file %s (stat: %v)", stale, err)
-	}
-	for _, f := range []string{fresh, other} {
-		if _, err := os.Stat(f); err != nil {
-			t.Errorf("GC removed %s, which it must keep: %v", f, err)
-		}
+	for _, tc := range []struct {
+		name     string
+		extra    map[string]any
+		wantCode uint // 0: success
+	}{
+		{"a valid config", nil, 0},
+		{"a config that no longer validates", map[string]any{"plugin_log_level": "loud"}, types.ErrInvalidNetworkConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, shared)
+			dir := filepath.Join(n.runDir, "xtables")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			stale, fresh, other := filepath.Join(dir, "xtables-stale.lock"), filepath.Join(dir, "xtables-fresh.lock"), filepath.Join(dir, "keep-me")
+			for _, f := range []string{stale, fresh, other} {
+				if err := os.WriteFile(f, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := time.Now().Add(-2 * time.Hour)
+			for _, f := range []string{stale, other} {
+				if err := os.Chtimes(f, old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list := n.chain(n.istioEntry(tc.extra))
+			err := netns.Do(n.ns, func() error { return n.cni.GCNetworkList(t.Context(), list, &libcni.GCArgs{}) })
+			var cerr *types.Error
+			switch {
+			case tc.wantCode == 0 && err != nil:
+				t.Fatalf("GC: %v", err)
+			case tc.wantCode != 0 && (!errors.As(err, &cerr) || cerr.Code != tc.wantCode):
+				t.Fatalf("GC: %v, want the plugin's error %d", err, tc.wantCode)
+			}
+			if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("GC left the stale lock file %s (stat: %v)", stale, err)
+			}
+			for _, f := range []string{fresh, other} {
+				if _, err := os.Stat(f); err != nil {
+					t.Errorf("GC removed %s, which it must keep: %v", f, err)
+				}
+			}
+		})
 	}
 }
 
