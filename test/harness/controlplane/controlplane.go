@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -58,16 +59,21 @@ const ServiceClusterIPRange = "10.96.0.0/16"
 
 // ControlPlane is a running etcd and kube-apiserver. Stop it when done.
 type ControlPlane struct {
-	dir        string // removed by Stop
-	host       string
-	caData     []byte
-	keys       *pki
-	adminKC    string
-	adminCfg   *rest.Config
-	admin      kubernetes.Interface
-	etcd       *childproc.Process
-	apiserver  *childproc.Process
-	launcher   *childproc.Launcher
+	dir       string // removed by Stop
+	host      string
+	caData    []byte
+	keys      *pki
+	adminKC   string
+	adminCfg  *rest.Config
+	admin     kubernetes.Interface
+	etcd      *childproc.Process
+	apiserver *childproc.Process
+	launcher  *childproc.Launcher
+	// apiBin and apiArgs start the apiserver again (StartAPIServer); apiMu guards
+	// apiserver, which StopAPIServer and StartAPIServer replace.
+	apiBin     string
+	apiArgs    []string
+	apiMu      sync.Mutex
 	log        *slog.Logger
 	startupDur time.Duration
 
@@ -236,7 +242,8 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 		"--allow-privileged=true",
 	}
 	apiArgs = append(apiArgs, opts.ExtraAPIServerArgs...)
-	cp.apiserver, err = cp.launcher.Start("kube-apiserver", filepath.Join(binDir, "kube-apiserver"), apiArgs, nil, filepath.Join(dir, "kube-apiserver.log"))
+	cp.apiBin, cp.apiArgs = filepath.Join(binDir, "kube-apiserver"), apiArgs
+	cp.apiserver, err = cp.launcher.Start("kube-apiserver", cp.apiBin, apiArgs, nil, filepath.Join(dir, "kube-apiserver.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -339,6 +346,12 @@ func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
 		began := time.Now()
 		var errs []error
+		c.apiMu.Lock()
+		defer c.apiMu.Unlock()
+		if c.apiserver != nil {
+			// A paused apiserver (PauseAPIServer) would not act on SIGTERM.
+			_ = syscall.Kill(c.apiserver.Pid(), syscall.SIGCONT)
+		}
 		for _, p := range []*childproc.Process{c.apiserver, c.etcd} {
 			if p == nil {
 				continue

@@ -15,4 +15,9 @@
 // ServiceAccountKubeconfig gives a test what the CNI plugin gets on a node: a real
 // ServiceAccount token from the TokenRequest API, limited by RBAC to exactly the
 // rules the test names.
+//
+// PauseAPIServer and ResumeAPIServer hang the apiserver (SIGSTOP, SIGCONT);
+// StopAPIServer and StartAPIServer take it away and bring it back on the same port
+// and etcd, with an empty watch cache: the API server failures a node's agent must
+// ride out.
 package controlplane
