@@ -631,7 +631,7 @@ func (a *agent) notReadyReason() string {
 	if refused, ok := a.reported[keyTokenRefused]; ok && !a.kubeOK {
 		why = append(why, "the plugin's kubeconfig "+a.s.KubeconfigPath()+" is written, but "+refused)
 	} else if !a.kubeOK {
-		step("the plugin's kubeconfig "+a.s.KubeconfigPath()+" is not written", "kubeconfig", "plugin token")
+		step(a.kubeconfigNotWritten(), "kubeconfig", "plugin token")
 	}
 	return strings.Join(why, "; ")
 }
@@ -791,10 +791,28 @@ func (a *agent) reconcileKubeconfig() (retry bool) {
 	return false
 }
 
+// kubeconfigNotWritten says, for /readyz, that this agent has not written the
+// plugin's kubeconfig yet, and whether an earlier agent's is in place meanwhile: an
+// agent that starts while the API server cannot be reached has no token to write,
+// and the kubeconfig of the agent before it is still there, still used.
+func (a *agent) kubeconfigNotWritten() string {
+	if !a.kubeconfigInPlace() {
+		return "the plugin's kubeconfig " + a.s.KubeconfigPath() + " is not written"
+	}
+	return "the plugin's kubeconfig " + a.s.KubeconfigPath() + " is not written by this agent yet (an earlier agent's is in place, and the plugin uses it meanwhile)"
+}
+
+// kubeconfigInPlace reports whether a kubeconfig for the plugin is at its path:
+// this agent's, or an earlier one's that it has not replaced yet.
+func (a *agent) kubeconfigInPlace() bool {
+	_, err := os.Lstat(a.s.KubeconfigPath())
+	return err == nil
+}
+
 // kubeconfigKept says what the plugin uses while its kubeconfig cannot be
 // written: the one in place, if any (a first install has none).
 func (a *agent) kubeconfigKept() string {
-	if _, err := os.Lstat(a.s.KubeconfigPath()); err != nil {
+	if !a.kubeconfigInPlace() {
 		return "no kubeconfig for the plugin is in place yet"
 	}
 	return "the plugin keeps the previous kubeconfig"

@@ -25,7 +25,9 @@ rules:
 
 // auditPodReads makes the API server count user's pod lists and watches: it
 // returns the flags that enable the audit log, and a function that reads the log so
-// far as "verb fieldSelector" -> requests.
+// far as "verb fieldSelector" -> requests, and "relist fieldSelector" -> the requests
+// among them that read every pod from the start (a list, or a watch that streams
+// the list first).
 func auditPodReads(t *testing.T, user string) (apiServerArgs []string, read func() map[string]int) {
 	t.Helper()
 	dir := t.TempDir() // removed after the control plane, which is started later, has stopped
@@ -53,7 +55,13 @@ func auditPodReads(t *testing.T, user string) (apiServerArgs []string, read func
 				if err != nil {
 					t.Fatalf("audit log: request URI %q: %v", ev.RequestURI, err)
 				}
-				got[ev.Verb+" "+u.Query().Get("fieldSelector")]++
+				q := u.Query()
+				got[ev.Verb+" "+q.Get("fieldSelector")]++
+				if ev.Verb == "list" || q.Get("sendInitialEvents") == "true" {
+					// Every pod, from the start: a list, or a watch that streams
+					// the list first (client-go's WatchListClient).
+					got["relist "+q.Get("fieldSelector")]++
+				}
 			}
 			if err := sc.Err(); err != nil {
 				t.Fatalf("audit log: %v", err)

@@ -60,7 +60,14 @@ const ns = chartrender.Namespace
 // the default install leaves off).
 func newExitCluster(t *testing.T, ctx context.Context, extraRules ...rbacv1.PolicyRule) *exitCluster {
 	t.Helper()
-	cp := controlplane.StartForTest(t, controlplane.Options{})
+	return newExitClusterWith(t, ctx, controlplane.Options{}, extraRules...)
+}
+
+// newExitClusterWith is newExitCluster with the control plane started with opts
+// (an audit log, say).
+func newExitClusterWith(t *testing.T, ctx context.Context, opts controlplane.Options, extraRules ...rbacv1.PolicyRule) *exitCluster {
+	t.Helper()
+	cp := controlplane.StartForTest(t, opts)
 	c := &exitCluster{cp: cp, admin: cp.AdminClient()}
 	chart, err := chartrender.Load("default")
 	if err != nil {
