@@ -104,7 +104,7 @@ func (o *outageCheck) outage(what string, d time.Duration, wantReady int) {
 // recovered waits until the agent leads the taint and its pod cache is synced.
 func (o *outageCheck) recovered(what string) {
 	o.t.Helper()
-	eventually(o.t, 60*time.Second, what+": the agent leads the taint and its cache is synced", func() bool {
+	eventually(o.t, podCacheResumeBound+15*time.Second, what+": the agent leads the taint and its cache is synced", func() bool {
 		return o.p.metric(o.t, "istio_cni_taint_leader") == 1 && o.p.metric(o.t, "istio_cni_pod_cache_synced") == 1
 	})
 }
@@ -257,7 +257,8 @@ func TestAgentRidesOutAnAPIServerThatHangsGoesAwayAndComesBack(t *testing.T) {
 	if err := c.cp.StartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p.waitReady(t)
+	// Its token request is retried after 1 s doubling to 30 s, and bounded to 10 s.
+	eventually(t, 60*time.Second, "the agent started during the outage is ready once the API server is back", p.ready)
 	o.back("the agent started during the outage, once the API server is back")
 	eventually(t, podCacheResumeBound+15*time.Second, "apps/web served as the new pod", func() bool { return servedAs("web", string(web.UID)) })
 }
