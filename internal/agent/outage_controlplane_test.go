@@ -131,8 +131,8 @@ var outageEnv = []string{"POD_CACHE_ENABLED=true", "REPAIR_ENABLED=true", "REPAI
 // the exit decision) against a real kube-apiserver that fails the ways a node sees
 // one fail: hung (SIGSTOP: connections accepted, nothing answered, watches silent),
 // gone (stopped: connections refused), and back (started again on the same etcd,
-// with an empty watch cache, so the agent's watch of its node's pods is answered
-// 410 Gone and lists again). Meanwhile a pod of the node is deleted and created
+// with an empty watch cache and etcd's revision advanced meanwhile, so the agent's
+// watch of its node's pods is answered 410 Gone and lists again). Meanwhile a pod of the node is deleted and created
 // again under its name, another deleted, while the agent cannot see it. What must
 // hold:
 //   - the node's CNI config, the binaries and the plugin's kubeconfig are never
@@ -203,6 +203,11 @@ func TestAgentRidesOutAnAPIServerThatHangsGoesAwayAndComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.outage("API server gone", 10*time.Second, http.StatusOK)
+	// Written meanwhile (directly into etcd): the restarted API server cannot resume
+	// the agent's watch, from a version before it, and answers 410 Gone.
+	if err := c.cp.AdvanceRevision(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,7 @@ type ControlPlane struct {
 	// apiserver, which StopAPIServer and StartAPIServer replace.
 	apiBin     string
 	apiArgs    []string
+	etcdURL    string // its client URL (AdvanceRevision)
 	apiMu      sync.Mutex
 	log        *slog.Logger
 	startupDur time.Duration
@@ -192,6 +193,7 @@ func start(ctx context.Context, opts Options, log *slog.Logger, binDir string, a
 		return nil, err
 	}
 	etcdClient := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	cp.etcdURL = etcdClient
 	etcdPeer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	apiPort := ports[2]
 	bind := "127.0.0.1"

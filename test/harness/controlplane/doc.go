@@ -18,6 +18,7 @@
 //
 // PauseAPIServer and ResumeAPIServer hang the apiserver (SIGSTOP, SIGCONT);
 // StopAPIServer and StartAPIServer take it away and bring it back on the same port
-// and etcd, with an empty watch cache: the API server failures a node's agent must
-// ride out.
+// and etcd, with an empty watch cache (AdvanceRevision, while it is stopped, makes
+// it answer a watch resumed from before 410 Gone): the API server failures a node's
+// agent must ride out.
 package controlplane
