@@ -266,13 +266,19 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	if err != nil {
 		return err
 	}
+	// failed logs the ADD's failure at the step reason (err, with its phases and
+	// the process's figures) and returns ret, what the runtime gets.
+	failed := func(reason string, err, ret error) error {
+		ev.Reason = reason
+		log.Error("ADD failed", "error", err, "reason", reason, "phases", rec, processUsage())
+		return ret
+	}
 	ctx, cancel := context.WithTimeout(timing.With(context.Background(), rec), p.Timeout)
 	defer cancel()
 	podArgs, pre, err := decideWithoutPod(ctx, args, cfg, log)
 	if err != nil {
-		ev.Reason, err = failedStep(err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-		return err
+		reason, err := failedStep(err)
+		return failed(reason, err, err)
 	}
 	if pre.Verdict == Skip {
 		// Passed through before any lookup (an excluded namespace, no Kubernetes
@@ -281,9 +287,7 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		// version is parsed first, so that an ADD failing on it is told as such.
 		if _, given := cfg.givenResult(); !given {
 			if _, err := result(cfg); err != nil {
-				ev.Reason = pluginlog.ReasonPrevResult
-				log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-				return err
+				return failed(pluginlog.ReasonPrevResult, err, err)
 			}
 		}
 		ev.Reason = pluginlog.ReasonOutput
@@ -292,18 +296,15 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		logPeakMemory(log)
 		return p.printResult(cfg)
 	}
-	ev.Reason = pluginlog.ReasonPrevResult
 	ips, err := cfg.PrevResultIPs()
 	if err != nil {
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-		return cniError(types.ErrDecodingFailure, err)
+		return failed(pluginlog.ReasonPrevResult, err, cniError(types.ErrDecodingFailure, err))
 	}
 	rec.Mark("prev-result")
 	pp, err := p.decide(ctx, cfg, podArgs, args.Netns, log, cfg.PodLookup, ips)
 	if err != nil {
-		ev.Reason, err = failedStep(err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-		return err
+		reason, err := failedStep(err)
+		return failed(reason, err, err)
 	}
 	d, plan := pp.Decision, pp.Plan
 	warnPodPlan(log.Logger, pp)
@@ -314,12 +315,10 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 		logPeakMemory(log)
 		return p.printResult(cfg)
 	}
-	ev.Reason = pluginlog.ReasonBackend
 	b, err := NewBackend(cfg)
 	if err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-		return cniError(types.ErrInternal, err)
+		return failed(pluginlog.ReasonBackend, err, cniError(types.ErrInternal, err))
 	}
 	ev.Reason = pluginlog.ReasonApply
 	rec.Mark("backend")
@@ -327,12 +326,9 @@ func (p *Plugin) Add(args *cnicmd.CmdArgs) (err error) {
 	if err := ApplyAndWarn(ctx, log.Logger, args.Netns, b, plan); err != nil {
 		err = fmt.Errorf("pod %s: set up traffic redirection: %w", podArgs.Key(), err)
 		if gone, ok := netnsGone(args.Netns, err); ok {
-			ev.Reason = pluginlog.ReasonNetnsGone
-			log.Error("ADD failed", "error", gone, "reason", ev.Reason, "phases", rec, processUsage())
-			return gone
+			return failed(pluginlog.ReasonNetnsGone, gone, gone)
 		}
-		log.Error("ADD failed", "error", err, "reason", ev.Reason, "phases", rec, processUsage())
-		return cniError(types.ErrInternal, err)
+		return failed(pluginlog.ReasonApply, err, cniError(types.ErrInternal, err))
 	}
 	ev.Outcome, ev.Reason = pluginlog.OutcomeRedirected, pluginlog.ReasonOutput
 	log.Info("ADD: traffic redirected to the sidecar", "decision", d.Rule, "backend", b.Name(),
